@@ -1,0 +1,61 @@
+import Fastify, { type FastifyInstance } from 'fastify';
+import type { Clock } from './clock.js';
+import type { Config } from './config.js';
+import type { Deps } from './context.js';
+import type { Database } from './db/client.js';
+import { registerErrorHandling } from './http/error-handler.js';
+import { registerOpenApi } from './http/openapi.js';
+import { validatorCompiler } from './http/validation.js';
+import { type Bus, LocalBus, RedisBus } from './lib/bus.js';
+import { Caches } from './lib/caches.js';
+import { adminRoutes } from './modules/admin/routes.js';
+import { entitlementRoutes } from './modules/entitlements/routes.js';
+import { healthRoutes } from './modules/health/routes.js';
+import { meteringRoutes } from './modules/metering/routes.js';
+
+export interface BuildOptions {
+  config: Config;
+  db: Database;
+  clock: Clock;
+  bus?: Bus;
+}
+
+/** Secrets never reach the logs (pino redaction of every header that carries one). */
+export const REDACT_PATHS = [
+  'req.headers.authorization',
+  'req.headers["x-api-key"]',
+  'req.headers["x-mcp-service-key"]',
+  'req.headers["x-admin-key"]',
+  'req.headers["x-deployment-secret"]',
+  'req.headers.cookie',
+];
+
+/** The app without listening: plugins in a fixed order, then routes (used by main.ts and the tests). */
+export async function buildApp(options: BuildOptions): Promise<FastifyInstance> {
+  const { config, db, clock } = options;
+  const app = Fastify({
+    logger: { level: config.logLevel, redact: { paths: REDACT_PATHS, censor: '[redacted]' } },
+    bodyLimit: 1024 * 1024,
+    trustProxy: false,
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: false } },
+  });
+  const bus =
+    options.bus ??
+    (config.redisUrl
+      ? new RedisBus(config.redisUrl, (err) => app.log.warn({ err: err.message }, 'redis bus error'))
+      : new LocalBus());
+  const deps: Deps = { config, db, clock, bus, caches: new Caches(clock, bus), log: app.log };
+  app.decorate('deps', deps);
+  app.setValidatorCompiler(validatorCompiler);
+  registerErrorHandling(app, clock);
+  await registerOpenApi(app, config.publicBaseUrl);
+
+  await app.register(healthRoutes);
+  await app.register(meteringRoutes);
+  await app.register(entitlementRoutes);
+  await app.register(adminRoutes);
+  app.addHook('onClose', async () => {
+    if (!options.bus) await bus.close();
+  });
+  return app;
+}

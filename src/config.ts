@@ -1,0 +1,213 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { TIERS, type Tier } from './modules/entitlements/tiers.js';
+
+/**
+ * Every environment variable the service reads, parsed and validated in one place.
+ * A bad value stops the start with a message naming the variable (ConfigError).
+ */
+export interface Config {
+  nodeEnv: 'development' | 'production' | 'test';
+  port: number;
+  host: string;
+  /** undefined = embedded PGlite in dataDir; 'memory://' = in-memory PGlite; else postgres URL */
+  databaseUrl: string | undefined;
+  dataDir: string;
+  redisUrl: string | undefined;
+  jwtSecret: string;
+  mcpServiceKey: string;
+  adminApiKey: string;
+  encryptionKey: string;
+  publicBaseUrl: string;
+  stripeSecretKey: string | undefined;
+  stripeWebhookSecret: string | undefined;
+  stripeApiBase: string | undefined;
+  aiBaseUrl: string | undefined;
+  aiApiKey: string | undefined;
+  smtpUrl: string | undefined;
+  webhookAllowPrivateNetworks: boolean;
+  newOrgTier: Tier;
+  logLevel: string;
+  /** Size of the pg pool (PostgreSQL only). */
+  databasePoolSize: number;
+}
+
+export class ConfigError extends Error {
+  constructor(
+    readonly variable: string,
+    message: string,
+  ) {
+    super(`${variable}: ${message}`);
+    this.name = 'ConfigError';
+  }
+}
+
+type Env = Record<string, string | undefined>;
+
+const SECRET_NAMES = ['JWT_SECRET', 'MCP_SERVICE_KEY', 'ADMIN_API_KEY', 'ENCRYPTION_KEY'] as const;
+type SecretName = (typeof SECRET_NAMES)[number];
+
+function str(env: Env, name: string): string | undefined {
+  const value = env[name];
+  return value === undefined || value === '' ? undefined : value;
+}
+
+function int(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = str(env, name);
+  if (raw === undefined) return fallback;
+  if (!/^\d+$/.test(raw)) throw new ConfigError(name, `must be a whole number, got "${raw}"`);
+  const value = Number(raw);
+  if (value < min || value > max) throw new ConfigError(name, `must be between ${min} and ${max}, got ${value}`);
+  return value;
+}
+
+function bool(env: Env, name: string, fallback: boolean): boolean {
+  const raw = str(env, name);
+  if (raw === undefined) return fallback;
+  if (raw === 'true' || raw === '1') return true;
+  if (raw === 'false' || raw === '0') return false;
+  throw new ConfigError(name, `must be true or false, got "${raw}"`);
+}
+
+function url(env: Env, name: string, protocols: string[]): string | undefined {
+  const raw = str(env, name);
+  if (raw === undefined) return undefined;
+  let parsed: URL;
+  try {
+    parsed = new URL(raw);
+  } catch {
+    throw new ConfigError(name, 'must be a URL');
+  }
+  if (!protocols.includes(parsed.protocol)) {
+    throw new ConfigError(name, `must use one of ${protocols.join(', ')}`);
+  }
+  return raw;
+}
+
+function secret(env: Env, name: SecretName, minLength: number): string | undefined {
+  const raw = str(env, name);
+  if (raw !== undefined && raw.length < minLength) {
+    throw new ConfigError(name, `must be at least ${minLength} characters`);
+  }
+  return raw;
+}
+
+export interface LoadedConfig {
+  config: Config;
+  /** Secrets generated for development because they were missing (printed once at start). */
+  generated: Partial<Record<SecretName, string>>;
+}
+
+/**
+ * Parse the environment. In production the four secrets are required; elsewhere a missing one is
+ * generated once and kept in DATA_DIR/secrets.json so restarts keep working keys.
+ */
+export function loadConfig(env: Env = process.env): LoadedConfig {
+  const nodeEnvRaw = str(env, 'NODE_ENV') ?? 'development';
+  if (!['development', 'production', 'test'].includes(nodeEnvRaw)) {
+    throw new ConfigError('NODE_ENV', 'must be development, production or test');
+  }
+  const nodeEnv = nodeEnvRaw as Config['nodeEnv'];
+  const databaseUrl = str(env, 'DATABASE_URL');
+  if (databaseUrl !== undefined && databaseUrl !== 'memory://') {
+    url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']);
+  }
+  const newOrgTier = str(env, 'NEW_ORG_TIER') ?? 'sandbox';
+  if (!TIERS.includes(newOrgTier as Tier)) {
+    throw new ConfigError('NEW_ORG_TIER', `must be one of ${TIERS.join(', ')}`);
+  }
+  const dataDir = resolve(str(env, 'DATA_DIR') ?? './.creditgate');
+  const port = int(env, 'PORT', 8080, 0, 65535);
+  const host = str(env, 'HOST') ?? '127.0.0.1';
+
+  const secrets: Partial<Record<SecretName, string>> = {
+    JWT_SECRET: secret(env, 'JWT_SECRET', 32),
+    MCP_SERVICE_KEY: secret(env, 'MCP_SERVICE_KEY', 24),
+    ADMIN_API_KEY: secret(env, 'ADMIN_API_KEY', 24),
+    ENCRYPTION_KEY: secret(env, 'ENCRYPTION_KEY', 32),
+  };
+  const missing = SECRET_NAMES.filter((name) => secrets[name] === undefined);
+  const generated: Partial<Record<SecretName, string>> = {};
+  if (missing.length > 0) {
+    if (nodeEnv === 'production') {
+      throw new ConfigError(missing[0]!, 'is required when NODE_ENV=production');
+    }
+    const stored = readStoredSecrets(dataDir);
+    for (const name of missing) {
+      const value = stored[name] ?? randomBytes(32).toString('base64url');
+      if (stored[name] === undefined) generated[name] = value;
+      stored[name] = value;
+      secrets[name] = value;
+    }
+    if (Object.keys(generated).length > 0) writeStoredSecrets(dataDir, stored);
+  }
+
+  const config: Config = {
+    nodeEnv,
+    port,
+    host,
+    databaseUrl,
+    dataDir,
+    redisUrl: url(env, 'REDIS_URL', ['redis:', 'rediss:']),
+    jwtSecret: secrets.JWT_SECRET!,
+    mcpServiceKey: secrets.MCP_SERVICE_KEY!,
+    adminApiKey: secrets.ADMIN_API_KEY!,
+    encryptionKey: secrets.ENCRYPTION_KEY!,
+    publicBaseUrl: (url(env, 'PUBLIC_BASE_URL', ['http:', 'https:']) ?? `http://${host}:${port}`).replace(/\/$/, ''),
+    stripeSecretKey: str(env, 'STRIPE_SECRET_KEY'),
+    stripeWebhookSecret: str(env, 'STRIPE_WEBHOOK_SECRET'),
+    stripeApiBase: url(env, 'STRIPE_API_BASE', ['http:', 'https:']),
+    aiBaseUrl: url(env, 'AI_BASE_URL', ['http:', 'https:']),
+    aiApiKey: str(env, 'AI_API_KEY'),
+    smtpUrl: url(env, 'SMTP_URL', ['smtp:', 'smtps:']),
+    webhookAllowPrivateNetworks: bool(env, 'WEBHOOK_ALLOW_PRIVATE_NETWORKS', false),
+    newOrgTier: newOrgTier as Tier,
+    logLevel: str(env, 'LOG_LEVEL') ?? (nodeEnv === 'test' ? 'silent' : 'info'),
+    databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 20, 1, 1000),
+  };
+  return { config, generated };
+}
+
+function secretsFile(dataDir: string): string {
+  return join(dataDir, 'secrets.json');
+}
+
+function readStoredSecrets(dataDir: string): Partial<Record<SecretName, string>> {
+  const file = secretsFile(dataDir);
+  if (!existsSync(file)) return {};
+  return JSON.parse(readFileSync(file, 'utf8')) as Partial<Record<SecretName, string>>;
+}
+
+function writeStoredSecrets(dataDir: string, secrets: Partial<Record<SecretName, string>>): void {
+  mkdirSync(dataDir, { recursive: true });
+  writeFileSync(secretsFile(dataDir), `${JSON.stringify(secrets, null, 2)}\n`, { mode: 0o600 });
+}
+
+/** A complete configuration for tests and tools, with fixed secrets; override what you need. */
+export function testConfig(overrides: Partial<Config> = {}): Config {
+  return {
+    nodeEnv: 'test',
+    port: 0,
+    host: '127.0.0.1',
+    databaseUrl: 'memory://',
+    dataDir: resolve('./.creditgate-test'),
+    redisUrl: undefined,
+    jwtSecret: 'test-jwt-secret-that-is-long-enough-0123456789',
+    mcpServiceKey: 'test-mcp-service-key-0123456789',
+    adminApiKey: 'test-admin-api-key-0123456789',
+    encryptionKey: 'test-encryption-key-0123456789-abcdefghij',
+    publicBaseUrl: 'http://creditgate.test',
+    stripeSecretKey: undefined,
+    stripeWebhookSecret: undefined,
+    stripeApiBase: undefined,
+    aiBaseUrl: undefined,
+    aiApiKey: undefined,
+    smtpUrl: undefined,
+    webhookAllowPrivateNetworks: false,
+    newOrgTier: 'sandbox',
+    logLevel: 'silent',
+    databasePoolSize: 10,
+    ...overrides,
+  };
+}

@@ -1,0 +1,48 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { Clock } from './clock.js';
+import type { Config } from './config.js';
+import type { Database } from './db/client.js';
+import type { Bus } from './lib/bus.js';
+import type { Caches } from './lib/caches.js';
+
+/** What every service verb may use; built once per process. */
+export interface Deps {
+  config: Config;
+  db: Database;
+  clock: Clock;
+  bus: Bus;
+  caches: Caches;
+  log: FastifyBaseLogger;
+}
+
+export type Actor =
+  | { type: 'operator' }
+  | { type: 'service' }
+  | { type: 'system' }
+  | { type: 'api_key'; apiKeyId: string; organizationId: string }
+  | { type: 'deployment'; deploymentId: string; organizationId: string }
+  | { type: 'user'; userId: string };
+
+/** A service verb's first argument (STYLE rule 2): who acts, from where, with what. */
+export interface Ctx extends Deps {
+  actor: Actor;
+  ip?: string | undefined;
+  userAgent?: string | undefined;
+}
+
+export function actorLabel(actor: Actor): string {
+  switch (actor.type) {
+    case 'api_key':
+      return `api_key:${actor.apiKeyId}`;
+    case 'deployment':
+      return `deployment:${actor.deploymentId}`;
+    case 'user':
+      return `user:${actor.userId}`;
+    default:
+      return actor.type;
+  }
+}
+
+export function systemCtx(deps: Deps): Ctx {
+  return { ...deps, actor: { type: 'system' } };
+}

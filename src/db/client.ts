@@ -1,0 +1,205 @@
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { PGlite } from '@electric-sql/pglite';
+import pg from 'pg';
+import { ServiceUnavailableError } from '../errors.js';
+
+export type Row = Record<string, unknown>;
+
+/** Anything that runs SQL: the database itself or an open transaction. */
+export interface Queryable {
+  /**
+   * Run one statement. `name` makes it a named prepared statement on PostgreSQL (parsed once per
+   * connection); use it on hot paths, with a name unique to the text.
+   */
+  query<T = Row>(text: string, params?: readonly unknown[], name?: string): Promise<T[]>;
+}
+
+export interface Database extends Queryable {
+  readonly kind: 'postgres' | 'pglite';
+  /** One transaction; rolled back when fn throws. */
+  transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
+  ping(): Promise<void>;
+  close(): Promise<void>;
+  /** The underlying driver, for the migrator and drizzle. */
+  readonly driver: pg.Pool | PGlite;
+}
+
+function parseInt8(value: string): number {
+  const n = Number(value);
+  // Credits and token counts are far below 2^53; a larger value is a bug, not a number to round.
+  if (!Number.isSafeInteger(n)) throw new Error(`bigint ${value} exceeds the safe integer range`);
+  return n;
+}
+
+/** Connection-level failures that mean "the database is not there" rather than "the query is wrong". */
+export function isConnectionError(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const code = (err as { code?: string }).code ?? '';
+  return (
+    code.startsWith('08') ||
+    ['57P01', '57P02', '57P03', 'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND'].includes(code) ||
+    /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error/.test(
+      err.message,
+    )
+  );
+}
+
+function wrap<T>(promise: Promise<T>): Promise<T> {
+  return promise.catch((err: unknown) => {
+    if (isConnectionError(err)) throw new ServiceUnavailableError();
+    throw err;
+  });
+}
+
+class PostgresDatabase implements Database {
+  readonly kind = 'postgres' as const;
+  constructor(readonly driver: pg.Pool) {}
+
+  async query<T = Row>(text: string, params: readonly unknown[] = [], name?: string): Promise<T[]> {
+    const result = await wrap(this.driver.query({ text, values: params as unknown[], name }));
+    return result.rows as T[];
+  }
+
+  async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
+    const client = await wrap(this.driver.connect());
+    let broken = false;
+    const tx: Queryable = {
+      query: async <R = Row>(text: string, params: readonly unknown[] = [], name?: string) => {
+        const result = await wrap(client.query({ text, values: params as unknown[], name }));
+        return result.rows as R[];
+      },
+    };
+    try {
+      await tx.query('BEGIN');
+      const out = await fn(tx);
+      await tx.query('COMMIT');
+      return out;
+    } catch (err) {
+      try {
+        await client.query('ROLLBACK');
+      } catch {
+        broken = true;
+      }
+      throw err;
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  async ping(): Promise<void> {
+    await this.query('SELECT 1');
+  }
+
+  async close(): Promise<void> {
+    await this.driver.end();
+  }
+}
+
+class PgliteDatabase implements Database {
+  readonly kind = 'pglite' as const;
+  constructor(
+    readonly driver: PGlite,
+    private readonly release: () => void,
+  ) {}
+
+  async query<T = Row>(text: string, params: readonly unknown[] = []): Promise<T[]> {
+    const result = await this.driver.query<T>(text, params as unknown[]);
+    return result.rows;
+  }
+
+  async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
+    return this.driver.transaction(async (t) => {
+      const tx: Queryable = {
+        query: async <R = Row>(text: string, params: readonly unknown[] = []) =>
+          (await t.query<R>(text, params as unknown[])).rows,
+      };
+      return fn(tx);
+    });
+  }
+
+  async ping(): Promise<void> {
+    await this.query('SELECT 1');
+  }
+
+  async close(): Promise<void> {
+    await this.driver.close();
+    this.release();
+  }
+}
+
+export interface OpenOptions {
+  databaseUrl: string | undefined;
+  dataDir: string;
+  poolSize?: number;
+}
+
+/** PostgreSQL when DATABASE_URL is a postgres URL, in-memory PGlite for memory://, else PGlite in DATA_DIR. */
+export async function openDatabase(options: OpenOptions): Promise<Database> {
+  const { databaseUrl } = options;
+  if (databaseUrl && databaseUrl !== 'memory://') {
+    const pool = new pg.Pool({
+      connectionString: databaseUrl,
+      max: options.poolSize ?? 20,
+      connectionTimeoutMillis: 5_000,
+      types: {
+        getTypeParser: ((oid: number, format?: string) =>
+          oid === 20 ? parseInt8 : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
+      },
+    });
+    // An idle client losing its connection must not crash the process; the next query reports it.
+    pool.on('error', () => {});
+    return new PostgresDatabase(pool);
+  }
+  if (databaseUrl === 'memory://') {
+    const db = new PGlite();
+    await db.waitReady;
+    return new PgliteDatabase(db, () => {});
+  }
+  mkdirSync(options.dataDir, { recursive: true });
+  const release = acquireDataDirLock(options.dataDir);
+  try {
+    const db = new PGlite(join(options.dataDir, 'pgdata'));
+    await db.waitReady;
+    return new PgliteDatabase(db, release);
+  } catch (err) {
+    release();
+    throw err;
+  }
+}
+
+export class DataDirLockedError extends Error {}
+
+/**
+ * PGlite has no lock of its own: two processes on one data directory would corrupt it.
+ * The lock file holds the owner's pid; a lock whose process is gone is taken over.
+ */
+export function acquireDataDirLock(dataDir: string): () => void {
+  const file = join(dataDir, 'creditgate.lock');
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      writeFileSync(file, String(process.pid), { flag: 'wx' });
+      return () => rmSync(file, { force: true });
+    } catch (err) {
+      if ((err as { code?: string }).code !== 'EEXIST') throw err;
+      const owner = Number(readFileSync(file, 'utf8').trim());
+      if (Number.isInteger(owner) && owner > 0 && isAlive(owner)) {
+        throw new DataDirLockedError(
+          `DATA_DIR ${dataDir} is in use by process ${owner}. The embedded database allows one process; ` +
+            'stop the other one, use another DATA_DIR, or run on PostgreSQL (DATABASE_URL).',
+        );
+      }
+      if (existsSync(file)) rmSync(file, { force: true });
+    }
+  }
+  throw new DataDirLockedError(`could not take the lock in ${dataDir}`);
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as { code?: string }).code === 'EPERM';
+  }
+}

@@ -1,0 +1,174 @@
+import { sql } from 'drizzle-orm';
+import {
+  bigint,
+  bigserial,
+  boolean,
+  check,
+  index,
+  integer,
+  jsonb,
+  pgTable,
+  primaryKey,
+  text,
+  timestamp,
+  uniqueIndex,
+  uuid,
+} from 'drizzle-orm/pg-core';
+import { organizations } from './accounts.js';
+import { deployments } from './deployments.js';
+
+/**
+ * One row per deployment: the two buckets of SPEC §3 for the current period.
+ * monthly available = GREATEST(0, monthly_allocation - monthly_used); NULL allocation = unlimited.
+ * `reserved` holds credits promised to open reservations (§4) and is not spendable by others.
+ * `sync_before` is the earliest moment the row must be brought up to date (period end, override expiry):
+ * the hot path only touches rows with sync_before > now, so a stale row always takes the slow path first.
+ */
+export const creditBalances = pgTable(
+  'credit_balances',
+  {
+    deploymentId: uuid('deployment_id')
+      .primaryKey()
+      .references(() => deployments.id),
+    organizationId: uuid('organization_id')
+      .notNull()
+      .references(() => organizations.id),
+    periodStart: timestamp('period_start', { withTimezone: true }).notNull(),
+    periodEnd: timestamp('period_end', { withTimezone: true }).notNull(),
+    syncBefore: timestamp('sync_before', { withTimezone: true }).notNull(),
+    monthlyAllocation: bigint('monthly_allocation', { mode: 'number' }),
+    monthlyUsed: bigint('monthly_used', { mode: 'number' }).notNull().default(0),
+    purchasedBalance: bigint('purchased_balance', { mode: 'number' }).notNull().default(0),
+    reserved: bigint('reserved', { mode: 'number' }).notNull().default(0),
+    aiTokensUsed: bigint('ai_tokens_used', { mode: 'number' }).notNull().default(0),
+    updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
+  },
+  (t) => [
+    check('credit_balances_purchased_nonneg', sql`${t.purchasedBalance} >= 0`),
+    check('credit_balances_used_nonneg', sql`${t.monthlyUsed} >= 0`),
+    check('credit_balances_reserved_nonneg', sql`${t.reserved} >= 0`),
+    check('credit_balances_allocation_nonneg', sql`${t.monthlyAllocation} IS NULL OR ${t.monthlyAllocation} >= 0`),
+  ],
+);
+
+/**
+ * Append-only (a trigger refuses UPDATE and DELETE). Per bucket deltas of the *available* balance:
+ * SUM(monthly_delta) = monthly available (0 while unlimited), SUM(purchased_delta) = purchased_balance.
+ */
+export const creditLedger = pgTable(
+  'credit_ledger',
+  {
+    id: bigserial('id', { mode: 'number' }).primaryKey(),
+    organizationId: uuid('organization_id').notNull(),
+    deploymentId: uuid('deployment_id').notNull(),
+    kind: text('kind').notNull(),
+    amount: bigint('amount', { mode: 'number' }).notNull(),
+    monthlyDelta: bigint('monthly_delta', { mode: 'number' }).notNull(),
+    purchasedDelta: bigint('purchased_delta', { mode: 'number' }).notNull(),
+    monthlyAfter: bigint('monthly_after', { mode: 'number' }),
+    purchasedAfter: bigint('purchased_after', { mode: 'number' }).notNull(),
+    actor: text('actor').notNull(),
+    usageId: uuid('usage_id'),
+    reason: text('reason'),
+    expiresAt: timestamp('expires_at', { withTimezone: true }),
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
+  },
+  (t) => [
+    index('credit_ledger_deployment_idx').on(t.deploymentId, t.id),
+    check(
+      'credit_ledger_kind',
+      sql`${t.kind} IN ('grant', 'deduct', 'refund', 'period_reset', 'expire', 'adjust')`,
+    ),
+  ],
+);
+
+export const creditCosts = pgTable('credit_costs', {
+  action: text('action').primaryKey(),
+  credits: integer('credits').notNull(),
+  description: text('description'),
+  updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
+});
+
+export const toolActions = pgTable('tool_actions', {
+  toolName: text('tool_name').primaryKey(),
+  action: text('action')
+    .notNull()
+    .references(() => creditCosts.action),
+  updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
+});
+
+/** Every metered call (SPEC §4): metric = action, quantity = credits deducted. */
+export const usageRecords = pgTable(
+  'usage_records',
+  {
+    id: uuid('id').primaryKey().defaultRandom(),
+    organizationId: uuid('organization_id').notNull(),
+    deploymentId: uuid('deployment_id').notNull(),
+    metric: text('metric').notNull(),
+    quantity: bigint('quantity', { mode: 'number' }).notNull(),
+    toolName: text('tool_name').notNull(),
+    mcpUserId: text('mcp_user_id'),
+    metadata: jsonb('metadata'),
+    success: boolean('success').notNull(),
+    error: text('error'),
+    ledgerId: bigint('ledger_id', { mode: 'number' }),
+    invocationId: text('invocation_id'),
+    monthlyTaken: bigint('monthly_taken', { mode: 'number' }).notNull().default(0),
+    purchasedTaken: bigint('purchased_taken', { mode: 'number' }).notNull().default(0),
+    refunded: bigint('refunded', { mode: 'number' }).notNull().default(0),
+    periodStart: timestamp('period_start', { withTimezone: true }),
+    reported: boolean('reported').notNull().default(false),
+    processorRef: text('processor_ref'),
+    timestamp: timestamp('timestamp', { withTimezone: true }).notNull().defaultNow(),
+  },
+  (t) => [
+    index('usage_records_deployment_ts_idx').on(t.deploymentId, t.timestamp),
+    index('usage_records_org_ts_idx').on(t.organizationId, t.timestamp),
+    check('usage_records_refund_bound', sql`${t.refunded} >= 0 AND ${t.refunded} <= ${t.quantity}`),
+  ],
+);
+
+/**
+ * Idempotency and reservations (SPEC §4), one row per (deployment, invocation id), kept 24 h.
+ * status: reserved | recorded | released | expired | refunded | denied
+ */
+export const invocations = pgTable(
+  'invocations',
+  {
+    deploymentId: uuid('deployment_id').notNull(),
+    invocationId: text('invocation_id').notNull(),
+    organizationId: uuid('organization_id').notNull(),
+    toolName: text('tool_name').notNull(),
+    requestHash: text('request_hash'),
+    status: text('status').notNull(),
+    reservedAmount: bigint('reserved_amount', { mode: 'number' }).notNull().default(0),
+    reservationExpiresAt: timestamp('reservation_expires_at', { withTimezone: true }),
+    usageId: uuid('usage_id'),
+    response: jsonb('response'),
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
+    updatedAt: timestamp('updated_at', { withTimezone: true }).notNull(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.deploymentId, t.invocationId] }),
+    index('invocations_reservation_expiry_idx')
+      .on(t.reservationExpiresAt)
+      .where(sql`${t.status} = 'reserved'`),
+  ],
+);
+
+/** Partial refunds of a usage record, idempotent per (usage, key). */
+export const usageRefunds = pgTable(
+  'usage_refunds',
+  {
+    id: uuid('id').primaryKey().defaultRandom(),
+    usageId: uuid('usage_id').notNull(),
+    organizationId: uuid('organization_id').notNull(),
+    deploymentId: uuid('deployment_id').notNull(),
+    idempotencyKey: text('idempotency_key').notNull(),
+    amount: bigint('amount', { mode: 'number' }).notNull(),
+    reason: text('reason').notNull(),
+    ledgerId: bigint('ledger_id', { mode: 'number' }),
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
+  },
+  (t) => [uniqueIndex('usage_refunds_key').on(t.usageId, t.idempotencyKey)],
+);

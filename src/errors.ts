@@ -1,0 +1,109 @@
+/**
+ * The one error hierarchy. Services throw AppError subclasses; the error handler (http/error-handler.ts)
+ * turns them into one of the two wire shapes below. No other place writes an error body.
+ */
+export const ERROR_STATUS = {
+  UNAUTHORIZED: 401,
+  INVALID_DEPLOYMENT_CREDENTIALS: 401,
+  FORBIDDEN: 403,
+  INSUFFICIENT_SCOPE: 403,
+  FEATURE_NOT_AVAILABLE: 403,
+  INSUFFICIENT_CREDITS: 403,
+  URL_NOT_ALLOWED: 403,
+  NOT_FOUND: 404,
+  VALIDATION_ERROR: 400,
+  CONFLICT: 409,
+  IDEMPOTENCY_IN_PROGRESS: 409,
+  IDEMPOTENCY_KEY_REUSED: 422,
+  RATE_LIMITED: 429,
+  AI_QUOTA_EXCEEDED: 429,
+  INTERNAL_ERROR: 500,
+  SERVICE_UNAVAILABLE: 503,
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_STATUS;
+
+/** The `error` word of the flat /api/v1 shape, where the seed spells one that is not the code in lower case. */
+const FLAT_ERROR_WORD: Partial<Record<ErrorCode, string>> = {
+  INVALID_DEPLOYMENT_CREDENTIALS: 'unauthorized',
+  INSUFFICIENT_SCOPE: 'forbidden',
+  FEATURE_NOT_AVAILABLE: 'feature_disabled',
+  AI_QUOTA_EXCEEDED: 'quota_exceeded',
+  RATE_LIMITED: 'rate_limit_exceeded',
+  VALIDATION_ERROR: 'invalid_request',
+};
+
+/** The flat shape calls a validation failure INVALID_REQUEST (SPEC §7); the envelope calls it VALIDATION_ERROR (§8). */
+const FLAT_CODE: Partial<Record<ErrorCode, string>> = { VALIDATION_ERROR: 'INVALID_REQUEST' };
+
+export interface FieldError {
+  field: string;
+  message: string;
+}
+
+export class AppError extends Error {
+  readonly status: number;
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    /** Extra top-level fields of the flat shape / `details` of the envelope (upgrade_url, creditsRequired…). */
+    readonly extra: Record<string, unknown> = {},
+    /** Response headers that belong to this error (Retry-After). */
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+    this.name = 'AppError';
+    this.status = ERROR_STATUS[code];
+  }
+}
+
+export class ValidationError extends AppError {
+  constructor(
+    message: string,
+    readonly fields: FieldError[] = [],
+  ) {
+    super('VALIDATION_ERROR', message, fields.length > 0 ? { fields } : {});
+  }
+}
+
+export class UnauthorizedError extends AppError {
+  constructor(message = 'Missing or invalid credentials') {
+    super('UNAUTHORIZED', message);
+  }
+}
+
+export class NotFoundError extends AppError {
+  constructor(what: string) {
+    super('NOT_FOUND', `${what} not found`);
+  }
+}
+
+export class ServiceUnavailableError extends AppError {
+  constructor(message = 'The database is unavailable; nothing was changed. Retry later.') {
+    super('SERVICE_UNAVAILABLE', message, {}, { 'retry-after': '1' });
+  }
+}
+
+/** SPEC §4/§7 flat shape: `{error, code, message, ...extra}` for every /api/v1 path. */
+export function flatErrorBody(err: AppError): Record<string, unknown> {
+  return {
+    error: FLAT_ERROR_WORD[err.code] ?? err.code.toLowerCase(),
+    code: FLAT_CODE[err.code] ?? err.code,
+    message: err.message,
+    ...err.extra,
+  };
+}
+
+/** SPEC §8 envelope: `{success:false, error:{code,message}, details:{timestamp,...}}`. */
+export function envelopeErrorBody(err: AppError, now: Date): Record<string, unknown> {
+  return {
+    success: false,
+    error: { code: err.code, message: err.message },
+    details: { timestamp: now.toISOString(), ...err.extra },
+  };
+}
+
+/** Which wire shape a path answers with. */
+export function usesFlatShape(url: string): boolean {
+  return url.startsWith('/api/v1/') || url === '/api/v1' || url.startsWith('/webhooks/');
+}

@@ -1,0 +1,86 @@
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Clock } from '../clock.js';
+import { isConnectionError } from '../db/client.js';
+import {
+  AppError,
+  envelopeErrorBody,
+  type FieldError,
+  flatErrorBody,
+  NotFoundError,
+  ServiceUnavailableError,
+  usesFlatShape,
+  ValidationError,
+} from '../errors.js';
+
+interface AjvError {
+  instancePath?: string;
+  message?: string;
+  keyword?: string;
+  params?: Record<string, unknown>;
+}
+
+function fieldsOf(err: FastifyError): FieldError[] {
+  const part = (err as { validationContext?: string }).validationContext ?? 'body';
+  return ((err.validation ?? []) as AjvError[]).map((v) => {
+    let field = (v.instancePath ?? '').replace(/^\//, '').replace(/\//g, '.');
+    if (v.keyword === 'required' && typeof v.params?.missingProperty === 'string') {
+      field = field ? `${field}.${v.params.missingProperty}` : v.params.missingProperty;
+    }
+    if (v.keyword === 'additionalProperties' && typeof v.params?.additionalProperty === 'string') {
+      field = field ? `${field}.${v.params.additionalProperty}` : v.params.additionalProperty;
+      return { field, message: 'is not a known field' };
+    }
+    return { field: field || part, message: v.message ?? 'is invalid' };
+  });
+}
+
+/** Turn anything thrown into an AppError; unknown errors become an opaque 500. */
+export function toAppError(err: unknown): AppError {
+  if (err instanceof AppError) return err;
+  const e = err as FastifyError;
+  if (e.validation) {
+    const fields = fieldsOf(e);
+    const first = fields[0];
+    return new ValidationError(first ? `Invalid request: ${first.field} ${first.message}` : 'Invalid request', fields);
+  }
+  if (isConnectionError(err)) return new ServiceUnavailableError();
+  switch (e.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new ValidationError('The request body is larger than 1 MiB', [{ field: 'body', message: 'is too large' }]);
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new ValidationError('Send the body as application/json', [{ field: 'content-type', message: 'must be application/json' }]);
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new ValidationError('The JSON body is empty', [{ field: 'body', message: 'is empty' }]);
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      return new ValidationError('The body is not valid JSON', [{ field: 'body', message: 'is not valid JSON' }]);
+  }
+  if (e instanceof SyntaxError || (e.statusCode === 400 && /JSON/i.test(e.message))) {
+    return new ValidationError('The body is not valid JSON', [{ field: 'body', message: 'is not valid JSON' }]);
+  }
+  if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
+    return new ValidationError(e.message);
+  }
+  return new AppError('INTERNAL_ERROR', 'Internal error');
+}
+
+export function sendError(reply: FastifyReply, request: FastifyRequest, appError: AppError, clock: Clock): FastifyReply {
+  for (const [name, value] of Object.entries(appError.headers)) reply.header(name, value);
+  const body = usesFlatShape(request.url) ? flatErrorBody(appError) : envelopeErrorBody(appError, clock.now());
+  if (appError.code === 'INTERNAL_ERROR') {
+    if (usesFlatShape(request.url)) body.request_id = request.id;
+    else (body.details as Record<string, unknown>).request_id = request.id;
+  }
+  // Error bodies are written here and nowhere else; they bypass the routes' success serializers.
+  return reply.code(appError.status).type('application/json; charset=utf-8').serializer(JSON.stringify).send(body);
+}
+
+/** The one error handler (STYLE rule 5): both wire shapes come from errors.ts. */
+export function registerErrorHandling(app: FastifyInstance, clock: Clock): void {
+  app.setErrorHandler((err, request, reply) => {
+    const appError = toAppError(err);
+    if (appError.code === 'INTERNAL_ERROR') request.log.error({ err }, 'unhandled error');
+    else if (appError.code === 'SERVICE_UNAVAILABLE') request.log.warn({ err }, 'database unavailable');
+    return sendError(reply, request, appError, clock);
+  });
+  app.setNotFoundHandler((request, reply) => sendError(reply, request, new NotFoundError('Route'), clock));
+}

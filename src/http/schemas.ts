@@ -1,0 +1,76 @@
+import { type TSchema, Type } from 'typebox';
+import { ERROR_STATUS, type ErrorCode } from '../errors.js';
+
+/** SPEC §4/§7 flat error body of every /api/v1 path. */
+export const FlatError = Type.Object(
+  {
+    error: Type.String({ description: 'lower_snake error word', examples: ['unauthorized'] }),
+    code: Type.String({ description: 'UPPER_SNAKE machine-readable code', examples: ['UNAUTHORIZED'] }),
+    message: Type.String({ description: 'What went wrong, for a person' }),
+    fields: Type.Optional(
+      Type.Array(Type.Object({ field: Type.String(), message: Type.String() }), {
+        description: 'Validation errors by field (INVALID_REQUEST)',
+      }),
+    ),
+    upgrade_url: Type.Optional(Type.String()),
+    request_id: Type.Optional(Type.String()),
+  },
+  { $id: 'FlatError', additionalProperties: true, description: 'Error body of the /api/v1 paths' },
+);
+
+/** SPEC §8 envelope error of the application API. */
+export const EnvelopeError = Type.Object(
+  {
+    success: Type.Literal(false),
+    error: Type.Object({ code: Type.String(), message: Type.String() }),
+    details: Type.Object({ timestamp: Type.String({ format: 'date-time' }) }, { additionalProperties: true }),
+  },
+  { $id: 'EnvelopeError', description: 'Error envelope of the application API' },
+);
+
+const DESCRIPTIONS: Record<number, string> = {
+  400: 'Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits',
+  401: 'Missing or invalid credentials',
+  403: 'Forbidden (scope, feature flag, or credits)',
+  404: 'Not found',
+  409: 'Conflict',
+  422: 'Idempotency key reused with a different request',
+  429: 'Rate or quota limit reached',
+  500: 'Internal error (no details on the wire)',
+  503: 'A dependency (the database) is unavailable; nothing was changed',
+};
+
+/** The error responses of a route, for its schema (STYLE rule 6: every route lists its errors). */
+export function flatErrors(...statuses: number[]): Record<number, TSchema> {
+  const out: Record<number, TSchema> = {};
+  for (const status of [...statuses, 500, 503]) {
+    out[status] = Type.Ref('FlatError', { description: DESCRIPTIONS[status] ?? 'Error' });
+  }
+  return out;
+}
+
+export function codesFor(status: number): ErrorCode[] {
+  return (Object.keys(ERROR_STATUS) as ErrorCode[]).filter((c) => ERROR_STATUS[c] === status);
+}
+
+export const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
+
+export const InvocationId = Type.String({
+  minLength: 1,
+  maxLength: 200,
+  description: 'Idempotency id of this tool call; the Idempotency-Key header is its equal',
+  examples: ['inv_01J9Z3'],
+});
+
+export const ToolName = Type.String({
+  minLength: 1,
+  maxLength: 200,
+  description: 'MCP tool name',
+  examples: ['rag_query'],
+});
+
+export const Metadata = Nullable(
+  Type.Record(Type.String(), Type.Unknown(), {
+    description: 'Arbitrary JSON object kept with the usage record (at most 16 KiB serialized)',
+  }),
+);

@@ -1,0 +1,62 @@
+import { Redis } from 'ioredis';
+
+/**
+ * Cache invalidation across instances. With REDIS_URL the message goes through Redis pub/sub to every
+ * instance (this one included); without it, only to this process. Messages are hints to drop cached
+ * answers, never state: a lost message only means a cache lives until its TTL.
+ */
+export interface Bus {
+  publish(channel: BusChannel, message?: string): void;
+  subscribe(channel: BusChannel, handler: (message: string) => void): void;
+  close(): Promise<void>;
+}
+
+export type BusChannel = 'resolve-cache' | 'cost-cache';
+
+const PREFIX = 'creditgate:bus:';
+
+export class LocalBus implements Bus {
+  private readonly handlers = new Map<string, Array<(message: string) => void>>();
+  publish(channel: BusChannel, message = ''): void {
+    for (const handler of this.handlers.get(channel) ?? []) handler(message);
+  }
+  subscribe(channel: BusChannel, handler: (message: string) => void): void {
+    const list = this.handlers.get(channel) ?? [];
+    list.push(handler);
+    this.handlers.set(channel, list);
+  }
+  async close(): Promise<void> {}
+}
+
+export class RedisBus implements Bus {
+  private readonly local = new LocalBus();
+  private readonly pub: Redis;
+  private readonly sub: Redis;
+
+  constructor(url: string, onError: (err: Error) => void) {
+    const options = { lazyConnect: false, maxRetriesPerRequest: 1, enableOfflineQueue: false };
+    this.pub = new Redis(url, options);
+    this.sub = new Redis(url, { ...options, enableOfflineQueue: true });
+    this.pub.on('error', onError);
+    this.sub.on('error', onError);
+    this.sub.on('message', (channel: string, message: string) => {
+      this.local.publish(channel.slice(PREFIX.length) as BusChannel, message);
+    });
+  }
+
+  publish(channel: BusChannel, message = ''): void {
+    // Our own instance acts at once; the others hear it through Redis.
+    this.local.publish(channel, message);
+    this.pub.publish(PREFIX + channel, message).catch(() => {});
+  }
+
+  subscribe(channel: BusChannel, handler: (message: string) => void): void {
+    this.local.subscribe(channel, handler);
+    this.sub.subscribe(PREFIX + channel).catch(() => {});
+  }
+
+  async close(): Promise<void> {
+    this.pub.disconnect();
+    this.sub.disconnect();
+  }
+}

@@ -1,0 +1,68 @@
+import type { FastifyInstance } from 'fastify';
+import { buildApp } from './app.js';
+import { systemClock } from './clock.js';
+import { ConfigError, loadConfig } from './config.js';
+import { DataDirLockedError, openDatabase } from './db/client.js';
+import { runMigrations } from './db/migrate.js';
+import { startWorkers } from './workers/catalog.js';
+
+/**
+ * Start the service: configuration first (fail fast, naming the variable), then the database and its
+ * migrations, then the app and the workers; SIGINT/SIGTERM drain in-flight requests and workers.
+ */
+export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<FastifyInstance> {
+  let loaded: ReturnType<typeof loadConfig>;
+  try {
+    loaded = loadConfig(env);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`creditgate: invalid configuration: ${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+  const { config, generated } = loaded;
+  const names = Object.keys(generated);
+  if (names.length > 0) {
+    process.stdout.write(
+      `creditgate: development secrets generated and stored in ${config.dataDir}/secrets.json:\n` +
+        Object.entries(generated)
+          .map(([name, value]) => `  ${name}=${value}\n`)
+          .join('') +
+        '  (set them in the environment for production; NODE_ENV=production refuses to start without them)\n',
+    );
+  }
+  let db: Awaited<ReturnType<typeof openDatabase>>;
+  try {
+    db = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, poolSize: config.databasePoolSize });
+  } catch (err) {
+    if (err instanceof DataDirLockedError) {
+      process.stderr.write(`creditgate: ${err.message}\n`);
+      process.exit(3);
+    }
+    throw err;
+  }
+  await runMigrations(db);
+  const app = await buildApp({ config, db, clock: systemClock });
+  const workers = startWorkers(app.deps);
+  let closing = false;
+  const shutdown = async (signal: string) => {
+    if (closing) return;
+    closing = true;
+    app.log.info({ signal }, 'shutting down');
+    await app.close();
+    await workers.stop();
+    await db.close();
+    process.exit(0);
+  };
+  process.once('SIGINT', () => void shutdown('SIGINT'));
+  process.once('SIGTERM', () => void shutdown('SIGTERM'));
+  await app.listen({ port: config.port, host: config.host });
+  const storage = config.databaseUrl
+    ? config.databaseUrl === 'memory://'
+      ? 'in-memory PGlite'
+      : 'PostgreSQL'
+    : `embedded PGlite in ${config.dataDir}`;
+  app.log.info(`creditgate listening on http://${config.host}:${config.port} (${storage}); API docs at /docs`);
+  return app;
+}

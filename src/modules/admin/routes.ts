@@ -1,0 +1,342 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance } from 'fastify';
+import { Type } from 'typebox';
+import { adminAuth } from '../../http/auth.js';
+import { flatErrors, Nullable } from '../../http/schemas.js';
+import { setExternalId } from '../users/service.js';
+import * as A from './service.js';
+
+const Id = Type.Object({ id: Type.String({ format: 'uuid' }) });
+const TierSchema = Type.Union([
+  Type.Literal('sandbox'),
+  Type.Literal('trial'),
+  Type.Literal('launch'),
+  Type.Literal('growth'),
+  Type.Literal('enterprise'),
+]);
+const NullableInt = Nullable(Type.Integer());
+const Bool = Type.Boolean();
+
+export const DeploymentViewSchema = Type.Object({
+  id: Type.String(),
+  organization_id: Type.String(),
+  name: Type.String(),
+  tier: Type.String(),
+  status: Type.String(),
+  is_primary: Type.Boolean(),
+  secret_prefix: Type.String(),
+  billing_anchor: Type.String({ format: 'date-time' }),
+  features: Type.Object({ ai_enabled: Bool, billing_enabled: Bool, custom_domain: Bool, white_label: Bool, mcp_enabled: Bool }),
+  flag_overrides: Type.Record(Type.String(), Type.Boolean()),
+  overrides: Type.Object({
+    monthly_credits: NullableInt,
+    api_rate_limit: NullableInt,
+    ai_tokens_limit: NullableInt,
+    expires_at: Nullable(Type.String({ format: 'date-time' })),
+  }),
+  balance: Type.Object({
+    period_start: Type.String({ format: 'date-time' }),
+    period_end: Type.String({ format: 'date-time' }),
+    monthly_allocation: NullableInt,
+    monthly_used: Type.Integer(),
+    monthly_remaining: NullableInt,
+    purchased: Type.Integer(),
+    reserved: Type.Integer(),
+    available: NullableInt,
+    ai_tokens_used: Type.Integer(),
+  }),
+  created_at: Type.String({ format: 'date-time' }),
+  updated_at: Type.String({ format: 'date-time' }),
+});
+
+const tags = ['Operator'];
+const security = [{ adminKey: [] }];
+const Limit = (description: string) =>
+  Type.Optional(Nullable(Type.Integer({ minimum: 0, maximum: 1_000_000_000_000, description })));
+
+export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  app.get(
+    '/api/v1/admin/deployments',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'List deployments, optionally of one organization',
+        querystring: Type.Object({ organization_id: Type.Optional(Type.String()) }, { additionalProperties: false }),
+        response: { 200: Type.Object({ deployments: Type.Array(DeploymentViewSchema) }), ...flatErrors(400, 401) },
+      },
+    },
+    async (request) => ({ deployments: await A.adminListDeployments(adminAuth(request), request.query.organization_id) }),
+  );
+
+  app.get(
+    '/api/v1/admin/deployments/:id',
+    {
+      schema: { tags, security, summary: 'One deployment with its balance', params: Id, response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) } },
+    },
+    async (request) => A.adminGetDeployment(adminAuth(request), request.params.id),
+  );
+
+  app.put(
+    '/api/v1/admin/deployments/:id',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Change tier and/or status; a tier change applies its allocation at once',
+        params: Id,
+        body: Type.Object(
+          { tier: Type.Optional(TierSchema), status: Type.Optional(Type.Union([Type.Literal('active'), Type.Literal('suspended')])) },
+          { additionalProperties: false },
+        ),
+        response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) },
+      },
+    },
+    async (request) =>
+      A.adminUpdateDeployment(adminAuth(request), request.params.id, {
+        tier: request.body.tier,
+        status: request.body.status,
+      }),
+  );
+
+  app.put(
+    '/api/v1/admin/deployments/:id/overrides',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Merge overrides; a field set to null removes that override',
+        params: Id,
+        body: Type.Object(
+          {
+            monthly_credits: Limit('Credits per period instead of the tier allocation'),
+            api_rate_limit: Limit('Requests per minute instead of the tier limit'),
+            ai_tokens_limit: Limit('AI tokens per period instead of the tier limit'),
+            expires_at: Type.Optional(Nullable(Type.String({ format: 'date-time', description: 'When the overrides lapse (future)' }))),
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) },
+      },
+    },
+    async (request) => A.adminSetOverrides(adminAuth(request), request.params.id, request.body),
+  );
+
+  app.delete(
+    '/api/v1/admin/deployments/:id/overrides',
+    {
+      schema: { tags, security, summary: 'Remove every override', params: Id, response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) } },
+    },
+    async (request) => A.adminClearOverrides(adminAuth(request), request.params.id),
+  );
+
+  app.put(
+    '/api/v1/admin/deployments/:id/flags',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Per-flag overrides: true/false pins a flag, null returns it to the tier',
+        params: Id,
+        body: Type.Object(
+          {
+            ai_enabled: Type.Optional(Nullable(Bool)),
+            billing_enabled: Type.Optional(Nullable(Bool)),
+            custom_domain: Type.Optional(Nullable(Bool)),
+            white_label: Type.Optional(Nullable(Bool)),
+            mcp_enabled: Type.Optional(Nullable(Bool)),
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) },
+      },
+    },
+    async (request) => A.adminSetFlags(adminAuth(request), request.params.id, request.body as Record<string, boolean | null>),
+  );
+
+  app.post(
+    '/api/v1/admin/deployments/:id/usage/reset',
+    {
+      schema: {
+        tags,
+        security,
+        summary: "Reset the period's usage counters",
+        params: Id,
+        body: Type.Object({ ai_tokens: Type.Optional(Bool), monthly_credits: Type.Optional(Bool) }, { additionalProperties: false }),
+        response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) },
+      },
+    },
+    async (request) => A.adminResetUsage(adminAuth(request), request.params.id, request.body),
+  );
+
+  app.post(
+    '/api/v1/admin/deployments/:id/credits',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Grant purchased credits (positive) or adjust them (negative, never below zero)',
+        params: Id,
+        body: Type.Object(
+          {
+            amount: Type.Integer({ minimum: -1_000_000_000_000, maximum: 1_000_000_000_000 }),
+            reason: Type.String({ minLength: 1, maxLength: 500 }),
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) },
+      },
+    },
+    async (request) => A.adminChangeCredits(adminAuth(request), request.params.id, request.body),
+  );
+
+  const CostReply = Type.Object({ action: Type.String(), credits: Type.Integer(), description: Nullable(Type.String()) });
+  app.put(
+    '/api/v1/admin/credit-costs/:action',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Set the credit cost of an action (creates it if new)',
+        params: Type.Object({ action: Type.String({ pattern: '^[a-z0-9_.-]{1,100}$' }) }),
+        body: Type.Object(
+          { credits: Type.Integer({ minimum: 0, maximum: 1_000_000 }), description: Type.Optional(Nullable(Type.String({ maxLength: 500 }))) },
+          { additionalProperties: false },
+        ),
+        response: { 200: CostReply, ...flatErrors(400, 401) },
+      },
+    },
+    async (request) => A.adminPutCreditCost(adminAuth(request), request.params.action, request.body),
+  );
+
+  const ToolParams = Type.Object({ tool_name: Type.String({ minLength: 1, maxLength: 200 }) });
+  app.put(
+    '/api/v1/admin/tool-actions/:tool_name',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Map a tool to an action',
+        params: ToolParams,
+        body: Type.Object({ action: Type.String({ minLength: 1, maxLength: 100 }) }, { additionalProperties: false }),
+        response: { 200: Type.Object({ tool_name: Type.String(), action: Type.String() }), ...flatErrors(400, 401) },
+      },
+    },
+    async (request) => A.adminPutToolAction(adminAuth(request), request.params.tool_name, request.body.action),
+  );
+
+  app.delete(
+    '/api/v1/admin/tool-actions/:tool_name',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Remove a mapping (the tool is metered as platform_basic again)',
+        params: ToolParams,
+        response: { 204: Type.Null(), ...flatErrors(401, 404) },
+      },
+    },
+    async (request, reply) => {
+      await A.adminDeleteToolAction(adminAuth(request), request.params.tool_name);
+      return reply.code(204).send(null);
+    },
+  );
+
+  app.put(
+    '/api/v1/admin/users/:id/external-id',
+    {
+      schema: {
+        tags,
+        security,
+        summary: "Set a user's external id (accepted by resolve-deployment)",
+        params: Id,
+        body: Type.Object({ external_id: Nullable(Type.String({ minLength: 1, maxLength: 200 })) }, { additionalProperties: false }),
+        response: {
+          200: Type.Object({ id: Type.String(), email: Type.String(), external_id: Nullable(Type.String()) }),
+          ...flatErrors(400, 401, 404, 409),
+        },
+      },
+    },
+    async (request) => {
+      const user = await setExternalId(adminAuth(request), request.params.id, request.body.external_id);
+      return { id: user.id, email: user.email, external_id: user.external_id };
+    },
+  );
+
+  app.post(
+    '/api/v1/admin/organizations',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Provision an organization with its primary deployment (secret shown once) and an owner by email',
+        body: Type.Object(
+          {
+            name: Type.String({ minLength: 1, maxLength: 200 }),
+            slug: Type.String({ pattern: '^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$' }),
+            tier: Type.Optional(TierSchema),
+            plan: Type.Optional(Type.Union([Type.Literal('free'), Type.Literal('pro'), Type.Literal('enterprise')])),
+            owner_email: Type.Optional(Type.String({ format: 'email', maxLength: 320 })),
+          },
+          { additionalProperties: false },
+        ),
+        response: {
+          201: Type.Object({
+            organization: Type.Object({
+              id: Type.String(),
+              name: Type.String(),
+              slug: Type.String(),
+              tier: Type.String(),
+              created_at: Type.String({ format: 'date-time' }),
+            }),
+            owner_user_id: Nullable(Type.String()),
+            deployment: Type.Object({ id: Type.String(), tier: Type.String(), secret: Type.String({ description: 'Shown once' }) }),
+          }),
+          ...flatErrors(400, 401, 409),
+        },
+      },
+    },
+    async (request, reply) => {
+      const result = await A.adminCreateOrganization(adminAuth(request), request.body);
+      return reply.code(201).send(result);
+    },
+  );
+
+  app.post(
+    '/api/v1/admin/organizations/:id/api-keys',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Create an API key for an organization (the key is shown once)',
+        params: Id,
+        body: Type.Object(
+          {
+            name: Type.String({ minLength: 1, maxLength: 200 }),
+            scopes: Type.Optional(
+              Type.Array(Type.Union([Type.Literal('read'), Type.Literal('write'), Type.Literal('admin')]), { minItems: 1, uniqueItems: true }),
+            ),
+            expires_at: Type.Optional(Type.String({ format: 'date-time' })),
+          },
+          { additionalProperties: false },
+        ),
+        response: {
+          201: Type.Object({
+            id: Type.String(),
+            key: Type.String({ description: 'Shown once' }),
+            key_prefix: Type.String(),
+            scopes: Type.Array(Type.String()),
+            expires_at: Nullable(Type.String({ format: 'date-time' })),
+          }),
+          ...flatErrors(400, 401, 404),
+        },
+      },
+    },
+    async (request, reply) => {
+      const result = await A.adminCreateApiKey(adminAuth(request), request.params.id, request.body);
+      return reply.code(201).send(result);
+    },
+  );
+}

@@ -1,0 +1,288 @@
+import { type Ctx, actorLabel } from '../../context.js';
+import { NotFoundError, ValidationError } from '../../errors.js';
+import { createApiKey } from '../api-keys/service.js';
+import { writeAudit } from '../audit/service.js';
+import { changePurchased, readBalance, resetUsage, viewBalance } from '../credits/service.js';
+import {
+  type DeploymentRow,
+  getDeployment,
+  listDeployments,
+  lockDeployment,
+  type OverrideInput,
+  overridesOf,
+  setFlagOverrides,
+  setOverrides,
+  updateDeployment,
+} from '../deployments/service.js';
+import { effectiveFlags } from '../entitlements/flags.js';
+import { FLAGS, type Flags, type Tier } from '../entitlements/tiers.js';
+import { isUuid } from '../metering/state.js';
+import { createOrganization } from '../organizations/service.js';
+import { createUser } from '../users/service.js';
+
+export interface DeploymentView {
+  id: string;
+  organization_id: string;
+  name: string;
+  tier: string;
+  status: string;
+  is_primary: boolean;
+  secret_prefix: string;
+  billing_anchor: string;
+  features: Flags;
+  flag_overrides: Record<string, boolean>;
+  overrides: ReturnType<typeof overridesOf>;
+  balance: {
+    period_start: string;
+    period_end: string;
+    monthly_allocation: number | null;
+    monthly_used: number;
+    monthly_remaining: number | null;
+    purchased: number;
+    reserved: number;
+    available: number | null;
+    ai_tokens_used: number;
+  };
+  created_at: string;
+  updated_at: string;
+}
+
+async function viewOf(ctx: Ctx, d: DeploymentRow): Promise<DeploymentView> {
+  const b = viewBalance(await readBalance(ctx.db, d.id, ctx.clock.now(), actorLabel(ctx.actor)));
+  return {
+    id: d.id,
+    organization_id: d.organization_id,
+    name: d.name,
+    tier: d.tier,
+    status: d.status,
+    is_primary: d.is_primary,
+    secret_prefix: d.secret_prefix,
+    billing_anchor: d.billing_anchor.toISOString(),
+    features: effectiveFlags(d.tier, d.flag_overrides),
+    flag_overrides: d.flag_overrides,
+    overrides: overridesOf(d),
+    balance: {
+      period_start: b.periodStart.toISOString(),
+      period_end: b.periodEnd.toISOString(),
+      monthly_allocation: b.monthlyAllocation,
+      monthly_used: b.monthlyUsed,
+      monthly_remaining: b.monthlyRemaining,
+      purchased: b.purchased,
+      reserved: b.reserved,
+      available: b.available,
+      ai_tokens_used: b.aiTokensUsed,
+    },
+    created_at: d.created_at.toISOString(),
+    updated_at: d.updated_at.toISOString(),
+  };
+}
+
+/** Reads are audited too (SPEC §11: every operator call). */
+async function auditRead(ctx: Ctx, resourceType: string, resourceId: string | null, organizationId: string | null) {
+  await writeAudit(ctx.db, ctx, { organizationId, action: 'read', resourceType, resourceId });
+}
+
+export async function adminListDeployments(ctx: Ctx, organizationId?: string): Promise<DeploymentView[]> {
+  if (organizationId !== undefined && !isUuid(organizationId)) return [];
+  const rows = await listDeployments(ctx.db, organizationId);
+  await auditRead(ctx, 'deployment', null, organizationId ?? null);
+  return Promise.all(rows.map((d) => viewOf(ctx, d)));
+}
+
+export async function adminGetDeployment(ctx: Ctx, id: string): Promise<DeploymentView> {
+  const d = await getDeployment(ctx.db, id);
+  await auditRead(ctx, 'deployment', id, d.organization_id);
+  return viewOf(ctx, d);
+}
+
+export async function adminUpdateDeployment(
+  ctx: Ctx,
+  id: string,
+  input: { tier?: Tier | undefined; status?: 'active' | 'suspended' | undefined },
+): Promise<DeploymentView> {
+  return viewOf(ctx, await updateDeployment(ctx, id, input));
+}
+
+export async function adminSetOverrides(ctx: Ctx, id: string, input: OverrideInput): Promise<DeploymentView> {
+  if (input.expires_at !== undefined && input.expires_at !== null) {
+    const at = new Date(input.expires_at);
+    if (Number.isNaN(at.getTime()) || at.getTime() <= ctx.clock.now().getTime()) {
+      throw new ValidationError('expires_at must be a future timestamp', [{ field: 'expires_at', message: 'must be in the future' }]);
+    }
+  }
+  return viewOf(ctx, await setOverrides(ctx, id, input));
+}
+
+export async function adminClearOverrides(ctx: Ctx, id: string): Promise<DeploymentView> {
+  return viewOf(ctx, await setOverrides(ctx, id, 'clear'));
+}
+
+export async function adminSetFlags(ctx: Ctx, id: string, input: Record<string, boolean | null>): Promise<DeploymentView> {
+  for (const flag of Object.keys(input)) {
+    if (!(FLAGS as readonly string[]).includes(flag)) {
+      throw new ValidationError(`Unknown flag ${flag}`, [{ field: flag, message: 'is not a known flag' }]);
+    }
+  }
+  return viewOf(ctx, await setFlagOverrides(ctx, id, input));
+}
+
+export async function adminResetUsage(
+  ctx: Ctx,
+  id: string,
+  input: { ai_tokens?: boolean | undefined; monthly_credits?: boolean | undefined },
+): Promise<DeploymentView> {
+  if (!input.ai_tokens && !input.monthly_credits) {
+    throw new ValidationError('Name what to reset: ai_tokens and/or monthly_credits', [
+      { field: 'ai_tokens', message: 'or monthly_credits must be true' },
+    ]);
+  }
+  const now = ctx.clock.now();
+  const d = await ctx.db.transaction(async (tx) => {
+    const deployment = await lockDeployment(tx, id);
+    await resetUsage(tx, {
+      deploymentId: id,
+      monthlyCredits: input.monthly_credits === true,
+      aiTokens: input.ai_tokens === true,
+      actor: actorLabel(ctx.actor),
+      now,
+    });
+    await writeAudit(tx, ctx, {
+      organizationId: deployment.organization_id,
+      action: 'reset_usage',
+      resourceType: 'deployment',
+      resourceId: id,
+      metadata: input,
+    });
+    return deployment;
+  });
+  return viewOf(ctx, d);
+}
+
+/** A grant (positive) or adjustment (negative) of purchased credits, with its ledger and audit rows in one transaction. */
+export async function adminChangeCredits(
+  ctx: Ctx,
+  id: string,
+  input: { amount: number; reason: string },
+): Promise<DeploymentView> {
+  if (input.amount === 0) throw new ValidationError('amount must not be 0', [{ field: 'amount', message: 'must not be 0' }]);
+  const now = ctx.clock.now();
+  const d = await ctx.db.transaction(async (tx) => {
+    const deployment = await lockDeployment(tx, id);
+    await changePurchased(tx, { deploymentId: id, amount: input.amount, reason: input.reason, actor: actorLabel(ctx.actor), now });
+    await writeAudit(tx, ctx, {
+      organizationId: deployment.organization_id,
+      action: input.amount > 0 ? 'grant_credits' : 'adjust_credits',
+      resourceType: 'deployment',
+      resourceId: id,
+      metadata: input,
+    });
+    return deployment;
+  });
+  return viewOf(ctx, d);
+}
+
+export async function adminPutCreditCost(
+  ctx: Ctx,
+  action: string,
+  input: { credits: number; description?: string | null | undefined },
+): Promise<{ action: string; credits: number; description: string | null }> {
+  const row = await ctx.db.transaction(async (tx) => {
+    const rows = await tx.query<{ action: string; credits: number; description: string | null }>(
+      `INSERT INTO credit_costs (action, credits, description, updated_at) VALUES ($1, $2, $3, $4)
+       ON CONFLICT (action) DO UPDATE SET credits = EXCLUDED.credits,
+         description = CASE WHEN $5 THEN EXCLUDED.description ELSE credit_costs.description END,
+         updated_at = EXCLUDED.updated_at
+       RETURNING action, credits, description`,
+      [action, input.credits, input.description ?? null, ctx.clock.now(), input.description !== undefined],
+    );
+    await writeAudit(tx, ctx, { organizationId: null, action: 'update', resourceType: 'credit_cost', resourceId: action, metadata: input });
+    return rows[0]!;
+  });
+  ctx.bus.publish('cost-cache');
+  return row;
+}
+
+export async function adminPutToolAction(ctx: Ctx, toolName: string, action: string): Promise<{ tool_name: string; action: string }> {
+  const row = await ctx.db.transaction(async (tx) => {
+    const known = await tx.query('SELECT 1 FROM credit_costs WHERE action = $1', [action]);
+    if (known.length === 0) {
+      throw new ValidationError(`Unknown action ${action}; create it with PUT /api/v1/admin/credit-costs/${action} first`, [
+        { field: 'action', message: 'is not a known action' },
+      ]);
+    }
+    const rows = await tx.query<{ tool_name: string; action: string }>(
+      `INSERT INTO tool_actions (tool_name, action, updated_at) VALUES ($1, $2, $3)
+       ON CONFLICT (tool_name) DO UPDATE SET action = EXCLUDED.action, updated_at = EXCLUDED.updated_at
+       RETURNING tool_name, action`,
+      [toolName, action, ctx.clock.now()],
+    );
+    await writeAudit(tx, ctx, { organizationId: null, action: 'update', resourceType: 'tool_action', resourceId: toolName, metadata: { action } });
+    return rows[0]!;
+  });
+  ctx.bus.publish('cost-cache');
+  return row;
+}
+
+export async function adminDeleteToolAction(ctx: Ctx, toolName: string): Promise<void> {
+  await ctx.db.transaction(async (tx) => {
+    const rows = await tx.query('DELETE FROM tool_actions WHERE tool_name = $1 RETURNING tool_name', [toolName]);
+    if (rows.length === 0) throw new NotFoundError('Tool mapping');
+    await writeAudit(tx, ctx, { organizationId: null, action: 'delete', resourceType: 'tool_action', resourceId: toolName });
+  });
+  ctx.bus.publish('cost-cache');
+}
+
+/**
+ * Operator: an organization with its primary deployment (and an owner found or created by email).
+ * Beyond SPEC §11's fixed list, so the CLI's `demo` and operators can provision while the accounts
+ * API does not exist yet; the deployment secret is in the answer once.
+ */
+export async function adminCreateOrganization(
+  ctx: Ctx,
+  input: { name: string; slug: string; tier?: Tier | undefined; plan?: 'free' | 'pro' | 'enterprise' | undefined; owner_email?: string | undefined },
+) {
+  let ownerUserId: string | undefined;
+  if (input.owner_email) {
+    const existing = await ctx.db.query<{ id: string }>('SELECT id FROM users WHERE lower(email) = lower($1)', [input.owner_email]);
+    ownerUserId = existing[0]?.id ?? (await createUser(ctx, { email: input.owner_email })).id;
+  }
+  const { organization, deployment, deploymentSecret } = await createOrganization(ctx, {
+    name: input.name,
+    slug: input.slug,
+    plan: input.plan,
+    tier: input.tier,
+    ownerUserId,
+  });
+  return {
+    organization: {
+      id: organization.id,
+      name: organization.name,
+      slug: organization.slug,
+      tier: organization.plan,
+      created_at: organization.created_at.toISOString(),
+    },
+    owner_user_id: ownerUserId ?? null,
+    deployment: { id: deployment.id, tier: deployment.tier, secret: deploymentSecret },
+  };
+}
+
+export async function adminCreateApiKey(
+  ctx: Ctx,
+  organizationId: string,
+  input: { name: string; scopes?: Array<'read' | 'write' | 'admin'> | undefined; expires_at?: string | undefined },
+) {
+  const org = await ctx.db.query('SELECT 1 FROM organizations WHERE id = $1 AND deleted_at IS NULL', [organizationId]);
+  if (org.length === 0) throw new NotFoundError('Organization');
+  const expiresAt = input.expires_at ? new Date(input.expires_at) : null;
+  if (expiresAt && expiresAt.getTime() <= ctx.clock.now().getTime()) {
+    throw new ValidationError('expires_at must be in the future', [{ field: 'expires_at', message: 'must be in the future' }]);
+  }
+  const { apiKey, key } = await createApiKey(ctx, { organizationId, name: input.name, scopes: input.scopes, expiresAt });
+  return {
+    id: apiKey.id,
+    key,
+    key_prefix: apiKey.key_prefix,
+    scopes: apiKey.scopes,
+    expires_at: apiKey.expires_at?.toISOString() ?? null,
+  };
+}

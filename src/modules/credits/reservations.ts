@@ -1,0 +1,83 @@
+import type { Queryable } from '../../db/client.js';
+
+/** SPEC §4: an allowed check with reserve:true holds its cost this long. */
+export const RESERVATION_TTL_MS = 5 * 60 * 1000;
+
+/**
+ * Hold `amount` credits for a reservation: one guarded UPDATE, so concurrent reservations can never
+ * promise more than the spendable balance. Returns false when the balance is short or the row is stale.
+ */
+export async function holdCredits(
+  tx: Queryable,
+  deploymentId: string,
+  amount: number,
+  now: Date,
+): Promise<{ held: boolean; stale: boolean }> {
+  const rows = await tx.query<{ sync_before: Date; held: boolean }>(
+    `WITH upd AS (
+       UPDATE credit_balances SET reserved = reserved + $2::bigint, updated_at = $3::timestamptz
+       WHERE deployment_id = $1::uuid AND sync_before > $3::timestamptz
+         AND (monthly_allocation IS NULL
+              OR GREATEST(0, monthly_allocation - monthly_used) + purchased_balance - reserved >= $2::bigint)
+       RETURNING deployment_id)
+     SELECT b.sync_before, EXISTS (SELECT 1 FROM upd) AS held FROM credit_balances b WHERE b.deployment_id = $1::uuid`,
+    [deploymentId, amount, now],
+    'credits_hold',
+  );
+  const row = rows[0];
+  if (!row) return { held: false, stale: false };
+  return { held: row.held, stale: !row.held && row.sync_before.getTime() <= now.getTime() };
+}
+
+/**
+ * Release overdue reservations (all deployments, or one), in one statement: the invocation rows turn
+ * `expired` and the held credits return to the balance together. SKIP LOCKED lets any number of
+ * instances sweep at once, and skips a reservation that is being recorded right now.
+ */
+export async function expireReservations(db: Queryable, now: Date, deploymentId?: string): Promise<number> {
+  const rows = await db.query<{ n: number }>(
+    `WITH due AS (
+       SELECT deployment_id, invocation_id FROM invocations
+       WHERE status = 'reserved' AND reservation_expires_at <= $1::timestamptz
+         AND ($2::uuid IS NULL OR deployment_id = $2::uuid)
+       ORDER BY reservation_expires_at LIMIT 500
+       FOR UPDATE SKIP LOCKED
+     ), exp AS (
+       UPDATE invocations i SET status = 'expired', updated_at = $1::timestamptz
+       FROM due WHERE i.deployment_id = due.deployment_id AND i.invocation_id = due.invocation_id
+       RETURNING i.deployment_id, i.reserved_amount
+     ), sums AS (
+       SELECT deployment_id, SUM(reserved_amount)::bigint AS total FROM exp GROUP BY deployment_id
+     ), upd AS (
+       UPDATE credit_balances b SET reserved = b.reserved - sums.total, updated_at = $1::timestamptz
+       FROM sums WHERE b.deployment_id = sums.deployment_id
+       RETURNING b.deployment_id
+     )
+     SELECT (SELECT count(*) FROM exp)::int AS n`,
+    [now, deploymentId ?? null],
+  );
+  return rows[0]?.n ?? 0;
+}
+
+/** Release one reservation; returns the credits given back, or null if it was not held. */
+export async function releaseReservation(
+  db: Queryable,
+  deploymentId: string,
+  invocationId: string,
+  now: Date,
+): Promise<number | null> {
+  const rows = await db.query<{ amount: number }>(
+    `WITH rel AS (
+       UPDATE invocations SET status = 'released', updated_at = $3::timestamptz
+       WHERE deployment_id = $1::uuid AND invocation_id = $2::text AND status = 'reserved'
+       RETURNING reserved_amount
+     ), upd AS (
+       UPDATE credit_balances b SET reserved = b.reserved - rel.reserved_amount, updated_at = $3::timestamptz
+       FROM rel WHERE b.deployment_id = $1::uuid
+       RETURNING b.deployment_id
+     )
+     SELECT reserved_amount AS amount FROM rel`,
+    [deploymentId, invocationId, now],
+  );
+  return rows[0]?.amount ?? null;
+}

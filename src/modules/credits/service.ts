@@ -1,0 +1,236 @@
+import type { Queryable } from '../../db/client.js';
+import { ValidationError } from '../../errors.js';
+import { appendLedger } from './ledger.js';
+import {
+  type DeploymentTerms,
+  effectiveTerms,
+  ledgerMonthly,
+  monthlyRemaining,
+  periodFor,
+  syncBeforeFor,
+} from './terms.js';
+
+export interface BalanceRow {
+  deployment_id: string;
+  organization_id: string;
+  period_start: Date;
+  period_end: Date;
+  sync_before: Date;
+  monthly_allocation: number | null;
+  monthly_used: number;
+  purchased_balance: number;
+  reserved: number;
+  ai_tokens_used: number;
+}
+
+export interface BalanceView {
+  monthlyAllocation: number | null;
+  monthlyUsed: number;
+  monthlyRemaining: number | null;
+  purchased: number;
+  reserved: number;
+  /** What a new deduction may spend: monthly remaining + purchased − open reservations; null = unlimited. */
+  available: number | null;
+  periodStart: Date;
+  periodEnd: Date;
+  aiTokensUsed: number;
+}
+
+export function viewBalance(b: BalanceRow): BalanceView {
+  const remaining = monthlyRemaining(b.monthly_allocation, b.monthly_used);
+  return {
+    monthlyAllocation: b.monthly_allocation,
+    monthlyUsed: b.monthly_used,
+    monthlyRemaining: remaining,
+    purchased: b.purchased_balance,
+    reserved: b.reserved,
+    available: remaining === null ? null : Math.max(0, remaining + b.purchased_balance - b.reserved),
+    periodStart: b.period_start,
+    periodEnd: b.period_end,
+    aiTokensUsed: b.ai_tokens_used,
+  };
+}
+
+/** Create the balance row of a new deployment, with its first period's allocation in the ledger. */
+export async function openBalance(
+  tx: Queryable,
+  input: { deploymentId: string; organizationId: string; terms: DeploymentTerms; actor: string; now: Date },
+): Promise<void> {
+  const terms = effectiveTerms(input.terms, input.now);
+  const period = periodFor(input.terms, input.now);
+  const allocation = terms.monthlyCredits;
+  await tx.query(
+    `INSERT INTO credit_balances (deployment_id, organization_id, period_start, period_end, sync_before,
+       monthly_allocation, monthly_used, purchased_balance, reserved, ai_tokens_used, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, 0, 0, 0, 0, $7)`,
+    [
+      input.deploymentId,
+      input.organizationId,
+      period.start,
+      period.end,
+      syncBeforeFor(period.end, terms),
+      allocation,
+      input.now,
+    ],
+  );
+  await appendLedger(tx, {
+    organizationId: input.organizationId,
+    deploymentId: input.deploymentId,
+    kind: 'period_reset',
+    amount: allocation ?? 0,
+    monthlyDelta: ledgerMonthly(allocation, 0),
+    purchasedDelta: 0,
+    monthlyAfter: monthlyRemaining(allocation, 0),
+    purchasedAfter: 0,
+    actor: input.actor,
+    reason: 'first period',
+    at: input.now,
+  });
+}
+
+type LockedRow = BalanceRow & DeploymentTerms;
+
+/**
+ * Lock the balance row and bring it up to date: roll the period (once, whoever comes first — the row
+ * lock serialises instances) and apply the allocation the tier and overrides give now. Every change
+ * is a ledger row in this transaction. Returns the current row, still locked.
+ */
+export async function syncBalance(tx: Queryable, deploymentId: string, now: Date, actor: string): Promise<BalanceRow> {
+  const rows = await tx.query<LockedRow>(
+    `SELECT b.*, d.tier, d.billing_anchor, d.override_monthly_credits, d.override_api_rate_limit,
+            d.override_ai_tokens_limit, d.override_expires_at
+     FROM credit_balances b JOIN deployments d ON d.id = b.deployment_id
+     WHERE b.deployment_id = $1 FOR UPDATE OF b`,
+    [deploymentId],
+  );
+  const row = rows[0];
+  if (!row) throw new Error(`no balance row for deployment ${deploymentId}`);
+  const terms = effectiveTerms(row, now);
+  let { period_start, period_end, monthly_allocation: allocation, monthly_used: used, ai_tokens_used: aiUsed } = row;
+  const ledger = { organizationId: row.organization_id, deploymentId, purchasedDelta: 0, actor, at: now };
+  const purchasedAfter = row.purchased_balance;
+
+  if (now.getTime() >= period_end.getTime()) {
+    const before = ledgerMonthly(allocation, used);
+    const period = periodFor(row, now);
+    period_start = period.start;
+    period_end = period.end;
+    allocation = terms.monthlyCredits;
+    used = 0;
+    aiUsed = 0;
+    await appendLedger(tx, {
+      ...ledger,
+      kind: 'period_reset',
+      amount: allocation ?? 0,
+      monthlyDelta: ledgerMonthly(allocation, 0) - before,
+      monthlyAfter: monthlyRemaining(allocation, 0),
+      purchasedAfter,
+      reason: `period ${period.start.toISOString()}`,
+    });
+  } else if (allocation !== terms.monthlyCredits) {
+    const before = ledgerMonthly(allocation, used);
+    const previous = allocation;
+    allocation = terms.monthlyCredits;
+    await appendLedger(tx, {
+      ...ledger,
+      kind: 'adjust',
+      amount: ledgerMonthly(allocation, used) - before,
+      monthlyDelta: ledgerMonthly(allocation, used) - before,
+      monthlyAfter: monthlyRemaining(allocation, used),
+      purchasedAfter,
+      reason: `monthly allocation ${previous ?? 'unlimited'} -> ${allocation ?? 'unlimited'}`,
+    });
+  }
+  const syncBefore = syncBeforeFor(period_end, terms);
+  const updated = await tx.query<BalanceRow>(
+    `UPDATE credit_balances SET period_start = $2, period_end = $3, sync_before = $4, monthly_allocation = $5,
+       monthly_used = $6, ai_tokens_used = $7, updated_at = $8
+     WHERE deployment_id = $1 RETURNING *`,
+    [deploymentId, period_start, period_end, syncBefore, allocation, used, aiUsed, now],
+  );
+  return updated[0]!;
+}
+
+/** Read a balance that is current at `now`; brings a stale row up to date first. */
+export async function readBalance(
+  db: Queryable & { transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> },
+  deploymentId: string,
+  now: Date,
+  actor: string,
+): Promise<BalanceRow> {
+  const rows = await db.query<BalanceRow>('SELECT * FROM credit_balances WHERE deployment_id = $1', [deploymentId], 'balance_read');
+  const row = rows[0];
+  if (row && row.sync_before.getTime() > now.getTime()) return row;
+  return db.transaction((tx) => syncBalance(tx, deploymentId, now, actor));
+}
+
+/**
+ * A grant of purchased credits (positive) or an operator adjustment (negative). An adjustment never
+ * takes purchased credits below zero nor below what open reservations hold.
+ */
+export async function changePurchased(
+  tx: Queryable,
+  input: { deploymentId: string; amount: number; reason: string; actor: string; now: Date },
+): Promise<BalanceRow> {
+  const current = await syncBalance(tx, input.deploymentId, input.now, input.actor);
+  if (input.amount < 0 && current.purchased_balance + input.amount < 0) {
+    throw new ValidationError(
+      `An adjustment of ${input.amount} would take purchased credits below zero (balance ${current.purchased_balance})`,
+      [{ field: 'amount', message: `must be at least -${current.purchased_balance}` }],
+    );
+  }
+  const rows = await tx.query<BalanceRow>(
+    `UPDATE credit_balances SET purchased_balance = purchased_balance + $2, updated_at = $3
+     WHERE deployment_id = $1 RETURNING *`,
+    [input.deploymentId, input.amount, input.now],
+  );
+  const row = rows[0]!;
+  await appendLedger(tx, {
+    organizationId: row.organization_id,
+    deploymentId: input.deploymentId,
+    kind: input.amount >= 0 ? 'grant' : 'adjust',
+    amount: input.amount,
+    monthlyDelta: 0,
+    purchasedDelta: input.amount,
+    monthlyAfter: monthlyRemaining(row.monthly_allocation, row.monthly_used),
+    purchasedAfter: row.purchased_balance,
+    actor: input.actor,
+    reason: input.reason,
+    at: input.now,
+  });
+  return row;
+}
+
+/** Operator reset of the period's counters (SPEC §6): the monthly bucket refills, AI tokens start over. */
+export async function resetUsage(
+  tx: Queryable,
+  input: { deploymentId: string; monthlyCredits: boolean; aiTokens: boolean; actor: string; now: Date },
+): Promise<BalanceRow> {
+  const current = await syncBalance(tx, input.deploymentId, input.now, input.actor);
+  const used = input.monthlyCredits ? 0 : current.monthly_used;
+  const aiUsed = input.aiTokens ? 0 : current.ai_tokens_used;
+  const rows = await tx.query<BalanceRow>(
+    `UPDATE credit_balances SET monthly_used = $2, ai_tokens_used = $3, updated_at = $4
+     WHERE deployment_id = $1 RETURNING *`,
+    [input.deploymentId, used, aiUsed, input.now],
+  );
+  const row = rows[0]!;
+  const delta =
+    ledgerMonthly(row.monthly_allocation, used) - ledgerMonthly(current.monthly_allocation, current.monthly_used);
+  if (input.monthlyCredits && current.monthly_used !== 0) {
+    await appendLedger(tx, {
+      organizationId: row.organization_id,
+      deploymentId: input.deploymentId,
+      kind: 'adjust',
+      amount: delta,
+      monthlyDelta: delta,
+      purchasedDelta: 0,
+      monthlyAfter: monthlyRemaining(row.monthly_allocation, used),
+      purchasedAfter: row.purchased_balance,
+      actor: input.actor,
+      reason: 'monthly usage reset',
+      at: input.now,
+    });
+  }
+  return row;
+}

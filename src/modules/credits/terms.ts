@@ -1,0 +1,55 @@
+import { monthlyPeriod } from '../../clock.js';
+import { TIER_TABLE, type Tier } from '../entitlements/tiers.js';
+
+/** The columns of a deployment that decide its allocation, limits and period. */
+export interface DeploymentTerms {
+  tier: string;
+  billing_anchor: Date;
+  override_monthly_credits: number | null;
+  override_api_rate_limit: number | null;
+  override_ai_tokens_limit: number | null;
+  override_expires_at: Date | null;
+}
+
+export interface EffectiveTerms {
+  monthlyCredits: number | null;
+  aiTokensLimit: number | null;
+  apiRateLimit: number | null;
+  /** The next moment at which these terms change by themselves (an override expiring), or null. */
+  changesAt: Date | null;
+}
+
+/** Overrides beat the tier until they expire (SPEC §6); the tier never changes because of them. */
+export function effectiveTerms(d: DeploymentTerms, now: Date): EffectiveTerms {
+  const tier = TIER_TABLE[d.tier as Tier];
+  const active = d.override_expires_at === null || d.override_expires_at.getTime() > now.getTime();
+  const anySet =
+    d.override_monthly_credits !== null || d.override_api_rate_limit !== null || d.override_ai_tokens_limit !== null;
+  return {
+    monthlyCredits: active && d.override_monthly_credits !== null ? d.override_monthly_credits : tier.monthlyCredits,
+    aiTokensLimit: active && d.override_ai_tokens_limit !== null ? d.override_ai_tokens_limit : tier.aiMonthlyLimit,
+    apiRateLimit: active && d.override_api_rate_limit !== null ? d.override_api_rate_limit : tier.apiRateLimit,
+    changesAt: active && anySet && d.override_expires_at !== null ? d.override_expires_at : null,
+  };
+}
+
+/** The billing period containing `now`: the monthly anniversary of billing_anchor (a subscription's period once billing lands). */
+export function periodFor(d: DeploymentTerms, now: Date): { start: Date; end: Date } {
+  return monthlyPeriod(d.billing_anchor, now);
+}
+
+/** When a balance row must next be brought up to date: its period end, or an override expiring sooner. */
+export function syncBeforeFor(periodEnd: Date, terms: EffectiveTerms): Date {
+  if (terms.changesAt && terms.changesAt.getTime() < periodEnd.getTime()) return terms.changesAt;
+  return periodEnd;
+}
+
+/** What the monthly bucket holds; null = unlimited. */
+export function monthlyRemaining(allocation: number | null, used: number): number | null {
+  return allocation === null ? null : Math.max(0, allocation - used);
+}
+
+/** The monthly bucket as the ledger counts it: an unlimited bucket counts 0. */
+export function ledgerMonthly(allocation: number | null, used: number): number {
+  return allocation === null ? 0 : Math.max(0, allocation - used);
+}

@@ -1,0 +1,98 @@
+import type { Ctx } from '../../context.js';
+import { AppError } from '../../errors.js';
+import { readBalance, viewBalance } from '../credits/service.js';
+import { effectiveTerms } from '../credits/terms.js';
+import { authenticateDeployment, type DeploymentRow } from '../deployments/service.js';
+import { effectiveFlags } from './flags.js';
+import { AI_CREDIT_RATES, FLAGS, type Flags, TIER_TABLE, type Tier } from './tiers.js';
+
+/** Seed C: how long a client may keep a snapshot. */
+export const NEXT_CHECK_SECONDS = 300;
+
+export interface EntitlementSnapshot {
+  status: 'active' | 'suspended';
+  tier: Tier;
+  features: Flags & {
+    ai_monthly_limit: number | null;
+    api_rate_limit: number | null;
+    support_level: string;
+  };
+  quotas: {
+    ai_tokens: { used: number; limit: number | null; remaining: number | null; resets_at: string };
+  };
+  message: string | null;
+  next_check_seconds: number;
+}
+
+const invalidCredentials = () =>
+  new AppError('INVALID_DEPLOYMENT_CREDENTIALS', 'Unknown deployment or wrong deployment secret');
+
+/**
+ * POST /api/v1/entitlements/check. The server keeps no snapshot cache: every answer is computed from
+ * the database, so `force` has nothing to bypass here and only changes the answer's caching headers.
+ */
+export async function checkEntitlements(ctx: Ctx, deploymentId: string, secret: string): Promise<EntitlementSnapshot> {
+  const deployment = await authenticateDeployment(ctx, deploymentId, secret, invalidCredentials);
+  return snapshotOf(ctx, deployment);
+}
+
+export async function snapshotOf(ctx: Ctx, deployment: DeploymentRow): Promise<EntitlementSnapshot> {
+  const now = ctx.clock.now();
+  const tier = deployment.tier as Tier;
+  const terms = effectiveTerms(deployment, now);
+  const balance = viewBalance(await readBalance(ctx.db, deployment.id, now, 'system'));
+  const active = deployment.status === 'active';
+  const flags = active
+    ? effectiveFlags(tier, deployment.flag_overrides)
+    : (Object.fromEntries(FLAGS.map((f) => [f, false])) as Flags);
+  const limit = terms.aiTokensLimit;
+  return {
+    status: active ? 'active' : 'suspended',
+    tier,
+    features: {
+      ...flags,
+      ai_monthly_limit: limit,
+      api_rate_limit: terms.apiRateLimit,
+      support_level: TIER_TABLE[tier].supportLevel,
+    },
+    quotas: {
+      ai_tokens: {
+        used: balance.aiTokensUsed,
+        limit,
+        remaining: limit === null ? null : Math.max(0, limit - balance.aiTokensUsed),
+        resets_at: balance.periodEnd.toISOString(),
+      },
+    },
+    message: active ? null : 'This deployment is suspended; every feature is off until an operator reactivates it.',
+    next_check_seconds: NEXT_CHECK_SECONDS,
+  };
+}
+
+export interface AiQuota {
+  used: number;
+  limit: number | null;
+  remaining: number | null;
+  resets_at: string;
+  tier: Tier;
+  credits_available: number | null;
+  credits_per_standard: number;
+  credits_per_advanced: number;
+  credits_per_premium: number;
+}
+
+/** GET /api/v1/ai/quota: information, not gated by ai_enabled (SPEC §5). */
+export async function aiQuota(ctx: Ctx, deployment: DeploymentRow): Promise<AiQuota> {
+  const now = ctx.clock.now();
+  const terms = effectiveTerms(deployment, now);
+  const balance = viewBalance(await readBalance(ctx.db, deployment.id, now, 'system'));
+  const limit = terms.aiTokensLimit;
+  return {
+    used: balance.aiTokensUsed,
+    limit,
+    remaining: limit === null ? null : Math.max(0, limit - balance.aiTokensUsed),
+    resets_at: balance.periodEnd.toISOString(),
+    tier: deployment.tier as Tier,
+    credits_available: balance.available,
+    ...AI_CREDIT_RATES,
+  };
+}

@@ -1,0 +1,61 @@
+import type { Deps } from '../../context.js';
+import { readBalance, viewBalance } from '../credits/service.js';
+import { effectiveFlags } from '../entitlements/flags.js';
+import type { DeploymentState } from './state.js';
+
+export type DenialReason =
+  | 'sandbox_tier'
+  | 'insufficient_credits'
+  | 'no_deployment_found'
+  | 'deployment_not_found'
+  | 'mcp_disabled';
+
+export interface Decision {
+  allowed: boolean;
+  reason: DenialReason | null;
+  tier: string | null;
+  /** Spendable credits now (null = unlimited, or unknown for a missing deployment). */
+  available: number | null;
+  state: DeploymentState | null;
+}
+
+/**
+ * The reason order of SPEC §4: deployment missing, suspended (or its organization deleted), sandbox
+ * tier, MCP disabled. The balance is judged by the caller (check compares, record deducts).
+ * `missing` names the reason for a deployment that is not there (stdio: no_deployment_found).
+ */
+export function gate(state: DeploymentState | null, missing: DenialReason): Decision | null {
+  if (!state) return { allowed: false, reason: missing, tier: null, available: null, state };
+  if (state.status !== 'active' || state.org_deleted) {
+    return { allowed: false, reason: 'deployment_not_found', tier: null, available: null, state };
+  }
+  if (state.tier === 'sandbox') {
+    return { allowed: false, reason: 'sandbox_tier', tier: state.tier, available: null, state };
+  }
+  if (!effectiveFlags(state.tier, state.flag_overrides).mcp_enabled) {
+    return { allowed: false, reason: 'mcp_disabled', tier: state.tier, available: null, state };
+  }
+  return null;
+}
+
+/** The full check: gates, then the spendable balance against the cost. */
+export async function decide(
+  deps: Deps,
+  state: DeploymentState | null,
+  missing: DenialReason,
+  cost: number,
+): Promise<Decision> {
+  const denied = gate(state, missing);
+  if (denied) return denied;
+  const s = state!;
+  const now = deps.clock.now();
+  let balance = s.balance;
+  if (!balance || balance.sync_before.getTime() <= now.getTime()) {
+    balance = await readBalance(deps.db, s.deployment_id, now, 'system');
+  }
+  const available = viewBalance(balance).available;
+  if (available !== null && available < cost) {
+    return { allowed: false, reason: 'insufficient_credits', tier: s.tier, available, state: s };
+  }
+  return { allowed: true, reason: null, tier: s.tier, available, state: s };
+}

@@ -1,0 +1,266 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { ValidationError } from '../../errors.js';
+import { apiKeyAuth, hasServiceKey, serviceAuth } from '../../http/auth.js';
+import { flatErrors } from '../../http/schemas.js';
+import { costTable } from './costs.js';
+import { getInvocation, refundUsage, releaseInvocation, type Scope } from './invocations.js';
+import { resolveDeployment } from './resolve.js';
+import * as S from './schemas.js';
+import { checkEntitlement, type RecordOutcome, recordUsage } from './service.js';
+import { loadDeploymentState } from './state.js';
+
+const METADATA_LIMIT = 16 * 1024;
+
+/** SPEC §4: the body's invocation_id and the Idempotency-Key header are equals; two different ones are an error. */
+function invocationIdOf(request: FastifyRequest, bodyId: string | undefined): string | undefined {
+  const raw = request.headers['idempotency-key'];
+  const headerId = Array.isArray(raw) ? raw[0] : raw;
+  if (headerId !== undefined && (headerId.length === 0 || headerId.length > 200)) {
+    throw new ValidationError('Idempotency-Key must be 1 to 200 characters', [{ field: 'Idempotency-Key', message: 'is too long' }]);
+  }
+  if (headerId !== undefined && bodyId !== undefined && headerId !== bodyId) {
+    throw new ValidationError('invocation_id and the Idempotency-Key header differ', [
+      { field: 'invocation_id', message: 'differs from Idempotency-Key' },
+    ]);
+  }
+  return bodyId ?? headerId;
+}
+
+function checkMetadata(metadata: unknown): void {
+  if (metadata === undefined || metadata === null) return;
+  if (Buffer.byteLength(JSON.stringify(metadata), 'utf8') > METADATA_LIMIT) {
+    throw new ValidationError('metadata is larger than 16 KiB serialized', [{ field: 'metadata', message: 'is larger than 16 KiB' }]);
+  }
+}
+
+function sendRecord(reply: FastifyReply, outcome: RecordOutcome) {
+  if (outcome.replayed) reply.header('idempotent-replayed', 'true');
+  return outcome.result;
+}
+
+const stdioTags = ['MCP stdio mode'];
+const serviceTags = ['MCP service mode'];
+const apiKeySecurity = [{ apiKey: [] }];
+const serviceSecurity = [{ serviceKey: [] }];
+const eitherSecurity: Array<Record<string, string[]>> = [{ apiKey: [] }, { serviceKey: [] }];
+
+export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  app.post(
+    '/api/v1/mcp/stdio/check-entitlement',
+    {
+      schema: {
+        tags: stdioTags,
+        summary: 'May this organization run the tool, and what does it cost? (API key, scope read; write with reserve)',
+        security: apiKeySecurity,
+        body: S.StdioCheckBody,
+        response: { 200: S.StdioCheckReply, ...flatErrors(400, 401, 403, 422) },
+      },
+    },
+    async (request) => {
+      const { principal, ctx } = await apiKeyAuth(request, request.body.reserve ? 'write' : 'read');
+      const result = await checkEntitlement(ctx, principal.deployment, 'no_deployment_found', {
+        toolName: request.body.tool_name,
+        reserve: request.body.reserve,
+        invocationId: invocationIdOf(request, request.body.invocation_id),
+      });
+      const { credits_available: _omit, ...stdio } = result;
+      return stdio;
+    },
+  );
+
+  app.post(
+    '/api/v1/mcp/stdio/record-usage',
+    {
+      schema: {
+        tags: stdioTags,
+        summary: 'Record a completed tool call and deduct its credits (API key, scope write)',
+        security: apiKeySecurity,
+        body: S.StdioRecordBody,
+        response: { 200: S.RecordReply, ...flatErrors(400, 401, 403, 422) },
+      },
+    },
+    async (request, reply) => {
+      const { principal, ctx } = await apiKeyAuth(request, 'write');
+      checkMetadata(request.body.metadata);
+      const outcome = await recordUsage(ctx, principal.deployment, 'no_deployment_found', {
+        toolName: request.body.tool_name,
+        metadata: request.body.metadata,
+        invocationId: invocationIdOf(request, request.body.invocation_id),
+      });
+      return sendRecord(reply, outcome);
+    },
+  );
+
+  app.get(
+    '/api/v1/mcp/resolve-deployment',
+    {
+      schema: {
+        tags: serviceTags,
+        summary: "The deployment a user's MCP session meters against (cached 5 minutes per user_id)",
+        security: serviceSecurity,
+        querystring: S.ResolveQuery,
+        response: { 200: S.ResolveReply, ...flatErrors(400, 401) },
+      },
+    },
+    async (request) => {
+      const ctx = serviceAuth(request);
+      return resolveDeployment(ctx, request.query.user_id);
+    },
+  );
+
+  app.post(
+    '/api/v1/mcp/check-entitlement',
+    {
+      schema: {
+        tags: serviceTags,
+        summary: 'May this deployment run the tool, and what does it cost?',
+        security: serviceSecurity,
+        body: S.ServiceCheckBody,
+        response: { 200: S.ServiceCheckReply, ...flatErrors(400, 401, 422) },
+      },
+    },
+    async (request) => {
+      const ctx = serviceAuth(request);
+      const state = await loadDeploymentState(ctx, request.body.deployment_id);
+      return checkEntitlement(ctx, state, 'deployment_not_found', {
+        toolName: request.body.tool_name,
+        reserve: request.body.reserve,
+        invocationId: invocationIdOf(request, request.body.invocation_id),
+      });
+    },
+  );
+
+  app.post(
+    '/api/v1/mcp/usage',
+    {
+      schema: {
+        tags: serviceTags,
+        summary: 'Record a completed tool call and deduct its credits',
+        security: serviceSecurity,
+        body: S.ServiceUsageBody,
+        response: { 200: S.RecordReply, ...flatErrors(400, 401, 422) },
+      },
+    },
+    async (request, reply) => {
+      const ctx = serviceAuth(request);
+      checkMetadata(request.body.metadata);
+      const state = await loadDeploymentState(ctx, request.body.deployment_id);
+      const outcome = await recordUsage(ctx, state, 'deployment_not_found', {
+        toolName: request.body.tool_name,
+        metadata: request.body.metadata,
+        mcpUserId: request.body.mcp_user_id,
+        invocationId: invocationIdOf(request, request.body.invocation_id),
+      });
+      return sendRecord(reply, outcome);
+    },
+  );
+
+  app.get(
+    '/api/v1/mcp/credit-costs',
+    {
+      schema: {
+        tags: serviceTags,
+        summary: 'The credit cost of every action (callers may cache it for 1 hour)',
+        security: serviceSecurity,
+        response: { 200: S.CostsReply, ...flatErrors(401) },
+      },
+    },
+    async (request, reply) => {
+      const ctx = serviceAuth(request);
+      const table = await costTable(ctx);
+      reply.header('cache-control', 'private, max-age=3600');
+      return {
+        costs: [...table.costs.entries()].map(([action, c]) => ({ action, credits: c.credits, description: c.description })),
+      };
+    },
+  );
+
+  /** Service key: the deployment comes from the caller; API key: the key's primary deployment, own organization only. */
+  async function invocationScope(request: FastifyRequest, deploymentId: string | undefined, scope: 'read' | 'write') {
+    if (hasServiceKey(request)) {
+      const ctx = serviceAuth(request);
+      if (!deploymentId) {
+        throw new ValidationError('deployment_id is required with the service key', [{ field: 'deployment_id', message: 'is required' }]);
+      }
+      return { ctx, scope: { deploymentId, organizationId: null } satisfies Scope };
+    }
+    const { principal, ctx } = await apiKeyAuth(request, scope);
+    const deployment = principal.deployment?.deployment_id;
+    if (!deployment || (deploymentId !== undefined && deploymentId !== deployment)) {
+      return { ctx, scope: { deploymentId: '00000000-0000-0000-0000-000000000000', organizationId: principal.organizationId } };
+    }
+    return { ctx, scope: { deploymentId: deployment, organizationId: principal.organizationId } satisfies Scope };
+  }
+
+  app.post(
+    '/api/v1/mcp/reservations/:invocation_id/release',
+    {
+      schema: {
+        tags: ['MCP reservations'],
+        summary: 'Release a reservation (the tool failed or was cancelled); releasing twice is harmless',
+        security: eitherSecurity,
+        params: S.InvocationParams,
+        body: S.ReleaseBody,
+        response: { 200: S.ReleaseReply, ...flatErrors(400, 401, 403, 404, 409) },
+      },
+    },
+    async (request) => {
+      const { ctx, scope } = await invocationScope(request, request.body?.deployment_id, 'write');
+      return releaseInvocation(ctx, scope, request.params.invocation_id);
+    },
+  );
+
+  app.get(
+    '/api/v1/mcp/invocations/:invocation_id',
+    {
+      schema: {
+        tags: ['MCP reservations'],
+        summary: 'What became of an invocation: reserved, recorded, released, expired or refunded',
+        security: eitherSecurity,
+        params: S.InvocationParams,
+        querystring: S.ScopeQuery,
+        response: { 200: S.InvocationReply, ...flatErrors(400, 401, 403, 404) },
+      },
+    },
+    async (request) => {
+      const { ctx, scope } = await invocationScope(request, request.query.deployment_id, 'read');
+      return getInvocation(ctx, scope, request.params.invocation_id);
+    },
+  );
+
+  app.post(
+    '/api/v1/mcp/usage/:usage_id/refund',
+    {
+      schema: {
+        tags: ['MCP reservations'],
+        summary: 'Refund a recorded usage in whole or in part (idempotent with Idempotency-Key)',
+        security: eitherSecurity,
+        params: S.UsageParams,
+        body: S.RefundBody,
+        response: { 200: S.RefundReply, ...flatErrors(400, 401, 403, 404, 409, 422) },
+      },
+    },
+    async (request) => {
+      let organizationId: string | null = null;
+      let ctx: ReturnType<typeof serviceAuth>;
+      if (hasServiceKey(request)) ctx = serviceAuth(request);
+      else {
+        const auth = await apiKeyAuth(request, 'write');
+        ctx = auth.ctx;
+        organizationId = auth.principal.organizationId;
+      }
+      const raw = request.headers['idempotency-key'];
+      const headerKey = Array.isArray(raw) ? raw[0] : raw;
+      return refundUsage(ctx, {
+        usageId: request.params.usage_id,
+        amount: request.body.amount,
+        reason: request.body.reason,
+        idempotencyKey: request.body.idempotency_key ?? headerKey,
+        organizationId,
+      });
+    },
+  );
+}

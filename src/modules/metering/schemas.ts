@@ -1,0 +1,144 @@
+import { Type } from 'typebox';
+import { InvocationId, Metadata, Nullable, ToolName } from '../../http/schemas.js';
+
+const Reason = Nullable(
+  Type.Union(
+    [
+      Type.Literal('sandbox_tier'),
+      Type.Literal('insufficient_credits'),
+      Type.Literal('no_deployment_found'),
+      Type.Literal('deployment_not_found'),
+      Type.Literal('mcp_disabled'),
+    ],
+    { description: 'Why the call is not allowed; null when allowed' },
+  ),
+);
+const Tier = Nullable(Type.String({ description: 'Deployment tier', examples: ['launch'] }));
+const DeploymentId = Type.String({ minLength: 1, maxLength: 100, description: 'Deployment UUID', examples: ['0b6f…'] });
+
+const reservationFields = {
+  reserve: Type.Optional(
+    Type.Boolean({ description: 'Hold credit_cost credits for 5 minutes for a later record with the same invocation_id' }),
+  ),
+  invocation_id: Type.Optional(InvocationId),
+};
+
+export const StdioCheckBody = Type.Object({ tool_name: ToolName, ...reservationFields }, { additionalProperties: false });
+export const ServiceCheckBody = Type.Object(
+  { deployment_id: DeploymentId, tool_name: ToolName, ...reservationFields },
+  { additionalProperties: false },
+);
+
+const reservationAnswer = {
+  invocation_id: Type.Optional(Type.String({ description: 'With reserve: the id the reservation is held under' })),
+  reservation_expires_at: Type.Optional(Type.String({ format: 'date-time', description: 'With reserve: when the hold lapses' })),
+};
+
+export const StdioCheckReply = Type.Object({
+  allowed: Type.Boolean(),
+  credit_cost: Type.Integer({ description: 'Credits the call will cost; 0 on a denial' }),
+  tier: Tier,
+  reason: Reason,
+  ...reservationAnswer,
+});
+
+export const ServiceCheckReply = Type.Object({
+  allowed: Type.Boolean(),
+  tier: Tier,
+  credit_cost: Type.Integer(),
+  credits_available: Nullable(Type.Integer({ description: 'Spendable credits; null when unlimited or denied' })),
+  reason: Reason,
+  ...reservationAnswer,
+});
+
+export const StdioRecordBody = Type.Object(
+  { tool_name: ToolName, metadata: Type.Optional(Metadata), invocation_id: Type.Optional(InvocationId) },
+  { additionalProperties: false },
+);
+
+export const ServiceUsageBody = Type.Object(
+  {
+    deployment_id: DeploymentId,
+    tool_name: ToolName,
+    mcp_user_id: Type.Optional(Nullable(Type.String({ maxLength: 200, description: 'End user of the MCP session' }))),
+    metadata: Type.Optional(Metadata),
+    invocation_id: Type.Optional(InvocationId),
+  },
+  { additionalProperties: false },
+);
+
+export const RecordReply = Type.Object({
+  success: Type.Boolean({ description: 'Whether credits were deducted' }),
+  credits_used: Type.Integer(),
+  credits_remaining: Nullable(Type.Integer({ description: 'Spendable credits after this call; null when unlimited' })),
+  error: Nullable(Type.String({ description: 'Why nothing was deducted', examples: ['insufficient_credits'] })),
+  usage_id: Nullable(Type.String({ description: 'The usage record written for this call' })),
+  invocation_id: Nullable(Type.String()),
+});
+
+export const ResolveQuery = Type.Object(
+  { user_id: Type.String({ minLength: 1, maxLength: 200, description: "A user's id or external_id" }) },
+  { additionalProperties: false },
+);
+
+export const ResolveReply = Type.Object({
+  deployment_id: Nullable(Type.String()),
+  organization_id: Nullable(Type.String()),
+  tier: Tier,
+  mcp_enabled: Type.Boolean(),
+  error: Nullable(Type.String({ examples: ['no_deployment_found'] })),
+});
+
+export const CostsReply = Type.Object({
+  costs: Type.Array(
+    Type.Object({ action: Type.String(), credits: Type.Integer(), description: Nullable(Type.String()) }),
+  ),
+});
+
+export const InvocationParams = Type.Object({ invocation_id: InvocationId });
+export const UsageParams = Type.Object({ usage_id: Type.String({ format: 'uuid' }) });
+export const ScopeQuery = Type.Object(
+  { deployment_id: Type.Optional(DeploymentId) },
+  { additionalProperties: false },
+);
+export const ReleaseBody = Type.Union([
+  Type.Object({ deployment_id: Type.Optional(DeploymentId) }, { additionalProperties: false }),
+  Type.Null(),
+]);
+
+export const ReleaseReply = Type.Object({
+  invocation_id: Type.String(),
+  status: Type.String({ examples: ['released'] }),
+  released_credits: Type.Integer(),
+});
+
+export const RefundBody = Type.Object(
+  {
+    amount: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000_000, description: 'Credits to refund; all that is left when omitted' })),
+    reason: Type.String({ minLength: 1, maxLength: 500 }),
+    idempotency_key: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+  },
+  { additionalProperties: false },
+);
+
+export const RefundReply = Type.Object({
+  usage_id: Type.String(),
+  refund_id: Nullable(Type.String()),
+  credits_refunded: Type.Integer(),
+  total_refunded: Type.Integer(),
+  credits_remaining: Nullable(Type.Integer()),
+});
+
+export const InvocationReply = Type.Object({
+  invocation_id: Type.String(),
+  deployment_id: Type.String(),
+  status: Type.String({ description: 'reserved, recorded, released, expired, refunded or denied' }),
+  tool_name: Type.String(),
+  reserved_credits: Type.Integer(),
+  reservation_expires_at: Nullable(Type.String({ format: 'date-time' })),
+  usage_id: Nullable(Type.String()),
+  credits_used: Type.Integer(),
+  credits_refunded: Type.Integer(),
+  created_at: Type.String({ format: 'date-time' }),
+  updated_at: Type.String({ format: 'date-time' }),
+});

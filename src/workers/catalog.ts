@@ -1,0 +1,65 @@
+import type { Deps } from '../context.js';
+import { expireReservations } from '../modules/credits/reservations.js';
+
+/**
+ * Background loops, each declared here (STYLE rule 8): what it claims, how much per run, how often.
+ * Claims use FOR UPDATE SKIP LOCKED, so any number of instances may run them.
+ */
+export interface WorkerDefinition {
+  name: string;
+  table: string;
+  batchSize: number;
+  intervalMs: number;
+  /** One pass; returns how many rows it handled (a full batch runs again at once). */
+  run(deps: Deps): Promise<number>;
+}
+
+export const WORKERS: WorkerDefinition[] = [
+  {
+    name: 'reservation-expiry',
+    table: 'invocations',
+    batchSize: 500,
+    intervalMs: 15_000,
+    run: (deps) => expireReservations(deps.db, deps.clock.now()),
+  },
+];
+
+export interface RunningWorkers {
+  stop(): Promise<void>;
+}
+
+/** Start every worker; stop() waits for the passes in flight to finish. */
+export function startWorkers(deps: Deps, workers: WorkerDefinition[] = WORKERS): RunningWorkers {
+  let stopped = false;
+  const timers = new Set<NodeJS.Timeout>();
+  const inFlight = new Set<Promise<void>>();
+
+  const schedule = (worker: WorkerDefinition, delay: number) => {
+    if (stopped) return;
+    const timer = setTimeout(() => {
+      timers.delete(timer);
+      const pass = (async () => {
+        let handled = 0;
+        try {
+          handled = await worker.run(deps);
+        } catch (err) {
+          deps.log.warn({ err, worker: worker.name }, 'worker pass failed');
+        }
+        schedule(worker, handled >= worker.batchSize ? 0 : worker.intervalMs);
+      })();
+      inFlight.add(pass);
+      void pass.finally(() => inFlight.delete(pass));
+    }, delay);
+    timer.unref();
+    timers.add(timer);
+  };
+
+  for (const worker of workers) schedule(worker, worker.intervalMs);
+  return {
+    async stop() {
+      stopped = true;
+      for (const timer of timers) clearTimeout(timer);
+      await Promise.all([...inFlight]);
+    },
+  };
+}
