@@ -1,0 +1,127 @@
+import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
+import { inject } from 'vitest';
+import { buildApp } from '../src/app.js';
+import { ManualClock } from '../src/clock.js';
+import { type Config, testConfig } from '../src/config.js';
+import { type Ctx, type Deps, systemCtx } from '../src/context.js';
+import { type Database, openDatabase } from '../src/db/client.js';
+import { runMigrations } from '../src/db/migrate.js';
+import type { Scope } from '../src/modules/api-keys/service.js';
+import { createApiKey } from '../src/modules/api-keys/service.js';
+import { changePurchased } from '../src/modules/credits/service.js';
+import { updateDeployment } from '../src/modules/deployments/service.js';
+import type { Tier } from '../src/modules/entitlements/tiers.js';
+import { createOrganization } from '../src/modules/organizations/service.js';
+import { createUser } from '../src/modules/users/service.js';
+
+export type TestDbKind = 'pglite' | 'postgres';
+export const dbKind = (process.env.CG_TEST_DB ?? 'pglite') as TestDbKind;
+
+let shared: Promise<Database> | undefined;
+
+/**
+ * One database per test worker (PGlite takes seconds and hundreds of MB to start): tests isolate by
+ * tenant, never by database. PostgreSQL: the run's fresh database from the global setup.
+ */
+export function testDatabase(): Promise<Database> {
+  shared ??= (async () => {
+    if (dbKind === 'postgres') {
+      return openDatabase({ databaseUrl: inject('postgresUrl'), dataDir: '', poolSize: 30 });
+    }
+    const db = await openDatabase({ databaseUrl: 'memory://', dataDir: '' });
+    await runMigrations(db);
+    return db;
+  })();
+  return shared;
+}
+
+export interface Harness {
+  app: FastifyInstance;
+  deps: Deps;
+  clock: ManualClock;
+  config: Config;
+  /** A context acting as the operator, for fixtures through the service layer. */
+  ctx: Ctx;
+  request(options: InjectOptions): Promise<LightMyRequestResponse>;
+  close(): Promise<void>;
+}
+
+export async function createHarness(overrides: Partial<Config> = {}, start = '2026-01-15T12:00:00.000Z'): Promise<Harness> {
+  const db = await testDatabase();
+  const config = testConfig(overrides);
+  const clock = new ManualClock(start);
+  const app = await buildApp({ config, db, clock });
+  await app.ready();
+  const deps = app.deps;
+  return {
+    app,
+    deps,
+    clock,
+    config,
+    ctx: { ...systemCtx(deps), actor: { type: 'operator' } },
+    request: (options) => app.inject(options),
+    close: () => app.close(),
+  };
+}
+
+let counter = 0;
+export const unique = (prefix: string): string =>
+  `${prefix}-${process.pid}-${Date.now().toString(36)}-${(counter++).toString(36)}`;
+
+export interface Tenant {
+  organizationId: string;
+  deploymentId: string;
+  deploymentSecret: string;
+  userId: string;
+  /** An API key with read+write scopes. */
+  apiKey: string;
+}
+
+/**
+ * A fresh organization with its primary deployment at `tier`, an owner and a read+write API key,
+ * created through the service layer. `purchased` grants purchased credits on top.
+ */
+export async function createTenant(
+  h: Harness,
+  options: { tier?: Tier; purchased?: number; scopes?: Scope[]; externalId?: string } = {},
+): Promise<Tenant> {
+  const user = await createUser(h.ctx, { email: `${unique('user')}@example.com`, externalId: options.externalId });
+  const slug = unique('org').toLowerCase().replace(/[^a-z0-9-]/g, '-');
+  const { organization, deployment, deploymentSecret } = await createOrganization(h.ctx, {
+    name: `Org ${slug}`,
+    slug,
+    ownerUserId: user.id,
+    tier: options.tier ?? 'launch',
+  });
+  if (options.purchased) await grant(h, deployment.id, options.purchased);
+  const { key } = await createApiKey(h.ctx, {
+    organizationId: organization.id,
+    name: 'test key',
+    scopes: options.scopes ?? ['read', 'write'],
+  });
+  return { organizationId: organization.id, deploymentId: deployment.id, deploymentSecret, userId: user.id, apiKey: key };
+}
+
+export async function grant(h: Harness, deploymentId: string, amount: number): Promise<void> {
+  await h.deps.db.transaction((tx) =>
+    changePurchased(tx, { deploymentId, amount, reason: 'test grant', actor: 'operator', now: h.clock.now() }),
+  );
+}
+
+export async function setTier(h: Harness, deploymentId: string, tier: Tier): Promise<void> {
+  await updateDeployment(h.ctx, deploymentId, { tier });
+}
+
+export const json = <T = Record<string, unknown>>(res: LightMyRequestResponse): T => res.json() as T;
+
+export function bearer(key: string): Record<string, string> {
+  return { authorization: `Bearer ${key}` };
+}
+
+export function serviceHeaders(h: Harness): Record<string, string> {
+  return { 'x-mcp-service-key': h.config.mcpServiceKey };
+}
+
+export function adminHeaders(h: Harness): Record<string, string> {
+  return { 'x-admin-key': h.config.adminApiKey };
+}

@@ -1,0 +1,36 @@
+import { defineConfig } from 'vitest/config';
+
+/**
+ * One suite, three projects: pure unit tests once; every database test on the embedded PGlite and
+ * on the PostgreSQL server (a fresh database per run, made by test/global-setup-postgres.ts).
+ */
+export default defineConfig({
+  test: {
+    pool: 'forks',
+    maxWorkers: 2,
+    testTimeout: 30_000,
+    hookTimeout: 60_000,
+    projects: [
+      { extends: true, test: { name: 'unit', include: ['src/**/*.unit.test.ts', 'test/**/*.unit.test.ts'] } },
+      {
+        extends: true,
+        test: {
+          name: 'pglite',
+          include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
+          exclude: ['**/*.unit.test.ts', '**/node_modules/**'],
+          env: { CG_TEST_DB: 'pglite' },
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'postgres',
+          include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
+          exclude: ['**/*.unit.test.ts', '**/node_modules/**'],
+          env: { CG_TEST_DB: 'postgres' },
+          globalSetup: ['./test/global-setup-postgres.ts'],
+        },
+      },
+    ],
+  },
+});
