@@ -41,6 +41,8 @@ export const creditBalances = pgTable(
     purchasedBalance: bigint('purchased_balance', { mode: 'number' }).notNull().default(0),
     reserved: bigint('reserved', { mode: 'number' }).notNull().default(0),
     aiTokensUsed: bigint('ai_tokens_used', { mode: 'number' }).notNull().default(0),
+    /** Running total of purchased credits ever spent; positions expiring grants in the spending order (credit_grants). */
+    purchasedConsumed: bigint('purchased_consumed', { mode: 'number' }).notNull().default(0),
     updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
   },
   (t) => [
@@ -171,4 +173,32 @@ export const usageRefunds = pgTable(
     createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
   },
   (t) => [uniqueIndex('usage_refunds_key').on(t.usageId, t.idempotencyKey)],
+);
+
+/**
+ * Purchased-credit grants that expire (SPEC §3: "never expire unless a grant says so"). Spending takes
+ * the soonest-expiring grant first; `consumed_mark` is credit_balances.purchased_consumed when
+ * `remaining` was last settled, so the spending since then can be attributed without touching these
+ * rows on the hot path. Grants without expiry are not tracked here: they are simply purchased credits.
+ */
+export const creditGrants = pgTable(
+  'credit_grants',
+  {
+    id: uuid('id').primaryKey().defaultRandom(),
+    organizationId: uuid('organization_id').notNull(),
+    deploymentId: uuid('deployment_id').notNull(),
+    amount: bigint('amount', { mode: 'number' }).notNull(),
+    remaining: bigint('remaining', { mode: 'number' }).notNull(),
+    consumedMark: bigint('consumed_mark', { mode: 'number' }).notNull(),
+    expiresAt: timestamp('expires_at', { withTimezone: true }).notNull(),
+    expiredAt: timestamp('expired_at', { withTimezone: true }),
+    reason: text('reason'),
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
+  },
+  (t) => [
+    index('credit_grants_active_idx')
+      .on(t.deploymentId, t.expiresAt)
+      .where(sql`${t.expiredAt} IS NULL`),
+    check('credit_grants_remaining_bound', sql`${t.remaining} >= 0 AND ${t.remaining} <= ${t.amount}`),
+  ],
 );

@@ -183,6 +183,9 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
           {
             amount: Type.Integer({ minimum: -1_000_000_000_000, maximum: 1_000_000_000_000 }),
             reason: Type.String({ minLength: 1, maxLength: 500 }),
+            expires_at: Type.Optional(
+              Type.String({ format: 'date-time', description: 'A grant that lapses at this time (spent first, soonest expiry first)' }),
+            ),
           },
           { additionalProperties: false },
         ),

@@ -162,13 +162,21 @@ export async function adminResetUsage(
 export async function adminChangeCredits(
   ctx: Ctx,
   id: string,
-  input: { amount: number; reason: string },
+  input: { amount: number; reason: string; expires_at?: string | undefined },
 ): Promise<DeploymentView> {
   if (input.amount === 0) throw new ValidationError('amount must not be 0', [{ field: 'amount', message: 'must not be 0' }]);
   const now = ctx.clock.now();
+  const expiresAt = input.expires_at === undefined ? null : new Date(input.expires_at);
   const d = await ctx.db.transaction(async (tx) => {
     const deployment = await lockDeployment(tx, id);
-    await changePurchased(tx, { deploymentId: id, amount: input.amount, reason: input.reason, actor: actorLabel(ctx.actor), now });
+    await changePurchased(tx, {
+      deploymentId: id,
+      amount: input.amount,
+      reason: input.reason,
+      actor: actorLabel(ctx.actor),
+      now,
+      expiresAt,
+    });
     await writeAudit(tx, ctx, {
       organizationId: deployment.organization_id,
       action: input.amount > 0 ? 'grant_credits' : 'adjust_credits',

@@ -10,7 +10,7 @@ import type { Queryable } from '../../db/client.js';
  */
 const DEDUCT_SQL = `
 WITH cur AS (
-  SELECT deployment_id, organization_id, monthly_allocation, monthly_used, purchased_balance, reserved, period_start,
+  SELECT deployment_id, organization_id, monthly_allocation, monthly_used, purchased_balance, reserved, period_start, purchased_consumed,
          LEAST($2::bigint, GREATEST(0, COALESCE(monthly_allocation - monthly_used, $2::bigint))) AS m_take
   FROM credit_balances
   WHERE deployment_id = $1::uuid AND sync_before > $3::timestamptz
@@ -19,6 +19,7 @@ WITH cur AS (
   UPDATE credit_balances b
   SET monthly_used = cur.monthly_used + cur.m_take,
       purchased_balance = cur.purchased_balance - ($2::bigint - cur.m_take),
+      purchased_consumed = cur.purchased_consumed + ($2::bigint - cur.m_take),
       reserved = cur.reserved - $10::bigint,
       updated_at = $3::timestamptz
   FROM cur

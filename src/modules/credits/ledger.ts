@@ -15,6 +15,8 @@ export interface LedgerEntry {
   actor: string;
   usageId?: string | null;
   reason?: string | null;
+  /** For a grant that lapses. */
+  expiresAt?: Date | null;
   at: Date;
 }
 
@@ -22,8 +24,8 @@ export interface LedgerEntry {
 export async function appendLedger(tx: Queryable, e: LedgerEntry): Promise<number> {
   const rows = await tx.query<{ id: number }>(
     `INSERT INTO credit_ledger (organization_id, deployment_id, kind, amount, monthly_delta, purchased_delta,
-       monthly_after, purchased_after, actor, usage_id, reason, created_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id`,
+       monthly_after, purchased_after, actor, usage_id, reason, expires_at, created_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id`,
     [
       e.organizationId,
       e.deploymentId,
@@ -36,6 +38,7 @@ export async function appendLedger(tx: Queryable, e: LedgerEntry): Promise<numbe
       e.actor,
       e.usageId ?? null,
       e.reason ?? null,
+      e.expiresAt ?? null,
       e.at,
     ],
   );

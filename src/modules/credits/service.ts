@@ -1,5 +1,6 @@
 import type { Queryable } from '../../db/client.js';
 import { ValidationError } from '../../errors.js';
+import { expireDueLots } from './grants.js';
 import { appendLedger } from './ledger.js';
 import {
   type DeploymentTerms,
@@ -21,6 +22,7 @@ export interface BalanceRow {
   purchased_balance: number;
   reserved: number;
   ai_tokens_used: number;
+  purchased_consumed: number;
 }
 
 export interface BalanceView {
@@ -141,12 +143,27 @@ export async function syncBalance(tx: Queryable, deploymentId: string, now: Date
       reason: `monthly allocation ${previous ?? 'unlimited'} -> ${allocation ?? 'unlimited'}`,
     });
   }
-  const syncBefore = syncBeforeFor(period_end, terms);
+  const lots = await expireDueLots(tx, deploymentId, row.purchased_consumed, now);
+  const purchased = row.purchased_balance - Math.min(lots.expired, row.purchased_balance);
+  if (purchased !== row.purchased_balance) {
+    await appendLedger(tx, {
+      ...ledger,
+      kind: 'expire',
+      amount: purchased - row.purchased_balance,
+      monthlyDelta: 0,
+      purchasedDelta: purchased - row.purchased_balance,
+      monthlyAfter: monthlyRemaining(allocation, used),
+      purchasedAfter: purchased,
+      reason: 'expiring grant lapsed',
+    });
+  }
+  let syncBefore = syncBeforeFor(period_end, terms);
+  if (lots.nextExpiry && lots.nextExpiry.getTime() < syncBefore.getTime()) syncBefore = lots.nextExpiry;
   const updated = await tx.query<BalanceRow>(
     `UPDATE credit_balances SET period_start = $2, period_end = $3, sync_before = $4, monthly_allocation = $5,
-       monthly_used = $6, ai_tokens_used = $7, updated_at = $8
+       monthly_used = $6, ai_tokens_used = $7, purchased_balance = $8, updated_at = $9
      WHERE deployment_id = $1 RETURNING *`,
-    [deploymentId, period_start, period_end, syncBefore, allocation, used, aiUsed, now],
+    [deploymentId, period_start, period_end, syncBefore, allocation, used, aiUsed, purchased, now],
   );
   return updated[0]!;
 }
@@ -170,9 +187,14 @@ export async function readBalance(
  */
 export async function changePurchased(
   tx: Queryable,
-  input: { deploymentId: string; amount: number; reason: string; actor: string; now: Date },
+  input: { deploymentId: string; amount: number; reason: string; actor: string; now: Date; expiresAt?: Date | null },
 ): Promise<BalanceRow> {
   const current = await syncBalance(tx, input.deploymentId, input.now, input.actor);
+  if (input.expiresAt && (input.amount <= 0 || input.expiresAt.getTime() <= input.now.getTime())) {
+    throw new ValidationError('Only a grant (positive amount) can expire, and only in the future', [
+      { field: 'expires_at', message: 'must be a future time on a positive grant' },
+    ]);
+  }
   if (input.amount < 0 && current.purchased_balance + input.amount < 0) {
     throw new ValidationError(
       `An adjustment of ${input.amount} would take purchased credits below zero (balance ${current.purchased_balance})`,
@@ -180,11 +202,24 @@ export async function changePurchased(
     );
   }
   const rows = await tx.query<BalanceRow>(
-    `UPDATE credit_balances SET purchased_balance = purchased_balance + $2, updated_at = $3
+    // A negative adjustment spends purchased credits like a deduction does (expiring grants first).
+    `UPDATE credit_balances SET purchased_balance = purchased_balance + $2,
+       purchased_consumed = purchased_consumed + GREATEST(0, -$2::bigint), updated_at = $3
      WHERE deployment_id = $1 RETURNING *`,
     [input.deploymentId, input.amount, input.now],
   );
   const row = rows[0]!;
+  if (input.expiresAt) {
+    await tx.query(
+      `INSERT INTO credit_grants (organization_id, deployment_id, amount, remaining, consumed_mark, expires_at, reason, created_at)
+       VALUES ($1, $2, $3, $3, $4, $5, $6, $7)`,
+      [row.organization_id, input.deploymentId, input.amount, row.purchased_consumed, input.expiresAt, input.reason, input.now],
+    );
+    if (input.expiresAt.getTime() < row.sync_before.getTime()) {
+      await tx.query('UPDATE credit_balances SET sync_before = $2 WHERE deployment_id = $1', [input.deploymentId, input.expiresAt]);
+      row.sync_before = input.expiresAt;
+    }
+  }
   await appendLedger(tx, {
     organizationId: row.organization_id,
     deploymentId: input.deploymentId,
@@ -196,6 +231,7 @@ export async function changePurchased(
     purchasedAfter: row.purchased_balance,
     actor: input.actor,
     reason: input.reason,
+    expiresAt: input.expiresAt ?? null,
     at: input.now,
   });
   return row;

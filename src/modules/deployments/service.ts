@@ -1,6 +1,6 @@
 import { type Ctx, actorLabel } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
-import { AppError, NotFoundError, UnauthorizedError } from '../../errors.js';
+import { type AppError, NotFoundError, UnauthorizedError } from '../../errors.js';
 import { DEPLOYMENT_SECRET_PREFIX, generateDeploymentSecret, isWellFormedToken, safeEqual, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
 import { openBalance, syncBalance } from '../credits/service.js';

@@ -1,0 +1,79 @@
+import type { Queryable } from '../../db/client.js';
+
+/** An expiring grant of purchased credits (table credit_grants). */
+export interface Lot {
+  id: string;
+  amount: number;
+  remaining: number;
+  consumed_mark: number;
+  expires_at: Date;
+  created_at: Date;
+}
+
+/**
+ * What is left of each lot after the purchased spending up to `consumedNow`: spending since a lot's
+ * mark is attributed to the lots that existed then, soonest expiry first; what they cannot cover came
+ * from credits that never expire. Pure, so the rule is testable on its own.
+ */
+export function settleLots(lots: Lot[], consumedNow: number): Map<string, number> {
+  const ordered = [...lots].sort(
+    (a, b) => a.consumed_mark - b.consumed_mark || a.created_at.getTime() - b.created_at.getTime(),
+  );
+  const remaining = new Map<string, number>();
+  const active: Lot[] = [];
+  let position = ordered[0]?.consumed_mark ?? consumedNow;
+  const spend = (amount: number) => {
+    let left = amount;
+    for (const lot of [...active].sort((a, b) => a.expires_at.getTime() - b.expires_at.getTime())) {
+      if (left <= 0) break;
+      const take = Math.min(remaining.get(lot.id)!, left);
+      remaining.set(lot.id, remaining.get(lot.id)! - take);
+      left -= take;
+    }
+  };
+  for (const lot of ordered) {
+    if (lot.consumed_mark > position) {
+      spend(lot.consumed_mark - position);
+      position = lot.consumed_mark;
+    }
+    active.push(lot);
+    remaining.set(lot.id, lot.remaining);
+  }
+  if (consumedNow > position) spend(consumedNow - position);
+  return remaining;
+}
+
+/**
+ * Expire the lots due at `now` (inside the caller's transaction, balance row already locked): settles
+ * every open lot, marks the due ones expired and returns the credits that lapse with them, plus the
+ * next expiry still ahead (for sync_before).
+ */
+export async function expireDueLots(
+  tx: Queryable,
+  deploymentId: string,
+  consumedNow: number,
+  now: Date,
+): Promise<{ expired: number; nextExpiry: Date | null }> {
+  const lots = await tx.query<Lot>(
+    `SELECT id, amount, remaining, consumed_mark, expires_at, created_at FROM credit_grants
+     WHERE deployment_id = $1 AND expired_at IS NULL FOR UPDATE`,
+    [deploymentId],
+  );
+  if (lots.length === 0) return { expired: 0, nextExpiry: null };
+  const due = lots.filter((l) => l.expires_at.getTime() <= now.getTime());
+  const future = lots.filter((l) => l.expires_at.getTime() > now.getTime());
+  const nextExpiry = future.reduce<Date | null>((min, l) => (min === null || l.expires_at < min ? l.expires_at : min), null);
+  if (due.length === 0) return { expired: 0, nextExpiry };
+  const settled = settleLots(lots, consumedNow);
+  let expired = 0;
+  for (const lot of lots) {
+    const left = settled.get(lot.id)!;
+    const isDue = lot.expires_at.getTime() <= now.getTime();
+    if (isDue) expired += left;
+    await tx.query(
+      'UPDATE credit_grants SET remaining = $2, consumed_mark = $3, expired_at = $4 WHERE id = $1',
+      [lot.id, left, consumedNow, isDue ? now : null],
+    );
+  }
+  return { expired, nextExpiry };
+}
