@@ -76,10 +76,13 @@ class PostgresDatabase implements Database {
       await tx.query('COMMIT');
       return out;
     } catch (err) {
-      try {
-        await client.query('ROLLBACK');
-      } catch {
-        broken = true;
+      broken = err instanceof ServiceUnavailableError || isConnectionError(err);
+      if (!broken) {
+        try {
+          await client.query('ROLLBACK');
+        } catch {
+          broken = true;
+        }
       }
       throw err;
     } finally {
@@ -147,8 +150,10 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
           oid === 20 ? parseInt8 : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
       },
     });
-    // An idle client losing its connection must not crash the process; the next query reports it.
+    // A connection that dies (idle, checked out, or being discarded) emits 'error' on its client;
+    // unheard, that would crash the process. The query in flight fails on its own and reports it.
     pool.on('error', () => {});
+    pool.on('connect', (client) => client.on('error', () => {}));
     return new PostgresDatabase(pool);
   }
   if (databaseUrl === 'memory://') {
