@@ -13,6 +13,12 @@ import { entitlementRoutes } from './modules/entitlements/routes.js';
 import { healthRoutes } from './modules/health/routes.js';
 import { meteringRoutes } from './modules/metering/routes.js';
 
+declare module 'fastify' {
+  interface FastifyInstance {
+    routeList: Array<{ method: string; url: string; hidden: boolean }>;
+  }
+}
+
 export interface BuildOptions {
   config: Config;
   db: Database;
@@ -46,6 +52,16 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
       : new LocalBus());
   const deps: Deps = { config, db, clock, bus, caches: new Caches(clock, bus), log: app.log };
   app.decorate('deps', deps);
+  // Every route registered, so a test can prove the OpenAPI document lists them all.
+  const routeList: Array<{ method: string; url: string; hidden: boolean }> = [];
+  app.decorate('routeList', routeList);
+  app.addHook('onRoute', (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    for (const method of methods) {
+      if (method === 'HEAD') continue;
+      routeList.push({ method, url: route.url, hidden: (route.schema as { hide?: boolean } | undefined)?.hide === true });
+    }
+  });
   app.setValidatorCompiler(validatorCompiler);
   registerErrorHandling(app, clock);
   await registerOpenApi(app, config.publicBaseUrl);
