@@ -57,12 +57,12 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<Fasti
   };
   process.once('SIGINT', () => void shutdown('SIGINT'));
   process.once('SIGTERM', () => void shutdown('SIGTERM'));
-  await app.listen({ port: config.port, host: config.host });
+  const address = await app.listen({ port: config.port, host: config.host });
   const storage = config.databaseUrl
     ? config.databaseUrl === 'memory://'
       ? 'in-memory PGlite'
       : 'PostgreSQL'
     : `embedded PGlite in ${config.dataDir}`;
-  app.log.info(`creditgate listening on http://${config.host}:${config.port} (${storage}); API docs at /docs`);
+  app.log.info(`creditgate listening on ${address} (${storage}); API docs at /docs`);
   return app;
 }

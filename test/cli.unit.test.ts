@@ -1,0 +1,115 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+
+/**
+ * The service as a user starts it: `creditgate serve` on the embedded default, `creditgate demo`
+ * against it, and the curl round trip the demo prints. Runs src/cli.ts through tsx (no build needed).
+ */
+const TSX = join(process.cwd(), 'node_modules', '.bin', 'tsx');
+const CLI = join(process.cwd(), 'src', 'cli.ts');
+const children: ChildProcess[] = [];
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function run(args: string[], env: Record<string, string>, timeoutMs = 30_000): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(TSX, [CLI, ...args], { env: { ...process.env, NODE_ENV: 'development', ...env } });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`timed out: ${args.join(' ')}\n${stdout}\n${stderr}`));
+    }, timeoutMs);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** Start `serve` and resolve once it listens (bounded wait). */
+function startServer(env: Record<string, string>): Promise<{ child: ChildProcess; output: () => string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(TSX, [CLI, 'serve'], { env: { ...process.env, NODE_ENV: 'development', LOG_LEVEL: 'info', ...env } });
+    children.push(child);
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`server did not start:\n${out}`)), 45_000);
+    const onData = (d: Buffer) => {
+      out += d.toString();
+      if (out.includes('creditgate listening')) {
+        clearTimeout(timer);
+        resolve({ child, output: () => out });
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', onData);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`server exited with ${code}:\n${out}`));
+    });
+  });
+}
+
+afterAll(() => {
+  for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
+});
+
+describe('configuration is validated before anything starts', () => {
+  it('exits naming the variable for a bad value', async () => {
+    const res = await run(['serve'], { PORT: 'abc', DATA_DIR: mkdtempSync(join(tmpdir(), 'cg-cli-')) });
+    expect(res.code).toBe(2);
+    expect(res.stderr).toMatch(/PORT/);
+  });
+
+  it('refuses to start in production without the secrets', async () => {
+    const res = await run(['serve'], {
+      NODE_ENV: 'production',
+      DATA_DIR: mkdtempSync(join(tmpdir(), 'cg-cli-')),
+      JWT_SECRET: '',
+      MCP_SERVICE_KEY: '',
+      ADMIN_API_KEY: '',
+      ENCRYPTION_KEY: '',
+    });
+    expect(res.code).toBe(2);
+    expect(res.stderr).toMatch(/JWT_SECRET: is required when NODE_ENV=production/);
+  });
+});
+
+describe('embedded quick start', () => {
+  it('serves on PGlite, provisions a demo, meters its curl round trip, refuses a second process, drains on SIGTERM', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'cg-cli-'));
+    const server = await startServer({ DATA_DIR: dataDir, PORT: '0' });
+    const base = /creditgate listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(server.output())![1]!;
+    const env = { DATA_DIR: dataDir, CREDITGATE_URL: base };
+    expect(server.output()).toMatch(/ADMIN_API_KEY=/);
+    expect(server.output()).toMatch(/embedded PGlite/);
+
+    const second = await run(['serve'], { DATA_DIR: dataDir, PORT: '0' });
+    expect(second.code).toBe(3);
+    expect(second.stderr).toMatch(/in use by process/);
+
+    const demo = await run(['demo'], env);
+    expect(demo.code, demo.stderr).toBe(0);
+    const key = /API key:\s+(cg_[0-9A-Za-z]{36})/.exec(demo.stdout)?.[1];
+    expect(key).toBeDefined();
+    const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+    const check = await fetch(`${base}/api/v1/mcp/stdio/check-entitlement`, { method: 'POST', headers, body: '{"tool_name":"rag_query"}' });
+    expect(await check.json()).toEqual({ allowed: true, credit_cost: 1, tier: 'launch', reason: null });
+    const record = await fetch(`${base}/api/v1/mcp/stdio/record-usage`, { method: 'POST', headers, body: '{"tool_name":"rag_query","invocation_id":"demo-1"}' });
+    expect(await record.json()).toMatchObject({ success: true, credits_used: 1, credits_remaining: 1999 });
+
+    const exited = new Promise<number | null>((resolve) => server.child.on('exit', resolve));
+    server.child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(existsSync(join(dataDir, 'creditgate.lock'))).toBe(false);
+  }, 120_000);
+});
