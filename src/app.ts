@@ -3,6 +3,7 @@ import type { Clock } from './clock.js';
 import type { Config } from './config.js';
 import type { Deps } from './context.js';
 import type { Database } from './db/client.js';
+import { registerAuth } from './http/auth.js';
 import { registerErrorHandling } from './http/error-handler.js';
 import { registerOpenApi } from './http/openapi.js';
 import { validatorCompiler } from './http/validation.js';
@@ -15,7 +16,7 @@ import { meteringRoutes } from './modules/metering/routes.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
-    routeList: Array<{ method: string; url: string; hidden: boolean }>;
+    routeList: Array<{ method: string; url: string; auth: string; hidden: boolean }>;
   }
 }
 
@@ -53,17 +54,19 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   const deps: Deps = { config, db, clock, bus, caches: new Caches(clock, bus), log: app.log };
   app.decorate('deps', deps);
   // Every route registered, so a test can prove the OpenAPI document lists them all.
-  const routeList: Array<{ method: string; url: string; hidden: boolean }> = [];
+  const routeList: Array<{ method: string; url: string; auth: string; hidden: boolean }> = [];
   app.decorate('routeList', routeList);
   app.addHook('onRoute', (route) => {
     const methods = Array.isArray(route.method) ? route.method : [route.method];
     for (const method of methods) {
       if (method === 'HEAD') continue;
-      routeList.push({ method, url: route.url, hidden: (route.schema as { hide?: boolean } | undefined)?.hide === true });
+      const auth = (route.config as { auth?: string } | undefined)?.auth ?? 'public';
+      routeList.push({ method, url: route.url, auth, hidden: (route.schema as { hide?: boolean } | undefined)?.hide === true });
     }
   });
   app.setValidatorCompiler(validatorCompiler);
   registerErrorHandling(app, clock);
+  registerAuth(app);
   await registerOpenApi(app, config.publicBaseUrl);
 
   await app.register(healthRoutes);

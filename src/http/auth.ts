@@ -1,23 +1,45 @@
-import type { FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Actor, Ctx, Deps } from '../context.js';
 import { UnauthorizedError } from '../errors.js';
 import { safeEqual } from '../lib/secrets.js';
 import { authenticateDeployment, type DeploymentRow } from '../modules/deployments/service.js';
 import { type ApiKeyPrincipal, loadApiKeyPrincipal, requireScope } from '../modules/metering/state.js';
 
+/**
+ * How a route authenticates, declared in its `config.auth`. The onRequest hook below runs it before
+ * the body is parsed or validated, so an unauthenticated caller gets 401 and learns nothing else.
+ *   public          no credentials (health, docs, the entitlement check's body credentials)
+ *   apiKey          organization API key as Bearer (seed A), with `config.scope`
+ *   service         X-MCP-Service-Key (seed B)
+ *   apiKeyOrService either of the two (the service key wins when sent)
+ *   admin           X-Admin-Key (SPEC §11)
+ *   deployment      X-Deployment-ID + X-Deployment-Secret
+ */
+export type AuthMode = 'public' | 'apiKey' | 'service' | 'apiKeyOrService' | 'admin' | 'deployment';
+export type KeyScope = 'read' | 'write' | 'admin';
+
+type AuthResult =
+  | { kind: 'public'; ctx: Ctx }
+  | { kind: 'apiKey'; ctx: Ctx; principal: ApiKeyPrincipal }
+  | { kind: 'service'; ctx: Ctx }
+  | { kind: 'admin'; ctx: Ctx }
+  | { kind: 'deployment'; ctx: Ctx; deployment: DeploymentRow };
+
 declare module 'fastify' {
   interface FastifyInstance {
     deps: Deps;
   }
+  interface FastifyContextConfig {
+    auth?: AuthMode;
+    scope?: KeyScope;
+  }
+  interface FastifyRequest {
+    authResult?: AuthResult;
+  }
 }
 
 export function ctxFor(request: FastifyRequest, actor: Actor): Ctx {
-  return {
-    ...request.server.deps,
-    actor,
-    ip: request.ip,
-    userAgent: request.headers['user-agent'],
-  };
+  return { ...request.server.deps, actor, ip: request.ip, userAgent: request.headers['user-agent'] };
 }
 
 function header(request: FastifyRequest, name: string): string | undefined {
@@ -26,52 +48,81 @@ function header(request: FastifyRequest, name: string): string | undefined {
 }
 
 export function bearerToken(request: FastifyRequest): string | undefined {
-  const value = header(request, 'authorization');
-  if (!value) return undefined;
-  const match = /^Bearer\s+(\S+)\s*$/i.exec(value);
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header(request, 'authorization') ?? '');
   return match?.[1];
 }
 
-/** Organization API key as Bearer (seed A), with the scope the route needs. */
-export async function apiKeyAuth(
-  request: FastifyRequest,
-  scope: 'read' | 'write' | 'admin',
-): Promise<{ principal: ApiKeyPrincipal; ctx: Ctx }> {
-  const principal = await loadApiKeyPrincipal(request.server.deps, bearerToken(request));
-  requireScope(principal, scope);
-  const ctx = ctxFor(request, { type: 'api_key', apiKeyId: principal.apiKeyId, organizationId: principal.organizationId });
-  return { principal, ctx };
-}
-
-export function hasServiceKey(request: FastifyRequest): boolean {
-  return header(request, 'x-mcp-service-key') !== undefined;
-}
-
-/** X-MCP-Service-Key (seed B), compared in constant time. */
-export function serviceAuth(request: FastifyRequest): Ctx {
-  const key = header(request, 'x-mcp-service-key');
-  if (!key || !safeEqual(key, request.server.deps.config.mcpServiceKey)) {
-    throw new UnauthorizedError('Missing or invalid X-MCP-Service-Key');
+async function authenticate(request: FastifyRequest, mode: AuthMode, scope: KeyScope | undefined): Promise<AuthResult> {
+  const { config } = request.server.deps;
+  switch (mode) {
+    case 'public':
+      return { kind: 'public', ctx: ctxFor(request, { type: 'system' }) };
+    case 'service':
+    case 'admin': {
+      const [name, expected] = mode === 'service' ? ['x-mcp-service-key', config.mcpServiceKey] : ['x-admin-key', config.adminApiKey];
+      const key = header(request, name);
+      if (!key || !safeEqual(key, expected)) throw new UnauthorizedError(`Missing or invalid ${mode === 'service' ? 'X-MCP-Service-Key' : 'X-Admin-Key'}`);
+      return { kind: mode, ctx: ctxFor(request, { type: mode === 'service' ? 'service' : 'operator' }) };
+    }
+    case 'apiKeyOrService':
+      return authenticate(request, header(request, 'x-mcp-service-key') !== undefined ? 'service' : 'apiKey', scope);
+    case 'apiKey': {
+      const principal = await loadApiKeyPrincipal(request.server.deps, bearerToken(request));
+      if (scope) requireScope(principal, scope);
+      const actor: Actor = { type: 'api_key', apiKeyId: principal.apiKeyId, organizationId: principal.organizationId };
+      return { kind: 'apiKey', ctx: ctxFor(request, actor), principal };
+    }
+    case 'deployment': {
+      const deployment = await authenticateDeployment(
+        request.server.deps,
+        header(request, 'x-deployment-id'),
+        header(request, 'x-deployment-secret'),
+      );
+      const actor: Actor = { type: 'deployment', deploymentId: deployment.id, organizationId: deployment.organization_id };
+      return { kind: 'deployment', ctx: ctxFor(request, actor), deployment };
+    }
   }
-  return ctxFor(request, { type: 'service' });
 }
 
-/** X-Admin-Key (SPEC §11). */
-export function adminAuth(request: FastifyRequest): Ctx {
-  const key = header(request, 'x-admin-key');
-  if (!key || !safeEqual(key, request.server.deps.config.adminApiKey)) {
-    throw new UnauthorizedError('Missing or invalid X-Admin-Key');
-  }
-  return ctxFor(request, { type: 'operator' });
+/** Every /api route must say how it authenticates; a route without `config.auth` fails the boot. */
+export function registerAuth(app: FastifyInstance): void {
+  app.addHook('onRoute', (route) => {
+    if (route.url.startsWith('/api/') && !(route.config as { auth?: AuthMode } | undefined)?.auth) {
+      throw new Error(`route ${route.method} ${route.url} declares no config.auth`);
+    }
+  });
+  app.addHook('onRequest', async (request) => {
+    const config = request.routeOptions.config as { auth?: AuthMode; scope?: KeyScope } | undefined;
+    if (config?.auth) request.authResult = await authenticate(request, config.auth, config.scope);
+  });
 }
 
-/** X-Deployment-ID + X-Deployment-Secret (seed: AI quota, webhook proxy). */
-export async function deploymentAuth(request: FastifyRequest): Promise<{ deployment: DeploymentRow; ctx: Ctx }> {
-  const deployment = await authenticateDeployment(
-    request.server.deps,
-    header(request, 'x-deployment-id'),
-    header(request, 'x-deployment-secret'),
-  );
-  const ctx = ctxFor(request, { type: 'deployment', deploymentId: deployment.id, organizationId: deployment.organization_id });
-  return { deployment, ctx };
+function resultOf(request: FastifyRequest): AuthResult {
+  if (!request.authResult) throw new Error(`route ${request.url} has no authentication result`);
+  return request.authResult;
+}
+
+/** The API key principal of an `apiKey` route; `scope` adds a requirement that depends on the body. */
+export function apiKeyOf(request: FastifyRequest, scope?: KeyScope): { principal: ApiKeyPrincipal; ctx: Ctx } {
+  const result = resultOf(request);
+  if (result.kind !== 'apiKey') throw new Error('not an API key route');
+  if (scope) requireScope(result.principal, scope);
+  return result;
+}
+
+export function deploymentOf(request: FastifyRequest): { deployment: DeploymentRow; ctx: Ctx } {
+  const result = resultOf(request);
+  if (result.kind !== 'deployment') throw new Error('not a deployment route');
+  return result;
+}
+
+/** The context of any authenticated route (service, admin, public, or either-key routes). */
+export function ctxOf(request: FastifyRequest): Ctx {
+  return resultOf(request).ctx;
+}
+
+/** For `apiKeyOrService` routes: the API key's principal, or null when the service key was used. */
+export function principalOf(request: FastifyRequest): ApiKeyPrincipal | null {
+  const result = resultOf(request);
+  return result.kind === 'apiKey' ? result.principal : null;
 }

@@ -1,7 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { adminAuth } from '../../http/auth.js';
+import { ctxOf } from '../../http/auth.js';
 import { flatErrors, Nullable } from '../../http/schemas.js';
 import { setExternalId } from '../users/service.js';
 import * as A from './service.js';
@@ -60,6 +60,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
   app.get(
     '/api/v1/admin/deployments',
     {
+      config: { auth: 'admin' },
       schema: {
         tags,
         security,
@@ -68,20 +69,22 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: Type.Object({ deployments: Type.Array(DeploymentViewSchema) }), ...flatErrors(400, 401) },
       },
     },
-    async (request) => ({ deployments: await A.adminListDeployments(adminAuth(request), request.query.organization_id) }),
+    async (request) => ({ deployments: await A.adminListDeployments(ctxOf(request), request.query.organization_id) }),
   );
 
   app.get(
     '/api/v1/admin/deployments/:id',
     {
+      config: { auth: 'admin' },
       schema: { tags, security, summary: 'One deployment with its balance', params: Id, response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) } },
     },
-    async (request) => A.adminGetDeployment(adminAuth(request), request.params.id),
+    async (request) => A.adminGetDeployment(ctxOf(request), request.params.id),
   );
 
   app.put(
     '/api/v1/admin/deployments/:id',
     {
+      config: { auth: 'admin' },
       schema: {
         tags,
         security,
@@ -95,7 +98,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request) =>
-      A.adminUpdateDeployment(adminAuth(request), request.params.id, {
+      A.adminUpdateDeployment(ctxOf(request), request.params.id, {
         tier: request.body.tier,
         status: request.body.status,
       }),
@@ -104,6 +107,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
   app.put(
     '/api/v1/admin/deployments/:id/overrides',
     {
+      config: { auth: 'admin' },
       schema: {
         tags,
         security,
@@ -121,20 +125,22 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) },
       },
     },
-    async (request) => A.adminSetOverrides(adminAuth(request), request.params.id, request.body),
+    async (request) => A.adminSetOverrides(ctxOf(request), request.params.id, request.body),
   );
 
   app.delete(
     '/api/v1/admin/deployments/:id/overrides',
     {
+      config: { auth: 'admin' },
       schema: { tags, security, summary: 'Remove every override', params: Id, response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) } },
     },
-    async (request) => A.adminClearOverrides(adminAuth(request), request.params.id),
+    async (request) => A.adminClearOverrides(ctxOf(request), request.params.id),
   );
 
   app.put(
     '/api/v1/admin/deployments/:id/flags',
     {
+      config: { auth: 'admin' },
       schema: {
         tags,
         security,
@@ -153,12 +159,13 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) },
       },
     },
-    async (request) => A.adminSetFlags(adminAuth(request), request.params.id, request.body as Record<string, boolean | null>),
+    async (request) => A.adminSetFlags(ctxOf(request), request.params.id, request.body as Record<string, boolean | null>),
   );
 
   app.post(
     '/api/v1/admin/deployments/:id/usage/reset',
     {
+      config: { auth: 'admin' },
       schema: {
         tags,
         security,
@@ -168,12 +175,13 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) },
       },
     },
-    async (request) => A.adminResetUsage(adminAuth(request), request.params.id, request.body),
+    async (request) => A.adminResetUsage(ctxOf(request), request.params.id, request.body),
   );
 
   app.post(
     '/api/v1/admin/deployments/:id/credits',
     {
+      config: { auth: 'admin' },
       schema: {
         tags,
         security,
@@ -192,13 +200,14 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) },
       },
     },
-    async (request) => A.adminChangeCredits(adminAuth(request), request.params.id, request.body),
+    async (request) => A.adminChangeCredits(ctxOf(request), request.params.id, request.body),
   );
 
   const CostReply = Type.Object({ action: Type.String(), credits: Type.Integer(), description: Nullable(Type.String()) });
   app.put(
     '/api/v1/admin/credit-costs/:action',
     {
+      config: { auth: 'admin' },
       schema: {
         tags,
         security,
@@ -211,13 +220,14 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: CostReply, ...flatErrors(400, 401) },
       },
     },
-    async (request) => A.adminPutCreditCost(adminAuth(request), request.params.action, request.body),
+    async (request) => A.adminPutCreditCost(ctxOf(request), request.params.action, request.body),
   );
 
   const ToolParams = Type.Object({ tool_name: Type.String({ minLength: 1, maxLength: 200 }) });
   app.put(
     '/api/v1/admin/tool-actions/:tool_name',
     {
+      config: { auth: 'admin' },
       schema: {
         tags,
         security,
@@ -227,12 +237,13 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: Type.Object({ tool_name: Type.String(), action: Type.String() }), ...flatErrors(400, 401) },
       },
     },
-    async (request) => A.adminPutToolAction(adminAuth(request), request.params.tool_name, request.body.action),
+    async (request) => A.adminPutToolAction(ctxOf(request), request.params.tool_name, request.body.action),
   );
 
   app.delete(
     '/api/v1/admin/tool-actions/:tool_name',
     {
+      config: { auth: 'admin' },
       schema: {
         tags,
         security,
@@ -242,7 +253,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      await A.adminDeleteToolAction(adminAuth(request), request.params.tool_name);
+      await A.adminDeleteToolAction(ctxOf(request), request.params.tool_name);
       return reply.code(204).send(null);
     },
   );
@@ -250,6 +261,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
   app.put(
     '/api/v1/admin/users/:id/external-id',
     {
+      config: { auth: 'admin' },
       schema: {
         tags,
         security,
@@ -263,7 +275,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const user = await setExternalId(adminAuth(request), request.params.id, request.body.external_id);
+      const user = await setExternalId(ctxOf(request), request.params.id, request.body.external_id);
       return { id: user.id, email: user.email, external_id: user.external_id };
     },
   );
@@ -271,6 +283,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/api/v1/admin/organizations',
     {
+      config: { auth: 'admin' },
       schema: {
         tags,
         security,
@@ -302,7 +315,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      const result = await A.adminCreateOrganization(adminAuth(request), request.body);
+      const result = await A.adminCreateOrganization(ctxOf(request), request.body);
       return reply.code(201).send(result);
     },
   );
@@ -310,6 +323,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/api/v1/admin/organizations/:id/api-keys',
     {
+      config: { auth: 'admin' },
       schema: {
         tags,
         security,
@@ -338,7 +352,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      const result = await A.adminCreateApiKey(adminAuth(request), request.params.id, request.body);
+      const result = await A.adminCreateApiKey(ctxOf(request), request.params.id, request.body);
       return reply.code(201).send(result);
     },
   );

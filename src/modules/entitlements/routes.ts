@@ -1,7 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { ctxFor, deploymentAuth } from '../../http/auth.js';
+import { ctxOf, deploymentOf } from '../../http/auth.js';
 import { flatErrors, Nullable } from '../../http/schemas.js';
 import { aiQuota, checkEntitlements, NEXT_CHECK_SECONDS } from './service.js';
 
@@ -50,6 +50,7 @@ export async function entitlementRoutes(fastify: FastifyInstance): Promise<void>
   app.post(
     '/api/v1/entitlements/check',
     {
+      config: { auth: 'public' },
       schema: {
         tags: ['Entitlements'],
         summary: 'Entitlement snapshot of a deployment (credentials in the body)',
@@ -68,7 +69,7 @@ export async function entitlementRoutes(fastify: FastifyInstance): Promise<void>
       },
     },
     async (request, reply) => {
-      const ctx = ctxFor(request, { type: 'system' });
+      const ctx = ctxOf(request);
       const forced = request.query.force === true || /no-cache/i.test(request.headers['cache-control'] ?? '');
       const snapshot = await checkEntitlements(ctx, request.body.deployment_id, request.body.deployment_secret);
       reply.header('cache-control', forced ? 'no-store' : `private, max-age=${NEXT_CHECK_SECONDS}`);
@@ -79,6 +80,7 @@ export async function entitlementRoutes(fastify: FastifyInstance): Promise<void>
   app.get(
     '/api/v1/ai/quota',
     {
+      config: { auth: 'deployment' },
       schema: {
         tags: ['Entitlements'],
         summary: 'AI token quota of the period and the credits that pay past it (deployment headers)',
@@ -87,7 +89,7 @@ export async function entitlementRoutes(fastify: FastifyInstance): Promise<void>
       },
     },
     async (request) => {
-      const { deployment, ctx } = await deploymentAuth(request);
+      const { deployment, ctx } = deploymentOf(request);
       return aiQuota(ctx, deployment);
     },
   );

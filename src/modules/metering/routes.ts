@@ -1,7 +1,8 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Ctx } from '../../context.js';
 import { ValidationError } from '../../errors.js';
-import { apiKeyAuth, hasServiceKey, serviceAuth } from '../../http/auth.js';
+import { apiKeyOf, ctxOf, principalOf } from '../../http/auth.js';
 import { flatErrors } from '../../http/schemas.js';
 import { costTable } from './costs.js';
 import { getInvocation, refundUsage, releaseInvocation, type Scope } from './invocations.js';
@@ -51,6 +52,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/api/v1/mcp/stdio/check-entitlement',
     {
+      config: { auth: 'apiKey', scope: 'read' },
       schema: {
         tags: stdioTags,
         summary: 'May this organization run the tool, and what does it cost? (API key, scope read; write with reserve)',
@@ -60,7 +62,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const { principal, ctx } = await apiKeyAuth(request, request.body.reserve ? 'write' : 'read');
+      const { principal, ctx } = apiKeyOf(request, request.body.reserve ? 'write' : undefined);
       const result = await checkEntitlement(ctx, principal.deployment, 'no_deployment_found', {
         toolName: request.body.tool_name,
         reserve: request.body.reserve,
@@ -74,6 +76,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/api/v1/mcp/stdio/record-usage',
     {
+      config: { auth: 'apiKey', scope: 'write' },
       schema: {
         tags: stdioTags,
         summary: 'Record a completed tool call and deduct its credits (API key, scope write)',
@@ -83,7 +86,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      const { principal, ctx } = await apiKeyAuth(request, 'write');
+      const { principal, ctx } = apiKeyOf(request);
       checkMetadata(request.body.metadata);
       const outcome = await recordUsage(ctx, principal.deployment, 'no_deployment_found', {
         toolName: request.body.tool_name,
@@ -97,6 +100,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   app.get(
     '/api/v1/mcp/resolve-deployment',
     {
+      config: { auth: 'service' },
       schema: {
         tags: serviceTags,
         summary: "The deployment a user's MCP session meters against (cached 5 minutes per user_id)",
@@ -106,7 +110,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const ctx = serviceAuth(request);
+      const ctx = ctxOf(request);
       return resolveDeployment(ctx, request.query.user_id);
     },
   );
@@ -114,6 +118,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/api/v1/mcp/check-entitlement',
     {
+      config: { auth: 'service' },
       schema: {
         tags: serviceTags,
         summary: 'May this deployment run the tool, and what does it cost?',
@@ -123,7 +128,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const ctx = serviceAuth(request);
+      const ctx = ctxOf(request);
       const state = await loadDeploymentState(ctx, request.body.deployment_id);
       return checkEntitlement(ctx, state, 'deployment_not_found', {
         toolName: request.body.tool_name,
@@ -136,6 +141,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/api/v1/mcp/usage',
     {
+      config: { auth: 'service' },
       schema: {
         tags: serviceTags,
         summary: 'Record a completed tool call and deduct its credits',
@@ -145,7 +151,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      const ctx = serviceAuth(request);
+      const ctx = ctxOf(request);
       checkMetadata(request.body.metadata);
       const state = await loadDeploymentState(ctx, request.body.deployment_id);
       const outcome = await recordUsage(ctx, state, 'deployment_not_found', {
@@ -161,6 +167,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   app.get(
     '/api/v1/mcp/credit-costs',
     {
+      config: { auth: 'service' },
       schema: {
         tags: serviceTags,
         summary: 'The credit cost of every action (callers may cache it for 1 hour)',
@@ -169,7 +176,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      const ctx = serviceAuth(request);
+      const ctx = ctxOf(request);
       const table = await costTable(ctx);
       reply.header('cache-control', 'private, max-age=3600');
       return {
@@ -179,25 +186,25 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   );
 
   /** Service key: the deployment comes from the caller; API key: the key's primary deployment, own organization only. */
-  async function invocationScope(request: FastifyRequest, deploymentId: string | undefined, scope: 'read' | 'write') {
-    if (hasServiceKey(request)) {
-      const ctx = serviceAuth(request);
+  function invocationScope(request: FastifyRequest, deploymentId: string | undefined): { ctx: Ctx; scope: Scope } {
+    const ctx = ctxOf(request);
+    const principal = principalOf(request);
+    if (!principal) {
       if (!deploymentId) {
         throw new ValidationError('deployment_id is required with the service key', [{ field: 'deployment_id', message: 'is required' }]);
       }
-      return { ctx, scope: { deploymentId, organizationId: null } satisfies Scope };
+      return { ctx, scope: { deploymentId, organizationId: null } };
     }
-    const { principal, ctx } = await apiKeyAuth(request, scope);
-    const deployment = principal.deployment?.deployment_id;
-    if (!deployment || (deploymentId !== undefined && deploymentId !== deployment)) {
-      return { ctx, scope: { deploymentId: '00000000-0000-0000-0000-000000000000', organizationId: principal.organizationId } };
-    }
-    return { ctx, scope: { deploymentId: deployment, organizationId: principal.organizationId } satisfies Scope };
+    const own = principal.deployment?.deployment_id;
+    // Another deployment than the key's own is "not found" (the nil UUID matches no row).
+    const target = own && (deploymentId === undefined || deploymentId === own) ? own : '00000000-0000-0000-0000-000000000000';
+    return { ctx, scope: { deploymentId: target, organizationId: principal.organizationId } };
   }
 
   app.post(
     '/api/v1/mcp/reservations/:invocation_id/release',
     {
+      config: { auth: 'apiKeyOrService', scope: 'write' },
       schema: {
         tags: ['MCP reservations'],
         summary: 'Release a reservation (the tool failed or was cancelled); releasing twice is harmless',
@@ -208,7 +215,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const { ctx, scope } = await invocationScope(request, request.body?.deployment_id, 'write');
+      const { ctx, scope } = invocationScope(request, request.body?.deployment_id);
       return releaseInvocation(ctx, scope, request.params.invocation_id);
     },
   );
@@ -216,6 +223,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   app.get(
     '/api/v1/mcp/invocations/:invocation_id',
     {
+      config: { auth: 'apiKeyOrService', scope: 'read' },
       schema: {
         tags: ['MCP reservations'],
         summary: 'What became of an invocation: reserved, recorded, released, expired or refunded',
@@ -226,7 +234,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const { ctx, scope } = await invocationScope(request, request.query.deployment_id, 'read');
+      const { ctx, scope } = invocationScope(request, request.query.deployment_id);
       return getInvocation(ctx, scope, request.params.invocation_id);
     },
   );
@@ -234,6 +242,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/api/v1/mcp/usage/:usage_id/refund',
     {
+      config: { auth: 'apiKeyOrService', scope: 'write' },
       schema: {
         tags: ['MCP reservations'],
         summary: 'Refund a recorded usage in whole or in part (idempotent with Idempotency-Key)',
@@ -244,14 +253,8 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      let organizationId: string | null = null;
-      let ctx: ReturnType<typeof serviceAuth>;
-      if (hasServiceKey(request)) ctx = serviceAuth(request);
-      else {
-        const auth = await apiKeyAuth(request, 'write');
-        ctx = auth.ctx;
-        organizationId = auth.principal.organizationId;
-      }
+      const ctx = ctxOf(request);
+      const organizationId = principalOf(request)?.organizationId ?? null;
       const raw = request.headers['idempotency-key'];
       const headerKey = Array.isArray(raw) ? raw[0] : raw;
       return refundUsage(ctx, {

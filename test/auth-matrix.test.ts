@@ -1,0 +1,70 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearer, createHarness, createTenant, type Harness, json } from './harness.js';
+
+/**
+ * One table of authorization cases run against every authenticated route (STYLE rule 9): whatever
+ * the body, a caller without valid credentials gets 401 with the flat body, before any validation.
+ */
+let h: Harness;
+beforeAll(async () => {
+  h = await createHarness();
+});
+afterAll(async () => {
+  await h.close();
+});
+
+const fill = (url: string) =>
+  url.replace(/:id\b/g, '6f1c3d2e-0000-4000-8000-000000000000').replace(/:[a-z_]+/g, 'x');
+
+function routes(auth?: string) {
+  return h.app.routeList.filter((r) => r.url.startsWith('/api/') && r.auth !== 'public' && (!auth || r.auth === auth));
+}
+
+const WRONG: Record<string, Record<string, string>> = {
+  apiKey: bearer('cg_000000000000000000000000000000000000'),
+  service: { 'x-mcp-service-key': 'wrong-service-key-0123456789' },
+  apiKeyOrService: { 'x-mcp-service-key': 'wrong-service-key-0123456789' },
+  admin: { 'x-admin-key': 'wrong-admin-key-0123456789' },
+  deployment: { 'x-deployment-id': '6f1c3d2e-0000-4000-8000-000000000000', 'x-deployment-secret': 'cgds_nope' },
+};
+
+describe('authorization table', () => {
+  it('every /api route declares its authentication', () => {
+    expect(routes().length).toBeGreaterThan(15);
+    for (const r of routes()) expect(Object.keys(WRONG)).toContain(r.auth);
+  });
+
+  it('no credentials → 401 UNAUTHORIZED, flat body, even with an invalid body', async () => {
+    for (const r of routes()) {
+      const res = await h.request({ method: r.method as 'GET', url: fill(r.url), payload: r.method === 'GET' || r.method === 'DELETE' ? undefined : { nonsense: true } });
+      expect(res.statusCode, `${r.method} ${r.url}`).toBe(401);
+      expect(json(res), `${r.method} ${r.url}`).toMatchObject({ error: 'unauthorized', code: 'UNAUTHORIZED' });
+    }
+  });
+
+  it('wrong credentials → 401', async () => {
+    for (const r of routes()) {
+      const res = await h.request({ method: r.method as 'GET', url: fill(r.url), headers: WRONG[r.auth], payload: r.method === 'GET' || r.method === 'DELETE' ? undefined : {} });
+      expect(res.statusCode, `${r.method} ${r.url}`).toBe(401);
+    }
+  });
+
+  it('a read-only key is refused on every route that changes state (403 INSUFFICIENT_SCOPE)', async () => {
+    const t = await createTenant(h, { scopes: ['read'] });
+    const writes = h.app.routeList.filter((r) => (r.auth === 'apiKey' || r.auth === 'apiKeyOrService') && r.method !== 'GET' && !r.url.includes('check-entitlement'));
+    expect(writes.length).toBeGreaterThanOrEqual(3);
+    for (const r of writes) {
+      const res = await h.request({ method: r.method as 'POST', url: fill(r.url), headers: bearer(t.apiKey), payload: {} });
+      expect(res.statusCode, `${r.method} ${r.url}`).toBe(403);
+      expect(json(res)).toMatchObject({ error: 'forbidden', code: 'INSUFFICIENT_SCOPE' });
+    }
+  });
+
+  it('an API key is not an admin or service credential', async () => {
+    const t = await createTenant(h);
+    for (const r of [...routes('admin'), ...routes('service')]) {
+      const res = await h.request({ method: r.method as 'GET', url: fill(r.url), headers: bearer(t.apiKey), payload: r.method === 'GET' || r.method === 'DELETE' ? undefined : {} });
+      expect(res.statusCode, `${r.method} ${r.url}`).toBe(401);
+    }
+  });
+});
