@@ -34,6 +34,38 @@ describe('database unreachable', () => {
   });
 });
 
+describe('Redis unreachable', () => {
+  it('/readyz answers 503 naming Redis while metering keeps answering (nothing in a money path needs Redis)', async () => {
+    const h = await createHarness();
+    const t = await createTenant(h);
+    const config = testConfig({ redisUrl: 'redis://127.0.0.1:1' });
+    const app = await buildApp({ config, db: h.deps.db, clock: h.clock });
+    try {
+      const ready = await app.inject({ method: 'GET', url: '/readyz' });
+      expect(ready.statusCode).toBe(503);
+      expect(ready.json()).toEqual({ status: 'not_ready', checks: { database: 'ok', redis: 'unreachable' } });
+      const usage = await app.inject({
+        method: 'POST',
+        url: '/api/v1/mcp/usage',
+        headers: { 'x-mcp-service-key': config.mcpServiceKey },
+        payload: { deployment_id: t.deploymentId, tool_name: 'x' },
+      });
+      expect(usage.statusCode).toBe(200);
+      expect(usage.json()).toMatchObject({ success: true, credits_used: 1 });
+      const admin = await app.inject({
+        method: 'PUT',
+        url: `/api/v1/admin/deployments/${t.deploymentId}`,
+        headers: { 'x-admin-key': config.adminApiKey },
+        payload: { tier: 'growth' },
+      });
+      expect(admin.statusCode).toBe(200);
+    } finally {
+      await app.close();
+      await h.close();
+    }
+  });
+});
+
 /**
  * Connections killed while 60 calls are in flight: a call either answers (200) or gets a 503, and a
  * client that retries its 503s with the same invocation_id ends with exactly one deduction per call.

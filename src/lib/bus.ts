@@ -8,6 +8,8 @@ import { Redis } from 'ioredis';
 export interface Bus {
   publish(channel: BusChannel, message?: string): void;
   subscribe(channel: BusChannel, handler: (message: string) => void): void;
+  /** Null when the bus has no backing service (in-process); else whether it answers. */
+  ping(): Promise<boolean | null>;
   close(): Promise<void>;
 }
 
@@ -24,6 +26,9 @@ export class LocalBus implements Bus {
     const list = this.handlers.get(channel) ?? [];
     list.push(handler);
     this.handlers.set(channel, list);
+  }
+  async ping(): Promise<boolean | null> {
+    return null;
   }
   async close(): Promise<void> {}
 }
@@ -53,6 +58,14 @@ export class RedisBus implements Bus {
   subscribe(channel: BusChannel, handler: (message: string) => void): void {
     this.local.subscribe(channel, handler);
     this.sub.subscribe(PREFIX + channel).catch(() => {});
+  }
+
+  async ping(): Promise<boolean | null> {
+    try {
+      return (await this.pub.ping()) === 'PONG';
+    } catch {
+      return false;
+    }
   }
 
   async close(): Promise<void> {

@@ -20,7 +20,7 @@ export async function healthRoutes(app: FastifyInstance): Promise<void> {
     {
       schema: {
         tags: ['Health'],
-        summary: 'The database (and Redis, when configured) answer',
+        summary: 'The database (and Redis, when configured) answer; 503 names what does not',
         response: {
           200: Type.Object({ status: Type.String(), checks: Type.Record(Type.String(), Type.String()) }),
           503: Type.Object({ status: Type.String(), checks: Type.Record(Type.String(), Type.String()) }),
@@ -35,6 +35,8 @@ export async function healthRoutes(app: FastifyInstance): Promise<void> {
       } catch {
         checks.database = 'unreachable';
       }
+      const redis = await app.deps.bus.ping();
+      if (redis !== null) checks.redis = redis ? 'ok' : 'unreachable';
       const ready = Object.values(checks).every((v) => v === 'ok');
       if (!ready) request.log.warn({ checks }, 'not ready');
       return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not_ready', checks });
