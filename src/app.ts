@@ -25,23 +25,26 @@ export interface BuildOptions {
   db: Database;
   clock: Clock;
   bus?: Bus;
+  /** Where logs go (tests capture them); stdout when left out. */
+  logStream?: NodeJS.WritableStream;
 }
 
-/** Secrets never reach the logs (pino redaction of every header that carries one). */
-export const REDACT_PATHS = [
-  'req.headers.authorization',
-  'req.headers["x-api-key"]',
-  'req.headers["x-mcp-service-key"]',
-  'req.headers["x-admin-key"]',
-  'req.headers["x-deployment-secret"]',
-  'req.headers.cookie',
-];
+/** Secrets never reach the logs: every header that carries one is redacted wherever headers are logged. */
+const SECRET_HEADERS = ['authorization', '["x-api-key"]', '["x-mcp-service-key"]', '["x-admin-key"]', '["x-deployment-secret"]', 'cookie'];
+export const REDACT_PATHS = SECRET_HEADERS.flatMap((h) => {
+  const key = h.startsWith('[') ? h : `.${h}`;
+  return [`headers${key}`, `req.headers${key}`, `*.headers${key}`];
+});
 
 /** The app without listening: plugins in a fixed order, then routes (used by main.ts and the tests). */
 export async function buildApp(options: BuildOptions): Promise<FastifyInstance> {
   const { config, db, clock } = options;
   const app = Fastify({
-    logger: { level: config.logLevel, redact: { paths: REDACT_PATHS, censor: '[redacted]' } },
+    logger: {
+      level: config.logLevel,
+      redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+      ...(options.logStream ? { stream: options.logStream } : {}),
+    },
     bodyLimit: 1024 * 1024,
     trustProxy: false,
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false } },
