@@ -107,6 +107,20 @@ describe('embedded quick start', () => {
     const record = await fetch(`${base}/api/v1/mcp/stdio/record-usage`, { method: 'POST', headers, body: '{"tool_name":"rag_query","invocation_id":"demo-1"}' });
     expect(await record.json()).toMatchObject({ success: true, credits_used: 1, credits_remaining: 1999 });
 
+    // Operator commands mirror the admin API against the running instance.
+    const deploymentId = /deployment id:\s+([0-9a-f-]{36})/.exec(demo.stdout)![1]!;
+    const tier = await run(['tier', deploymentId, 'growth'], env);
+    expect(JSON.parse(tier.stdout)).toMatchObject({ tier: 'growth', balance: { monthly_allocation: 20_000, monthly_used: 1 } });
+    const granted = await run(['grant', deploymentId, '250', 'goodwill'], env);
+    expect(JSON.parse(granted.stdout).balance.purchased).toBe(250);
+    const override = await run(['override', deploymentId, '--monthly-credits', '10'], env);
+    expect(JSON.parse(override.stdout)).toMatchObject({ overrides: { monthly_credits: 10 }, balance: { monthly_remaining: 9 } });
+    const cleared = await run(['clear-overrides', deploymentId], env);
+    expect(JSON.parse(cleared.stdout).overrides.monthly_credits).toBeNull();
+    const bad = await run(['tier', deploymentId, 'gold'], env);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/400/);
+
     const exited = new Promise<number | null>((resolve) => server.child.on('exit', resolve));
     server.child.kill('SIGTERM');
     expect(await exited).toBe(0);
