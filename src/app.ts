@@ -4,7 +4,7 @@ import type { Config } from './config.js';
 import type { Deps } from './context.js';
 import type { Database } from './db/client.js';
 import { registerAuth } from './http/auth.js';
-import { registerErrorHandling } from './http/error-handler.js';
+import { registerErrorHandling, sendError, toAppError } from './http/error-handler.js';
 import { registerOpenApi } from './http/openapi.js';
 import { validatorCompiler } from './http/validation.js';
 import { type Bus, LocalBus, RedisBus } from './lib/bus.js';
@@ -46,6 +46,12 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
       ...(options.logStream ? { stream: options.logStream } : {}),
     },
     bodyLimit: 1024 * 1024,
+    // Path ids may be as long as the bodies allow (invocation ids: 200); longer ones reach the schema and get a 400.
+    maxParamLength: 512,
+    // Errors the router raises before any route (bad URL encoding, over-long params) take the same shapes.
+    frameworkErrors: (err, request, reply) => {
+      sendError(reply, request, toAppError(err), clock);
+    },
     trustProxy: false,
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false } },
   });

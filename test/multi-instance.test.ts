@@ -26,7 +26,7 @@ afterAll(async () => {
 });
 
 /** Poll `probe` until it returns true; bounded, so a lost message fails the test instead of hanging. */
-async function eventually(probe: () => Promise<boolean>, timeoutMs = 3_000): Promise<void> {
+async function eventually(probe: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (await probe()) return;

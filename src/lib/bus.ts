@@ -47,6 +47,15 @@ export class RedisBus implements Bus {
     this.sub.on('message', (channel: string, message: string) => {
       this.local.publish(channel.slice(PREFIX.length) as BusChannel, message);
     });
+    // While not subscribed, messages are lost; so whenever the subscriber (re)connects, drop what
+    // this instance cached meanwhile (ioredis resubscribes by itself on reconnect).
+    this.sub.on('ready', () => this.resync());
+  }
+
+  private readonly channels = new Set<BusChannel>();
+
+  private resync(): void {
+    for (const channel of this.channels) this.local.publish(channel, 'resync');
   }
 
   publish(channel: BusChannel, message = ''): void {
@@ -57,7 +66,11 @@ export class RedisBus implements Bus {
 
   subscribe(channel: BusChannel, handler: (message: string) => void): void {
     this.local.subscribe(channel, handler);
-    this.sub.subscribe(PREFIX + channel).catch(() => {});
+    this.channels.add(channel);
+    this.sub
+      .subscribe(PREFIX + channel)
+      .then(() => this.local.publish(channel, 'resync'))
+      .catch(() => {});
   }
 
   async ping(): Promise<boolean | null> {

@@ -60,7 +60,7 @@ async function viewOf(ctx: Ctx, d: DeploymentRow): Promise<DeploymentView> {
     billing_anchor: d.billing_anchor.toISOString(),
     features: effectiveFlags(d.tier, d.flag_overrides),
     flag_overrides: d.flag_overrides,
-    overrides: overridesOf(d),
+    overrides: overridesOf(d, ctx.clock.now()),
     balance: {
       period_start: b.periodStart.toISOString(),
       period_end: b.periodEnd.toISOString(),

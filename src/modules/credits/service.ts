@@ -195,11 +195,18 @@ export async function changePurchased(
       { field: 'expires_at', message: 'must be a future time on a positive grant' },
     ]);
   }
-  if (input.amount < 0 && current.purchased_balance + input.amount < 0) {
-    throw new ValidationError(
-      `An adjustment of ${input.amount} would take purchased credits below zero (balance ${current.purchased_balance})`,
-      [{ field: 'amount', message: `must be at least -${current.purchased_balance}` }],
-    );
+  if (input.amount < 0) {
+    // Reservations were promised their credits (SPEC §4): an adjustment may not take them away.
+    const monthly = current.monthly_allocation === null ? null : Math.max(0, current.monthly_allocation - current.monthly_used);
+    const heldFromPurchased = monthly === null ? 0 : Math.max(0, current.reserved - monthly);
+    const floor = Math.min(current.purchased_balance, Math.max(0, current.purchased_balance - heldFromPurchased));
+    if (-input.amount > floor) {
+      throw new ValidationError(
+        `An adjustment of ${input.amount} would take purchased credits below zero or below what open reservations hold ` +
+          `(purchased ${current.purchased_balance}, held ${current.reserved})`,
+        [{ field: 'amount', message: `must be at least -${floor}` }],
+      );
+    }
   }
   const rows = await tx.query<BalanceRow>(
     // A negative adjustment spends purchased credits like a deduction does (expiring grants first).

@@ -143,8 +143,10 @@ export async function setOverrides(ctx: Ctx, id: string, input: OverrideInput | 
   const now = ctx.clock.now();
   return ctx.db.transaction(async (tx) => {
     const before = await lockDeployment(tx, id);
+    // An override set that has lapsed is gone: a new PUT merges onto nothing, not onto stale values.
+    const lapsed = before.override_expires_at !== null && before.override_expires_at.getTime() <= now.getTime();
     const pick = <K extends keyof OverrideInput>(key: K, current: unknown) =>
-      input === 'clear' ? null : input[key] === undefined ? current : input[key];
+      input === 'clear' ? null : input[key] === undefined ? (lapsed ? null : current) : input[key];
     const expiresAt = pick('expires_at', before.override_expires_at);
     const rows = await tx.query<DeploymentRow>(
       `UPDATE deployments SET override_monthly_credits = $2, override_api_rate_limit = $3, override_ai_tokens_limit = $4,
@@ -171,7 +173,11 @@ export async function setOverrides(ctx: Ctx, id: string, input: OverrideInput | 
   });
 }
 
-export function overridesOf(d: DeploymentRow) {
+/** The overrides in force at `now` (a lapsed set reads as none). */
+export function overridesOf(d: DeploymentRow, now?: Date) {
+  if (now && d.override_expires_at !== null && d.override_expires_at.getTime() <= now.getTime()) {
+    return { monthly_credits: null, api_rate_limit: null, ai_tokens_limit: null, expires_at: null };
+  }
   return {
     monthly_credits: d.override_monthly_credits,
     api_rate_limit: d.override_api_rate_limit,

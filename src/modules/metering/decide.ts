@@ -1,4 +1,5 @@
 import type { Deps } from '../../context.js';
+import { expireReservations } from '../credits/reservations.js';
 import { readBalance, viewBalance } from '../credits/service.js';
 import { effectiveFlags } from '../entitlements/flags.js';
 import type { DeploymentState } from './state.js';
@@ -53,7 +54,11 @@ export async function decide(
   if (!balance || balance.sync_before.getTime() <= now.getTime()) {
     balance = await readBalance(deps.db, s.deployment_id, now, 'system');
   }
-  const available = viewBalance(balance).available;
+  let available = viewBalance(balance).available;
+  if (available !== null && available < cost && balance.reserved > 0 && (await expireReservations(deps.db, now, s.deployment_id)) > 0) {
+    // Holds past their 5 minutes are not the deployment's to lose: release them before refusing.
+    available = viewBalance(await readBalance(deps.db, s.deployment_id, now, 'system')).available;
+  }
   if (available !== null && available < cost) {
     return { allowed: false, reason: 'insufficient_credits', tier: s.tier, available, state: s };
   }

@@ -1,0 +1,217 @@
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from './config.js';
+
+/** SPEC §1 configuration: defaults, refusals naming the variable, production secrets, generated development secrets. */
+const dirs: string[] = [];
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'creditgate-config-'));
+  dirs.push(dir);
+  return dir;
+}
+afterEach(() => {
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+const SECRETS = {
+  JWT_SECRET: 'j'.repeat(40),
+  MCP_SERVICE_KEY: 'm'.repeat(30),
+  ADMIN_API_KEY: 'a'.repeat(30),
+  ENCRYPTION_KEY: 'e'.repeat(40),
+};
+const SECRET_NAMES = Object.keys(SECRETS) as Array<keyof typeof SECRETS>;
+
+/** Every test gets its own DATA_DIR, so nothing is written to the working directory. */
+const env = (vars: Record<string, string | undefined> = {}) => ({ DATA_DIR: tempDir(), ...vars });
+
+function configErrorOf(vars: Record<string, string | undefined>): ConfigError {
+  try {
+    loadConfig(vars);
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    return err as ConfigError;
+  }
+  throw new Error(`loadConfig accepted ${JSON.stringify(vars)}`);
+}
+
+describe('defaults', () => {
+  it('PORT 8080, HOST 127.0.0.1, NEW_ORG_TIER sandbox, private webhook targets refused, embedded database', () => {
+    const { config } = loadConfig(env({ ...SECRETS }));
+    expect(config.port).toBe(8080);
+    expect(config.host).toBe('127.0.0.1');
+    expect(config.newOrgTier).toBe('sandbox');
+    expect(config.webhookAllowPrivateNetworks).toBe(false);
+    expect(config.databaseUrl).toBeUndefined();
+    expect(config.redisUrl).toBeUndefined();
+    expect(config.nodeEnv).toBe('development');
+    expect(config.publicBaseUrl).toBe('http://127.0.0.1:8080');
+  });
+
+  it('empty strings count as unset', () => {
+    const { config } = loadConfig(env({ ...SECRETS, PORT: '', HOST: '', NEW_ORG_TIER: '', REDIS_URL: '', WEBHOOK_ALLOW_PRIVATE_NETWORKS: '' }));
+    expect(config).toMatchObject({ port: 8080, host: '127.0.0.1', newOrgTier: 'sandbox', redisUrl: undefined, webhookAllowPrivateNetworks: false });
+  });
+
+  it('takes valid values as given', () => {
+    const { config } = loadConfig(
+      env({
+        ...SECRETS,
+        PORT: '3000',
+        HOST: '0.0.0.0',
+        NEW_ORG_TIER: 'trial',
+        DATABASE_URL: 'postgres://u:p@db.example:5432/creditgate',
+        REDIS_URL: 'redis://cache:6379',
+        WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
+        PUBLIC_BASE_URL: 'https://api.example.com/',
+      }),
+    );
+    expect(config).toMatchObject({
+      port: 3000,
+      host: '0.0.0.0',
+      newOrgTier: 'trial',
+      databaseUrl: 'postgres://u:p@db.example:5432/creditgate',
+      redisUrl: 'redis://cache:6379',
+      webhookAllowPrivateNetworks: true,
+      publicBaseUrl: 'https://api.example.com',
+    });
+    expect(loadConfig(env({ ...SECRETS, DATABASE_URL: 'memory://' })).config.databaseUrl).toBe('memory://');
+    expect(loadConfig(env({ ...SECRETS, DATABASE_URL: 'postgresql://h/db' })).config.databaseUrl).toBe('postgresql://h/db');
+    expect(loadConfig(env({ ...SECRETS, REDIS_URL: 'rediss://cache:6380' })).config.redisUrl).toBe('rediss://cache:6380');
+    expect(loadConfig(env({ ...SECRETS, WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'false' })).config.webhookAllowPrivateNetworks).toBe(false);
+    for (const tier of ['sandbox', 'trial', 'launch', 'growth', 'enterprise']) {
+      expect(loadConfig(env({ ...SECRETS, NEW_ORG_TIER: tier })).config.newOrgTier).toBe(tier);
+    }
+  });
+});
+
+describe('bad values stop the start with a ConfigError naming the variable', () => {
+  const cases: Array<[string, string]> = [
+    ['PORT', 'abc'],
+    ['PORT', '80.5'],
+    ['PORT', '-1'],
+    ['PORT', '70000'],
+    ['NEW_ORG_TIER', 'gold'],
+    ['NEW_ORG_TIER', 'Launch'],
+    ['DATABASE_URL', 'mysql://x'],
+    ['DATABASE_URL', 'not a url'],
+    ['REDIS_URL', 'http://x'],
+    ['REDIS_URL', 'localhost:6379'],
+    ['WEBHOOK_ALLOW_PRIVATE_NETWORKS', 'maybe'],
+    ['WEBHOOK_ALLOW_PRIVATE_NETWORKS', 'yes please'],
+    ['NODE_ENV', 'staging'],
+    ['PUBLIC_BASE_URL', 'ftp://example.com'],
+  ];
+  for (const [name, value] of cases) {
+    it(`${name}=${value}`, () => {
+      const err = configErrorOf(env({ ...SECRETS, [name]: value }));
+      expect(err.variable).toBe(name);
+      expect(err.message).toContain(name);
+    });
+  }
+
+  it('a secret that is too short is refused, naming it', () => {
+    for (const name of SECRET_NAMES) {
+      const err = configErrorOf(env({ ...SECRETS, [name]: 'short' }));
+      expect(err.variable).toBe(name);
+      expect(err.message).toContain(name);
+    }
+  });
+});
+
+describe('NODE_ENV=production', () => {
+  it('refuses to start without each of the four secrets, naming the missing one', () => {
+    for (const name of SECRET_NAMES) {
+      const dataDir = tempDir();
+      const err = configErrorOf({ ...SECRETS, NODE_ENV: 'production', DATA_DIR: dataDir, [name]: undefined });
+      expect(err.variable).toBe(name);
+      expect(err.message).toContain(name);
+      // Nothing is generated or written in production.
+      expect(existsSync(join(dataDir, 'secrets.json'))).toBe(false);
+    }
+  });
+
+  it('refuses an empty secret as missing', () => {
+    const err = configErrorOf(env({ ...SECRETS, NODE_ENV: 'production', ADMIN_API_KEY: '' }));
+    expect(err.variable).toBe('ADMIN_API_KEY');
+  });
+
+  it('starts with all four, generating nothing', () => {
+    const dataDir = tempDir();
+    const { config, generated } = loadConfig({ ...SECRETS, NODE_ENV: 'production', DATA_DIR: dataDir });
+    expect(generated).toEqual({});
+    expect(config).toMatchObject({
+      nodeEnv: 'production',
+      jwtSecret: SECRETS.JWT_SECRET,
+      mcpServiceKey: SECRETS.MCP_SERVICE_KEY,
+      adminApiKey: SECRETS.ADMIN_API_KEY,
+      encryptionKey: SECRETS.ENCRYPTION_KEY,
+    });
+    expect(existsSync(join(dataDir, 'secrets.json'))).toBe(false);
+  });
+});
+
+describe('development secrets', () => {
+  it('are generated once into DATA_DIR/secrets.json and reused by the next start', () => {
+    const dataDir = tempDir();
+    const first = loadConfig({ NODE_ENV: 'development', DATA_DIR: dataDir });
+    expect(Object.keys(first.generated).sort()).toEqual([...SECRET_NAMES].sort());
+    for (const value of Object.values(first.generated)) expect(value!.length).toBeGreaterThanOrEqual(32);
+    expect(new Set(Object.values(first.generated)).size).toBe(4);
+    expect(first.config).toMatchObject({
+      jwtSecret: first.generated.JWT_SECRET,
+      mcpServiceKey: first.generated.MCP_SERVICE_KEY,
+      adminApiKey: first.generated.ADMIN_API_KEY,
+      encryptionKey: first.generated.ENCRYPTION_KEY,
+    });
+    const file = join(dataDir, 'secrets.json');
+    expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual(first.generated);
+    if (process.platform !== 'win32') expect(statSync(file).mode & 0o777).toBe(0o600);
+
+    const second = loadConfig({ NODE_ENV: 'development', DATA_DIR: dataDir });
+    expect(second.generated).toEqual({});
+    expect(second.config).toMatchObject({
+      jwtSecret: first.config.jwtSecret,
+      mcpServiceKey: first.config.mcpServiceKey,
+      adminApiKey: first.config.adminApiKey,
+      encryptionKey: first.config.encryptionKey,
+    });
+    expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual(first.generated);
+  });
+
+  it('without NODE_ENV the service runs as development and generates too', () => {
+    const dataDir = tempDir();
+    const { config, generated } = loadConfig({ DATA_DIR: dataDir });
+    expect(config.nodeEnv).toBe('development');
+    expect(Object.keys(generated)).toHaveLength(4);
+    expect(existsSync(join(dataDir, 'secrets.json'))).toBe(true);
+  });
+
+  it('only the missing ones are generated; a secret from the environment wins over a stored one', () => {
+    const dataDir = tempDir();
+    const first = loadConfig({ NODE_ENV: 'development', DATA_DIR: dataDir, JWT_SECRET: SECRETS.JWT_SECRET });
+    expect(Object.keys(first.generated).sort()).toEqual(['ADMIN_API_KEY', 'ENCRYPTION_KEY', 'MCP_SERVICE_KEY']);
+    expect(first.config.jwtSecret).toBe(SECRETS.JWT_SECRET);
+    const stored = JSON.parse(readFileSync(join(dataDir, 'secrets.json'), 'utf8')) as Record<string, string>;
+    expect(stored).not.toHaveProperty('JWT_SECRET');
+
+    const second = loadConfig({ NODE_ENV: 'development', DATA_DIR: dataDir, MCP_SERVICE_KEY: SECRETS.MCP_SERVICE_KEY });
+    expect(second.config.mcpServiceKey).toBe(SECRETS.MCP_SERVICE_KEY);
+    expect(second.config.adminApiKey).toBe(first.config.adminApiKey);
+    expect(second.config.encryptionKey).toBe(first.config.encryptionKey);
+    // JWT_SECRET is now missing from both the environment and the file: generated once, then kept.
+    expect(Object.keys(second.generated)).toEqual(['JWT_SECRET']);
+    const third = loadConfig({ NODE_ENV: 'development', DATA_DIR: dataDir });
+    expect(third.generated).toEqual({});
+    expect(third.config.jwtSecret).toBe(second.config.jwtSecret);
+    expect(third.config.mcpServiceKey).toBe(first.config.mcpServiceKey);
+  });
+
+  it('two data directories get different secrets', () => {
+    const a = loadConfig({ NODE_ENV: 'development', DATA_DIR: tempDir() }).config;
+    const b = loadConfig({ NODE_ENV: 'development', DATA_DIR: tempDir() }).config;
+    expect(a.jwtSecret).not.toBe(b.jwtSecret);
+    expect(a.adminApiKey).not.toBe(b.adminApiKey);
+  });
+});

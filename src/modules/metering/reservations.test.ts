@@ -1,0 +1,657 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  adminHeaders,
+  bearer,
+  createHarness,
+  createTenant,
+  grant,
+  type Harness,
+  json,
+  serviceHeaders,
+  type Tenant,
+  unique,
+} from '../../../test/harness.js';
+import { DAY, HOUR, MINUTE, SECOND } from '../../clock.js';
+import { createApiKey } from '../api-keys/service.js';
+import { findLedgerMismatches } from '../credits/ledger.js';
+
+/** SPEC §4 beyond the seed: reservations, release, invocation status, refunds, the idempotency window. */
+let h: Harness;
+let advanced: string; // a tool of this file that costs 3 (task_advanced)
+beforeAll(async () => {
+  h = await createHarness();
+  advanced = await toolFor('task_advanced');
+});
+afterAll(async () => {
+  await h.close();
+});
+
+type Headers = Record<string, string>;
+type Body = Record<string, unknown>;
+
+async function admin(method: 'PUT' | 'POST', url: string, payload: Body): Promise<void> {
+  const res = await h.request({ method, url, headers: adminHeaders(h), payload });
+  expect(res.statusCode, `${method} ${url}: ${res.body}`).toBe(200);
+}
+async function toolFor(action: string): Promise<string> {
+  const tool = unique(`tool-${action}`);
+  await admin('PUT', `/api/v1/admin/tool-actions/${tool}`, { action });
+  return tool;
+}
+const setMonthly = (id: string, credits: number) => admin('PUT', `/api/v1/admin/deployments/${id}/overrides`, { monthly_credits: credits });
+
+const serviceCheck = (body: Body, headers: Headers = {}) =>
+  h.request({ method: 'POST', url: '/api/v1/mcp/check-entitlement', headers: { ...serviceHeaders(h), ...headers }, payload: body });
+const serviceUsage = (body: Body, headers: Headers = {}) =>
+  h.request({ method: 'POST', url: '/api/v1/mcp/usage', headers: { ...serviceHeaders(h), ...headers }, payload: body });
+const stdioCheck = (key: string, body: Body, headers: Headers = {}) =>
+  h.request({ method: 'POST', url: '/api/v1/mcp/stdio/check-entitlement', headers: { ...bearer(key), ...headers }, payload: body });
+const stdioRecord = (key: string, body: Body, headers: Headers = {}) =>
+  h.request({ method: 'POST', url: '/api/v1/mcp/stdio/record-usage', headers: { ...bearer(key), ...headers }, payload: body });
+const releaseWithKey = (key: string, invocationId: string, body: Body = {}) =>
+  h.request({
+    method: 'POST',
+    url: `/api/v1/mcp/reservations/${encodeURIComponent(invocationId)}/release`,
+    headers: bearer(key),
+    payload: body,
+  });
+const releaseWithService = (deploymentId: string, invocationId: string) =>
+  h.request({
+    method: 'POST',
+    url: `/api/v1/mcp/reservations/${encodeURIComponent(invocationId)}/release`,
+    headers: serviceHeaders(h),
+    payload: { deployment_id: deploymentId },
+  });
+const invocationWithKey = (key: string, invocationId: string) =>
+  h.request({ method: 'GET', url: `/api/v1/mcp/invocations/${encodeURIComponent(invocationId)}`, headers: bearer(key) });
+const invocationWithService = (deploymentId: string, invocationId: string) =>
+  h.request({
+    method: 'GET',
+    url: `/api/v1/mcp/invocations/${encodeURIComponent(invocationId)}?deployment_id=${deploymentId}`,
+    headers: serviceHeaders(h),
+  });
+const refund = (usageId: string, body: Body, headers: Headers = serviceHeaders(h)) =>
+  h.request({ method: 'POST', url: `/api/v1/mcp/usage/${usageId}/refund`, headers, payload: body });
+
+interface Balance {
+  monthly_used: number;
+  purchased_balance: number;
+  reserved: number;
+}
+async function balanceOf(deploymentId: string): Promise<Balance> {
+  const rows = await h.deps.db.query<Balance>(
+    'SELECT monthly_used, purchased_balance, reserved FROM credit_balances WHERE deployment_id = $1',
+    [deploymentId],
+  );
+  return rows[0]!;
+}
+/** Spendable credits as a plain check (cost 1) reports them; a refusal for balance means fewer than 1. */
+async function available(t: Tenant): Promise<number | null> {
+  const body = json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: 'probe' }));
+  if (body.reason === 'insufficient_credits') return 0;
+  expect(body.allowed).toBe(true);
+  return body.credits_available as number | null;
+}
+async function expectLedgerConsistent(t: Tenant): Promise<void> {
+  expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+}
+const ledgerKinds = async (deploymentId: string, kind: string) =>
+  h.deps.db.query<{ amount: number; monthly_delta: number; purchased_delta: number; usage_id: string | null }>(
+    'SELECT amount, monthly_delta, purchased_delta, usage_id FROM credit_ledger WHERE deployment_id = $1 AND kind = $2 ORDER BY id',
+    [deploymentId, kind],
+  );
+
+/** A trial tenant whose monthly allocation is `monthly` (and nothing else unless `purchased`). */
+async function tenantWith(monthly: number, purchased = 0): Promise<Tenant> {
+  const t = await createTenant(h, { tier: 'trial' });
+  await setMonthly(t.deploymentId, monthly);
+  if (purchased > 0) await grant(h, t.deploymentId, purchased);
+  return t;
+}
+
+describe('reservations (check with reserve: true)', () => {
+  it('service mode: holds credit_cost; others cannot take it; the record with the same invocation_id charges the hold', async () => {
+    const t = await tenantWith(10);
+    const res = await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: 'job-1' });
+    expect(res.statusCode).toBe(200);
+    expect(json(res)).toEqual({
+      allowed: true,
+      tier: 'trial',
+      credit_cost: 3,
+      credits_available: 7,
+      reason: null,
+      invocation_id: 'job-1',
+      reservation_expires_at: new Date(h.clock.now().getTime() + 5 * MINUTE).toISOString(),
+    });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 0, purchased_balance: 0, reserved: 3 });
+    expect(await available(t)).toBe(7);
+
+    // Someone else (no invocation id) spends what is not held: 7 credits, then is refused.
+    for (let i = 0; i < 2; i++) {
+      expect(json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced }))).toMatchObject({ success: true, credits_used: 3 });
+    }
+    expect(json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced }))).toMatchObject({
+      success: false,
+      credits_used: 0,
+      error: 'insufficient_credits',
+    });
+    expect(json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'x' }))).toMatchObject({ success: true, credits_used: 1 });
+    expect(json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'x' }))).toMatchObject({
+      success: false,
+      error: 'insufficient_credits',
+    });
+    // A plain check sees no spendable credits, although 3 are still in the monthly bucket.
+    expect(json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: 'x' }))).toMatchObject({
+      allowed: false,
+      reason: 'insufficient_credits',
+    });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 7, purchased_balance: 0, reserved: 3 });
+
+    // The reservation's owner records: it cannot fail for balance and costs the held amount.
+    const recorded = await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced, invocation_id: 'job-1' });
+    expect(recorded.statusCode).toBe(200);
+    expect(json(recorded)).toMatchObject({ success: true, credits_used: 3, credits_remaining: 0, error: null, invocation_id: 'job-1' });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 10, purchased_balance: 0, reserved: 0 });
+    const status = json(await invocationWithService(t.deploymentId, 'job-1'));
+    expect(status).toMatchObject({ status: 'recorded', reserved_credits: 0, usage_id: json(recorded).usage_id, credits_used: 3 });
+    await expectLedgerConsistent(t);
+  });
+
+  it('the record charges the amount held even when the tool maps to a dearer action since', async () => {
+    const t = await tenantWith(3);
+    const tool = await toolFor('task_advanced');
+    expect(json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: tool, reserve: true, invocation_id: 'fixed' }))).toMatchObject({
+      allowed: true,
+      credit_cost: 3,
+      credits_available: 0,
+    });
+    await admin('PUT', `/api/v1/admin/tool-actions/${tool}`, { action: 'crew_execute' });
+    const res = json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: tool, invocation_id: 'fixed' }));
+    expect(res).toMatchObject({ success: true, credits_used: 3, credits_remaining: 0 });
+    const rows = await h.deps.db.query<{ quantity: number }>('SELECT quantity FROM usage_records WHERE id = $1', [res.usage_id]);
+    expect(rows).toEqual([{ quantity: 3 }]);
+    await expectLedgerConsistent(t);
+  });
+
+  it('stdio: reserve needs the write scope; a held reservation survives a drained balance', async () => {
+    const t = await tenantWith(3);
+    const { key: readOnly } = await createApiKey(h.ctx, { organizationId: t.organizationId, name: 'read only', scopes: ['read'] });
+    const { key: other } = await createApiKey(h.ctx, { organizationId: t.organizationId, name: 'other', scopes: ['read', 'write'] });
+
+    const refused = await stdioCheck(readOnly, { tool_name: 'x', reserve: true, invocation_id: 'nope' });
+    expect(refused.statusCode).toBe(403);
+    expect(json(refused)).toMatchObject({ error: 'forbidden', code: 'INSUFFICIENT_SCOPE' });
+    expect((await stdioCheck(readOnly, { tool_name: 'x' })).statusCode).toBe(200);
+    expect(await balanceOf(t.deploymentId)).toMatchObject({ reserved: 0 });
+
+    const held = await stdioCheck(t.apiKey, { tool_name: 'x', reserve: true, invocation_id: 'stdio-1' });
+    expect(held.statusCode).toBe(200);
+    const body = json(held);
+    expect(body).toMatchObject({ allowed: true, credit_cost: 1, tier: 'trial', reason: null, invocation_id: 'stdio-1' });
+    expect(body).not.toHaveProperty('credits_available');
+    expect(typeof body.reservation_expires_at).toBe('string');
+    expect(await balanceOf(t.deploymentId)).toMatchObject({ reserved: 1 });
+
+    // Another key of the same organization drains what is not held.
+    expect(json(await stdioRecord(other, { tool_name: 'x' }))).toMatchObject({ success: true });
+    expect(json(await stdioRecord(other, { tool_name: 'x' }))).toMatchObject({ success: true });
+    expect(json(await stdioRecord(other, { tool_name: 'x' }))).toMatchObject({ success: false, error: 'insufficient_credits' });
+
+    const recorded = await stdioRecord(t.apiKey, { tool_name: 'x' }, { 'idempotency-key': 'stdio-1' });
+    expect(json(recorded)).toMatchObject({ success: true, credits_used: 1, credits_remaining: 0, invocation_id: 'stdio-1' });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 3, purchased_balance: 0, reserved: 0 });
+    expect(json(await invocationWithKey(t.apiKey, 'stdio-1'))).toMatchObject({ status: 'recorded', credits_used: 1 });
+    await expectLedgerConsistent(t);
+  });
+
+  it('a reservation without invocation_id gets one from the server, usable to record', async () => {
+    const t = await tenantWith(5);
+    const body = json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: 'x', reserve: true }));
+    expect(body.allowed).toBe(true);
+    expect(typeof body.invocation_id).toBe('string');
+    const id = body.invocation_id as string;
+    expect(json(await invocationWithService(t.deploymentId, id))).toMatchObject({ status: 'reserved', reserved_credits: 1 });
+    expect(json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'x', invocation_id: id }))).toMatchObject({
+      success: true,
+      credits_used: 1,
+      credits_remaining: 4,
+    });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 1, purchased_balance: 0, reserved: 0 });
+    await expectLedgerConsistent(t);
+  });
+
+  it('repeating the reserve with the same invocation_id holds once', async () => {
+    const t = await tenantWith(10);
+    const first = json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: 'twice' }));
+    const again = json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: 'twice' }));
+    expect(again).toEqual(first);
+    expect(await balanceOf(t.deploymentId)).toMatchObject({ reserved: 3 });
+    const reused = await serviceCheck({ deployment_id: t.deploymentId, tool_name: 'another-tool', reserve: true, invocation_id: 'twice' });
+    expect(reused.statusCode).toBe(422);
+    expect(json(reused)).toMatchObject({ error: 'idempotency_key_reused', code: 'IDEMPOTENCY_KEY_REUSED' });
+    expect(await balanceOf(t.deploymentId)).toMatchObject({ reserved: 3 });
+  });
+
+  it('recording a reserved id with another tool → 422, and the hold stays for the right record', async () => {
+    const t = await tenantWith(5);
+    await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: 'mismatch' });
+    const wrong = await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'other-tool', invocation_id: 'mismatch' });
+    expect(wrong.statusCode).toBe(422);
+    expect(json(wrong)).toMatchObject({ error: 'idempotency_key_reused', code: 'IDEMPOTENCY_KEY_REUSED' });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 0, purchased_balance: 0, reserved: 3 });
+    expect(json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced, invocation_id: 'mismatch' }))).toMatchObject({
+      success: true,
+      credits_used: 3,
+    });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 3, purchased_balance: 0, reserved: 0 });
+    await expectLedgerConsistent(t);
+  });
+
+  it('a reservation the balance cannot cover is refused and holds nothing', async () => {
+    const t = await tenantWith(2);
+    const res = json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: 'short' }));
+    expect(res).toMatchObject({ allowed: false, credit_cost: 0, credits_available: null, reason: 'insufficient_credits' });
+    expect(await balanceOf(t.deploymentId)).toMatchObject({ reserved: 0 });
+    // No hold, so the invocation is not reported as reserved.
+    const status = await invocationWithService(t.deploymentId, 'short');
+    if (status.statusCode === 200) expect(json(status).status).not.toBe('reserved');
+    else expect(status.statusCode).toBe(404);
+  });
+
+  it('a reservation not recorded within 5 minutes is released: the credits come back, the invocation is expired', async () => {
+    const t = await tenantWith(3);
+    expect(json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: 'late' }))).toMatchObject({
+      allowed: true,
+    });
+    expect(json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'x' }))).toMatchObject({ success: false });
+    h.clock.advance(4 * MINUTE + 59 * SECOND);
+    expect(json(await invocationWithService(t.deploymentId, 'late'))).toMatchObject({ status: 'reserved', reserved_credits: 3 });
+    expect(await available(t)).toBe(0);
+    h.clock.advance(2 * SECOND);
+    const status = json(await invocationWithService(t.deploymentId, 'late'));
+    expect(status).toMatchObject({ invocation_id: 'late', status: 'expired', reserved_credits: 0, usage_id: null, credits_used: 0 });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 0, purchased_balance: 0, reserved: 0 });
+    expect(await available(t)).toBe(3);
+    // The credits are spendable by anyone again.
+    expect(json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced }))).toMatchObject({ success: true, credits_used: 3 });
+    await expectLedgerConsistent(t);
+  });
+
+  it('a plain check right after the hold lapsed already sees the credits (no sweeper pass needed)', async () => {
+    const t = await tenantWith(3);
+    expect(json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: 'lapsed' })).allowed).toBe(
+      true,
+    );
+    h.clock.advance(5 * MINUTE + SECOND);
+    // SPEC §4: the hold lasts 5 minutes; after that the credits are spendable, and a check must say so.
+    expect(json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced }))).toMatchObject({
+      allowed: true,
+      credit_cost: 3,
+      credits_available: 3,
+    });
+    expect(json(await stdioCheck(t.apiKey, { tool_name: advanced }))).toMatchObject({ allowed: true, credit_cost: 3 });
+  });
+
+  it('an overdue reservation does not block a plain record even before anyone looks at it', async () => {
+    const t = await tenantWith(1);
+    expect(json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: 'x', reserve: true, invocation_id: 'stale' })).allowed).toBe(true);
+    h.clock.advance(5 * MINUTE + SECOND);
+    expect(json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'x' }))).toMatchObject({ success: true, credits_used: 1 });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 1, purchased_balance: 0, reserved: 0 });
+    expect(json(await invocationWithService(t.deploymentId, 'stale')).status).toBe('expired');
+    await expectLedgerConsistent(t);
+  });
+});
+
+describe('release', () => {
+  it('with the API key: returns the credits; a second release is harmless', async () => {
+    const t = await tenantWith(5);
+    await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: 'rel-1' });
+    expect(await available(t)).toBe(2);
+    const res = await releaseWithKey(t.apiKey, 'rel-1');
+    expect(res.statusCode).toBe(200);
+    expect(json(res)).toEqual({ invocation_id: 'rel-1', status: 'released', released_credits: 3 });
+    expect(await available(t)).toBe(5);
+    const again = await releaseWithKey(t.apiKey, 'rel-1');
+    expect(again.statusCode).toBe(200);
+    expect(json(again)).toEqual({ invocation_id: 'rel-1', status: 'released', released_credits: 0 });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 0, purchased_balance: 0, reserved: 0 });
+    expect(json(await invocationWithKey(t.apiKey, 'rel-1'))).toMatchObject({ status: 'released', reserved_credits: 0 });
+    await expectLedgerConsistent(t);
+  });
+
+  it('with the API key and no body at all', async () => {
+    const t = await tenantWith(5);
+    await stdioCheck(t.apiKey, { tool_name: 'x', reserve: true, invocation_id: 'rel-nobody' });
+    const res = await h.request({ method: 'POST', url: '/api/v1/mcp/reservations/rel-nobody/release', headers: bearer(t.apiKey) });
+    expect(res.statusCode).toBe(200);
+    expect(json(res)).toEqual({ invocation_id: 'rel-nobody', status: 'released', released_credits: 1 });
+  });
+
+  it('with the service key and the deployment_id in the body', async () => {
+    const t = await tenantWith(5);
+    await serviceCheck({ deployment_id: t.deploymentId, tool_name: 'x', reserve: true, invocation_id: 'rel-svc' });
+    const res = await releaseWithService(t.deploymentId, 'rel-svc');
+    expect(res.statusCode).toBe(200);
+    expect(json(res)).toEqual({ invocation_id: 'rel-svc', status: 'released', released_credits: 1 });
+    expect(json(await releaseWithService(t.deploymentId, 'rel-svc'))).toMatchObject({ status: 'released', released_credits: 0 });
+    expect(await balanceOf(t.deploymentId)).toMatchObject({ reserved: 0 });
+    // The service key must say which deployment.
+    const missing = await h.request({
+      method: 'POST',
+      url: '/api/v1/mcp/reservations/rel-svc/release',
+      headers: serviceHeaders(h),
+      payload: {},
+    });
+    expect(missing.statusCode).toBe(400);
+    expect(json(missing)).toMatchObject({ code: 'INVALID_REQUEST' });
+  });
+
+  it('after the record → 409 CONFLICT, and the record stands', async () => {
+    const t = await tenantWith(5);
+    await serviceCheck({ deployment_id: t.deploymentId, tool_name: 'x', reserve: true, invocation_id: 'rel-late' });
+    await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'x', invocation_id: 'rel-late' });
+    for (const res of [await releaseWithKey(t.apiKey, 'rel-late'), await releaseWithService(t.deploymentId, 'rel-late')]) {
+      expect(res.statusCode).toBe(409);
+      expect(json(res)).toMatchObject({ error: 'conflict', code: 'CONFLICT' });
+    }
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 1, purchased_balance: 0, reserved: 0 });
+    expect(json(await invocationWithKey(t.apiKey, 'rel-late')).status).toBe('recorded');
+    await expectLedgerConsistent(t);
+  });
+
+  it('of an expired reservation gives nothing back twice; of an unknown id → 404', async () => {
+    const t = await tenantWith(5);
+    await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: 'rel-exp' });
+    h.clock.advance(5 * MINUTE + SECOND);
+    // Whether the lapsed hold is reported as expired (0 given back) or released now (3), it comes back once.
+    const res = await releaseWithKey(t.apiKey, 'rel-exp');
+    expect(res.statusCode).toBe(200);
+    expect(json(res).invocation_id).toBe('rel-exp');
+    expect([0, 3]).toContain(json(res).released_credits);
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 0, purchased_balance: 0, reserved: 0 });
+    expect(await available(t)).toBe(5);
+    const again = await releaseWithKey(t.apiKey, 'rel-exp');
+    expect(again.statusCode).toBe(200);
+    expect(json(again).released_credits).toBe(0);
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 0, purchased_balance: 0, reserved: 0 });
+    const unknown = await releaseWithKey(t.apiKey, 'never-reserved');
+    expect(unknown.statusCode).toBe(404);
+    expect(json(unknown)).toMatchObject({ error: 'not_found', code: 'NOT_FOUND' });
+    await expectLedgerConsistent(t);
+  });
+
+  it('a released invocation id may be used again for a new reservation', async () => {
+    const t = await tenantWith(5);
+    await serviceCheck({ deployment_id: t.deploymentId, tool_name: 'x', reserve: true, invocation_id: 'again' });
+    await releaseWithService(t.deploymentId, 'again');
+    expect(json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: 'x', reserve: true, invocation_id: 'again' }))).toMatchObject({
+      allowed: true,
+      credits_available: 4,
+    });
+    expect(json(await invocationWithService(t.deploymentId, 'again'))).toMatchObject({ status: 'reserved', reserved_credits: 1 });
+  });
+});
+
+describe('invocation status', () => {
+  it('reports reserved, recorded, released, expired and refunded, to the API key and to the service key', async () => {
+    const t = await tenantWith(20);
+    const expiresAt = new Date(h.clock.now().getTime() + 5 * MINUTE).toISOString();
+    await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: 'st-reserved' });
+    await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: 'st-released' });
+    await releaseWithKey(t.apiKey, 'st-released');
+    const recorded = json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced, invocation_id: 'st-recorded' }));
+    const refunded = json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced, invocation_id: 'st-refunded' }));
+    expect(json(await refund(refunded.usage_id as string, { reason: 'tool crashed' }))).toMatchObject({ credits_refunded: 3 });
+
+    const reservedView = json(await invocationWithKey(t.apiKey, 'st-reserved'));
+    expect(reservedView).toMatchObject({
+      invocation_id: 'st-reserved',
+      deployment_id: t.deploymentId,
+      status: 'reserved',
+      tool_name: advanced,
+      reserved_credits: 3,
+      reservation_expires_at: expiresAt,
+      usage_id: null,
+      credits_used: 0,
+      credits_refunded: 0,
+    });
+    expect(json(await invocationWithKey(t.apiKey, 'st-released'))).toMatchObject({ status: 'released', reserved_credits: 0, usage_id: null });
+    expect(json(await invocationWithKey(t.apiKey, 'st-recorded'))).toMatchObject({
+      status: 'recorded',
+      usage_id: recorded.usage_id,
+      credits_used: 3,
+      credits_refunded: 0,
+    });
+    expect(json(await invocationWithKey(t.apiKey, 'st-refunded'))).toMatchObject({
+      status: 'refunded',
+      usage_id: refunded.usage_id,
+      credits_used: 3,
+      credits_refunded: 3,
+    });
+    // The service key sees the same, for the deployment it names.
+    for (const id of ['st-reserved', 'st-released', 'st-recorded', 'st-refunded']) {
+      const viaService = await invocationWithService(t.deploymentId, id);
+      expect(viaService.statusCode).toBe(200);
+      expect(json(viaService)).toEqual(json(await invocationWithKey(t.apiKey, id)));
+    }
+    h.clock.advance(5 * MINUTE + SECOND);
+    expect(json(await invocationWithKey(t.apiKey, 'st-reserved'))).toMatchObject({ status: 'expired', reserved_credits: 0 });
+    await expectLedgerConsistent(t);
+  });
+
+  it('an unknown id is 404; the service key without deployment_id is 400', async () => {
+    const t = await tenantWith(5);
+    const unknown = await invocationWithKey(t.apiKey, 'who-knows');
+    expect(unknown.statusCode).toBe(404);
+    expect(json(unknown)).toMatchObject({ error: 'not_found', code: 'NOT_FOUND' });
+    expect((await invocationWithService(t.deploymentId, 'who-knows')).statusCode).toBe(404);
+    const noDeployment = await h.request({ method: 'GET', url: '/api/v1/mcp/invocations/who-knows', headers: serviceHeaders(h) });
+    expect(noDeployment.statusCode).toBe(400);
+  });
+
+  it('a denied record is reported as denied', async () => {
+    const t = await tenantWith(0);
+    expect(json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'x', invocation_id: 'st-denied' }))).toMatchObject({
+      success: false,
+      error: 'insufficient_credits',
+    });
+    expect(json(await invocationWithKey(t.apiKey, 'st-denied'))).toMatchObject({ status: 'denied', usage_id: null, credits_used: 0 });
+  });
+});
+
+describe('refunds', () => {
+  async function usedOnce(t: Tenant, invocationId?: string) {
+    const body = json(
+      await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced, ...(invocationId ? { invocation_id: invocationId } : {}) }),
+    );
+    expect(body.success).toBe(true);
+    return body.usage_id as string;
+  }
+
+  it('partial then whole: purchased credits come back first, then the monthly bucket, each with a refund ledger row', async () => {
+    // 2 monthly + 5 purchased; a cost of 3 takes 2 monthly and 1 purchased.
+    const t = await tenantWith(2, 5);
+    const usageId = await usedOnce(t, 'ref-1');
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 2, purchased_balance: 4, reserved: 0 });
+
+    const partial = await refund(usageId, { amount: 1, reason: 'partial failure' });
+    expect(partial.statusCode).toBe(200);
+    expect(json(partial)).toMatchObject({ usage_id: usageId, credits_refunded: 1, total_refunded: 1, credits_remaining: 5 });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 2, purchased_balance: 5, reserved: 0 });
+    expect(json(await invocationWithKey(t.apiKey, 'ref-1'))).toMatchObject({ status: 'recorded', credits_refunded: 1 });
+
+    const whole = await refund(usageId, { reason: 'gave up' });
+    expect(whole.statusCode).toBe(200);
+    expect(json(whole)).toMatchObject({ usage_id: usageId, credits_refunded: 2, total_refunded: 3, credits_remaining: 7 });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 0, purchased_balance: 5, reserved: 0 });
+    expect(json(await invocationWithKey(t.apiKey, 'ref-1'))).toMatchObject({ status: 'refunded', credits_refunded: 3 });
+
+    const refunds = await ledgerKinds(t.deploymentId, 'refund');
+    expect(refunds).toEqual([
+      { amount: 1, monthly_delta: 0, purchased_delta: 1, usage_id: usageId },
+      { amount: 2, monthly_delta: 2, purchased_delta: 0, usage_id: usageId },
+    ]);
+    const usage = await h.deps.db.query<{ refunded: number; quantity: number }>('SELECT refunded, quantity FROM usage_records WHERE id = $1', [
+      usageId,
+    ]);
+    expect(usage).toEqual([{ refunded: 3, quantity: 3 }]);
+    await expectLedgerConsistent(t);
+
+    // Nothing is left to refund.
+    const over = await refund(usageId, { amount: 1, reason: 'again' });
+    expect(over.statusCode).toBe(400);
+    expect(json(over)).toMatchObject({ error: 'invalid_request', code: 'INVALID_REQUEST' });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 0, purchased_balance: 5, reserved: 0 });
+    await expectLedgerConsistent(t);
+  });
+
+  it('a usage paid from the monthly bucket alone is refunded to the monthly bucket', async () => {
+    const t = await tenantWith(10, 5);
+    const usageId = await usedOnce(t);
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 3, purchased_balance: 5, reserved: 0 });
+    expect(json(await refund(usageId, { reason: 'whole' }))).toMatchObject({ credits_refunded: 3, total_refunded: 3, credits_remaining: 15 });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 0, purchased_balance: 5, reserved: 0 });
+    await expectLedgerConsistent(t);
+  });
+
+  it('with an API key that has the write scope; a read-only key is refused', async () => {
+    const t = await tenantWith(10);
+    const usageId = await usedOnce(t);
+    const { key: readOnly } = await createApiKey(h.ctx, { organizationId: t.organizationId, name: 'ro', scopes: ['read'] });
+    const refused = await refund(usageId, { amount: 1, reason: 'x' }, bearer(readOnly));
+    expect(refused.statusCode).toBe(403);
+    expect(json(refused)).toMatchObject({ error: 'forbidden', code: 'INSUFFICIENT_SCOPE' });
+    expect(await balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 3 });
+    const ok = await refund(usageId, { amount: 1, reason: 'x' }, bearer(t.apiKey));
+    expect(ok.statusCode).toBe(200);
+    expect(json(ok)).toMatchObject({ credits_refunded: 1, total_refunded: 1 });
+    expect(await balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 2 });
+    await expectLedgerConsistent(t);
+  });
+
+  it('the Idempotency-Key makes a repeated partial refund answer the first and not refund twice', async () => {
+    const t = await tenantWith(10);
+    const usageId = await usedOnce(t);
+    const first = await refund(usageId, { amount: 1, reason: 'retry-safe' }, { ...serviceHeaders(h), 'idempotency-key': 'refund-key-1' });
+    expect(first.statusCode).toBe(200);
+    const again = await refund(usageId, { amount: 1, reason: 'retry-safe' }, { ...serviceHeaders(h), 'idempotency-key': 'refund-key-1' });
+    expect(again.statusCode).toBe(200);
+    expect(json(again)).toEqual(json(first));
+    expect(json(first)).toMatchObject({ credits_refunded: 1, total_refunded: 1 });
+    expect(typeof json(first).refund_id).toBe('string');
+    expect(await balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 2 });
+    expect(await ledgerKinds(t.deploymentId, 'refund')).toHaveLength(1);
+
+    // The same key in the body is the same key.
+    const inBody = await refund(usageId, { amount: 1, reason: 'retry-safe', idempotency_key: 'refund-key-1' });
+    expect(json(inBody)).toEqual(json(first));
+    expect(await ledgerKinds(t.deploymentId, 'refund')).toHaveLength(1);
+
+    // Same key, different amount: refused, nothing refunded.
+    const reused = await refund(usageId, { amount: 2, reason: 'retry-safe' }, { ...serviceHeaders(h), 'idempotency-key': 'refund-key-1' });
+    expect(reused.statusCode).toBe(422);
+    expect(json(reused)).toMatchObject({ error: 'idempotency_key_reused', code: 'IDEMPOTENCY_KEY_REUSED' });
+    expect(await balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 2 });
+
+    // A different key is a new refund.
+    const second = await refund(usageId, { amount: 1, reason: 'retry-safe' }, { ...serviceHeaders(h), 'idempotency-key': 'refund-key-2' });
+    expect(json(second)).toMatchObject({ credits_refunded: 1, total_refunded: 2 });
+    expect(await ledgerKinds(t.deploymentId, 'refund')).toHaveLength(2);
+    await expectLedgerConsistent(t);
+  });
+
+  it('an amount over what is refundable → 400 and nothing changes', async () => {
+    const t = await tenantWith(10);
+    const usageId = await usedOnce(t);
+    const res = await refund(usageId, { amount: 4, reason: 'too much' });
+    expect(res.statusCode).toBe(400);
+    expect(json(res)).toMatchObject({ code: 'INVALID_REQUEST' });
+    expect(await refund(usageId, { amount: 2, reason: 'ok' })).toMatchObject({ statusCode: 200 });
+    const rest = await refund(usageId, { amount: 2, reason: 'over the rest' });
+    expect(rest.statusCode).toBe(400);
+    expect(await balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 1 });
+    expect(await ledgerKinds(t.deploymentId, 'refund')).toHaveLength(1);
+    await expectLedgerConsistent(t);
+  });
+
+  it('a refund of a failed usage → 409 CONFLICT; of an unknown usage → 404', async () => {
+    const t = await tenantWith(0);
+    const failed = json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced }));
+    expect(failed).toMatchObject({ success: false, error: 'insufficient_credits' });
+    expect(typeof failed.usage_id).toBe('string');
+    const res = await refund(failed.usage_id as string, { reason: 'nothing was taken' });
+    expect(res.statusCode).toBe(409);
+    expect(json(res)).toMatchObject({ error: 'conflict', code: 'CONFLICT' });
+    const sandbox = await createTenant(h, { tier: 'sandbox' });
+    const denied = json(await serviceUsage({ deployment_id: sandbox.deploymentId, tool_name: 'x' }));
+    expect((await refund(denied.usage_id as string, { reason: 'denied' })).statusCode).toBe(409);
+    const unknown = await refund(randomUUID(), { reason: 'who?' });
+    expect(unknown.statusCode).toBe(404);
+    expect(json(unknown)).toMatchObject({ error: 'not_found', code: 'NOT_FOUND' });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 0, purchased_balance: 0, reserved: 0 });
+    await expectLedgerConsistent(t);
+    await expectLedgerConsistent(sandbox);
+  });
+});
+
+describe('idempotency of record (SPEC §4)', () => {
+  it('the same invocation_id within 24 h replays; after 24 h it is a new call that deducts again', async () => {
+    const t = await tenantWith(10);
+    const first = await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'x', invocation_id: 'daily' });
+    expect(json(first)).toMatchObject({ success: true, credits_used: 1, credits_remaining: 9 });
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+
+    h.clock.advance(23 * HOUR + 59 * MINUTE);
+    const replay = await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'x', invocation_id: 'daily' });
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(json(replay)).toEqual(json(first));
+    expect(await balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 1 });
+
+    h.clock.advance(MINUTE + SECOND); // 24 h + 1 s after the first
+    const fresh = await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'x', invocation_id: 'daily' });
+    expect(fresh.statusCode).toBe(200);
+    expect(fresh.headers['idempotent-replayed']).toBeUndefined();
+    expect(json(fresh)).toMatchObject({ success: true, credits_used: 1, credits_remaining: 8 });
+    expect(json(fresh).usage_id).not.toBe(json(first).usage_id);
+    expect(await balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 2 });
+    expect(await ledgerKinds(t.deploymentId, 'deduct')).toHaveLength(2);
+
+    // The new call starts a new window: a repeat now replays the second answer.
+    const replay2 = await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'x', invocation_id: 'daily' });
+    expect(replay2.headers['idempotent-replayed']).toBe('true');
+    expect(json(replay2)).toEqual(json(fresh));
+    await expectLedgerConsistent(t);
+  });
+
+  it('a denied invocation (insufficient credits) may be recorded later with the same id once credits are granted', async () => {
+    const t = await tenantWith(0);
+    const denied = await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced, invocation_id: 'after-topup' });
+    expect(json(denied)).toMatchObject({ success: false, credits_used: 0, error: 'insufficient_credits' });
+    await grant(h, t.deploymentId, 5);
+    const ok = await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced, invocation_id: 'after-topup' });
+    expect(ok.statusCode).toBe(200);
+    expect(ok.headers['idempotent-replayed']).toBeUndefined();
+    expect(json(ok)).toMatchObject({ success: true, credits_used: 3, credits_remaining: 2, error: null });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 0, purchased_balance: 2, reserved: 0 });
+    // Now it is recorded: a repeat replays and deducts nothing.
+    const replay = await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced, invocation_id: 'after-topup' });
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(json(replay)).toEqual(json(ok));
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 0, purchased_balance: 2, reserved: 0 });
+    expect(json(await invocationWithKey(t.apiKey, 'after-topup'))).toMatchObject({ status: 'recorded', credits_used: 3 });
+    await expectLedgerConsistent(t);
+  });
+
+  it('the same id after a full day is a new call in stdio mode too', async () => {
+    const t = await tenantWith(10);
+    await stdioRecord(t.apiKey, { tool_name: 'x' }, { 'idempotency-key': 'stdio-daily' });
+    h.clock.advance(DAY + SECOND);
+    const again = await stdioRecord(t.apiKey, { tool_name: 'x' }, { 'idempotency-key': 'stdio-daily' });
+    expect(again.headers['idempotent-replayed']).toBeUndefined();
+    expect(json(again)).toMatchObject({ success: true, credits_remaining: 8 });
+    expect(await ledgerKinds(t.deploymentId, 'deduct')).toHaveLength(2);
+    await expectLedgerConsistent(t);
+  });
+});
