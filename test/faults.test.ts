@@ -6,7 +6,7 @@ import { ManualClock } from '../src/clock.js';
 import { testConfig } from '../src/config.js';
 import { openDatabase } from '../src/db/client.js';
 import { findLedgerMismatches } from '../src/modules/credits/ledger.js';
-import { createHarness, createTenant, dbKind, type Harness, json, serviceHeaders } from './harness.js';
+import { createHarness, createTenant, dbKind, type Harness, json } from './harness.js';
 
 describe('database unreachable', () => {
   it('answers 503 SERVICE_UNAVAILABLE with Retry-After on every metered path, /readyz 503, /healthz 200', async () => {
