@@ -1,5 +1,5 @@
 import type { Deps } from '../context.js';
-import { expireReservations } from '../modules/credits/reservations.js';
+import { expireReservations, pruneInvocations } from '../modules/credits/reservations.js';
 
 /**
  * Background loops, each declared here (STYLE rule 8): what it claims, how much per run, how often.
@@ -21,6 +21,13 @@ export const WORKERS: WorkerDefinition[] = [
     batchSize: 500,
     intervalMs: 15_000,
     run: (deps) => expireReservations(deps.db, deps.clock.now()),
+  },
+  {
+    name: 'invocation-retention',
+    table: 'invocations',
+    batchSize: 1000,
+    intervalMs: 10 * 60_000,
+    run: (deps) => pruneInvocations(deps.db, deps.clock.now(), 1000),
   },
 ];
 

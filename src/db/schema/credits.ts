@@ -155,6 +155,7 @@ export const invocations = pgTable(
     index('invocations_reservation_expiry_idx')
       .on(t.reservationExpiresAt)
       .where(sql`${t.status} = 'reserved'`),
+    index('invocations_created_idx').on(t.createdAt),
   ],
 );
 

@@ -81,3 +81,24 @@ export async function releaseReservation(
   );
   return rows[0]?.amount ?? null;
 }
+
+/** Invocation rows outlive the 24 h idempotency window so clients can reconcile; this long. */
+export const INVOCATION_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
+
+/** Delete settled invocation rows past retention (never an open reservation); returns how many. */
+export async function pruneInvocations(db: Queryable, now: Date, limit = 1000): Promise<number> {
+  const rows = await db.query<{ n: number }>(
+    `WITH old AS (
+       SELECT deployment_id, invocation_id FROM invocations
+       WHERE created_at < $1::timestamptz AND status <> 'reserved'
+       LIMIT $2 FOR UPDATE SKIP LOCKED
+     ), del AS (
+       DELETE FROM invocations i USING old
+       WHERE i.deployment_id = old.deployment_id AND i.invocation_id = old.invocation_id
+       RETURNING 1
+     )
+     SELECT count(*)::int AS n FROM del`,
+    [new Date(now.getTime() - INVOCATION_RETENTION_MS), limit],
+  );
+  return rows[0]?.n ?? 0;
+}

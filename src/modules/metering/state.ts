@@ -115,9 +115,16 @@ export async function loadApiKeyPrincipal(deps: Deps, key: string | undefined): 
   };
 }
 
+/** When this process last wrote last_used_at per key, so a burst of requests writes once, not once each. */
+const lastTouched = new Map<string, number>();
+
 /** last_used_at at most once a minute per key (SPEC §8), off the response path. */
 function touchApiKey(deps: Deps, apiKeyId: string, lastUsedAt: Date | null, now: Date): void {
   if (lastUsedAt && now.getTime() - lastUsedAt.getTime() < 60_000) return;
+  const touched = lastTouched.get(apiKeyId);
+  if (touched !== undefined && now.getTime() - touched < 60_000) return;
+  if (lastTouched.size > 100_000) lastTouched.clear();
+  lastTouched.set(apiKeyId, now.getTime());
   deps.db
     .query(
       `UPDATE api_keys SET last_used_at = $2 WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $3)`,

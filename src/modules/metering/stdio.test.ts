@@ -131,4 +131,27 @@ describe('stdio record-usage', () => {
     const rows = await h.deps.db.query('SELECT 1 FROM credit_ledger WHERE deployment_id = $1 AND kind = $2', [t.deploymentId, 'deduct']);
     expect(rows).toHaveLength(1);
   });
+
+  it("updates the key's last_used_at at most once a minute", async () => {
+    const t = await createTenant(h);
+    const lastUsed = async () =>
+      (await h.deps.db.query<{ last_used_at: Date | null }>('SELECT last_used_at FROM api_keys WHERE key_prefix = $1', [t.apiKey.slice(0, 10)]))[0]!
+        .last_used_at;
+    const waitFor = async (expected: number) => {
+      const deadline = Date.now() + 5_000;
+      while ((await lastUsed())?.getTime() !== expected && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      expect((await lastUsed())?.getTime()).toBe(expected);
+    };
+    expect(await lastUsed()).toBeNull();
+    const first = h.clock.now().getTime();
+    await check(t.apiKey, { tool_name: 'x' });
+    await waitFor(first);
+    h.clock.advance(30_000);
+    await check(t.apiKey, { tool_name: 'x' });
+    await new Promise((r) => setTimeout(r, 50));
+    expect((await lastUsed())?.getTime()).toBe(first);
+    h.clock.advance(31_000);
+    await check(t.apiKey, { tool_name: 'x' });
+    await waitFor(first + 61_000);
+  });
 });

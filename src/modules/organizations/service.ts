@@ -39,7 +39,7 @@ export async function createOrganization(
 ): Promise<{ organization: OrganizationRow; deployment: DeploymentRow; deploymentSecret: string }> {
   const now = ctx.clock.now();
   try {
-    return await ctx.db.transaction(async (tx) => {
+    const created = await ctx.db.transaction(async (tx) => {
       const rows = await tx.query<OrganizationRow>(
         `INSERT INTO organizations (name, slug, plan, created_at, updated_at) VALUES ($1, $2, $3, $4, $4) RETURNING *`,
         [input.name, input.slug, input.plan ?? 'free', now],
@@ -66,6 +66,9 @@ export async function createOrganization(
       });
       return { organization, deployment, deploymentSecret: secret };
     });
+    // The owner may have been resolved to "no deployment" before; that answer is now wrong.
+    if (input.ownerUserId) ctx.bus.publish('resolve-cache');
+    return created;
   } catch (err) {
     if ((err as { code?: string }).code === '23505' && String((err as Error).message).includes('organizations_slug_key')) {
       throw new AppError('CONFLICT', `The slug "${input.slug}" is taken`);

@@ -19,16 +19,19 @@ export async function createUser(
   input: { email: string; externalId?: string | undefined; fullName?: string | undefined },
 ): Promise<UserRow> {
   try {
-    return await ctx.db.transaction(async (tx) => {
+    const user = await ctx.db.transaction(async (tx) => {
       const rows = await tx.query<UserRow>(
         `INSERT INTO users (email, external_id, full_name, created_at, updated_at) VALUES ($1, $2, $3, $4, $4)
          RETURNING id, email, external_id, full_name, default_organization_id, created_at, updated_at`,
         [input.email, input.externalId ?? null, input.fullName ?? null, ctx.clock.now()],
       );
-      const user = rows[0]!;
-      await writeAudit(tx, ctx, { organizationId: null, action: 'create', resourceType: 'user', resourceId: user.id });
-      return user;
+      const row = rows[0]!;
+      await writeAudit(tx, ctx, { organizationId: null, action: 'create', resourceType: 'user', resourceId: row.id });
+      return row;
     });
+    // resolve-deployment may hold a "not found" answer for this external id.
+    if (input.externalId) ctx.bus.publish('resolve-cache');
+    return user;
   } catch (err) {
     if ((err as { code?: string }).code === '23505') throw new AppError('CONFLICT', 'A user with this email or external id exists');
     throw err;

@@ -1,0 +1,1 @@
+CREATE INDEX "invocations_created_idx" ON "invocations" USING btree ("created_at");
