@@ -10,9 +10,11 @@ import { validatorCompiler } from './http/validation.js';
 import { type Bus, LocalBus, RedisBus } from './lib/bus.js';
 import { Caches } from './lib/caches.js';
 import { adminRoutes } from './modules/admin/routes.js';
+import { authRoutes } from './modules/auth/routes.js';
 import { entitlementRoutes } from './modules/entitlements/routes.js';
 import { healthRoutes } from './modules/health/routes.js';
 import { meteringRoutes } from './modules/metering/routes.js';
+import { organizationRoutes } from './modules/organizations/routes.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -82,6 +84,8 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(meteringRoutes);
   await app.register(entitlementRoutes);
   await app.register(adminRoutes);
+  await app.register(authRoutes);
+  await app.register(organizationRoutes);
   app.addHook('onClose', async () => {
     if (!options.bus) await bus.close();
   });

@@ -31,6 +31,8 @@ export interface Config {
   logLevel: string;
   /** Size of the pg pool (PostgreSQL only). */
   databasePoolSize: number;
+  /** scrypt cost as log2(N); 17 is the OWASP recommendation and the production minimum. */
+  passwordHashLogN: number;
 }
 
 export class ConfigError extends Error {
@@ -165,6 +167,7 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     newOrgTier: newOrgTier as Tier,
     logLevel: str(env, 'LOG_LEVEL') ?? (nodeEnv === 'test' ? 'silent' : 'info'),
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 20, 1, 1000),
+    passwordHashLogN: int(env, 'PASSWORD_HASH_LOG_N', 17, nodeEnv === 'production' ? 17 : 10, 20),
   };
   return { config, generated };
 }
@@ -208,6 +211,8 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     newOrgTier: 'sandbox',
     logLevel: 'silent',
     databasePoolSize: 10,
+    // Cheap hashes keep the suite fast; the scrypt code path is the same.
+    passwordHashLogN: 10,
     ...overrides,
   };
 }

@@ -17,7 +17,14 @@ const fill = (url: string) =>
   url.replace(/:id\b/g, '6f1c3d2e-0000-4000-8000-000000000000').replace(/:[a-z_]+/g, 'x');
 
 function routes(auth?: string) {
-  return h.app.routeList.filter((r) => r.url.startsWith('/api/') && r.auth !== 'public' && (!auth || r.auth === auth));
+  return h.app.routeList.filter((r) => !r.hidden && r.auth !== 'public' && (!auth || r.auth === auth));
+}
+
+/** The 401 body: flat on /api/v1, the envelope elsewhere (SPEC §8). */
+function expectUnauthorized(res: { statusCode: number; json(): unknown }, url: string) {
+  expect(res.statusCode, url).toBe(401);
+  if (url.startsWith('/api/v1/')) expect(res.json(), url).toMatchObject({ error: 'unauthorized', code: 'UNAUTHORIZED' });
+  else expect(res.json(), url).toMatchObject({ success: false, error: { code: 'UNAUTHORIZED' } });
 }
 
 const WRONG: Record<string, Record<string, string>> = {
@@ -26,32 +33,35 @@ const WRONG: Record<string, Record<string, string>> = {
   apiKeyOrService: { 'x-mcp-service-key': 'wrong-service-key-0123456789' },
   admin: { 'x-admin-key': 'wrong-admin-key-0123456789' },
   deployment: { 'x-deployment-id': '6f1c3d2e-0000-4000-8000-000000000000', 'x-deployment-secret': 'cgds_nope' },
+  user: bearer('eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl'),
+  account: { 'x-api-key': 'cg_000000000000000000000000000000000000' },
 };
 
 describe('authorization table', () => {
-  it('every /api route declares its authentication', () => {
-    expect(routes().length).toBeGreaterThan(15);
+  it('every authenticated route declares a known mode', () => {
+    expect(routes().length).toBeGreaterThan(20);
     for (const r of routes()) expect(Object.keys(WRONG)).toContain(r.auth);
   });
 
   it('no credentials → 401 UNAUTHORIZED, flat body, even with an invalid body', async () => {
     for (const r of routes()) {
       const res = await h.request({ method: r.method as 'GET', url: fill(r.url), payload: r.method === 'GET' || r.method === 'DELETE' ? undefined : { nonsense: true } });
-      expect(res.statusCode, `${r.method} ${r.url}`).toBe(401);
-      expect(json(res), `${r.method} ${r.url}`).toMatchObject({ error: 'unauthorized', code: 'UNAUTHORIZED' });
+      expectUnauthorized(res, r.url);
     }
   });
 
-  it('wrong credentials → 401', async () => {
+  it('wrong or malformed credentials → 401', async () => {
     for (const r of routes()) {
       const res = await h.request({ method: r.method as 'GET', url: fill(r.url), headers: WRONG[r.auth], payload: r.method === 'GET' || r.method === 'DELETE' ? undefined : {} });
-      expect(res.statusCode, `${r.method} ${r.url}`).toBe(401);
+      expectUnauthorized(res, r.url);
     }
   });
 
   it('a read-only key is refused on every route that changes state (403 INSUFFICIENT_SCOPE)', async () => {
     const t = await createTenant(h, { scopes: ['read'] });
-    const writes = h.app.routeList.filter((r) => (r.auth === 'apiKey' || r.auth === 'apiKeyOrService') && r.method !== 'GET' && !r.url.includes('check-entitlement'));
+    const writes = h.app.routeList.filter(
+      (r) => (r.auth === 'apiKey' || r.auth === 'apiKeyOrService') && r.method !== 'GET' && !r.url.includes('check-entitlement'),
+    );
     expect(writes.length).toBeGreaterThanOrEqual(3);
     for (const r of writes) {
       const res = await h.request({ method: r.method as 'POST', url: fill(r.url), headers: bearer(t.apiKey), payload: {} });

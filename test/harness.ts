@@ -125,3 +125,39 @@ export function serviceHeaders(h: Harness): Record<string, string> {
 export function adminHeaders(h: Harness): Record<string, string> {
   return { 'x-admin-key': h.config.adminApiKey };
 }
+
+export interface SignedInUser {
+  userId: string;
+  email: string;
+  password: string;
+  accessToken: string;
+  refreshToken: string;
+}
+
+/** Sign up a fresh user through the API; returns its tokens. */
+export async function signUp(h: Harness, fullName = 'Test User'): Promise<SignedInUser> {
+  const email = `${unique('u')}@example.com`.toLowerCase();
+  const password = 'correct horse battery staple';
+  const res = await h.request({ method: 'POST', url: '/auth/signup', payload: { email, password, full_name: fullName } });
+  if (res.statusCode !== 201) throw new Error(`signup failed: ${res.statusCode} ${res.body}`);
+  const data = res.json().data as { access_token: string; refresh_token: string; user: { id: string } };
+  return { userId: data.user.id, email, password, accessToken: data.access_token, refreshToken: data.refresh_token };
+}
+
+/** A signed-up user who owns a new organization (created through POST /organizations). */
+export async function signUpWithOrganization(
+  h: Harness,
+  slugPrefix = 'org',
+): Promise<SignedInUser & { organizationId: string; deploymentId: string; deploymentSecret: string }> {
+  const user = await signUp(h);
+  const slug = unique(slugPrefix).toLowerCase().replace(/[^a-z0-9-]/g, '-');
+  const res = await h.request({
+    method: 'POST',
+    url: '/organizations',
+    headers: bearer(user.accessToken),
+    payload: { name: `Org ${slug}`, slug },
+  });
+  if (res.statusCode !== 201) throw new Error(`create organization failed: ${res.statusCode} ${res.body}`);
+  const data = res.json().data as { id: string; deployment: { id: string; secret: string } };
+  return { ...user, organizationId: data.id, deploymentId: data.deployment.id, deploymentSecret: data.deployment.secret };
+}

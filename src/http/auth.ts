@@ -1,7 +1,8 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Actor, Ctx, Deps } from '../context.js';
 import { UnauthorizedError } from '../errors.js';
-import { safeEqual } from '../lib/secrets.js';
+import { API_KEY_PREFIX, safeEqual } from '../lib/secrets.js';
+import { authenticateAccessToken } from '../modules/auth/service.js';
 import { authenticateDeployment, type DeploymentRow } from '../modules/deployments/service.js';
 import { type ApiKeyPrincipal, loadApiKeyPrincipal, requireScope } from '../modules/metering/state.js';
 
@@ -14,8 +15,11 @@ import { type ApiKeyPrincipal, loadApiKeyPrincipal, requireScope } from '../modu
  *   apiKeyOrService either of the two (the service key wins when sent)
  *   admin           X-Admin-Key (SPEC §11)
  *   deployment      X-Deployment-ID + X-Deployment-Secret
+ *   user            a signed-in user's access token (Bearer JWT)
+ *   account         the application API: a user's access token, or an organization API key as
+ *                   Bearer cg_… or X-API-Key (its scope is judged per permission, SPEC §8)
  */
-export type AuthMode = 'public' | 'apiKey' | 'service' | 'apiKeyOrService' | 'admin' | 'deployment';
+export type AuthMode = 'public' | 'apiKey' | 'service' | 'apiKeyOrService' | 'admin' | 'deployment' | 'user' | 'account';
 export type KeyScope = 'read' | 'write' | 'admin';
 
 type AuthResult =
@@ -23,7 +27,8 @@ type AuthResult =
   | { kind: 'apiKey'; ctx: Ctx; principal: ApiKeyPrincipal }
   | { kind: 'service'; ctx: Ctx }
   | { kind: 'admin'; ctx: Ctx }
-  | { kind: 'deployment'; ctx: Ctx; deployment: DeploymentRow };
+  | { kind: 'deployment'; ctx: Ctx; deployment: DeploymentRow }
+  | { kind: 'user'; ctx: Ctx; userId: string; sessionId: string };
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -66,6 +71,20 @@ async function authenticate(request: FastifyRequest, mode: AuthMode, scope: KeyS
     }
     case 'apiKeyOrService':
       return authenticate(request, header(request, 'x-mcp-service-key') !== undefined ? 'service' : 'apiKey', scope);
+    case 'user': {
+      const token = bearerToken(request);
+      if (!token || token.startsWith(API_KEY_PREFIX)) throw new UnauthorizedError('Sign in: send a user access token');
+      const { userId, sessionId } = await authenticateAccessToken(request.server.deps, token);
+      return { kind: 'user', ctx: ctxFor(request, { type: 'user', userId }), userId, sessionId };
+    }
+    case 'account': {
+      const token = bearerToken(request);
+      const apiKey = header(request, 'x-api-key') ?? (token?.startsWith(API_KEY_PREFIX) ? token : undefined);
+      if (apiKey === undefined) return authenticate(request, 'user', scope);
+      const principal = await loadApiKeyPrincipal(request.server.deps, apiKey);
+      const actor: Actor = { type: 'api_key', apiKeyId: principal.apiKeyId, organizationId: principal.organizationId };
+      return { kind: 'apiKey', ctx: ctxFor(request, actor), principal };
+    }
     case 'apiKey': {
       const principal = await loadApiKeyPrincipal(request.server.deps, bearerToken(request));
       if (scope) requireScope(principal, scope);
@@ -87,7 +106,7 @@ async function authenticate(request: FastifyRequest, mode: AuthMode, scope: KeyS
 /** Every /api route must say how it authenticates; a route without `config.auth` fails the boot. */
 export function registerAuth(app: FastifyInstance): void {
   app.addHook('onRoute', (route) => {
-    if (route.url.startsWith('/api/') && !(route.config as { auth?: AuthMode } | undefined)?.auth) {
+    if (/^\/(api|auth|organizations|invitations|billing)(\/|$)/.test(route.url) && !(route.config as { auth?: AuthMode } | undefined)?.auth) {
       throw new Error(`route ${route.method} ${route.url} declares no config.auth`);
     }
   });
@@ -125,4 +144,11 @@ export function ctxOf(request: FastifyRequest): Ctx {
 export function principalOf(request: FastifyRequest): ApiKeyPrincipal | null {
   const result = resultOf(request);
   return result.kind === 'apiKey' ? result.principal : null;
+}
+
+/** The signed-in user of a `user` route (or of an `account` route called with a user token). */
+export function userOf(request: FastifyRequest): { userId: string; sessionId: string; ctx: Ctx } {
+  const result = resultOf(request);
+  if (result.kind !== 'user') throw new UnauthorizedError('This call needs a signed-in user, not an API key');
+  return result;
 }

@@ -21,6 +21,8 @@ export async function registerOpenApi(app: FastifyInstance, publicBaseUrl: strin
       components: {
         securitySchemes: {
           apiKey: { type: 'http', scheme: 'bearer', description: 'Organization API key (cg_…)' },
+          bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'User access token from /auth/login' },
+          apiKeyHeader: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: 'Organization API key on the application API' },
           serviceKey: { type: 'apiKey', in: 'header', name: 'X-MCP-Service-Key' },
           adminKey: { type: 'apiKey', in: 'header', name: 'X-Admin-Key' },
           deploymentId: { type: 'apiKey', in: 'header', name: 'X-Deployment-ID' },

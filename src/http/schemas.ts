@@ -74,3 +74,6 @@ export const Metadata = Nullable(
     description: 'Arbitrary JSON object kept with the usage record (at most 16 KiB serialized)',
   }),
 );
+
+/** An OpenAPI security requirement list: any one of the named schemes. */
+export const anyOf = (...schemes: string[]): Array<Record<string, string[]>> => schemes.map((s) => ({ [s]: [] }));

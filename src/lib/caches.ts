@@ -1,6 +1,7 @@
 import type { Clock } from '../clock.js';
 import { MINUTE } from '../clock.js';
 import type { Bus } from './bus.js';
+import { AttemptLimiter } from './attempt-limiter.js';
 import { TtlCache } from './cache.js';
 
 export interface ResolvedDeployment {
@@ -25,8 +26,11 @@ export class Caches {
   readonly resolve: TtlCache<ResolvedDeployment>;
   /** The cost table and tool map: read on every metered call, changed only by operators. */
   readonly costs: TtlCache<CostTable>;
+  /** SPEC §6: login attempts per (IP, email), 10 per 15 minutes. */
+  readonly loginAttempts: AttemptLimiter;
 
   constructor(clock: Clock, bus: Bus) {
+    this.loginAttempts = new AttemptLimiter(clock, 10, 15 * MINUTE);
     this.resolve = new TtlCache(clock, 5 * MINUTE);
     this.costs = new TtlCache(clock, MINUTE, 1);
     bus.subscribe('resolve-cache', () => this.resolve.clear());

@@ -2,3 +2,5 @@ export * from './accounts.js';
 export * from './audit.js';
 export * from './credits.js';
 export * from './deployments.js';
+export * from './auth.js';
+export * from './billing.js';

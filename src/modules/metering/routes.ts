@@ -3,7 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Ctx } from '../../context.js';
 import { ValidationError } from '../../errors.js';
 import { apiKeyOf, ctxOf, principalOf } from '../../http/auth.js';
-import { flatErrors } from '../../http/schemas.js';
+import { anyOf, flatErrors } from '../../http/schemas.js';
 import { costTable } from './costs.js';
 import { getInvocation, refundUsage, releaseInvocation, type Scope } from './invocations.js';
 import { resolveDeployment } from './resolve.js';
@@ -44,7 +44,7 @@ const stdioTags = ['MCP stdio mode'];
 const serviceTags = ['MCP service mode'];
 const apiKeySecurity = [{ apiKey: [] }];
 const serviceSecurity = [{ serviceKey: [] }];
-const eitherSecurity: Array<Record<string, string[]>> = [{ apiKey: [] }, { serviceKey: [] }];
+const eitherSecurity = anyOf('apiKey', 'serviceKey');
 
 export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();

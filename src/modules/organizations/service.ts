@@ -1,8 +1,9 @@
 import type { Ctx } from '../../context.js';
-import { AppError } from '../../errors.js';
+import { AppError, NotFoundError } from '../../errors.js';
 import { writeAudit } from '../audit/service.js';
 import { createDeployment, type DeploymentRow } from '../deployments/service.js';
 import type { Plan, Tier } from '../entitlements/tiers.js';
+import { authorize } from './rbac.js';
 
 export interface OrganizationRow {
   id: string;
@@ -93,6 +94,115 @@ export async function addMember(
       resourceId: input.userId,
       metadata: { role: input.role },
     });
+  });
+  ctx.bus.publish('resolve-cache');
+}
+
+export interface OrganizationView {
+  id: string;
+  name: string;
+  slug: string;
+  tier: Plan;
+  logo_url: string | null;
+  website: string | null;
+  subscription_status: string | null;
+  role: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export function viewOrganization(o: OrganizationRow, role: string | null): OrganizationView {
+  return {
+    id: o.id,
+    name: o.name,
+    slug: o.slug,
+    tier: o.plan,
+    logo_url: o.logo_url,
+    website: o.website,
+    subscription_status: o.subscription_status,
+    role,
+    created_at: o.created_at.toISOString(),
+    updated_at: o.updated_at.toISOString(),
+  };
+}
+
+/** The caller's organizations: a user's memberships, or an API key's own organization. */
+export async function listOrganizations(
+  ctx: Ctx,
+  pageArgs: { limit: number; cursor: { at: string; id: string } | null },
+): Promise<Array<OrganizationRow & { role: string | null }>> {
+  if (ctx.actor.type === 'api_key') {
+    return ctx.db.query(
+      `SELECT o.*, NULL::text AS role FROM organizations o WHERE o.id = $1 AND o.deleted_at IS NULL
+         AND ($2::timestamptz IS NULL OR (o.created_at, o.id) > ($2::timestamptz, $3::uuid))`,
+      [ctx.actor.organizationId, pageArgs.cursor?.at ?? null, pageArgs.cursor?.id ?? null],
+    );
+  }
+  if (ctx.actor.type !== 'user') return [];
+  return ctx.db.query(
+    `SELECT o.*, m.role FROM organization_members m JOIN organizations o ON o.id = m.organization_id AND o.deleted_at IS NULL
+     WHERE m.user_id = $1 AND ($2::timestamptz IS NULL OR (o.created_at, o.id) > ($2::timestamptz, $3::uuid))
+     ORDER BY o.created_at, o.id LIMIT $4`,
+    [ctx.actor.userId, pageArgs.cursor?.at ?? null, pageArgs.cursor?.id ?? null, pageArgs.limit + 1],
+  );
+}
+
+export async function getOrganization(ctx: Ctx, id: string): Promise<OrganizationView> {
+  const { role } = await authorize(ctx, id, 'organization.read');
+  const rows = await ctx.db.query<OrganizationRow>('SELECT * FROM organizations WHERE id = $1 AND deleted_at IS NULL', [id]);
+  if (!rows[0]) throw new NotFoundError('Organization');
+  return viewOrganization(rows[0], role);
+}
+
+export interface OrganizationUpdate {
+  name?: string | undefined;
+  slug?: string | undefined;
+  logo_url?: string | null | undefined;
+  website?: string | null | undefined;
+}
+
+export async function updateOrganization(ctx: Ctx, id: string, input: OrganizationUpdate): Promise<OrganizationView> {
+  const { role } = await authorize(ctx, id, 'organization.update');
+  try {
+    const row = await ctx.db.transaction(async (tx) => {
+      const before = await tx.query<OrganizationRow>('SELECT * FROM organizations WHERE id = $1 AND deleted_at IS NULL FOR UPDATE', [id]);
+      if (!before[0]) throw new NotFoundError('Organization');
+      const b = before[0];
+      const rows = await tx.query<OrganizationRow>(
+        `UPDATE organizations SET name = $2, slug = $3, logo_url = $4, website = $5, updated_at = $6 WHERE id = $1 RETURNING *`,
+        [
+          id,
+          input.name ?? b.name,
+          input.slug ?? b.slug,
+          input.logo_url === undefined ? b.logo_url : input.logo_url,
+          input.website === undefined ? b.website : input.website,
+          ctx.clock.now(),
+        ],
+      );
+      await writeAudit(tx, ctx, { organizationId: id, action: 'update', resourceType: 'organization', resourceId: id, metadata: { ...input } });
+      return rows[0]!;
+    });
+    return viewOrganization(row, role);
+  } catch (err) {
+    if ((err as { code?: string }).code === '23505') throw new AppError('CONFLICT', `The slug "${input.slug}" is taken`);
+    throw err;
+  }
+}
+
+/**
+ * Soft delete (owner only). Every credential of the organization stops working with this commit:
+ * keys and deployment secrets are looked up through the organization's deleted_at.
+ */
+export async function deleteOrganization(ctx: Ctx, id: string): Promise<void> {
+  await authorize(ctx, id, 'organization.delete');
+  await ctx.db.transaction(async (tx) => {
+    const rows = await tx.query('UPDATE organizations SET deleted_at = $2, updated_at = $2 WHERE id = $1 AND deleted_at IS NULL RETURNING id', [
+      id,
+      ctx.clock.now(),
+    ]);
+    if (rows.length === 0) throw new NotFoundError('Organization');
+    await tx.query('UPDATE users SET default_organization_id = NULL WHERE default_organization_id = $1', [id]);
+    await writeAudit(tx, ctx, { organizationId: id, action: 'delete', resourceType: 'organization', resourceId: id });
   });
   ctx.bus.publish('resolve-cache');
 }

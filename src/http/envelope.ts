@@ -1,0 +1,85 @@
+import { type TSchema, Type } from 'typebox';
+import { ValidationError } from '../errors.js';
+
+/**
+ * The success side of the SPEC §8 envelope: `{success: true, data, message}`, and for lists
+ * `meta.next_cursor`. (The error side is written by the error handler.)
+ */
+export function ok<T>(data: T, message = 'OK'): { success: true; data: T; message: string } {
+  return { success: true, data, message };
+}
+
+export function page<T>(
+  data: T[],
+  nextCursor: string | null,
+  message = 'OK',
+): { success: true; data: T[]; message: string; meta: { next_cursor: string | null } } {
+  return { success: true, data, message, meta: { next_cursor: nextCursor } };
+}
+
+export const Envelope = <T extends TSchema>(data: T) =>
+  Type.Object({ success: Type.Literal(true), data, message: Type.String() });
+
+export const PageEnvelope = <T extends TSchema>(item: T) =>
+  Type.Object({
+    success: Type.Literal(true),
+    data: Type.Array(item),
+    message: Type.String(),
+    meta: Type.Object({ next_cursor: Type.Union([Type.String(), Type.Null()], { description: 'Pass as ?cursor= for the next page' }) }),
+  });
+
+const DESCRIPTIONS: Record<number, string> = {
+  400: 'VALIDATION_ERROR (details.fields names the fields)',
+  401: 'UNAUTHORIZED',
+  403: 'FORBIDDEN or FEATURE_NOT_AVAILABLE',
+  404: 'NOT_FOUND (also for another organization\'s rows)',
+  409: 'CONFLICT',
+  429: 'RATE_LIMITED',
+};
+
+/** The envelope error responses of a route, for its schema. */
+export function envelopeErrors(...statuses: number[]): Record<number, TSchema> {
+  const out: Record<number, TSchema> = {};
+  for (const status of [...statuses, 500, 503]) {
+    out[status] = Type.Ref('EnvelopeError', { description: DESCRIPTIONS[status] ?? 'Error' });
+  }
+  return out;
+}
+
+export const PageQuery = Type.Object(
+  {
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20, description: 'Page size (1–100)' })),
+    cursor: Type.Optional(Type.String({ maxLength: 500, description: 'meta.next_cursor of the previous page' })),
+  },
+  { additionalProperties: false },
+);
+
+export interface Cursor {
+  at: string;
+  id: string;
+}
+
+/** Keyset cursors over (timestamp, id): stable under inserts, opaque to clients. */
+export function encodeCursor(at: Date, id: string): string {
+  return Buffer.from(JSON.stringify({ at: at.toISOString(), id })).toString('base64url');
+}
+
+export function decodeCursor(cursor: string | undefined): Cursor | null {
+  if (cursor === undefined) return null;
+  try {
+    const parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as Partial<Cursor>;
+    if (typeof parsed.at === 'string' && typeof parsed.id === 'string' && !Number.isNaN(Date.parse(parsed.at))) {
+      return { at: parsed.at, id: parsed.id };
+    }
+  } catch {
+    // fall through
+  }
+  throw new ValidationError('Invalid cursor', [{ field: 'cursor', message: 'is not a cursor this API gave out' }]);
+}
+
+/** Fetch limit+1 rows, return a page and the cursor of its last row when there is more. */
+export function pageOf<R extends { id: string }>(rows: R[], limit: number, at: (row: R) => Date): { items: R[]; next: string | null } {
+  const items = rows.slice(0, limit);
+  const last = items[items.length - 1];
+  return { items, next: rows.length > limit && last ? encodeCursor(at(last), last.id) : null };
+}

@@ -1,0 +1,137 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance } from 'fastify';
+import { Type } from 'typebox';
+import { ctxOf, userOf } from '../../http/auth.js';
+import { Envelope, envelopeErrors, ok } from '../../http/envelope.js';
+import { Nullable } from '../../http/schemas.js';
+import { getProfile, login, logout, refresh, signup, updateProfile } from './service.js';
+
+const Email = Type.String({ format: 'email', maxLength: 320, description: 'Email address', examples: ['ada@example.com'] });
+const Password = Type.String({ minLength: 8, maxLength: 1024, description: '8 to 1,024 characters' });
+
+export const Profile = Type.Object({
+  id: Type.String({ format: 'uuid' }),
+  email: Type.String(),
+  full_name: Nullable(Type.String()),
+  avatar_url: Nullable(Type.String()),
+  bio: Nullable(Type.String()),
+  default_organization_id: Nullable(Type.String()),
+  created_at: Type.String({ format: 'date-time' }),
+  updated_at: Type.String({ format: 'date-time' }),
+});
+
+const Tokens = Type.Object({
+  access_token: Type.String({ description: 'JWT, 15 minutes' }),
+  refresh_token: Type.String({ description: 'Opaque, 30 days, rotated on every refresh' }),
+  token_type: Type.Literal('Bearer'),
+  expires_in: Type.Integer({ examples: [900] }),
+  user: Profile,
+});
+
+const tags = ['Auth'];
+const bearer = [{ bearerAuth: [] }];
+
+export async function authRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  app.post(
+    '/auth/signup',
+    {
+      config: { auth: 'public' },
+      schema: {
+        tags,
+        summary: 'Create an account (and its profile); signs in',
+        body: Type.Object(
+          { email: Email, password: Password, full_name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })) },
+          { additionalProperties: false },
+        ),
+        response: { 201: Envelope(Tokens), ...envelopeErrors(400, 409, 429) },
+      },
+    },
+    async (request, reply) => reply.code(201).send(ok(await signup(ctxOf(request), request.body), 'Account created')),
+  );
+
+  app.post(
+    '/auth/login',
+    {
+      config: { auth: 'public' },
+      schema: {
+        tags,
+        summary: 'Sign in (10 attempts per 15 minutes per IP and email)',
+        body: Type.Object({ email: Email, password: Type.String({ minLength: 1, maxLength: 1024 }) }, { additionalProperties: false }),
+        response: { 200: Envelope(Tokens), ...envelopeErrors(400, 401, 429) },
+      },
+    },
+    async (request) => ok(await login(ctxOf(request), request.body), 'Signed in'),
+  );
+
+  app.post(
+    '/auth/refresh',
+    {
+      config: { auth: 'public' },
+      schema: {
+        tags,
+        summary: 'Trade a refresh token for a new pair (rotation; reuse revokes the session)',
+        body: Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 200 }) }, { additionalProperties: false }),
+        response: { 200: Envelope(Tokens), ...envelopeErrors(400, 401) },
+      },
+    },
+    async (request) => ok(await refresh(ctxOf(request), request.body.refresh_token), 'Refreshed'),
+  );
+
+  app.post(
+    '/auth/logout',
+    {
+      config: { auth: 'user' },
+      schema: {
+        tags,
+        security: bearer,
+        summary: 'End the session: its access and refresh tokens stop working at once',
+        response: { 200: Envelope(Type.Null()), ...envelopeErrors(401) },
+      },
+    },
+    async (request) => {
+      const { ctx, sessionId } = userOf(request);
+      await logout(ctx, sessionId);
+      return ok(null, 'Signed out');
+    },
+  );
+
+  app.get(
+    '/auth/me',
+    {
+      config: { auth: 'user' },
+      schema: { tags, security: bearer, summary: 'The signed-in user', response: { 200: Envelope(Profile), ...envelopeErrors(401) } },
+    },
+    async (request) => {
+      const { ctx, userId } = userOf(request);
+      return ok(await getProfile(ctx, userId));
+    },
+  );
+
+  app.put(
+    '/auth/me',
+    {
+      config: { auth: 'user' },
+      schema: {
+        tags,
+        security: bearer,
+        summary: "Update one's own profile",
+        body: Type.Object(
+          {
+            full_name: Type.Optional(Nullable(Type.String({ maxLength: 200 }))),
+            avatar_url: Type.Optional(Nullable(Type.String({ format: 'uri', maxLength: 2000 }))),
+            bio: Type.Optional(Nullable(Type.String({ maxLength: 2000 }))),
+            default_organization_id: Type.Optional(Nullable(Type.String({ format: 'uuid' }))),
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: Envelope(Profile), ...envelopeErrors(400, 401) },
+      },
+    },
+    async (request) => {
+      const { ctx, userId } = userOf(request);
+      return ok(await updateProfile(ctx, userId, request.body), 'Profile updated');
+    },
+  );
+}
