@@ -9,6 +9,12 @@ import { registerOpenApi } from './http/openapi.js';
 import { validatorCompiler } from './http/validation.js';
 import { type Bus, LocalBus, RedisBus } from './lib/bus.js';
 import { Caches } from './lib/caches.js';
+import { apiKeyRoutes } from './modules/api-keys/routes.js';
+import { auditRoutes } from './modules/audit/routes.js';
+import { billingRoutes } from './modules/billing/routes.js';
+import { deploymentRoutes } from './modules/deployments/routes.js';
+import { memberRoutes } from './modules/members/routes.js';
+import { selfHostedRoutes } from './modules/self-hosted/routes.js';
 import { adminRoutes } from './modules/admin/routes.js';
 import { authRoutes } from './modules/auth/routes.js';
 import { entitlementRoutes } from './modules/entitlements/routes.js';
@@ -86,6 +92,12 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(adminRoutes);
   await app.register(authRoutes);
   await app.register(organizationRoutes);
+  await app.register(memberRoutes);
+  await app.register(apiKeyRoutes);
+  await app.register(deploymentRoutes);
+  await app.register(auditRoutes);
+  await app.register(billingRoutes);
+  await app.register(selfHostedRoutes);
   app.addHook('onClose', async () => {
     if (!options.bus) await bus.close();
   });
