@@ -1,0 +1,140 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearer, createHarness, type Harness, json, signUp, signUpWithOrganization, unique } from '../../../test/harness.js';
+import { addMember } from './service.js';
+
+let h: Harness;
+beforeAll(async () => {
+  h = await createHarness();
+});
+afterAll(async () => {
+  await h.close();
+});
+
+const slug = () => unique('s').toLowerCase().replace(/[^a-z0-9-]/g, '-');
+type Body = { success: boolean; data: Record<string, unknown>; error?: { code: string }; details?: { fields?: Array<{ field: string }> } };
+
+describe('POST /organizations', () => {
+  it('creates with 201: the creator is owner, a primary deployment at NEW_ORG_TIER with its secret shown once', async () => {
+    const u = await signUp(h);
+    const s = slug();
+    const res = await h.request({ method: 'POST', url: '/organizations', headers: bearer(u.accessToken), payload: { name: 'Acme', slug: s } });
+    expect(res.statusCode).toBe(201);
+    const body = json<Body>(res);
+    expect(body).toMatchObject({ success: true, data: { name: 'Acme', slug: s, tier: 'free', role: 'owner' } });
+    const deployment = body.data.deployment as { id: string; tier: string; secret: string };
+    expect(deployment.tier).toBe('sandbox');
+    expect(deployment.secret).toMatch(/^cgds_/);
+    const check = await h.request({
+      method: 'POST',
+      url: '/api/v1/entitlements/check',
+      payload: { deployment_id: deployment.id, deployment_secret: deployment.secret },
+    });
+    expect(json(check)).toMatchObject({ status: 'active', tier: 'sandbox' });
+    const member = await h.deps.db.query<{ role: string }>('SELECT role FROM organization_members WHERE organization_id = $1 AND user_id = $2', [
+      body.data.id,
+      u.userId,
+    ]);
+    expect(member).toEqual([{ role: 'owner' }]);
+  });
+
+  it('the self-hosted /api/organizations path creates too (201)', async () => {
+    const u = await signUp(h);
+    const res = await h.request({ method: 'POST', url: '/api/organizations', headers: bearer(u.accessToken), payload: { name: 'Self', slug: slug(), tier: 'pro' } });
+    expect(res.statusCode).toBe(201);
+    expect(json<Body>(res).data.tier).toBe('pro');
+  });
+
+  it('refuses a duplicate slug with 409 and leaves nothing half-created', async () => {
+    const u = await signUp(h);
+    const s = slug();
+    await h.request({ method: 'POST', url: '/organizations', headers: bearer(u.accessToken), payload: { name: 'One', slug: s } });
+    const before = await h.deps.db.query<{ n: number }>('SELECT count(*)::int AS n FROM deployments');
+    const res = await h.request({ method: 'POST', url: '/organizations', headers: bearer(u.accessToken), payload: { name: 'Two', slug: s } });
+    expect(res.statusCode).toBe(409);
+    expect(json<Body>(res).error?.code).toBe('CONFLICT');
+    const orgs = await h.deps.db.query('SELECT 1 FROM organizations WHERE name = $1 AND slug = $2', ['Two', s]);
+    expect(orgs).toHaveLength(0);
+    const after = await h.deps.db.query<{ n: number }>('SELECT count(*)::int AS n FROM deployments');
+    expect(after[0]!.n).toBeLessThanOrEqual(before[0]!.n + 1); // other tests may create concurrently on PostgreSQL
+  });
+
+  it('refuses a bad slug, a missing name and an unknown tier with 400 naming the field', async () => {
+    const u = await signUp(h);
+    for (const [payload, field] of [
+      [{ name: 'x', slug: 'Bad_Slug' }, 'slug'],
+      [{ name: 'x', slug: '-lead' }, 'slug'],
+      [{ slug: slug() }, 'name'],
+      [{ name: 'x', slug: slug(), tier: 'gold' }, 'tier'],
+      [{ name: 'x'.repeat(201), slug: slug() }, 'name'],
+    ] as const) {
+      const res = await h.request({ method: 'POST', url: '/organizations', headers: bearer(u.accessToken), payload });
+      expect(res.statusCode).toBe(400);
+      const body = json<Body>(res);
+      expect(body.error?.code).toBe('VALIDATION_ERROR');
+      expect(body.details?.fields?.map((f) => f.field)).toContain(field);
+    }
+  });
+});
+
+describe('reading, updating and deleting', () => {
+  it('lists the caller’s organizations as an array with cursor pagination', async () => {
+    const u = await signUp(h);
+    for (let i = 0; i < 3; i++) {
+      await h.request({ method: 'POST', url: '/organizations', headers: bearer(u.accessToken), payload: { name: `O${i}`, slug: slug() } });
+      h.clock.advance(1000);
+    }
+    const first = json<{ data: Array<{ name: string }>; meta: { next_cursor: string | null } }>(
+      await h.request({ method: 'GET', url: '/organizations?limit=2', headers: bearer(u.accessToken) }),
+    );
+    expect(first.data.map((o) => o.name)).toEqual(['O0', 'O1']);
+    expect(first.meta.next_cursor).toBeTruthy();
+    const second = json<{ data: Array<{ name: string }>; meta: { next_cursor: string | null } }>(
+      await h.request({ method: 'GET', url: `/organizations?limit=2&cursor=${first.meta.next_cursor}`, headers: bearer(u.accessToken) }),
+    );
+    expect(second.data.map((o) => o.name)).toEqual(['O2']);
+    expect(second.meta.next_cursor).toBeNull();
+    const bad = await h.request({ method: 'GET', url: '/organizations?cursor=garbage', headers: bearer(u.accessToken) });
+    expect(bad.statusCode).toBe(400);
+  });
+
+  it('owners and admins update; members and viewers get 403; strangers 404', async () => {
+    const owner = await signUpWithOrganization(h);
+    const roles = { admin: await signUp(h), member: await signUp(h), viewer: await signUp(h) };
+    for (const [role, u] of Object.entries(roles)) {
+      await addMember(h.ctx, { organizationId: owner.organizationId, userId: u.userId, role: role as 'admin' });
+    }
+    const stranger = await signUp(h);
+    const put = (token: string, name: string) =>
+      h.request({ method: 'PUT', url: `/organizations/${owner.organizationId}`, headers: bearer(token), payload: { name } });
+    expect((await put(owner.accessToken, 'By owner')).statusCode).toBe(200);
+    expect(json<Body>(await put(roles.admin.accessToken, 'By admin')).data.name).toBe('By admin');
+    expect(json<Body>(await put(roles.member.accessToken, 'x')).error?.code).toBe('FORBIDDEN');
+    expect((await put(roles.viewer.accessToken, 'x')).statusCode).toBe(403);
+    expect((await put(stranger.accessToken, 'x')).statusCode).toBe(404);
+    const get = await h.request({ method: 'GET', url: `/organizations/${owner.organizationId}`, headers: bearer(roles.viewer.accessToken) });
+    expect(json<Body>(get).data).toMatchObject({ name: 'By admin', role: 'viewer' });
+    expect((await h.request({ method: 'GET', url: `/organizations/${owner.organizationId}`, headers: bearer(stranger.accessToken) })).statusCode).toBe(404);
+  });
+
+  it('only the owner deletes; deletion is soft and every key and deployment secret stops at once', async () => {
+    const owner = await signUpWithOrganization(h);
+    const admin = await signUp(h);
+    await addMember(h.ctx, { organizationId: owner.organizationId, userId: admin.userId, role: 'admin' });
+    const del = (token: string) => h.request({ method: 'DELETE', url: `/organizations/${owner.organizationId}`, headers: bearer(token) });
+    expect((await del(admin.accessToken)).statusCode).toBe(403);
+    expect((await del(owner.accessToken)).statusCode).toBe(200);
+    const check = await h.request({
+      method: 'POST',
+      url: '/api/v1/entitlements/check',
+      payload: { deployment_id: owner.deploymentId, deployment_secret: owner.deploymentSecret },
+    });
+    expect(check.statusCode).toBe(401);
+    expect((await h.request({ method: 'GET', url: `/organizations/${owner.organizationId}`, headers: bearer(owner.accessToken) })).statusCode).toBe(404);
+    const row = await h.deps.db.query<{ deleted_at: Date | null }>('SELECT deleted_at FROM organizations WHERE id = $1', [owner.organizationId]);
+    expect(row[0]!.deleted_at).not.toBeNull();
+    const audit = await h.deps.db.query("SELECT 1 FROM audit_logs WHERE organization_id = $1 AND action = 'delete' AND resource_type = 'organization'", [
+      owner.organizationId,
+    ]);
+    expect(audit).toHaveLength(1);
+  });
+});
