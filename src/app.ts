@@ -55,7 +55,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
     },
     bodyLimit: 1024 * 1024,
     // Path ids may be as long as the bodies allow (invocation ids: 200); longer ones reach the schema and get a 400.
-    maxParamLength: 512,
+    routerOptions: { maxParamLength: 512 },
     // Errors the router raises before any route (bad URL encoding, over-long params) take the same shapes.
     frameworkErrors: (err, request, reply) => {
       sendError(reply, request, toAppError(err), clock);

@@ -161,3 +161,87 @@ export async function signUpWithOrganization(
   const data = res.json().data as { id: string; deployment: { id: string; secret: string } };
   return { ...user, organizationId: data.id, deploymentId: data.deployment.id, deploymentSecret: data.deployment.secret };
 }
+
+// ---- Helpers for the API key, deployment, audit, billing and /api/users/me tests. ----
+
+import { addMember } from '../src/modules/organizations/service.js';
+
+/** A fresh signed-up user made a member of `organizationId` with `role` (service layer; the members API is tested on its own). */
+export async function signUpAsMember(
+  h: Harness,
+  organizationId: string,
+  role: 'owner' | 'admin' | 'member' | 'viewer',
+): Promise<SignedInUser> {
+  const user = await signUp(h);
+  await addMember(h.ctx, { organizationId, userId: user.userId, role });
+  return user;
+}
+
+/** The harness with extra route plugins registered before ready (for routes not yet wired into buildApp). */
+export async function createHarnessWithRoutes(
+  plugins: Array<(app: FastifyInstance) => Promise<void>>,
+  overrides: Partial<Config> = {},
+  start = '2026-01-15T12:00:00.000Z',
+): Promise<Harness> {
+  const db = await testDatabase();
+  const config = testConfig(overrides);
+  const clock = new ManualClock(start);
+  const app = await buildApp({ config, db, clock });
+  for (const plugin of plugins) await app.register(plugin);
+  await app.ready();
+  const deps = app.deps;
+  return {
+    app,
+    deps,
+    clock,
+    config,
+    ctx: { ...systemCtx(deps), actor: { type: 'operator' } },
+    request: (options) => app.inject(options),
+    close: () => app.close(),
+  };
+}
+
+/** Create an organization API key over HTTP (POST /organizations/{id}/api-keys); throws unless 201. */
+export async function createKeyOverHttp(
+  h: Harness,
+  headers: Record<string, string>,
+  organizationId: string,
+  body: { name?: string; scopes?: Scope[]; expires_at?: string | null } = {},
+): Promise<{ id: string; key: string; key_prefix: string; scopes: Scope[]; created_by: string | null; expires_at: string | null }> {
+  const res = await h.request({
+    method: 'POST',
+    url: `/organizations/${organizationId}/api-keys`,
+    headers,
+    payload: { name: 'test key', ...body },
+  });
+  if (res.statusCode !== 201) throw new Error(`create API key failed: ${res.statusCode} ${res.body}`);
+  return res.json().data;
+}
+
+/** Operator: set a deployment's tier through PUT /api/v1/admin/deployments/{id}. */
+export async function setTierOverHttp(h: Harness, deploymentId: string, tier: Tier): Promise<void> {
+  const res = await h.request({ method: 'PUT', url: `/api/v1/admin/deployments/${deploymentId}`, headers: adminHeaders(h), payload: { tier } });
+  if (res.statusCode !== 200) throw new Error(`set tier failed: ${res.statusCode} ${res.body}`);
+}
+
+// ---- Helpers for the members and invitations tests. ----
+
+/**
+ * A fresh signed-up user who joins `organizationId` with `role` through the real flow: invited over
+ * HTTP by `inviterHeaders` (owner invitations on the /api path), then accepting with their own token.
+ */
+export async function joinByInvitation(
+  h: Harness,
+  inviterHeaders: Record<string, string>,
+  organizationId: string,
+  role: 'owner' | 'admin' | 'member' | 'viewer',
+): Promise<SignedInUser> {
+  const user = await signUp(h, `Joined ${role}`);
+  const url = role === 'owner' ? `/api/organizations/${organizationId}/invitations` : `/organizations/${organizationId}/users`;
+  const invited = await h.request({ method: 'POST', url, headers: inviterHeaders, payload: { email: user.email, role } });
+  if (invited.statusCode !== 201) throw new Error(`invite failed: ${invited.statusCode} ${invited.body}`);
+  const token = (invited.json().data as { token: string }).token;
+  const accepted = await h.request({ method: 'POST', url: `/invitations/${token}/accept`, headers: bearer(user.accessToken) });
+  if (accepted.statusCode !== 200) throw new Error(`accept failed: ${accepted.statusCode} ${accepted.body}`);
+  return user;
+}

@@ -54,8 +54,9 @@ export const PageQuery = Type.Object(
   { additionalProperties: false },
 );
 
-export interface Cursor {
-  at: string;
+/** A decoded keyset position over (timestamp, uuid id), ready to bind as query parameters. */
+export interface KeysetPosition {
+  at: Date;
   id: string;
 }
 
@@ -64,12 +65,20 @@ export function encodeCursor(at: Date, id: string): string {
   return Buffer.from(JSON.stringify({ at: at.toISOString(), id })).toString('base64url');
 }
 
-export function decodeCursor(cursor: string | undefined): Cursor | null {
+const CANONICAL_ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * Only cursors this API could have written (canonical ISO time, UUID id) pass; anything else —
+ * garbage, or a cursor edited by hand that SQL would choke on — is 400 naming `cursor`.
+ */
+export function decodeCursor(cursor: string | undefined): KeysetPosition | null {
   if (cursor === undefined) return null;
   try {
-    const parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as Partial<Cursor>;
-    if (typeof parsed.at === 'string' && typeof parsed.id === 'string' && !Number.isNaN(Date.parse(parsed.at))) {
-      return { at: parsed.at, id: parsed.id };
+    const parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as { at?: unknown; id?: unknown };
+    if (typeof parsed.at === 'string' && typeof parsed.id === 'string' && CANONICAL_ISO.test(parsed.at) && UUID.test(parsed.id)) {
+      const at = new Date(parsed.at);
+      if (!Number.isNaN(at.getTime()) && at.toISOString() === parsed.at) return { at, id: parsed.id };
     }
   } catch {
     // fall through

@@ -1,8 +1,11 @@
 import type { Ctx } from '../../context.js';
-import { NotFoundError } from '../../errors.js';
+import { AppError, NotFoundError, ValidationError } from '../../errors.js';
+import { pageOf } from '../../http/envelope.js';
+import type { KeysetPosition } from '../../http/keyset.js';
 import { generateApiKey, keyPrefix, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
 import { isUuid } from '../metering/state.js';
+import { authorize } from '../organizations/rbac.js';
 
 export type Scope = 'read' | 'write' | 'admin';
 
@@ -59,12 +62,115 @@ export async function createApiKey(
 export async function revokeApiKey(ctx: Ctx, organizationId: string, id: string): Promise<ApiKeyRow> {
   if (!isUuid(id)) throw new NotFoundError('API key');
   return ctx.db.transaction(async (tx) => {
-    const rows = await tx.query<ApiKeyRow>(
-      `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $3) WHERE id = $1 AND organization_id = $2 RETURNING ${COLUMNS}`,
+    const revoked = await tx.query<ApiKeyRow>(
+      `UPDATE api_keys SET revoked_at = $3 WHERE id = $1 AND organization_id = $2 AND revoked_at IS NULL RETURNING ${COLUMNS}`,
       [id, organizationId, ctx.clock.now()],
     );
-    if (!rows[0]) throw new NotFoundError('API key');
-    await writeAudit(tx, ctx, { organizationId, action: 'revoke', resourceType: 'api_key', resourceId: id });
-    return rows[0];
+    if (revoked[0]) {
+      await writeAudit(tx, ctx, { organizationId, action: 'revoke', resourceType: 'api_key', resourceId: id });
+      return revoked[0];
+    }
+    // Revoking twice answers the same and is audited once.
+    const existing = await tx.query<ApiKeyRow>(`SELECT ${COLUMNS} FROM api_keys WHERE id = $1 AND organization_id = $2`, [id, organizationId]);
+    if (!existing[0]) throw new NotFoundError('API key');
+    return existing[0];
   });
+}
+
+// ---- Verbs of the application API (SPEC §8): authorization first, then the transaction above. ----
+
+/** An API key as the application API shows it: never the hash, never the key after creation. */
+export interface ApiKeyView {
+  id: string;
+  organization_id: string;
+  name: string;
+  key_prefix: string;
+  scopes: Scope[];
+  last_used_at: string | null;
+  expires_at: string | null;
+  created_by: string | null;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+export function viewApiKey(k: ApiKeyRow): ApiKeyView {
+  return {
+    id: k.id,
+    organization_id: k.organization_id,
+    name: k.name,
+    key_prefix: k.key_prefix,
+    scopes: k.scopes,
+    last_used_at: k.last_used_at?.toISOString() ?? null,
+    expires_at: k.expires_at?.toISOString() ?? null,
+    created_by: k.created_by,
+    created_at: k.created_at.toISOString(),
+    revoked_at: k.revoked_at?.toISOString() ?? null,
+  };
+}
+
+/** An organization's keys, newest first, revoked and expired ones included (their timestamps say so). */
+export async function listApiKeys(
+  ctx: Ctx,
+  input: { organizationId: string; limit: number; cursor: KeysetPosition | null },
+): Promise<{ items: ApiKeyView[]; next: string | null }> {
+  await authorize(ctx, input.organizationId, 'api_keys.read');
+  const rows = await ctx.db.query<ApiKeyRow>(
+    `SELECT ${COLUMNS} FROM api_keys
+     WHERE organization_id = $1 AND ($2::timestamptz IS NULL OR (created_at, id) < ($2::timestamptz, $3::uuid))
+     ORDER BY created_at DESC, id DESC LIMIT $4`,
+    [input.organizationId, input.cursor?.at ?? null, input.cursor?.id ?? null, input.limit + 1],
+  );
+  const { items, next } = pageOf(rows, input.limit, (r) => r.created_at);
+  return { items: items.map(viewApiKey), next };
+}
+
+/**
+ * Create a key for an organization (api_keys.manage). A user is recorded as `created_by`; an API key
+ * caller leaves it null (the audit row names the key). A key may not mint a key stronger than
+ * itself: its scopes must be a subset of the caller's, and it may not outlive the caller's expiry
+ * (docs/decisions-keys-billing.md).
+ */
+export async function createOrganizationApiKey(
+  ctx: Ctx,
+  input: { organizationId: string; name: string; scopes?: Scope[] | undefined; expiresAt?: string | null | undefined },
+): Promise<ApiKeyView & { key: string }> {
+  const { userId } = await authorize(ctx, input.organizationId, 'api_keys.manage');
+  const scopes: Scope[] = input.scopes ?? ['read'];
+  let expiresAt = input.expiresAt ? new Date(input.expiresAt) : null;
+  if (expiresAt && expiresAt.getTime() <= ctx.clock.now().getTime()) {
+    throw new ValidationError('expires_at must be in the future', [{ field: 'expires_at', message: 'must be in the future' }]);
+  }
+  if (ctx.actor.type === 'api_key') {
+    const rows = await ctx.db.query<{ scopes: Scope[]; expires_at: Date | null }>(
+      'SELECT scopes, expires_at FROM api_keys WHERE id = $1 AND organization_id = $2',
+      [ctx.actor.apiKeyId, input.organizationId],
+    );
+    const caller = rows[0];
+    if (!caller) throw new NotFoundError('Organization');
+    const extra = scopes.filter((s) => !caller.scopes.includes(s));
+    if (extra.length > 0) {
+      throw new AppError('FORBIDDEN', `An API key cannot create a key with scopes it does not have itself (${extra.join(', ')})`);
+    }
+    if (caller.expires_at) {
+      // Left out: the new key inherits the caller's expiry. Null (never) or later: it would outlive the caller.
+      if (input.expiresAt === null || (expiresAt && expiresAt.getTime() > caller.expires_at.getTime())) {
+        throw new AppError('FORBIDDEN', 'An API key cannot create a key that outlives its own expiry');
+      }
+      expiresAt ??= caller.expires_at;
+    }
+  }
+  const { apiKey, key } = await createApiKey(ctx, {
+    organizationId: input.organizationId,
+    name: input.name,
+    scopes,
+    expiresAt,
+    createdBy: userId,
+  });
+  return { ...viewApiKey(apiKey), key };
+}
+
+/** Revoke (api_keys.manage): the key is refused from this commit on; revoking twice is a no-op answer. */
+export async function revokeOrganizationApiKey(ctx: Ctx, input: { organizationId: string; apiKeyId: string }): Promise<ApiKeyView> {
+  await authorize(ctx, input.organizationId, 'api_keys.manage');
+  return viewApiKey(await revokeApiKey(ctx, input.organizationId, input.apiKeyId));
 }

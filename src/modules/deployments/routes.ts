@@ -1,4 +1,101 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
+import { Type } from 'typebox';
+import { ctxOf } from '../../http/auth.js';
+import { Envelope, envelopeErrors, ok, page, PageEnvelope, PageQuery } from '../../http/envelope.js';
+import { decodeKeyset } from '../../http/keyset.js';
+import { anyOf, Nullable } from '../../http/schemas.js';
+import { listOrganizationDeployments, rotateOrganizationDeploymentSecret } from './service.js';
+
+const Uuid = (description: string) => Type.String({ format: 'uuid', description, examples: ['6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f'] });
+const Timestamp = (description: string) => Type.String({ format: 'date-time', description, examples: ['2026-01-15T12:00:00.000Z'] });
+const Credits = (description: string) => Type.Integer({ description, examples: [2000] });
+const NullableCredits = (description: string) => Nullable(Type.Integer({ description, examples: [2000] }));
+
+const DeploymentSchema = Type.Object({
+  id: Uuid('Deployment id'),
+  organization_id: Uuid('Owning organization'),
+  name: Type.String({ description: 'Deployment name', examples: ['Acme'] }),
+  tier: Type.String({ description: 'Entitlement tier: sandbox, trial, launch, growth, enterprise', examples: ['launch'] }),
+  status: Type.String({ description: 'active or suspended', examples: ['active'] }),
+  is_primary: Type.Boolean({ description: 'The deployment the organization resolves to (exactly one)' }),
+  secret_prefix: Type.String({ description: 'First 10 characters of the current secret', examples: ['cgds_4fT9a'] }),
+  billing_anchor: Timestamp('Anchor of the monthly period when there is no subscription'),
+  created_at: Timestamp('Creation time'),
+  updated_at: Timestamp('Last change'),
+  balance: Type.Object(
+    {
+      period_start: Timestamp('Start of the current period'),
+      period_end: Timestamp('End of the current period (the monthly allocation and AI tokens reset then)'),
+      monthly_allocation: NullableCredits('Credits granted this period; null = unlimited'),
+      monthly_used: Credits('Monthly credits used this period'),
+      monthly_remaining: NullableCredits('Monthly credits left; null = unlimited'),
+      purchased: Credits('Purchased credits (never reset)'),
+      reserved: Credits('Credits held by open reservations'),
+      available: NullableCredits('What a new call may spend: monthly remaining + purchased − reserved; null = unlimited'),
+      ai_tokens_used: Type.Integer({ description: 'AI tokens used this period', examples: [1200] }),
+    },
+    { description: 'Credit balance summary, current at the time of the request' },
+  ),
+});
+
+const Rotated = Type.Object({
+  deployment_id: Uuid('Deployment id'),
+  secret: Type.String({
+    description: 'The new deployment secret, shown once; the old one stopped working',
+    examples: ['cgds_4fT9aQ2xLm8Rk1Vb7Nc3Pd6Hs0Jw5Ye2Zq4Tu9'],
+  }),
+  secret_prefix: Type.String({ description: 'First 10 characters of the new secret', examples: ['cgds_4fT9a'] }),
+});
+
+const OrganizationParams = Type.Object({ id: Uuid('Organization id') });
+const DeploymentParams = Type.Object({ id: Uuid('Organization id'), depId: Uuid('Deployment id') });
+const tags = ['Deployments'];
+const security = anyOf('bearerAuth', 'apiKeyHeader', 'apiKey');
 
 /** An organization's deployments and secret rotation (SPEC §8). */
-export async function deploymentRoutes(_app: FastifyInstance): Promise<void> {}
+export async function deploymentRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  app.get(
+    '/organizations/:id/deployments',
+    {
+      config: { auth: 'account' },
+      schema: {
+        tags,
+        security,
+        summary: "An organization's deployments with their balances (primary first)",
+        params: OrganizationParams,
+        querystring: PageQuery,
+        response: { 200: PageEnvelope(DeploymentSchema), ...envelopeErrors(400, 401, 403, 404) },
+      },
+    },
+    async (request) => {
+      const { items, next } = await listOrganizationDeployments(ctxOf(request), {
+        organizationId: request.params.id,
+        limit: request.query.limit ?? 20,
+        cursor: decodeKeyset(request.query.cursor),
+      });
+      return page(items, next);
+    },
+  );
+
+  app.post(
+    '/organizations/:id/deployments/:depId/secret',
+    {
+      config: { auth: 'account' },
+      schema: {
+        tags,
+        security,
+        summary: 'Rotate the deployment secret (owner, admin; key scope write): data.secret is shown once',
+        params: DeploymentParams,
+        response: { 200: Envelope(Rotated), ...envelopeErrors(400, 401, 403, 404) },
+      },
+    },
+    async (request) =>
+      ok(
+        await rotateOrganizationDeploymentSecret(ctxOf(request), { organizationId: request.params.id, deploymentId: request.params.depId }),
+        'Deployment secret rotated; store data.secret now, it is not shown again',
+      ),
+  );
+}

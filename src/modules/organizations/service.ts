@@ -129,7 +129,7 @@ export function viewOrganization(o: OrganizationRow, role: string | null): Organ
 /** The caller's organizations: a user's memberships, or an API key's own organization. */
 export async function listOrganizations(
   ctx: Ctx,
-  pageArgs: { limit: number; cursor: { at: string; id: string } | null },
+  pageArgs: { limit: number; cursor: { at: Date; id: string } | null },
 ): Promise<Array<OrganizationRow & { role: string | null }>> {
   if (ctx.actor.type === 'api_key') {
     return ctx.db.query(

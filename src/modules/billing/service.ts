@@ -1,0 +1,195 @@
+import { type Ctx, actorLabel } from '../../context.js';
+import { NotFoundError, ValidationError } from '../../errors.js';
+import { pageOf } from '../../http/envelope.js';
+import type { KeysetPosition } from '../../http/keyset.js';
+import { readBalance, viewBalance } from '../credits/service.js';
+import { effectiveTerms } from '../credits/terms.js';
+import type { DeploymentRow } from '../deployments/service.js';
+import { authorize } from '../organizations/rbac.js';
+
+/** How a /billing call names its organization (SPEC §9): the query, the X-Organization-ID header, or neither. */
+export interface BillingSelection {
+  queryOrganizationId?: string | undefined;
+  headerOrganizationId?: string | undefined;
+}
+
+const pick = (message: string) =>
+  new ValidationError(message, [{ field: 'organization_id', message: 'name the organization (?organization_id= or X-Organization-ID)' }]);
+
+/**
+ * SPEC §9: the organization named by ?organization_id= or X-Organization-ID, else the user's
+ * default organization, else the user's only organization; none of these is 400. An API key acts for
+ * its own organization. Naming one the caller does not belong to is 404 (authorize decides).
+ */
+async function billingOrganization(ctx: Ctx, sel: BillingSelection): Promise<string> {
+  const { queryOrganizationId: q, headerOrganizationId: h } = sel;
+  if (q !== undefined && h !== undefined && q.toLowerCase() !== h.toLowerCase()) {
+    throw new ValidationError('?organization_id= and X-Organization-ID name different organizations', [
+      { field: 'organization_id', message: 'differs from X-Organization-ID' },
+      { field: 'x-organization-id', message: 'differs from organization_id' },
+    ]);
+  }
+  const named = q ?? h;
+  if (named !== undefined) return named.toLowerCase();
+  if (ctx.actor.type === 'api_key') return ctx.actor.organizationId;
+  if (ctx.actor.type !== 'user') throw pick('Name the organization');
+  const rows = await ctx.db.query<{ default_organization_id: string | null; only: string | null }>(
+    `SELECT u.default_organization_id,
+            (SELECT CASE WHEN count(*) = 1 THEN min(m.organization_id::text) END
+             FROM organization_members m JOIN organizations o ON o.id = m.organization_id AND o.deleted_at IS NULL
+             WHERE m.user_id = u.id) AS only
+     FROM users u WHERE u.id = $1`,
+    [ctx.actor.userId],
+  );
+  const chosen = rows[0]?.default_organization_id ?? rows[0]?.only ?? null;
+  if (chosen === null) throw pick('You belong to several organizations (or none) and have no default: name the organization');
+  return chosen;
+}
+
+export interface SubscriptionView {
+  id: string;
+  organization_id: string;
+  status: string;
+  stripe_subscription_id: string;
+  stripe_customer_id: string;
+  stripe_price_id: string | null;
+  current_period_start: string | null;
+  current_period_end: string | null;
+  cancel_at_period_end: boolean;
+  created_at: string;
+  updated_at: string;
+}
+
+const iso = (d: Date | null): string | null => d?.toISOString() ?? null;
+
+/** The organization's subscription: the newest one still in force, else the newest ended one; null when none. */
+export async function getSubscription(ctx: Ctx, sel: BillingSelection): Promise<SubscriptionView | null> {
+  const organizationId = await billingOrganization(ctx, sel);
+  await authorize(ctx, organizationId, 'billing.read');
+  const rows = await ctx.db.query<
+    Omit<SubscriptionView, 'current_period_start' | 'current_period_end' | 'created_at' | 'updated_at'> & {
+      current_period_start: Date | null;
+      current_period_end: Date | null;
+      created_at: Date;
+      updated_at: Date;
+    }
+  >(
+    `SELECT id, organization_id, status, stripe_subscription_id, stripe_customer_id, stripe_price_id, current_period_start,
+            current_period_end, cancel_at_period_end, created_at, updated_at
+     FROM subscriptions WHERE organization_id = $1
+     ORDER BY (status <> 'canceled') DESC, created_at DESC, id DESC LIMIT 1`,
+    [organizationId],
+  );
+  const s = rows[0];
+  if (!s) return null;
+  return {
+    ...s,
+    current_period_start: iso(s.current_period_start),
+    current_period_end: iso(s.current_period_end),
+    created_at: s.created_at.toISOString(),
+    updated_at: s.updated_at.toISOString(),
+  };
+}
+
+export interface UsageView {
+  organization_id: string;
+  deployment_id: string;
+  tier: string;
+  period_start: string;
+  period_end: string;
+  metrics: Array<{ metric: string; count: number; quantity: number; refunded: number }>;
+  credits: {
+    monthly_allocation: number | null;
+    monthly_used: number;
+    monthly_remaining: number | null;
+    purchased: number;
+    reserved: number;
+    available: number | null;
+  };
+  ai_tokens: { used: number; limit: number | null; remaining: number | null };
+}
+
+/**
+ * Usage of the current period, the primary deployment's (SPEC §3): successful usage records of the
+ * organization in [period_start, period_end) per metric, the credit buckets and AI tokens.
+ */
+export async function getUsage(ctx: Ctx, sel: BillingSelection): Promise<UsageView> {
+  const organizationId = await billingOrganization(ctx, sel);
+  await authorize(ctx, organizationId, 'billing.read');
+  const deployments = await ctx.db.query<DeploymentRow>(
+    'SELECT * FROM deployments WHERE organization_id = $1 AND is_primary ORDER BY created_at LIMIT 1',
+    [organizationId],
+  );
+  const d = deployments[0];
+  if (!d) throw new NotFoundError('Primary deployment');
+  const now = ctx.clock.now();
+  const b = viewBalance(await readBalance(ctx.db, d.id, now, actorLabel(ctx.actor)));
+  const metrics = await ctx.db.query<{ metric: string; count: number; quantity: number; refunded: number }>(
+    `SELECT metric, count(*)::int AS count, COALESCE(sum(quantity), 0)::bigint AS quantity, COALESCE(sum(refunded), 0)::bigint AS refunded
+     FROM usage_records
+     WHERE organization_id = $1 AND success AND "timestamp" >= $2 AND "timestamp" < $3
+     GROUP BY metric ORDER BY metric`,
+    [organizationId, b.periodStart, b.periodEnd],
+  );
+  const aiLimit = effectiveTerms(d, now).aiTokensLimit;
+  return {
+    organization_id: organizationId,
+    deployment_id: d.id,
+    tier: d.tier,
+    period_start: b.periodStart.toISOString(),
+    period_end: b.periodEnd.toISOString(),
+    metrics,
+    credits: {
+      monthly_allocation: b.monthlyAllocation,
+      monthly_used: b.monthlyUsed,
+      monthly_remaining: b.monthlyRemaining,
+      purchased: b.purchased,
+      reserved: b.reserved,
+      available: b.available,
+    },
+    ai_tokens: { used: b.aiTokensUsed, limit: aiLimit, remaining: aiLimit === null ? null : Math.max(0, aiLimit - b.aiTokensUsed) },
+  };
+}
+
+export interface InvoiceView {
+  id: string;
+  organization_id: string;
+  stripe_invoice_id: string;
+  status: string | null;
+  amount_due: number | null;
+  amount_paid: number | null;
+  currency: string | null;
+  hosted_invoice_url: string | null;
+  period_start: string | null;
+  period_end: string | null;
+  created_at: string;
+}
+
+type InvoiceRow = Omit<InvoiceView, 'period_start' | 'period_end' | 'created_at'> & {
+  period_start: Date | null;
+  period_end: Date | null;
+  created_at: Date;
+};
+
+/** The organization's invoices (stored from Stripe's invoice.* events), newest first. */
+export async function listInvoices(
+  ctx: Ctx,
+  sel: BillingSelection,
+  pageArgs: { limit: number; cursor: KeysetPosition | null },
+): Promise<{ items: InvoiceView[]; next: string | null }> {
+  const organizationId = await billingOrganization(ctx, sel);
+  await authorize(ctx, organizationId, 'billing.read');
+  const rows = await ctx.db.query<InvoiceRow>(
+    `SELECT id, organization_id, stripe_invoice_id, status, amount_due, amount_paid, currency, hosted_invoice_url,
+            period_start, period_end, created_at
+     FROM invoices
+     WHERE organization_id = $1 AND ($2::timestamptz IS NULL OR (created_at, id) < ($2::timestamptz, $3::uuid))
+     ORDER BY created_at DESC, id DESC LIMIT $4`,
+    [organizationId, pageArgs.cursor?.at ?? null, pageArgs.cursor?.id ?? null, pageArgs.limit + 1],
+  );
+  const { items, next } = pageOf(rows, pageArgs.limit, (r) => r.created_at);
+  return {
+    items: items.map((r) => ({ ...r, period_start: iso(r.period_start), period_end: iso(r.period_end), created_at: r.created_at.toISOString() })),
+    next,
+  };
+}
