@@ -137,4 +137,24 @@ describe('reading, updating and deleting', () => {
     ]);
     expect(audit).toHaveLength(1);
   });
+
+  it('no API key can delete an organization, whatever its scopes (owner only)', async () => {
+    const owner = await signUpWithOrganization(h);
+    const key = await h.request({
+      method: 'POST',
+      url: `/organizations/${owner.organizationId}/api-keys`,
+      headers: bearer(owner.accessToken),
+      payload: { name: 'all scopes', scopes: ['read', 'write', 'admin'] },
+    });
+    expect(key.statusCode).toBe(201);
+    const res = await h.request({
+      method: 'DELETE',
+      url: `/organizations/${owner.organizationId}`,
+      headers: { 'x-api-key': json<{ data: { key: string } }>(key).data.key },
+    });
+    expect(res.statusCode).toBe(403);
+    expect(json<Body>(res).error?.code).toBe('FORBIDDEN');
+    const row = await h.deps.db.query<{ deleted_at: Date | null }>('SELECT deleted_at FROM organizations WHERE id = $1', [owner.organizationId]);
+    expect(row[0]!.deleted_at).toBeNull();
+  });
 });

@@ -49,6 +49,8 @@ export async function authorize(ctx: Ctx, organizationId: string, permission: Pe
   if (!isUuid(organizationId)) throw new NotFoundError('Organization');
   if (ctx.actor.type === 'api_key') {
     if (ctx.actor.organizationId !== organizationId) throw new NotFoundError('Organization');
+    // SPEC §8: deleting is owner only, and a key is nobody's owner.
+    if (permission === 'organization.delete') throw new AppError('FORBIDDEN', 'Only an owner, signed in, can delete the organization');
     const rows = await ctx.db.query<{ scopes: string[] }>('SELECT scopes FROM api_keys WHERE id = $1', [ctx.actor.apiKeyId]);
     const needed = scopeFor(permission);
     if (!rows[0]?.scopes.includes(needed)) {

@@ -1,0 +1,157 @@
+import nodemailer from 'nodemailer';
+import type { Deps } from '../context.js';
+import type { Queryable } from '../db/client.js';
+
+/**
+ * Outgoing mail (SPEC §8). Every message is first a row of `email_outbox`, written in the transaction
+ * of the change that causes it (an invitation, a test send), so a mail failure never rolls the change
+ * back and nothing is lost. After the commit, when SMTP_URL is set, it is sent by SMTP and the row gets
+ * its `sent_at`; without SMTP_URL the outbox row is the delivery (operators and tests read it there).
+ */
+export const MAIL_TEMPLATES = ['welcome', 'invitation', 'test'] as const;
+export type MailTemplate = (typeof MAIL_TEMPLATES)[number];
+export type Delivery = 'smtp' | 'outbox';
+
+export interface Mail {
+  to: string;
+  template: MailTemplate;
+  subject: string;
+  text: string;
+  organizationId?: string | null;
+  /**
+   * Bearer values inside the text (an invitation link). Once SMTP has accepted the message they are
+   * scrubbed from the stored body, so the outbox keeps no live secret after delivery.
+   */
+  secrets?: string[];
+}
+
+export interface QueuedMail extends Mail {
+  id: string;
+}
+
+/** Bounded waits so a dead or black-holed SMTP server cannot hold a request for minutes. */
+const SMTP_TIMEOUTS = { connectionTimeout: 5_000, greetingTimeout: 5_000, socketTimeout: 10_000 };
+
+export interface InvitationMailVars {
+  organizationName: string;
+  inviterName: string | null;
+  role: string;
+  acceptUrl: string;
+  expiresAt: Date;
+}
+
+/** The text of each template: plain text, no tracking, no markup to escape. */
+export function renderMail(
+  template: MailTemplate,
+  vars: { publicBaseUrl: string; invitation?: InvitationMailVars },
+): { subject: string; text: string } {
+  switch (template) {
+    case 'welcome':
+      return {
+        subject: 'Welcome to creditgate',
+        text: `Welcome to creditgate.\n\nSign in at ${vars.publicBaseUrl} to create an organization, invite your team and issue API keys.\n`,
+      };
+    case 'invitation': {
+      const inv = vars.invitation ?? {
+        organizationName: 'Example organization',
+        inviterName: 'A teammate',
+        role: 'member',
+        acceptUrl: `${vars.publicBaseUrl}/invitations/example`,
+        expiresAt: new Date(0),
+      };
+      const who = inv.inviterName ? `${inv.inviterName} invited you` : 'You have been invited';
+      return {
+        subject: `You are invited to join ${inv.organizationName} on creditgate`,
+        text:
+          `${who} to join ${inv.organizationName} on creditgate as ${inv.role}.\n\n` +
+          `Accept the invitation: ${inv.acceptUrl}\n\n` +
+          `The link is valid until ${inv.expiresAt.toISOString()}. If you did not expect it, ignore this message.\n`,
+      };
+    }
+    case 'test':
+      return {
+        subject: 'creditgate test message',
+        text: `This is a test message from creditgate (${vars.publicBaseUrl}). Mail delivery works.\n`,
+      };
+  }
+}
+
+/** Write the message into the outbox inside the caller's transaction. */
+export async function enqueueMail(tx: Queryable, now: Date, mail: Mail): Promise<QueuedMail> {
+  const rows = await tx.query<{ id: string }>(
+    `INSERT INTO email_outbox (organization_id, "to", subject, body, template, created_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
+    [mail.organizationId ?? null, mail.to, mail.subject, mail.text, mail.template, now],
+  );
+  return { ...mail, id: rows[0]!.id };
+}
+
+/** The sender address: `?from=` on SMTP_URL, else no-reply at PUBLIC_BASE_URL's host. */
+export function senderOf(smtpUrl: string, publicBaseUrl: string): string {
+  const from = new URL(smtpUrl).searchParams.get('from');
+  if (from) return from;
+  return `creditgate <no-reply@${new URL(publicBaseUrl).hostname}>`;
+}
+
+function smtpOptions(smtpUrl: string): { url: string } {
+  const url = new URL(smtpUrl);
+  url.searchParams.delete('from');
+  return { url: url.toString() };
+}
+
+/** Send one message by SMTP; throws on refusal or timeout. */
+export async function sendSmtp(smtpUrl: string, from: string, mail: Pick<Mail, 'to' | 'subject' | 'text'>): Promise<void> {
+  const transport = nodemailer.createTransport({ ...SMTP_TIMEOUTS, ...smtpOptions(smtpUrl) });
+  try {
+    await transport.sendMail({ from, to: mail.to, subject: mail.subject, text: mail.text });
+  } finally {
+    transport.close();
+  }
+}
+
+/** Why a send failed, without anything that could carry a credential (the URL, the message). */
+function failureOf(err: unknown): Record<string, unknown> {
+  const e = err as { code?: unknown; responseCode?: unknown; command?: unknown };
+  return {
+    code: typeof e.code === 'string' ? e.code : undefined,
+    response_code: typeof e.responseCode === 'number' ? e.responseCode : undefined,
+    command: typeof e.command === 'string' ? e.command.split(' ')[0] : undefined,
+  };
+}
+
+/**
+ * After the commit: send a queued message by SMTP when SMTP_URL is set and mark it sent. Never throws:
+ * a failed send leaves the row unsent in the outbox (and is logged without secrets or the body).
+ */
+export async function deliverMail(deps: Pick<Deps, 'config' | 'db' | 'clock' | 'log'>, mail: QueuedMail): Promise<Delivery> {
+  const { smtpUrl, publicBaseUrl } = deps.config;
+  if (!smtpUrl) return 'outbox';
+  try {
+    await sendSmtp(smtpUrl, senderOf(smtpUrl, publicBaseUrl), mail);
+  } catch (err) {
+    deps.log.warn({ outbox_id: mail.id, template: mail.template, smtp: failureOf(err) }, 'smtp delivery failed; the message stays in the outbox');
+    return 'outbox';
+  }
+  let body = mail.text;
+  for (const secret of mail.secrets ?? []) body = body.split(secret).join('[redacted after delivery]');
+  try {
+    await deps.db.query('UPDATE email_outbox SET sent_at = $2, body = $3 WHERE id = $1 AND sent_at IS NULL', [mail.id, deps.clock.now(), body]);
+  } catch (err) {
+    // Sent but not marked: the worst case is one more copy if the row is ever retried.
+    deps.log.warn({ outbox_id: mail.id, err: (err as Error).message }, 'mail sent but not marked in the outbox');
+  }
+  return 'smtp';
+}
+
+/** Queue (in its own transaction, with `inTx` for the caller's rows) and deliver: for sends not tied to another change. */
+export async function sendMail(
+  deps: Pick<Deps, 'config' | 'db' | 'clock' | 'log'>,
+  mail: Mail,
+  inTx?: (tx: Queryable, queued: QueuedMail) => Promise<void>,
+): Promise<{ id: string; delivered: Delivery }> {
+  const queued = await deps.db.transaction(async (tx) => {
+    const q = await enqueueMail(tx, deps.clock.now(), mail);
+    if (inTx) await inTx(tx, q);
+    return q;
+  });
+  return { id: queued.id, delivered: await deliverMail(deps, queued) };
+}

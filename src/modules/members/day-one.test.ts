@@ -1,0 +1,70 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearer, createHarness, type Harness, json, unique } from '../../../test/harness.js';
+
+let h: Harness;
+beforeAll(async () => {
+  h = await createHarness();
+});
+afterAll(async () => {
+  await h.close();
+});
+
+type Envelope<T> = { success: true; data: T; message: string };
+
+/** The first day of a team, over HTTP only: sign up, create an organization, invite, join, promote. */
+describe('day one', () => {
+  it('sign up → organization → invite → the invitee signs up and accepts → the owner changes the role', async () => {
+    const ownerEmail = `${unique('founder')}@example.com`.toLowerCase();
+    const signup = await h.request({ method: 'POST', url: '/auth/signup', payload: { email: ownerEmail, password: 'founder password 1', full_name: 'Ada Founder' } });
+    expect(signup.statusCode).toBe(201);
+    const owner = json<Envelope<{ access_token: string; user: { id: string } }>>(signup).data;
+    const ob = bearer(owner.access_token);
+
+    const slug = unique('acme').toLowerCase();
+    const org = await h.request({ method: 'POST', url: '/organizations', headers: ob, payload: { name: 'Acme', slug } });
+    expect(org.statusCode).toBe(201);
+    const orgId = json<Envelope<{ id: string; role: string }>>(org).data.id;
+
+    const guestEmail = `${unique('grace')}@Example.com`;
+    const invited = await h.request({ method: 'POST', url: `/organizations/${orgId}/users`, headers: ob, payload: { email: guestEmail, role: 'viewer' } });
+    expect(invited.statusCode).toBe(201);
+    const invitation = json<Envelope<{ token: string; accept_url: string; role: string; email_delivery: string }>>(invited).data;
+    expect(invitation).toMatchObject({ role: 'viewer', email_delivery: 'outbox' });
+    const token = new URL(invitation.accept_url).pathname.split('/').pop()!;
+    expect(token).toBe(invitation.token);
+
+    // The invitee opens the link before having an account.
+    const preview = await h.request({ method: 'GET', url: `/invitations/${token}` });
+    expect(json<Envelope<unknown>>(preview).data).toMatchObject({
+      organization_name: 'Acme',
+      role: 'viewer',
+      status: 'pending',
+      inviter: { name: 'Ada Founder', email: ownerEmail },
+    });
+
+    const guestSignup = await h.request({ method: 'POST', url: '/auth/signup', payload: { email: guestEmail.toLowerCase(), password: 'guest password 1', full_name: 'Grace' } });
+    expect(guestSignup.statusCode).toBe(201);
+    const guest = json<Envelope<{ access_token: string; user: { id: string } }>>(guestSignup).data;
+
+    const accepted = await h.request({ method: 'POST', url: `/invitations/${token}/accept`, headers: bearer(guest.access_token) });
+    expect(accepted.statusCode).toBe(200);
+    expect(json<Envelope<{ role: string; user_id: string }>>(accepted).data).toMatchObject({ role: 'viewer', user_id: guest.user.id });
+
+    // The guest sees the organization now, as a viewer; a viewer cannot invite.
+    const orgs = await h.request({ method: 'GET', url: '/organizations', headers: bearer(guest.access_token) });
+    expect(json<Envelope<Array<{ id: string; role: string }>>>(orgs).data).toEqual([expect.objectContaining({ id: orgId, role: 'viewer' })]);
+    const refused = await h.request({ method: 'POST', url: `/organizations/${orgId}/users`, headers: bearer(guest.access_token), payload: { email: 'x@example.com' } });
+    expect(refused.statusCode).toBe(403);
+
+    const promoted = await h.request({ method: 'PUT', url: `/organizations/${orgId}/users/${guest.user.id}`, headers: ob, payload: { role: 'admin' } });
+    expect(promoted.statusCode).toBe(200);
+    expect(json<Envelope<{ role: string }>>(promoted).data.role).toBe('admin');
+
+    const members = await h.request({ method: 'GET', url: `/organizations/${orgId}/users`, headers: bearer(guest.access_token) });
+    expect(members.statusCode).toBe(200);
+    const roles = Object.fromEntries(json<Envelope<Array<{ user_id: string; role: string }>>>(members).data.map((m) => [m.user_id, m.role]));
+    expect(roles).toEqual({ [owner.user.id]: 'owner', [guest.user.id]: 'admin' });
+    const invitedNow = await h.request({ method: 'POST', url: `/organizations/${orgId}/users`, headers: bearer(guest.access_token), payload: { email: 'x@example.com' } });
+    expect(invitedNow.statusCode).toBe(201);
+  });
+});
