@@ -13,7 +13,7 @@ type Envelope<T> = { success: true; data: T; message: string };
 
 /** The first day of a team, over HTTP only: sign up, create an organization, invite, join, promote. */
 describe('day one', () => {
-  it('sign up → organization → invite → the invitee signs up and accepts → the owner changes the role', async () => {
+  it('sign up → organization → invite → accept → change role → create key → meter with it → revoke → refused', async () => {
     const ownerEmail = `${unique('founder')}@example.com`.toLowerCase();
     const signup = await h.request({ method: 'POST', url: '/auth/signup', payload: { email: ownerEmail, password: 'founder password 1', full_name: 'Ada Founder' } });
     expect(signup.statusCode).toBe(201);
@@ -66,5 +66,30 @@ describe('day one', () => {
     expect(roles).toEqual({ [owner.user.id]: 'owner', [guest.user.id]: 'admin' });
     const invitedNow = await h.request({ method: 'POST', url: `/organizations/${orgId}/users`, headers: bearer(guest.access_token), payload: { email: 'x@example.com' } });
     expect(invitedNow.statusCode).toBe(201);
+
+    // The new admin creates a key and meters with it; new organizations start on sandbox, so the
+    // operator moves the deployment to launch first.
+    const deployments = await h.request({ method: 'GET', url: `/organizations/${orgId}/deployments`, headers: bearer(guest.access_token) });
+    const deploymentId = json<Envelope<Array<{ id: string; is_primary: boolean }>>>(deployments).data.find((d) => d.is_primary)!.id;
+    const key = await h.request({
+      method: 'POST',
+      url: `/organizations/${orgId}/api-keys`,
+      headers: bearer(guest.access_token),
+      payload: { name: 'mcp server', scopes: ['read', 'write'] },
+    });
+    expect(key.statusCode).toBe(201);
+    const { key: apiKey, id: keyId } = json<Envelope<{ key: string; id: string }>>(key).data;
+    const check = () => h.request({ method: 'POST', url: '/api/v1/mcp/stdio/check-entitlement', headers: bearer(apiKey), payload: { tool_name: 'search' } });
+    expect(json(await check())).toMatchObject({ allowed: false, reason: 'sandbox_tier' });
+    await h.request({ method: 'PUT', url: `/api/v1/admin/deployments/${deploymentId}`, headers: { 'x-admin-key': h.config.adminApiKey }, payload: { tier: 'launch' } });
+    expect(json(await check())).toEqual({ allowed: true, credit_cost: 1, tier: 'launch', reason: null });
+    const recorded = await h.request({ method: 'POST', url: '/api/v1/mcp/stdio/record-usage', headers: bearer(apiKey), payload: { tool_name: 'search' } });
+    expect(json(recorded)).toMatchObject({ success: true, credits_used: 1, credits_remaining: 1999 });
+
+    const revoked = await h.request({ method: 'DELETE', url: `/organizations/${orgId}/api-keys/${keyId}`, headers: ob });
+    expect(revoked.statusCode).toBe(200);
+    const refusedKey = await check();
+    expect(refusedKey.statusCode).toBe(401);
+    expect(json(refusedKey)).toMatchObject({ error: 'unauthorized', code: 'UNAUTHORIZED' });
   });
 });
