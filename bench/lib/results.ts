@@ -1,0 +1,94 @@
+import type { Measurement } from './load.js';
+import type { PgPerRequest } from './postgres.js';
+
+/** What one `npm run bench` records (bench/results/latest.json) and docs/benchmarks.md is rendered from. */
+export type Storage = 'postgres' | 'pglite';
+export type BaselineName = 'hello' | 'select' | 'update';
+export type Endpoint = 'check' | 'record' | 'usage';
+export type Spread = 'many' | 'hot';
+
+export interface BaselineResult {
+  name: BaselineName;
+  throughput: Measurement;
+  /** Latency of the baseline itself at half its own throughput (select and update only). */
+  fixed?: Measurement;
+  pg?: PgPerRequest;
+}
+
+export interface Accounting {
+  /** Answers of this scenario that were 2xx and allowed/deducted (warm-up, throughput and fixed-load runs). */
+  successes: number;
+  /** Growth of successful usage records, ledger deductions and spent credits over the scenario. */
+  usageRecords: number;
+  ledgerDeducts: number;
+  creditsSpent: number;
+  failedUsageRecords: number;
+  /** findLedgerMismatches(db).length after the scenario. */
+  mismatches: number;
+  /** Requests without an answer at the client (timeouts, connection errors): each may or may not have been recorded. */
+  unanswered: number;
+  /** The records equal the counted answers exactly. */
+  exact: boolean;
+  /** Ledger, balances and usage records agree, and the records are the counted answers plus at most the unanswered requests. */
+  ok: boolean;
+}
+
+export interface ScenarioResult {
+  endpoint: Endpoint;
+  spread: Spread;
+  baseline: BaselineName;
+  baselineRps: number;
+  targetRatio: number;
+  throughput: Measurement;
+  fixed: Measurement;
+  accounting: Accounting;
+  pg?: PgPerRequest;
+}
+
+export interface StorageResult {
+  storage: Storage;
+  baselines: BaselineResult[];
+  tenants: number;
+  seedMs: number;
+  scenarios: ScenarioResult[];
+}
+
+export interface Machine {
+  cpus: number;
+  cpuModel: string;
+  memoryGb: number;
+  node: string;
+  postgres: string;
+  os: string;
+  /** 1-minute load average and vitest processes seen when the run started (other work on the machine). */
+  loadAtStart: number;
+  vitestAtStart: number;
+  /** 1-minute load average at the end, and the most vitest processes seen before any measurement. */
+  loadAtEnd: number;
+  vitestMax: number;
+}
+
+export interface Settings {
+  connections: number;
+  seconds: number;
+  warmupSeconds: number;
+  tenants: number;
+  poolSize: number;
+  /** Offered load of the fixed-load runs as a fraction of the matching baseline's throughput. */
+  fixedLoadFraction: number;
+}
+
+export interface Results {
+  date: string;
+  /** The code measured: HEAD and whether src/ or migrations/ had uncommitted changes. */
+  git: { commit: string; dirty: boolean };
+  durationSeconds: number;
+  machine: Machine;
+  settings: Settings;
+  storages: StorageResult[];
+}
+
+/** Targets of the issue, on PostgreSQL: share of the matching baseline's throughput, and p99 at the fixed load. */
+export const TARGET_RATIO: Record<Endpoint, number> = { check: 0.8, record: 0.6, usage: 0.6 };
+export const MATCHING_BASELINE: Record<Endpoint, BaselineName> = { check: 'select', record: 'update', usage: 'update' };
+export const TARGET_P99_MS = 15;
