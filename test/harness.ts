@@ -177,30 +177,6 @@ export async function signUpAsMember(
   return user;
 }
 
-/** The harness with extra route plugins registered before ready (for routes not yet wired into buildApp). */
-export async function createHarnessWithRoutes(
-  plugins: Array<(app: FastifyInstance) => Promise<void>>,
-  overrides: Partial<Config> = {},
-  start = '2026-01-15T12:00:00.000Z',
-): Promise<Harness> {
-  const db = await testDatabase();
-  const config = testConfig(overrides);
-  const clock = new ManualClock(start);
-  const app = await buildApp({ config, db, clock });
-  for (const plugin of plugins) await app.register(plugin);
-  await app.ready();
-  const deps = app.deps;
-  return {
-    app,
-    deps,
-    clock,
-    config,
-    ctx: { ...systemCtx(deps), actor: { type: 'operator' } },
-    request: (options) => app.inject(options),
-    close: () => app.close(),
-  };
-}
-
 /** Create an organization API key over HTTP (POST /organizations/{id}/api-keys); throws unless 201. */
 export async function createKeyOverHttp(
   h: Harness,

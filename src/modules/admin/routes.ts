@@ -1,6 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
+import { BalanceSummarySchema } from '../credits/summary.js';
 import { ctxOf } from '../../http/auth.js';
 import { flatErrors, Nullable } from '../../http/schemas.js';
 import { setExternalId } from '../users/service.js';
@@ -34,17 +35,7 @@ export const DeploymentViewSchema = Type.Object({
     ai_tokens_limit: NullableInt,
     expires_at: Nullable(Type.String({ format: 'date-time' })),
   }),
-  balance: Type.Object({
-    period_start: Type.String({ format: 'date-time' }),
-    period_end: Type.String({ format: 'date-time' }),
-    monthly_allocation: NullableInt,
-    monthly_used: Type.Integer(),
-    monthly_remaining: NullableInt,
-    purchased: Type.Integer(),
-    reserved: Type.Integer(),
-    available: NullableInt,
-    ai_tokens_used: Type.Integer(),
-  }),
+  balance: BalanceSummarySchema,
   created_at: Type.String({ format: 'date-time' }),
   updated_at: Type.String({ format: 'date-time' }),
 });

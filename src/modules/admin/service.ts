@@ -3,6 +3,7 @@ import { NotFoundError, ValidationError } from '../../errors.js';
 import { createApiKey } from '../api-keys/service.js';
 import { writeAudit } from '../audit/service.js';
 import { changePurchased, readBalance, resetUsage, viewBalance } from '../credits/service.js';
+import { type BalanceSummary, summarizeBalance } from '../credits/summary.js';
 import {
   type DeploymentRow,
   getDeployment,
@@ -32,17 +33,7 @@ export interface DeploymentView {
   features: Flags;
   flag_overrides: Record<string, boolean>;
   overrides: ReturnType<typeof overridesOf>;
-  balance: {
-    period_start: string;
-    period_end: string;
-    monthly_allocation: number | null;
-    monthly_used: number;
-    monthly_remaining: number | null;
-    purchased: number;
-    reserved: number;
-    available: number | null;
-    ai_tokens_used: number;
-  };
+  balance: BalanceSummary;
   created_at: string;
   updated_at: string;
 }
@@ -61,17 +52,7 @@ async function viewOf(ctx: Ctx, d: DeploymentRow): Promise<DeploymentView> {
     features: effectiveFlags(d.tier, d.flag_overrides),
     flag_overrides: d.flag_overrides,
     overrides: overridesOf(d, ctx.clock.now()),
-    balance: {
-      period_start: b.periodStart.toISOString(),
-      period_end: b.periodEnd.toISOString(),
-      monthly_allocation: b.monthlyAllocation,
-      monthly_used: b.monthlyUsed,
-      monthly_remaining: b.monthlyRemaining,
-      purchased: b.purchased,
-      reserved: b.reserved,
-      available: b.available,
-      ai_tokens_used: b.aiTokensUsed,
-    },
+    balance: summarizeBalance(b),
     created_at: d.created_at.toISOString(),
     updated_at: d.updated_at.toISOString(),
   };

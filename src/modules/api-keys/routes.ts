@@ -2,7 +2,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { ctxOf } from '../../http/auth.js';
 import { Envelope, envelopeErrors, ok, page, PageEnvelope, PageQuery } from '../../http/envelope.js';
-import { decodeKeyset } from '../../http/keyset.js';
+import { decodeCursor } from '../../http/envelope.js';
 import { anyOf } from '../../http/schemas.js';
 import { ApiKeyParams, ApiKeySchema, CreateApiKeyBody, CreatedApiKeySchema, OrganizationParams } from './schemas.js';
 import { createOrganizationApiKey, listApiKeys, revokeOrganizationApiKey } from './service.js';
@@ -31,7 +31,7 @@ export async function apiKeyRoutes(fastify: FastifyInstance): Promise<void> {
       const { items, next } = await listApiKeys(ctxOf(request), {
         organizationId: request.params.id,
         limit: request.query.limit ?? 20,
-        cursor: decodeKeyset(request.query.cursor),
+        cursor: decodeCursor(request.query.cursor),
       });
       return page(items, next);
     },

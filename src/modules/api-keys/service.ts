@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { pageOf } from '../../http/envelope.js';
-import type { KeysetPosition } from '../../http/keyset.js';
+import type { KeysetPosition } from '../../http/envelope.js';
 import { generateApiKey, keyPrefix, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
 import { isUuid } from '../metering/state.js';

@@ -1,6 +1,6 @@
 import type { Ctx } from '../../context.js';
 import { pageOf } from '../../http/envelope.js';
-import type { KeysetPosition } from '../../http/keyset.js';
+import type { KeysetPosition } from '../../http/envelope.js';
 import { authorize } from '../organizations/rbac.js';
 
 interface AuditRow {

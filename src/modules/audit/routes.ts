@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { ctxOf } from '../../http/auth.js';
 import { envelopeErrors, page, PageEnvelope, PageQuery } from '../../http/envelope.js';
-import { decodeKeyset } from '../../http/keyset.js';
+import { decodeCursor } from '../../http/envelope.js';
 import { anyOf, Nullable } from '../../http/schemas.js';
 import { listAuditLogs } from './list.js';
 
@@ -55,7 +55,7 @@ export async function auditRoutes(fastify: FastifyInstance): Promise<void> {
       const { items, next } = await listAuditLogs(ctxOf(request), {
         organizationId: request.params.id,
         limit: request.query.limit ?? 20,
-        cursor: decodeKeyset(request.query.cursor),
+        cursor: decodeCursor(request.query.cursor),
         action: request.query.action,
         resourceType: request.query.resource_type,
       });

@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { ctxOf } from '../../http/auth.js';
 import { Envelope, envelopeErrors, ok, page, PageEnvelope, PageQuery } from '../../http/envelope.js';
-import { decodeKeyset } from '../../http/keyset.js';
+import { decodeCursor } from '../../http/envelope.js';
 import { anyOf, Nullable } from '../../http/schemas.js';
 import { type BillingSelection, getSubscription, getUsage, listInvoices } from './service.js';
 
@@ -140,7 +140,7 @@ export async function billingRoutes(fastify: FastifyInstance): Promise<void> {
     async (request) => {
       const { items, next } = await listInvoices(ctxOf(request), selectionOf(request), {
         limit: request.query.limit ?? 20,
-        cursor: decodeKeyset(request.query.cursor),
+        cursor: decodeCursor(request.query.cursor),
       });
       return page(items, next);
     },

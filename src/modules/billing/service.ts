@@ -1,7 +1,7 @@
 import { type Ctx, actorLabel } from '../../context.js';
 import { NotFoundError, ValidationError } from '../../errors.js';
 import { pageOf } from '../../http/envelope.js';
-import type { KeysetPosition } from '../../http/keyset.js';
+import type { KeysetPosition } from '../../http/envelope.js';
 import { readBalance, viewBalance } from '../credits/service.js';
 import { effectiveTerms } from '../credits/terms.js';
 import type { DeploymentRow } from '../deployments/service.js';

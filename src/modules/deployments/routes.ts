@@ -1,16 +1,15 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
+import { BalanceSummarySchema } from '../credits/summary.js';
 import { ctxOf } from '../../http/auth.js';
 import { Envelope, envelopeErrors, ok, page, PageEnvelope, PageQuery } from '../../http/envelope.js';
-import { decodeKeyset } from '../../http/keyset.js';
-import { anyOf, Nullable } from '../../http/schemas.js';
-import { listOrganizationDeployments, rotateOrganizationDeploymentSecret } from './service.js';
+import { decodeCursor } from '../../http/envelope.js';
+import { anyOf } from '../../http/schemas.js';
+import { listOrganizationDeployments, rotateOrganizationDeploymentSecret } from './organization.js';
 
 const Uuid = (description: string) => Type.String({ format: 'uuid', description, examples: ['6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f'] });
 const Timestamp = (description: string) => Type.String({ format: 'date-time', description, examples: ['2026-01-15T12:00:00.000Z'] });
-const Credits = (description: string) => Type.Integer({ description, examples: [2000] });
-const NullableCredits = (description: string) => Nullable(Type.Integer({ description, examples: [2000] }));
 
 const DeploymentSchema = Type.Object({
   id: Uuid('Deployment id'),
@@ -23,20 +22,7 @@ const DeploymentSchema = Type.Object({
   billing_anchor: Timestamp('Anchor of the monthly period when there is no subscription'),
   created_at: Timestamp('Creation time'),
   updated_at: Timestamp('Last change'),
-  balance: Type.Object(
-    {
-      period_start: Timestamp('Start of the current period'),
-      period_end: Timestamp('End of the current period (the monthly allocation and AI tokens reset then)'),
-      monthly_allocation: NullableCredits('Credits granted this period; null = unlimited'),
-      monthly_used: Credits('Monthly credits used this period'),
-      monthly_remaining: NullableCredits('Monthly credits left; null = unlimited'),
-      purchased: Credits('Purchased credits (never reset)'),
-      reserved: Credits('Credits held by open reservations'),
-      available: NullableCredits('What a new call may spend: monthly remaining + purchased − reserved; null = unlimited'),
-      ai_tokens_used: Type.Integer({ description: 'AI tokens used this period', examples: [1200] }),
-    },
-    { description: 'Credit balance summary, current at the time of the request' },
-  ),
+  balance: BalanceSummarySchema,
 });
 
 const Rotated = Type.Object({
@@ -74,7 +60,7 @@ export async function deploymentRoutes(fastify: FastifyInstance): Promise<void> 
       const { items, next } = await listOrganizationDeployments(ctxOf(request), {
         organizationId: request.params.id,
         limit: request.query.limit ?? 20,
-        cursor: decodeKeyset(request.query.cursor),
+        cursor: decodeCursor(request.query.cursor),
       });
       return page(items, next);
     },

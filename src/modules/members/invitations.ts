@@ -1,7 +1,7 @@
 import { DAY } from '../../clock.js';
 import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
-import type { KeysetPosition } from '../../http/keyset.js';
+import type { KeysetPosition } from '../../http/envelope.js';
 import { AppError, NotFoundError } from '../../errors.js';
 import { pageOf } from '../../http/envelope.js';
 import { deliverMail, type Delivery, enqueueMail, renderMail } from '../../lib/mailer.js';

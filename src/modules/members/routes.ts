@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { ctxOf, userOf } from '../../http/auth.js';
 import { Envelope, envelopeErrors, ok, page, PageEnvelope, PageQuery, pageOf } from '../../http/envelope.js';
-import { decodeKeyset } from '../../http/keyset.js';
+import { decodeCursor } from '../../http/envelope.js';
 import { acceptInvitation, getInvitationByToken, inviteMember, listInvitations, revokeInvitation } from './invitations.js';
 import {
   InvitationCreatedSchema,
@@ -43,7 +43,7 @@ export async function memberRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const limit = request.query.limit ?? 20;
-      const rows = await listMembers(ctxOf(request), request.params.id, { limit, cursor: decodeKeyset(request.query.cursor) });
+      const rows = await listMembers(ctxOf(request), request.params.id, { limit, cursor: decodeCursor(request.query.cursor) });
       const { items, next } = pageOf(rows, limit, (r) => r.joined_at);
       return page(items.map(viewMember), next);
     },
@@ -119,7 +119,7 @@ export async function memberRoutes(fastify: FastifyInstance): Promise<void> {
       const limit = request.query.limit ?? 20;
       const { items, next } = await listInvitations(ctxOf(request), request.params.id, {
         limit,
-        cursor: decodeKeyset(request.query.cursor),
+        cursor: decodeCursor(request.query.cursor),
         status: request.query.status ?? 'pending',
       });
       return page(items, next);

@@ -1,6 +1,6 @@
 import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
-import type { KeysetPosition } from '../../http/keyset.js';
+import type { KeysetPosition } from '../../http/envelope.js';
 import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { writeAudit } from '../audit/service.js';
 import { isUuid } from '../metering/state.js';

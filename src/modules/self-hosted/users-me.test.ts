@@ -1,8 +1,8 @@
-import type { FastifyInstance } from 'fastify';
+
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   bearer,
-  createHarnessWithRoutes,
+  createHarness,
   createKeyOverHttp,
   createTenant,
   type Harness,
@@ -10,15 +10,11 @@ import {
   signUpWithOrganization,
 } from '../../../test/harness.js';
 import { addMember } from '../organizations/service.js';
-import { usersMeRoute } from './users-me.js';
 
 let h: Harness;
 beforeAll(async () => {
   // Until selfHostedRoutes registers it, the test adds the route itself (and stops once it is wired in).
-  const addUsersMe = async (app: FastifyInstance) => {
-    if (!app.hasRoute({ method: 'GET', url: '/api/users/me' })) await usersMeRoute(app);
-  };
-  h = await createHarnessWithRoutes([addUsersMe]);
+  h = await createHarness();
 });
 afterAll(async () => {
   await h.close();
