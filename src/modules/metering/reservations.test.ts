@@ -655,3 +655,24 @@ describe('idempotency of record (SPEC §4)', () => {
     await expectLedgerConsistent(t);
   });
 });
+
+describe('overdue holds never block a record', () => {
+  for (const withId of [false, true]) {
+    it(`a record ${withId ? 'with' : 'without'} an invocation id releases overdue holds first, and a refusal is recorded once`, async () => {
+      const t = await createTenant(h, { tier: 'trial' });
+      await setMonthly(t.deploymentId, 3);
+      const hold = await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: 'hog' });
+      expect(json(hold).allowed).toBe(true);
+      const blocked = await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'x', ...(withId ? { invocation_id: 'early' } : {}) });
+      expect(json(blocked)).toMatchObject({ success: false, error: 'insufficient_credits' });
+      h.clock.advance(5 * MINUTE + SECOND);
+      const later = await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'x', ...(withId ? { invocation_id: 'late' } : {}) });
+      expect(json(later)).toMatchObject({ success: true, credits_used: 1, credits_remaining: 2 });
+      const failed = await h.deps.db.query<{ n: number }>('SELECT count(*)::int AS n FROM usage_records WHERE deployment_id = $1 AND NOT success', [
+        t.deploymentId,
+      ]);
+      expect(failed[0]!.n).toBe(1);
+      expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+    });
+  }
+});

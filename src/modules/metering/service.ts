@@ -223,23 +223,32 @@ export async function recordUsage(
   }
   const s = state!;
   if (input.invocationId === undefined) {
-    const heldByOthers = (s.balance?.reserved ?? 0) > 0;
-    const result = await deductWithRetry(ctx, ctx.db, { ...base, cost: cost.credits, releaseReserved: 0, recordFailure: !heldByOthers });
+    const result = await deductWithRetry(ctx, ctx.db, { ...base, cost: cost.credits, releaseReserved: 0 }, (s.balance?.reserved ?? 0) > 0);
     return { replayed: false, result: toRecordResult(result, cost.credits, null) };
   }
   return recordIdempotent(ctx, s, { ...base, cost: cost.credits }, input);
 }
 
-/** The deduction with its two slow paths: a stale row is synced first; overdue reservations are released before a refusal. */
-async function deductWithRetry(ctx: Ctx, db: Queryable, input: DeductInput): Promise<DeductResult> {
-  let result = await deduct(db, input);
+/**
+ * The deduction with its two slow paths: a stale row is synced first; when other reservations hold
+ * credits, overdue ones are released before a refusal is final (the first attempt then keeps no
+ * failed usage record, so a refusal is recorded once).
+ */
+async function deductWithRetry(
+  ctx: Ctx,
+  db: Queryable,
+  input: Omit<DeductInput, 'recordFailure'>,
+  heldByOthers: boolean,
+): Promise<DeductResult> {
+  const attempt = { ...input, recordFailure: !heldByOthers };
+  let result = await deduct(db, attempt);
   if (!result.found) {
     if (db === ctx.db) await ctx.db.transaction((tx) => syncBalance(tx, input.deploymentId, input.now, input.actor));
     else await syncBalance(db, input.deploymentId, input.now, input.actor);
-    result = await deduct(db, input);
+    result = await deduct(db, attempt);
     if (!result.found) throw new Error(`balance of deployment ${input.deploymentId} could not be brought up to date`);
   }
-  if (!result.deducted && !input.recordFailure) {
+  if (!result.deducted && heldByOthers) {
     await expireReservations(db, input.now, input.deploymentId);
     result = await deduct(db, { ...input, recordFailure: true });
   }
@@ -299,7 +308,8 @@ async function recordIdempotent(
         [state.deployment_id, invocationId, input.toolName, hash, now, new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS)],
       );
     }
-    const deducted = await deductWithRetry(ctx, tx, { ...base, cost, releaseReserved, recordFailure: true });
+    const heldByOthers = (state.balance?.reserved ?? 0) - releaseReserved > 0;
+    const deducted = await deductWithRetry(ctx, tx, { ...base, cost, releaseReserved }, heldByOthers);
     const result = toRecordResult(deducted, cost, invocationId);
     if (deducted.deducted) {
       await tx.query(
