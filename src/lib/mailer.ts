@@ -125,21 +125,89 @@ function failureOf(err: unknown): Record<string, unknown> {
 export async function deliverMail(deps: Pick<Deps, 'config' | 'db' | 'clock' | 'log'>, mail: QueuedMail): Promise<Delivery> {
   const { smtpUrl, publicBaseUrl } = deps.config;
   if (!smtpUrl) return 'outbox';
+  return (await attemptSmtp(deps, smtpUrl, publicBaseUrl, mail, mail.secrets ?? [], 1)) ? 'smtp' : 'outbox';
+}
+
+/** SMTP tries per message before it is left in the outbox for an operator (last_error says why). */
+export const MAIL_MAX_ATTEMPTS = 5;
+/** Wait before try n+1 after n failed tries: 1 min, 5 min, 30 min, 2 h. */
+const MAIL_BACKOFF_MS = [60_000, 5 * 60_000, 30 * 60_000, 2 * 3_600_000];
+/** How long a claimed row is left to its worker before another may try it (a send times out far sooner). */
+const MAIL_LEASE_MS = 10 * 60_000;
+/** Tokens this service mails (invitations): never kept in the outbox once delivered. */
+const MAILED_TOKEN = /cginv_[0-9A-Za-z]+/g;
+
+/** One SMTP try of a queued row: marks it sent (secrets scrubbed), or records the failure and the next try. */
+async function attemptSmtp(
+  deps: Pick<Deps, 'db' | 'clock' | 'log'>,
+  smtpUrl: string,
+  publicBaseUrl: string,
+  mail: Pick<QueuedMail, 'id' | 'to' | 'subject' | 'text' | 'template'>,
+  secrets: string[],
+  attempt: number,
+): Promise<boolean> {
   try {
     await sendSmtp(smtpUrl, senderOf(smtpUrl, publicBaseUrl), mail);
   } catch (err) {
-    deps.log.warn({ outbox_id: mail.id, template: mail.template, smtp: failureOf(err) }, 'smtp delivery failed; the message stays in the outbox');
-    return 'outbox';
+    const failure = failureOf(err);
+    deps.log.warn({ outbox_id: mail.id, template: mail.template, attempt, smtp: failure }, 'smtp delivery failed; the message stays in the outbox');
+    const wait = MAIL_BACKOFF_MS[Math.min(attempt, MAIL_BACKOFF_MS.length) - 1]!;
+    await deps.db
+      .query('UPDATE email_outbox SET attempts = $2, next_attempt_at = $3, last_error = $4 WHERE id = $1 AND sent_at IS NULL', [
+        mail.id,
+        attempt,
+        new Date(deps.clock.now().getTime() + wait),
+        JSON.stringify(failure),
+      ])
+      .catch(() => {});
+    return false;
   }
-  let body = mail.text;
-  for (const secret of mail.secrets ?? []) body = body.split(secret).join('[redacted after delivery]');
+  let body = mail.text.replace(MAILED_TOKEN, '[redacted after delivery]');
+  for (const secret of secrets) body = body.split(secret).join('[redacted after delivery]');
   try {
-    await deps.db.query('UPDATE email_outbox SET sent_at = $2, body = $3 WHERE id = $1 AND sent_at IS NULL', [mail.id, deps.clock.now(), body]);
+    await deps.db.query('UPDATE email_outbox SET sent_at = $2, body = $3, attempts = $4, last_error = NULL WHERE id = $1 AND sent_at IS NULL', [
+      mail.id,
+      deps.clock.now(),
+      body,
+      attempt,
+    ]);
   } catch (err) {
-    // Sent but not marked: the worst case is one more copy if the row is ever retried.
+    // Sent but not marked: the worst case is one more copy when the row is retried.
     deps.log.warn({ outbox_id: mail.id, err: (err as Error).message }, 'mail sent but not marked in the outbox');
   }
-  return 'smtp';
+  return true;
+}
+
+/**
+ * The `mail-retry` worker's pass: unsent rows whose next try is due (or, never tried by a worker,
+ * older than a minute — the sender right after the commit had its chance) are claimed with a lease in
+ * one statement (SKIP LOCKED: any number of instances), then sent. Without SMTP_URL the outbox row is
+ * the delivery and there is nothing to retry.
+ */
+export async function retryOutbox(
+  deps: Pick<Deps, 'config' | 'db' | 'clock' | 'log'>,
+  batch = 20,
+  /** One organization's mail only (tests share a database; the worker passes none). */
+  organizationId: string | null = null,
+): Promise<number> {
+  const { smtpUrl, publicBaseUrl } = deps.config;
+  if (!smtpUrl) return 0;
+  const now = deps.clock.now();
+  const claimed = await deps.db.query<{ id: string; to: string; subject: string; body: string; template: MailTemplate; attempts: number }>(
+    `WITH due AS (
+       SELECT id FROM email_outbox
+       WHERE sent_at IS NULL AND attempts < $2 AND COALESCE(next_attempt_at, created_at + interval '1 minute') <= $1
+         AND ($5::uuid IS NULL OR organization_id = $5::uuid)
+       ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED
+     )
+     UPDATE email_outbox o SET next_attempt_at = $4 FROM due WHERE o.id = due.id
+     RETURNING o.id, o."to", o.subject, o.body, o.template, o.attempts`,
+    [now, MAIL_MAX_ATTEMPTS, batch, new Date(now.getTime() + MAIL_LEASE_MS), organizationId],
+  );
+  for (const row of claimed) {
+    await attemptSmtp(deps, smtpUrl, publicBaseUrl, { ...row, text: row.body }, [], row.attempts + 1);
+  }
+  return claimed.length;
 }
 
 /** Queue (in its own transaction, with `inTx` for the caller's rows) and deliver: for sends not tied to another change. */

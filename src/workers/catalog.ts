@@ -1,4 +1,5 @@
 import type { Deps } from '../context.js';
+import { retryOutbox } from '../lib/mailer.js';
 import { expireReservations, pruneInvocations } from '../modules/credits/reservations.js';
 
 /**
@@ -28,6 +29,13 @@ export const WORKERS: WorkerDefinition[] = [
     batchSize: 1000,
     intervalMs: 10 * 60_000,
     run: (deps) => pruneInvocations(deps.db, deps.clock.now(), 1000),
+  },
+  {
+    name: 'mail-retry',
+    table: 'email_outbox',
+    batchSize: 20,
+    intervalMs: 30_000,
+    run: (deps) => retryOutbox(deps, 20),
   },
 ];
 

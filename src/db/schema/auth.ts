@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { boolean, index, pgTable, primaryKey, text, timestamp, uniqueIndex, uuid } from 'drizzle-orm/pg-core';
+import { boolean, index, integer, pgTable, primaryKey, text, timestamp, uniqueIndex, uuid } from 'drizzle-orm/pg-core';
 import { organizations, users } from './accounts.js';
 
 /** A signed-in session: access tokens carry its id, so ending it stops them at once. */
@@ -121,4 +121,9 @@ export const emailOutbox = pgTable('email_outbox', {
   template: text('template').notNull(),
   createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
   sentAt: timestamp('sent_at', { withTimezone: true }),
+  /** SMTP tries so far; the `mail-retry` worker gives up after MAIL_MAX_ATTEMPTS. */
+  attempts: integer('attempts').notNull().default(0),
+  /** When the next try may run (also a claim: a worker moves it forward before sending). */
+  nextAttemptAt: timestamp('next_attempt_at', { withTimezone: true }),
+  lastError: text('last_error'),
 });
