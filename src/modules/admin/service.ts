@@ -3,7 +3,6 @@ import { NotFoundError, ValidationError } from '../../errors.js';
 import { createApiKey } from '../api-keys/service.js';
 import { writeAudit } from '../audit/service.js';
 import { changePurchased, readBalance, resetUsage, viewBalance } from '../credits/service.js';
-import { type BalanceSummary, summarizeBalance } from '../credits/summary.js';
 import {
   type DeploymentRow,
   getDeployment,
@@ -19,42 +18,22 @@ import { effectiveFlags } from '../entitlements/flags.js';
 import { FLAGS, type Flags, type Tier } from '../entitlements/tiers.js';
 import { isUuid } from '../metering/state.js';
 import { createOrganization } from '../organizations/service.js';
+import { deploymentView, type OrganizationDeploymentView } from '../deployments/organization.js';
 import { createUser } from '../users/service.js';
 
-export interface DeploymentView {
-  id: string;
-  organization_id: string;
-  name: string;
-  tier: string;
-  status: string;
-  is_primary: boolean;
-  secret_prefix: string;
-  billing_anchor: string;
+export interface DeploymentView extends OrganizationDeploymentView {
   features: Flags;
   flag_overrides: Record<string, boolean>;
   overrides: ReturnType<typeof overridesOf>;
-  balance: BalanceSummary;
-  created_at: string;
-  updated_at: string;
 }
 
 async function viewOf(ctx: Ctx, d: DeploymentRow): Promise<DeploymentView> {
   const b = viewBalance(await readBalance(ctx.db, d.id, ctx.clock.now(), actorLabel(ctx.actor)));
   return {
-    id: d.id,
-    organization_id: d.organization_id,
-    name: d.name,
-    tier: d.tier,
-    status: d.status,
-    is_primary: d.is_primary,
-    secret_prefix: d.secret_prefix,
-    billing_anchor: d.billing_anchor.toISOString(),
+    ...deploymentView(d, b),
     features: effectiveFlags(d.tier, d.flag_overrides),
     flag_overrides: d.flag_overrides,
     overrides: overridesOf(d, ctx.clock.now()),
-    balance: summarizeBalance(b),
-    created_at: d.created_at.toISOString(),
-    updated_at: d.updated_at.toISOString(),
   };
 }
 

@@ -1,7 +1,7 @@
 import { type Ctx, actorLabel } from '../../context.js';
 import { NotFoundError } from '../../errors.js';
 import { type KeysetPosition, pageOf } from '../../http/envelope.js';
-import { readBalance, viewBalance } from '../credits/service.js';
+import { type BalanceView, readBalance, viewBalance } from '../credits/service.js';
 import { type BalanceSummary, summarizeBalance } from '../credits/summary.js';
 import { isUuid } from '../metering/state.js';
 import { authorize } from '../organizations/rbac.js';
@@ -24,6 +24,23 @@ export interface OrganizationDeploymentView {
   balance: BalanceSummary;
 }
 
+/** The record both the organization API and the operator API show (the operator's adds flags and overrides). */
+export function deploymentView(d: DeploymentRow, b: BalanceView): OrganizationDeploymentView {
+  return {
+    id: d.id,
+    organization_id: d.organization_id,
+    name: d.name,
+    tier: d.tier,
+    status: d.status,
+    is_primary: d.is_primary,
+    secret_prefix: d.secret_prefix,
+    billing_anchor: d.billing_anchor.toISOString(),
+    created_at: d.created_at.toISOString(),
+    updated_at: d.updated_at.toISOString(),
+    balance: summarizeBalance(b),
+  };
+}
+
 /** An organization's deployments in creation order (the primary one first), each with its current balance. */
 export async function listOrganizationDeployments(
   ctx: Ctx,
@@ -42,19 +59,7 @@ export async function listOrganizationDeployments(
   for (const d of items) {
     // readBalance brings a stale row up to date (period reset on first touch, SPEC §3).
     const b = viewBalance(await readBalance(ctx.db, d.id, now, actorLabel(ctx.actor)));
-    views.push({
-      id: d.id,
-      organization_id: d.organization_id,
-      name: d.name,
-      tier: d.tier,
-      status: d.status,
-      is_primary: d.is_primary,
-      secret_prefix: d.secret_prefix,
-      billing_anchor: d.billing_anchor.toISOString(),
-      created_at: d.created_at.toISOString(),
-      updated_at: d.updated_at.toISOString(),
-      balance: summarizeBalance(b),
-    });
+    views.push(deploymentView(d, b));
   }
   return { items: views, next };
 }
