@@ -15,6 +15,8 @@ export interface Config {
   databaseUrl: string | undefined;
   dataDir: string;
   redisUrl: string | undefined;
+  /** Prefix of every Redis key this service writes (rate-limit windows); instances that share limits share it. */
+  redisPrefix: string;
   jwtSecret: string;
   mcpServiceKey: string;
   adminApiKey: string;
@@ -33,7 +35,29 @@ export interface Config {
   databasePoolSize: number;
   /** scrypt cost as log2(N); 17 is the OWASP recommendation and the production minimum. */
   passwordHashLogN: number;
+  /** SPEC §6: model name → class for AI tokens paid with purchased credits; unlisted models use aiDefaultModelClass. */
+  aiModelClasses: Record<string, ModelClass>;
+  aiDefaultModelClass: ModelClass;
+  /**
+   * Where the shared rate limiter takes its time: 'redis' (Redis TIME, one clock for every instance) in
+   * production; 'clock' (the app's clock) lets tests move time. Not an environment variable.
+   */
+  rateLimitTime: 'redis' | 'clock';
 }
+
+export const MODEL_CLASSES = ['standard', 'advanced', 'premium'] as const;
+export type ModelClass = (typeof MODEL_CLASSES)[number];
+
+/** Defaults for AI_MODEL_CLASSES; an operator lists their provider's models to change them. */
+export const DEFAULT_MODEL_CLASSES: Record<string, ModelClass> = {
+  'gpt-4o-mini': 'standard',
+  'gpt-4.1-mini': 'standard',
+  'gpt-4.1-nano': 'standard',
+  'gpt-4o': 'advanced',
+  'gpt-4.1': 'advanced',
+  o1: 'premium',
+  o3: 'premium',
+};
 
 export class ConfigError extends Error {
   constructor(
@@ -85,6 +109,27 @@ function url(env: Env, name: string, protocols: string[]): string | undefined {
     throw new ConfigError(name, `must use one of ${protocols.join(', ')}`);
   }
   return raw;
+}
+
+/** `AI_MODEL_CLASSES=model=class,model=class` (classes: standard, advanced, premium). */
+function modelClasses(env: Env, name: string): Record<string, ModelClass> | undefined {
+  const raw = str(env, name);
+  if (raw === undefined) return undefined;
+  const out: Record<string, ModelClass> = {};
+  for (const part of raw.split(',')) {
+    const [model, cls] = part.split('=').map((x) => x.trim());
+    if (!model || !cls || !(MODEL_CLASSES as readonly string[]).includes(cls)) {
+      throw new ConfigError(name, `must be model=class pairs separated by commas (classes: ${MODEL_CLASSES.join(', ')}), got "${part}"`);
+    }
+    out[model] = cls as ModelClass;
+  }
+  return out;
+}
+
+function modelClass(env: Env, name: string): ModelClass {
+  const raw = str(env, name) ?? 'standard';
+  if (!(MODEL_CLASSES as readonly string[]).includes(raw)) throw new ConfigError(name, `must be one of ${MODEL_CLASSES.join(', ')}`);
+  return raw as ModelClass;
 }
 
 function secret(env: Env, name: SecretName, minLength: number): string | undefined {
@@ -152,6 +197,7 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     databaseUrl,
     dataDir,
     redisUrl: url(env, 'REDIS_URL', ['redis:', 'rediss:']),
+    redisPrefix: str(env, 'REDIS_PREFIX') ?? 'cg:',
     jwtSecret: secrets.JWT_SECRET!,
     mcpServiceKey: secrets.MCP_SERVICE_KEY!,
     adminApiKey: secrets.ADMIN_API_KEY!,
@@ -168,6 +214,9 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     logLevel: str(env, 'LOG_LEVEL') ?? (nodeEnv === 'test' ? 'silent' : 'info'),
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 20, 1, 1000),
     passwordHashLogN: int(env, 'PASSWORD_HASH_LOG_N', 17, nodeEnv === 'production' ? 17 : 10, 20),
+    aiModelClasses: modelClasses(env, 'AI_MODEL_CLASSES') ?? DEFAULT_MODEL_CLASSES,
+    aiDefaultModelClass: modelClass(env, 'AI_DEFAULT_MODEL_CLASS'),
+    rateLimitTime: 'redis',
   };
   return { config, generated };
 }
@@ -187,6 +236,8 @@ function writeStoredSecrets(dataDir: string, secrets: Partial<Record<SecretName,
   writeFileSync(secretsFile(dataDir), `${JSON.stringify(secrets, null, 2)}\n`, { mode: 0o600 });
 }
 
+const TEST_REDIS_PREFIX = `cg-test:${process.pid}:${randomBytes(4).toString('hex')}:`;
+
 /** A complete configuration for tests and tools, with fixed secrets; override what you need. */
 export function testConfig(overrides: Partial<Config> = {}): Config {
   return {
@@ -196,6 +247,8 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     databaseUrl: 'memory://',
     dataDir: resolve('./.creditgate-test'),
     redisUrl: undefined,
+    // Runs share the Redis server and the tests' fixed start date: each test file counts in its own keys.
+    redisPrefix: TEST_REDIS_PREFIX,
     jwtSecret: 'test-jwt-secret-that-is-long-enough-0123456789',
     mcpServiceKey: 'test-mcp-service-key-0123456789',
     adminApiKey: 'test-admin-api-key-0123456789',
@@ -213,6 +266,10 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     databasePoolSize: 10,
     // Cheap hashes keep the suite fast; the scrypt code path is the same.
     passwordHashLogN: 10,
+    aiModelClasses: DEFAULT_MODEL_CLASSES,
+    aiDefaultModelClass: 'standard',
+    // Tests move the app's clock; the shared limiter follows it.
+    rateLimitTime: 'clock',
     ...overrides,
   };
 }

@@ -126,6 +126,10 @@ export const usageRecords = pgTable(
   (t) => [
     index('usage_records_deployment_ts_idx').on(t.deploymentId, t.timestamp),
     index('usage_records_org_ts_idx').on(t.organizationId, t.timestamp),
+    // AI token accounting is idempotent per (deployment, request id) (quotas/ai-tokens.ts).
+    uniqueIndex('usage_records_ai_request')
+      .on(t.deploymentId, t.invocationId)
+      .where(sql`${t.metric} = 'ai_tokens'`),
     check('usage_records_refund_bound', sql`${t.refunded} >= 0 AND ${t.refunded} <= ${t.quantity}`),
   ],
 );

@@ -4,3 +4,4 @@ export * from './credits.js';
 export * from './deployments.js';
 export * from './auth.js';
 export * from './billing.js';
+export * from './events.js';

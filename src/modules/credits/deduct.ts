@@ -1,16 +1,18 @@
 import { randomUUID } from 'node:crypto';
 import type { Queryable } from '../../db/client.js';
+import { MONTHLY_THRESHOLD_CTE } from '../quotas/thresholds.js';
 
 /**
  * The hot path of record-usage: one statement, so one round trip and one implicit transaction.
  * It locks the balance row (FOR UPDATE returns the newest version after any wait), splits the cost
  * between the monthly bucket and purchased credits, refuses when the spendable balance (less other
  * holders' reservations) is short, and writes the ledger row and the usage record with it.
+ * Crossing 80 % / 100 % of the monthly allocation writes a `quota.threshold` event in the same statement.
  * A row whose sync_before has passed is not touched (found = 0): the caller syncs it and retries.
  */
 const DEDUCT_SQL = `
 WITH cur AS (
-  SELECT deployment_id, organization_id, monthly_allocation, monthly_used, purchased_balance, reserved, period_start, purchased_consumed,
+  SELECT deployment_id, organization_id, monthly_allocation, monthly_used, purchased_balance, reserved, period_start, period_end, purchased_consumed,
          LEAST($2::bigint, GREATEST(0, COALESCE(monthly_allocation - monthly_used, $2::bigint))) AS m_take
   FROM credit_balances
   WHERE deployment_id = $1::uuid AND sync_before > $3::timestamptz
@@ -51,7 +53,7 @@ WITH cur AS (
   FROM cur LEFT JOIN upd ON true
   WHERE upd.deployment_id IS NOT NULL OR $12::boolean
   RETURNING id
-)
+), ${MONTHLY_THRESHOLD_CTE}
 SELECT (SELECT count(*) FROM cur)::int AS found,
        (upd.deployment_id IS NOT NULL) AS deducted,
        COALESCE(upd.monthly_allocation, cur.monthly_allocation) AS monthly_allocation,
