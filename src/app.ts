@@ -9,6 +9,9 @@ import { registerOpenApi } from './http/openapi.js';
 import { validatorCompiler } from './http/validation.js';
 import { type Bus, LocalBus, RedisBus } from './lib/bus.js';
 import { Caches } from './lib/caches.js';
+import { Metrics } from './lib/metrics.js';
+import { LocalRateLimiter, type RateLimiter, RedisRateLimiter } from './lib/rate-limiter.js';
+import { registerRateLimits } from './http/rate-limit.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
 import { auditRoutes } from './modules/audit/routes.js';
 import { billingRoutes } from './modules/billing/routes.js';
@@ -68,7 +71,9 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
     (config.redisUrl
       ? new RedisBus(config.redisUrl, (err) => app.log.warn({ err: err.message }, 'redis bus error'))
       : new LocalBus());
-  const deps: Deps = { config, db, clock, bus, caches: new Caches(clock, bus), log: app.log };
+  const metrics = new Metrics();
+  const limiter = createLimiter(config, clock, app, metrics);
+  const deps: Deps = { config, db, clock, bus, caches: new Caches(clock, bus), limiter, metrics, log: app.log };
   app.decorate('deps', deps);
   // Every route registered, so a test can prove the OpenAPI document lists them all.
   const routeList: Array<{ method: string; url: string; auth: string; hidden: boolean }> = [];
@@ -84,6 +89,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   app.setValidatorCompiler(validatorCompiler);
   registerErrorHandling(app, clock);
   registerAuth(app);
+  registerRateLimits(app);
   await registerOpenApi(app, config.publicBaseUrl);
 
   await app.register(healthRoutes);
@@ -100,6 +106,29 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(selfHostedRoutes);
   app.addHook('onClose', async () => {
     if (!options.bus) await bus.close();
+    await limiter.close();
   });
   return app;
+}
+
+/** SPEC §6: the shared window in Redis when REDIS_URL is set (falling back per instance while it is down), else in-process. */
+function createLimiter(config: Config, clock: Clock, app: FastifyInstance, metrics: Metrics): RateLimiter {
+  if (!config.redisUrl) return new LocalRateLimiter(clock);
+  return new RedisRateLimiter(
+    config.redisUrl,
+    clock,
+    {
+      onOutage: (err) => {
+        metrics.rateLimitOutages.inc();
+        metrics.rateLimitFallback.set(1);
+        app.log.error({ err: err.message }, 'rate limiter: Redis unreachable, counting per instance until it returns');
+      },
+      onRecovered: () => {
+        metrics.rateLimitFallback.set(0);
+        app.log.warn('rate limiter: Redis answers again, shared windows resumed');
+      },
+    },
+    config.rateLimitTime,
+    `${config.redisPrefix}rl:`,
+  );
 }

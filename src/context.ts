@@ -4,6 +4,8 @@ import type { Config } from './config.js';
 import type { Database } from './db/client.js';
 import type { Bus } from './lib/bus.js';
 import type { Caches } from './lib/caches.js';
+import type { Metrics } from './lib/metrics.js';
+import type { RateLimiter } from './lib/rate-limiter.js';
 
 /** What every service verb may use; built once per process. */
 export interface Deps {
@@ -12,6 +14,8 @@ export interface Deps {
   clock: Clock;
   bus: Bus;
   caches: Caches;
+  limiter: RateLimiter;
+  metrics: Metrics;
   log: FastifyBaseLogger;
 }
 

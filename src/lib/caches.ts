@@ -1,8 +1,9 @@
 import type { Clock } from '../clock.js';
-import { MINUTE } from '../clock.js';
+import { MINUTE, SECOND } from '../clock.js';
 import type { Bus } from './bus.js';
-import { AttemptLimiter } from './attempt-limiter.js';
 import { TtlCache } from './cache.js';
+import type { DeploymentTerms } from '../modules/credits/terms.js';
+import type { Plan } from '../modules/entitlements/tiers.js';
 
 export interface ResolvedDeployment {
   deployment_id: string | null;
@@ -26,14 +27,19 @@ export class Caches {
   readonly resolve: TtlCache<ResolvedDeployment>;
   /** The cost table and tool map: read on every metered call, changed only by operators. */
   readonly costs: TtlCache<CostTable>;
-  /** SPEC §6: login attempts per (IP, email), 10 per 15 minutes. */
-  readonly loginAttempts: AttemptLimiter;
+  /** Rate-limit terms (tier, overrides) of deployments named by service calls; null = no such deployment. */
+  readonly terms: TtlCache<DeploymentTerms | null>;
+  /** Plans of organizations and users (highest of their organizations) for the hourly limit. */
+  readonly plans: TtlCache<Plan>;
 
   constructor(clock: Clock, bus: Bus) {
-    this.loginAttempts = new AttemptLimiter(clock, 10, 15 * MINUTE);
     this.resolve = new TtlCache(clock, 5 * MINUTE);
     this.costs = new TtlCache(clock, MINUTE, 1);
     bus.subscribe('resolve-cache', () => this.resolve.clear());
+    this.terms = new TtlCache(clock, 30 * SECOND);
+    this.plans = new TtlCache(clock, MINUTE);
     bus.subscribe('cost-cache', () => this.costs.clear());
+    bus.subscribe('terms-cache', () => this.terms.clear());
+    bus.subscribe('plan-cache', () => this.plans.clear());
   }
 }

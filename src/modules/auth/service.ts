@@ -1,6 +1,8 @@
+import { MINUTE } from '../../clock.js';
 import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { AppError, UnauthorizedError } from '../../errors.js';
+import { hashedSubject, limitAttempt } from '../../lib/rate-limiter.js';
 import { randomBase62, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
 import { hashPassword, verifyPassword } from './passwords.js';
@@ -103,17 +105,16 @@ export async function signup(ctx: Ctx, input: { email: string; password: string;
   }
 }
 
+/** SPEC §6: login attempts per (IP, email) in a sliding 15 minutes, shared by every instance. */
+export const LOGIN_LIMIT = 10;
+
 /** POST /auth/login, limited per (IP, email). Unknown email and wrong password give one answer. */
 export async function login(ctx: Ctx, input: { email: string; password: string }): Promise<TokenPair> {
-  const limit = ctx.caches.loginAttempts.hit(`${ctx.ip ?? ''}|${input.email.toLowerCase()}`);
-  if (!limit.allowed) {
-    throw new AppError(
-      'RATE_LIMITED',
-      `Too many login attempts; retry in ${limit.retryAfterSeconds} seconds`,
-      {},
-      { 'retry-after': String(limit.retryAfterSeconds) },
-    );
-  }
+  await limitAttempt(
+    ctx.limiter,
+    [{ subject: hashedSubject('login', ctx.ip ?? '', input.email.toLowerCase()), name: 'login', limit: LOGIN_LIMIT, windowMs: 15 * MINUTE }],
+    'login attempts',
+  );
   const rows = await ctx.db.query<UserRow>(`SELECT ${USER_COLUMNS}, password_hash FROM users WHERE lower(email) = lower($1)`, [
     input.email,
   ]);

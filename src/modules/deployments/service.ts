@@ -118,6 +118,7 @@ export async function updateDeployment(
     return after;
   });
   invalidateResolveCache(ctx);
+  ctx.bus.publish('terms-cache');
   return result;
 }
 
@@ -141,7 +142,7 @@ export interface OverrideInput {
  */
 export async function setOverrides(ctx: Ctx, id: string, input: OverrideInput | 'clear'): Promise<DeploymentRow> {
   const now = ctx.clock.now();
-  return ctx.db.transaction(async (tx) => {
+  const result = await ctx.db.transaction(async (tx) => {
     const before = await lockDeployment(tx, id);
     // An override set that has lapsed is gone: a new PUT merges onto nothing, not onto stale values.
     const lapsed = before.override_expires_at !== null && before.override_expires_at.getTime() <= now.getTime();
@@ -171,6 +172,9 @@ export async function setOverrides(ctx: Ctx, id: string, input: OverrideInput | 
     });
     return after;
   });
+  // Rate limits of service calls read cached terms: every instance drops them (SPEC §6 "take effect at once").
+  ctx.bus.publish('terms-cache');
+  return result;
 }
 
 /** The overrides in force at `now` (a lapsed set reads as none). */

@@ -3,7 +3,8 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { ctxOf, deploymentOf } from '../../http/auth.js';
 import { flatErrors, Nullable } from '../../http/schemas.js';
-import { aiQuota, checkEntitlements, NEXT_CHECK_SECONDS } from './service.js';
+import { limitDeployment } from '../../http/rate-limit.js';
+import { aiQuota, authenticateEntitlementCheck, NEXT_CHECK_SECONDS, snapshotOf } from './service.js';
 
 const NullableInt = Nullable(Type.Integer());
 
@@ -50,7 +51,8 @@ export async function entitlementRoutes(fastify: FastifyInstance): Promise<void>
   app.post(
     '/api/v1/entitlements/check',
     {
-      config: { auth: 'public' },
+      // Credentials are in the body: the deployment's window is counted once they are proven (http/rate-limit.ts).
+      config: { auth: 'public', rateLimit: 'handler' },
       schema: {
         tags: ['Entitlements'],
         summary: 'Entitlement snapshot of a deployment (credentials in the body)',
@@ -71,7 +73,9 @@ export async function entitlementRoutes(fastify: FastifyInstance): Promise<void>
     async (request, reply) => {
       const ctx = ctxOf(request);
       const forced = request.query.force === true || /no-cache/i.test(request.headers['cache-control'] ?? '');
-      const snapshot = await checkEntitlements(ctx, request.body.deployment_id, request.body.deployment_secret);
+      const deployment = await authenticateEntitlementCheck(ctx, request.body.deployment_id, request.body.deployment_secret);
+      await limitDeployment(request, reply, deployment);
+      const snapshot = await snapshotOf(ctx, deployment);
       reply.header('cache-control', forced ? 'no-store' : `private, max-age=${NEXT_CHECK_SECONDS}`);
       return snapshot;
     },

@@ -31,9 +31,9 @@ const invalidCredentials = () =>
  * POST /api/v1/entitlements/check. The server keeps no snapshot cache: every answer is computed from
  * the database, so `force` has nothing to bypass here and only changes the answer's caching headers.
  */
-export async function checkEntitlements(ctx: Ctx, deploymentId: string, secret: string): Promise<EntitlementSnapshot> {
-  const deployment = await authenticateDeployment(ctx, deploymentId, secret, invalidCredentials);
-  return snapshotOf(ctx, deployment);
+/** The entitlement check's body credentials; one answer for an unknown id and a wrong secret. */
+export function authenticateEntitlementCheck(ctx: Ctx, deploymentId: string, secret: string): Promise<DeploymentRow> {
+  return authenticateDeployment(ctx, deploymentId, secret, invalidCredentials);
 }
 
 export async function snapshotOf(ctx: Ctx, deployment: DeploymentRow): Promise<EntitlementSnapshot> {

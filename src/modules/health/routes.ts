@@ -1,7 +1,8 @@
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
+import { envelopeErrors } from '../../http/envelope.js';
 
-/** SPEC §1: no auth, no rate limit. */
+/** SPEC §1: no auth, no rate limit (metrics: the operator key). */
 export async function healthRoutes(app: FastifyInstance): Promise<void> {
   app.get(
     '/healthz',
@@ -40,6 +41,24 @@ export async function healthRoutes(app: FastifyInstance): Promise<void> {
       const ready = Object.values(checks).every((v) => v === 'ok');
       if (!ready) request.log.warn({ checks }, 'not ready');
       return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not_ready', checks });
+    },
+  );
+
+  app.get(
+    '/metrics',
+    {
+      config: { auth: 'admin' },
+      schema: {
+        tags: ['Health'],
+        summary: 'Prometheus metrics (rate-limit decisions by backend, Redis fallback); operator key',
+        security: [{ adminKey: [] }],
+        produces: ['text/plain'],
+        response: { 200: Type.String({ description: 'Prometheus text exposition format' }), ...envelopeErrors(401) },
+      },
+    },
+    async (_request, reply) => {
+      const { registry } = app.deps.metrics;
+      return reply.type(registry.contentType).send(await registry.metrics());
     },
   );
 }
