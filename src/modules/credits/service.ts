@@ -8,6 +8,8 @@ import {
   ledgerMonthly,
   monthlyRemaining,
   periodFor,
+  SUBSCRIPTION_PERIOD_SQL,
+  type SubscriptionPeriod,
   syncBeforeFor,
 } from './terms.js';
 
@@ -59,7 +61,8 @@ export async function openBalance(
   input: { deploymentId: string; organizationId: string; terms: DeploymentTerms; actor: string; now: Date },
 ): Promise<void> {
   const terms = effectiveTerms(input.terms, input.now);
-  const period = periodFor(input.terms, input.now);
+  const subscription = await tx.query<SubscriptionPeriod>(SUBSCRIPTION_PERIOD_SQL, [input.organizationId]);
+  const period = periodFor(input.terms, input.now, subscription[0] ?? null);
   const allocation = terms.monthlyCredits;
   await tx.query(
     `INSERT INTO credit_balances (deployment_id, organization_id, period_start, period_end, sync_before,
@@ -114,7 +117,8 @@ export async function syncBalance(tx: Queryable, deploymentId: string, now: Date
 
   if (now.getTime() >= period_end.getTime()) {
     const before = ledgerMonthly(allocation, used);
-    const period = periodFor(row, now);
+    const subscription = await tx.query<SubscriptionPeriod>(SUBSCRIPTION_PERIOD_SQL, [row.organization_id]);
+    const period = periodFor(row, now, subscription[0] ?? null);
     period_start = period.start;
     period_end = period.end;
     allocation = terms.monthlyCredits;

@@ -33,10 +33,31 @@ export function effectiveTerms(d: DeploymentTerms, now: Date): EffectiveTerms {
   };
 }
 
-/** The billing period containing `now`: the monthly anniversary of billing_anchor (a subscription's period once billing lands). */
-export function periodFor(d: DeploymentTerms, now: Date): { start: Date; end: Date } {
+/** The organization's subscription period as the billing processor last reported it (SPEC §3). */
+export interface SubscriptionPeriod {
+  current_period_start: Date | null;
+  current_period_end: Date | null;
+}
+
+/**
+ * The billing period containing `now` (SPEC §3): the subscription's current period when it contains
+ * `now`; past its end (the renewal not reported yet) the monthly anniversaries of its start; without a
+ * subscription the monthly anniversary of billing_anchor.
+ */
+export function periodFor(d: DeploymentTerms, now: Date, subscription: SubscriptionPeriod | null = null): { start: Date; end: Date } {
+  const start = subscription?.current_period_start;
+  const end = subscription?.current_period_end;
+  if (start && end && start.getTime() <= now.getTime()) {
+    if (now.getTime() < end.getTime()) return { start, end };
+    return monthlyPeriod(start, now);
+  }
   return monthlyPeriod(d.billing_anchor, now);
 }
+
+/** The subscription that sets an organization's periods: the latest one that is not canceled. */
+export const SUBSCRIPTION_PERIOD_SQL = `SELECT current_period_start, current_period_end FROM subscriptions
+  WHERE organization_id = $1 AND status <> 'canceled' AND current_period_start IS NOT NULL
+  ORDER BY current_period_end DESC NULLS LAST LIMIT 1`;
 
 /** When a balance row must next be brought up to date: its period end, or an override expiring sooner. */
 export function syncBeforeFor(periodEnd: Date, terms: EffectiveTerms): Date {
