@@ -63,7 +63,10 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
     frameworkErrors: (err, request, reply) => {
       sendError(reply, request, toAppError(err), clock);
     },
-    trustProxy: false,
+    trustProxy:
+      typeof config.trustProxy === 'number'
+        ? (_address: string, hop: number) => hop < (config.trustProxy as number)
+        : config.trustProxy,
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false } },
   });
   const bus =

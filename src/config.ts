@@ -15,6 +15,11 @@ export interface Config {
   databaseUrl: string | undefined;
   dataDir: string;
   redisUrl: string | undefined;
+  /**
+   * Which proxies' X-Forwarded-For to believe for the client IP (rate limits and login limits key on it):
+   * false (default: the socket's address), true (any), a hop count, or addresses/CIDRs (Fastify trustProxy).
+   */
+  trustProxy: boolean | number | string[];
   /** Prefix of every Redis key this service writes (rate-limit windows); instances that share limits share it. */
   redisPrefix: string;
   jwtSecret: string;
@@ -111,6 +116,21 @@ function url(env: Env, name: string, protocols: string[]): string | undefined {
   return raw;
 }
 
+/** `TRUST_PROXY`: true/false, a hop count, or a comma-separated list of proxy addresses or CIDRs. */
+function trustProxy(env: Env, name: string): boolean | number | string[] {
+  const raw = str(env, name);
+  if (raw === undefined || raw === 'false') return false;
+  if (raw === 'true') return true;
+  if (/^\d+$/.test(raw)) return Number(raw);
+  const list = raw.split(',').map((x) => x.trim()).filter(Boolean);
+  for (const entry of list) {
+    if (!/^[0-9a-fA-F:.]+(\/\d{1,3})?$/.test(entry) && !['loopback', 'linklocal', 'uniquelocal'].includes(entry)) {
+      throw new ConfigError(name, `must be true, false, a hop count, or addresses/CIDRs separated by commas, got "${entry}"`);
+    }
+  }
+  return list;
+}
+
 /** `AI_MODEL_CLASSES=model=class,model=class` (classes: standard, advanced, premium). */
 function modelClasses(env: Env, name: string): Record<string, ModelClass> | undefined {
   const raw = str(env, name);
@@ -198,6 +218,7 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     dataDir,
     redisUrl: url(env, 'REDIS_URL', ['redis:', 'rediss:']),
     redisPrefix: str(env, 'REDIS_PREFIX') ?? 'cg:',
+    trustProxy: trustProxy(env, 'TRUST_PROXY'),
     jwtSecret: secrets.JWT_SECRET!,
     mcpServiceKey: secrets.MCP_SERVICE_KEY!,
     adminApiKey: secrets.ADMIN_API_KEY!,
@@ -249,6 +270,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     redisUrl: undefined,
     // Runs share the Redis server and the tests' fixed start date: each test file counts in its own keys.
     redisPrefix: TEST_REDIS_PREFIX,
+    trustProxy: false,
     jwtSecret: 'test-jwt-secret-that-is-long-enough-0123456789',
     mcpServiceKey: 'test-mcp-service-key-0123456789',
     adminApiKey: 'test-admin-api-key-0123456789',

@@ -215,3 +215,15 @@ describe('development secrets', () => {
     expect(a.adminApiKey).not.toBe(b.adminApiKey);
   });
 });
+
+describe('TRUST_PROXY', () => {
+  it('is off by default and takes true, a hop count or addresses/CIDRs', () => {
+    expect(loadConfig(env({ NODE_ENV: 'test' })).config.trustProxy).toBe(false);
+    expect(loadConfig(env({ NODE_ENV: 'test', TRUST_PROXY: 'true' })).config.trustProxy).toBe(true);
+    expect(loadConfig(env({ NODE_ENV: 'test', TRUST_PROXY: '2' })).config.trustProxy).toBe(2);
+    expect(loadConfig(env({ NODE_ENV: 'test', TRUST_PROXY: '10.0.0.0/8, loopback' })).config.trustProxy).toEqual(['10.0.0.0/8', 'loopback']);
+  });
+  it('refuses anything else, naming the variable', () => {
+    expect(() => loadConfig(env({ NODE_ENV: 'test', TRUST_PROXY: 'proxy.internal' }))).toThrow(/TRUST_PROXY/);
+  });
+});

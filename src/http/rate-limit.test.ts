@@ -260,6 +260,24 @@ describe('hourly plan limit on the application API (SPEC §6)', () => {
   });
 });
 
+describe('client IP behind a proxy (TRUST_PROXY)', () => {
+  it('keys by X-Forwarded-For only from trusted proxies', async () => {
+    const behind = await createHarness({ trustProxy: ['127.0.0.1'] });
+    try {
+      const refresh = (app: Harness, forwardedFor: string) =>
+        app.request({ method: 'POST', url: '/auth/refresh', payload: { refresh_token: 'x' }, headers: { 'x-forwarded-for': forwardedFor } });
+      expect((await refresh(behind, '198.51.100.1')).headers['x-ratelimit-remaining']).toBe('999');
+      expect((await refresh(behind, '198.51.100.2')).headers['x-ratelimit-remaining']).toBe('999');
+      expect((await refresh(behind, '198.51.100.1')).headers['x-ratelimit-remaining']).toBe('998');
+      // Not trusted: the header is ignored and every caller shares the socket's address.
+      const first = Number((await refresh(h, '198.51.100.3')).headers['x-ratelimit-remaining']);
+      expect(Number((await refresh(h, '198.51.100.4')).headers['x-ratelimit-remaining'])).toBe(first - 1);
+    } finally {
+      await behind.close();
+    }
+  });
+});
+
 describe('OpenAPI', () => {
   it('documents 429 on every limited route and not on the operator API or health', async () => {
     const doc = (await h.request({ method: 'GET', url: '/openapi.json' })).json() as {
