@@ -107,6 +107,10 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(auditRoutes);
   await app.register(billingRoutes);
   await app.register(selfHostedRoutes);
+  // Start counting in the shared window from the first request when Redis is there (bounded wait).
+  app.addHook('onReady', async () => {
+    await limiter.ready(2_000);
+  });
   app.addHook('onClose', async () => {
     if (!options.bus) await bus.close();
     await limiter.close();

@@ -48,6 +48,8 @@ export interface Decision {
 
 export interface RateLimiter {
   hit(windows: WindowSpec[]): Promise<Decision>;
+  /** Resolves once the backend can decide (Redis connected), or after `timeoutMs`; never rejects. */
+  ready(timeoutMs: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -155,6 +157,8 @@ export class LocalRateLimiter implements RateLimiter {
       this.buckets.delete(oldest.value);
     }
   }
+
+  async ready(): Promise<void> {}
 
   async close(): Promise<void> {
     this.buckets.clear();
@@ -266,6 +270,23 @@ export class RedisRateLimiter implements RateLimiter {
     const nowMs = Number(reply[0]);
     const counts = specs.map((_, i) => ({ prev: Number(reply[2 + 2 * i]), curr: Number(reply[3 + 2 * i]) }));
     return decide(specs, nowMs, counts, Number(reply[1]) === 1, 'redis');
+  }
+
+  /**
+   * The app waits for this at start (onReady), so the first requests are not counted per instance
+   * merely because the connection was still being made. If Redis is down at start, the fallback decides.
+   */
+  async ready(timeoutMs: number): Promise<void> {
+    if (this.redis.status === 'ready') return;
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.redis.off('ready', done);
+        resolve();
+      };
+      const timer = setTimeout(done, timeoutMs);
+      this.redis.once('ready', done);
+    });
   }
 
   /** Is the shared window in use (false while the in-process fallback decides)? */
