@@ -24,6 +24,8 @@ import { entitlementRoutes } from './modules/entitlements/routes.js';
 import { healthRoutes } from './modules/health/routes.js';
 import { meteringRoutes } from './modules/metering/routes.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
+import { OutboundHttp } from './modules/webhooks/deliver.js';
+import { webhookProxyRoutes } from './modules/webhooks/routes.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -76,7 +78,8 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
       : new LocalBus());
   const metrics = new Metrics();
   const limiter = createLimiter(config, clock, app, metrics);
-  const deps: Deps = { config, db, clock, bus, caches: new Caches(clock, bus), limiter, metrics, log: app.log };
+  const outbound = new OutboundHttp(config.webhookAllowPrivateNetworks, config.webhookAttemptTimeoutMs);
+  const deps: Deps = { config, db, clock, bus, caches: new Caches(clock, bus), limiter, metrics, outbound, log: app.log };
   app.decorate('deps', deps);
   // Every route registered, so a test can prove the OpenAPI document lists them all.
   const routeList: Array<{ method: string; url: string; auth: string; hidden: boolean }> = [];
@@ -107,6 +110,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(auditRoutes);
   await app.register(billingRoutes);
   await app.register(selfHostedRoutes);
+  await app.register(webhookProxyRoutes);
   // Start counting in the shared window from the first request when Redis is there (bounded wait).
   app.addHook('onReady', async () => {
     await limiter.ready(2_000);
@@ -114,6 +118,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   app.addHook('onClose', async () => {
     if (!options.bus) await bus.close();
     await limiter.close();
+    await outbound.close();
   });
   return app;
 }

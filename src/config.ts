@@ -34,6 +34,8 @@ export interface Config {
   aiApiKey: string | undefined;
   smtpUrl: string | undefined;
   webhookAllowPrivateNetworks: boolean;
+  /** SPEC §7: 10 s per webhook attempt. Not an environment variable; tests shorten it. */
+  webhookAttemptTimeoutMs: number;
   newOrgTier: Tier;
   logLevel: string;
   /** Size of the pg pool (PostgreSQL only). */
@@ -231,6 +233,7 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     aiApiKey: str(env, 'AI_API_KEY'),
     smtpUrl: url(env, 'SMTP_URL', ['smtp:', 'smtps:']),
     webhookAllowPrivateNetworks: bool(env, 'WEBHOOK_ALLOW_PRIVATE_NETWORKS', false),
+    webhookAttemptTimeoutMs: 10_000,
     newOrgTier: newOrgTier as Tier,
     logLevel: str(env, 'LOG_LEVEL') ?? (nodeEnv === 'test' ? 'silent' : 'info'),
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 20, 1, 1000),
@@ -283,6 +286,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     aiApiKey: undefined,
     smtpUrl: undefined,
     webhookAllowPrivateNetworks: false,
+    webhookAttemptTimeoutMs: 10_000,
     newOrgTier: 'sandbox',
     logLevel: 'silent',
     databasePoolSize: 10,

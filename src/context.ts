@@ -6,6 +6,7 @@ import type { Bus } from './lib/bus.js';
 import type { Caches } from './lib/caches.js';
 import type { Metrics } from './lib/metrics.js';
 import type { RateLimiter } from './lib/rate-limiter.js';
+import type { OutboundHttp } from './modules/webhooks/deliver.js';
 
 /** What every service verb may use; built once per process. */
 export interface Deps {
@@ -16,6 +17,8 @@ export interface Deps {
   caches: Caches;
   limiter: RateLimiter;
   metrics: Metrics;
+  /** Outbound HTTP for webhooks, with the SSRF guard (SPEC §7). */
+  outbound: OutboundHttp;
   log: FastifyBaseLogger;
 }
 

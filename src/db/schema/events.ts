@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { index, jsonb, pgTable, text, timestamp, uniqueIndex, uuid } from 'drizzle-orm/pg-core';
+import { index, integer, jsonb, pgTable, text, timestamp, uniqueIndex, uuid } from 'drizzle-orm/pg-core';
 import { organizations } from './accounts.js';
 
 /**
@@ -29,5 +29,53 @@ export const outboxEvents = pgTable(
       .on(t.createdAt)
       .where(sql`${t.dispatchedAt} IS NULL`),
     index('outbox_events_org_idx').on(t.organizationId, t.createdAt),
+  ],
+);
+
+/**
+ * Delivery records (seed: Webhook delivery record), one per proxy send (SPEC §7, webhook_id null,
+ * deployment_id set) and one per organization webhook and event. `id` is the `webhookId` of the
+ * proxy's answer and the `webhook-id` header, the same across attempts. A proxy send with an
+ * idempotency key keeps its answer in `response` for replays (24 h).
+ * status: in_progress (a proxy send being made) | pending (the worker will try) | delivered | failed
+ */
+export const webhookDeliveries = pgTable(
+  'webhook_deliveries',
+  {
+    id: uuid('id').primaryKey().defaultRandom(),
+    organizationId: uuid('organization_id')
+      .notNull()
+      .references(() => organizations.id),
+    deploymentId: uuid('deployment_id'),
+    webhookId: uuid('webhook_id'),
+    eventId: uuid('event_id'),
+    eventType: text('event_type'),
+    url: text('url').notNull(),
+    method: text('method').notNull().default('POST'),
+    payload: jsonb('payload').notNull(),
+    status: text('status').notNull(),
+    statusCode: integer('status_code'),
+    responseBody: text('response_body'),
+    error: text('error'),
+    attemptCount: integer('attempt_count').notNull().default(0),
+    nextRetryAt: timestamp('next_retry_at', { withTimezone: true }),
+    deliveredAt: timestamp('delivered_at', { withTimezone: true }),
+    idempotencyKey: text('idempotency_key'),
+    requestHash: text('request_hash'),
+    response: jsonb('response'),
+    creditsCharged: integer('credits_charged').notNull().default(0),
+    usageId: uuid('usage_id'),
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
+    updatedAt: timestamp('updated_at', { withTimezone: true }).notNull(),
+  },
+  (t) => [
+    uniqueIndex('webhook_deliveries_idempotency')
+      .on(t.deploymentId, t.idempotencyKey)
+      .where(sql`${t.idempotencyKey} IS NOT NULL`),
+    index('webhook_deliveries_due_idx')
+      .on(t.nextRetryAt)
+      .where(sql`${t.status} = 'pending'`),
+    index('webhook_deliveries_org_idx').on(t.organizationId, t.createdAt),
+    index('webhook_deliveries_webhook_idx').on(t.webhookId, t.createdAt),
   ],
 );

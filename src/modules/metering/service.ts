@@ -188,7 +188,7 @@ function reused(): AppError {
   );
 }
 
-function remainingAfter(r: DeductResult): number | null {
+export function remainingAfter(r: DeductResult): number | null {
   const monthly = monthlyRemaining(r.monthly_allocation, r.monthly_used);
   return monthly === null ? null : Math.max(0, monthly + r.purchased_balance - r.reserved);
 }
@@ -234,7 +234,7 @@ export async function recordUsage(
  * credits, overdue ones are released before a refusal is final (the first attempt then keeps no
  * failed usage record, so a refusal is recorded once).
  */
-async function deductWithRetry(
+export async function deductWithRetry(
   ctx: Ctx,
   db: Queryable,
   input: Omit<DeductInput, 'recordFailure'>,

@@ -1,0 +1,109 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance } from 'fastify';
+import { Type } from 'typebox';
+import { ValidationError } from '../../errors.js';
+import { deploymentOf } from '../../http/auth.js';
+import { flatErrors, Nullable } from '../../http/schemas.js';
+import { type SendInput, sendWebhook, webhookQuota } from './proxy.js';
+
+/** SPEC §10: at most 50 extra headers and 8 KiB of them. */
+const HEADERS_MAX = 50;
+const HEADERS_BYTES_MAX = 8 * 1024;
+
+const SendBody = Type.Object(
+  {
+    url: Type.String({ minLength: 1, maxLength: 2048, description: 'http(s) URL of the receiver' }),
+    payload: Type.Object({}, { additionalProperties: true, description: 'JSON object sent as the body (≤ 256 KiB)' }),
+    method: Type.Optional(Type.Union([Type.Literal('POST'), Type.Literal('PUT'), Type.Literal('PATCH')], { default: 'POST' })),
+    headers: Type.Optional(
+      Type.Record(
+        Type.String({ pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$" }),
+        Type.String({ maxLength: HEADERS_BYTES_MAX, pattern: '^[^\\r\\n\\u0000]*$' }),
+        {
+          maxProperties: HEADERS_MAX,
+          additionalProperties: false,
+          description: 'Extra headers (≤ 50, ≤ 8 KiB); hop-by-hop, host and content-length are dropped',
+        },
+      ),
+    ),
+    secret: Type.Optional(Type.String({ minLength: 1, maxLength: 256, description: 'Signs the body (HMAC-SHA256); whsec_… secrets are base64' })),
+    event_type: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    idempotency_key: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'Also accepted as the Idempotency-Key header' })),
+  },
+  { additionalProperties: false },
+);
+
+const SendReply = Type.Object({
+  success: Type.Boolean(),
+  webhookId: Type.String({ description: 'Delivery id; also the webhook-id header the receiver saw' }),
+  statusCode: Nullable(Type.Integer()),
+  responseBody: Nullable(Type.String({ description: 'The first 4,096 characters of the answer' })),
+  error: Nullable(Type.String()),
+  creditsUsed: Type.Integer(),
+  creditsRemaining: Nullable(Type.Integer({ description: 'null: unlimited' })),
+  attempts: Type.Integer(),
+  deliveredAt: Nullable(Type.String({ format: 'date-time' })),
+});
+
+const QuotaReply = Type.Object({
+  creditsAvailable: Nullable(Type.Integer({ description: 'null: unlimited' })),
+  creditsPerWebhook: Type.Integer(),
+  webhooksAvailable: Nullable(Type.Integer({ description: 'null: unlimited' })),
+  periodEnds: Type.String({ format: 'date-time' }),
+});
+
+const tags = ['Webhook proxy'];
+const security = [{ deploymentId: [], deploymentSecret: [] }];
+
+export async function webhookProxyRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  app.post(
+    '/api/v1/proxy/webhooks/send',
+    {
+      config: { auth: 'deployment' },
+      schema: {
+        tags,
+        security,
+        summary: 'Deliver a JSON payload to a URL: signed, retried up to 3 times, idempotent, 1 credit per send',
+        body: SendBody,
+        response: { 200: SendReply, ...flatErrors(400, 401, 403, 409, 422) },
+      },
+    },
+    async (request, reply) => {
+      const { deployment, ctx } = deploymentOf(request);
+      const raw = request.headers['idempotency-key'];
+      const headerKey = Array.isArray(raw) ? raw[0] : raw;
+      if (headerKey !== undefined && (headerKey.length === 0 || headerKey.length > 200)) {
+        throw new ValidationError('Idempotency-Key must be 1 to 200 characters', [{ field: 'Idempotency-Key', message: 'must be 1 to 200 characters' }]);
+      }
+      const headers = request.body.headers ?? {};
+      const headerBytes = Object.entries(headers).reduce((n, [k, v]) => n + Buffer.byteLength(k) + Buffer.byteLength(v), 0);
+      if (headerBytes > HEADERS_BYTES_MAX) {
+        throw new ValidationError(`headers are ${headerBytes} bytes; at most ${HEADERS_BYTES_MAX}`, [
+          { field: 'headers', message: `must be at most ${HEADERS_BYTES_MAX} bytes in all` },
+        ]);
+      }
+      const { reply: answer, replayed } = await sendWebhook(ctx, deployment, request.body as SendInput, headerKey);
+      if (replayed) reply.header('idempotent-replayed', 'true');
+      return answer;
+    },
+  );
+
+  app.get(
+    '/api/v1/proxy/webhooks/quota',
+    {
+      config: { auth: 'deployment' },
+      schema: {
+        tags,
+        security,
+        summary: 'Credits available for webhook sends and how many sends they pay for',
+        response: { 200: QuotaReply, ...flatErrors(401) },
+      },
+    },
+    async (request) => {
+      const { deployment, ctx } = deploymentOf(request);
+      return webhookQuota(ctx, deployment);
+    },
+  );
+}
