@@ -25,6 +25,7 @@ import { healthRoutes } from './modules/health/routes.js';
 import { meteringRoutes } from './modules/metering/routes.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
 import { OutboundHttp } from './modules/webhooks/deliver.js';
+import { organizationWebhookRoutes } from './modules/webhooks/organization-routes.js';
 import { webhookProxyRoutes } from './modules/webhooks/routes.js';
 
 declare module 'fastify' {
@@ -111,6 +112,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(billingRoutes);
   await app.register(selfHostedRoutes);
   await app.register(webhookProxyRoutes);
+  await app.register(organizationWebhookRoutes);
   // Start counting in the shared window from the first request when Redis is there (bounded wait).
   app.addHook('onReady', async () => {
     await limiter.ready(2_000);

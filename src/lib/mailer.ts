@@ -8,7 +8,7 @@ import type { Queryable } from '../db/client.js';
  * back and nothing is lost. After the commit, when SMTP_URL is set, it is sent by SMTP and the row gets
  * its `sent_at`; without SMTP_URL the outbox row is the delivery (operators and tests read it there).
  */
-export const MAIL_TEMPLATES = ['welcome', 'invitation', 'test'] as const;
+export const MAIL_TEMPLATES = ['welcome', 'invitation', 'test', 'webhook_disabled'] as const;
 export type MailTemplate = (typeof MAIL_TEMPLATES)[number];
 export type Delivery = 'smtp' | 'outbox';
 
@@ -43,7 +43,7 @@ export interface InvitationMailVars {
 /** The text of each template: plain text, no tracking, no markup to escape. */
 export function renderMail(
   template: MailTemplate,
-  vars: { publicBaseUrl: string; invitation?: InvitationMailVars },
+  vars: { publicBaseUrl: string; invitation?: InvitationMailVars; webhook?: { url: string; reason: string } },
 ): { subject: string; text: string } {
   switch (template) {
     case 'welcome':
@@ -73,6 +73,15 @@ export function renderMail(
         subject: 'creditgate test message',
         text: `This is a test message from creditgate (${vars.publicBaseUrl}). Mail delivery works.\n`,
       };
+    case 'webhook_disabled': {
+      const webhook = vars.webhook ?? { url: 'https://example.com/hooks', reason: 'it failed for 5 days' };
+      return {
+        subject: 'A webhook of your organization was disabled',
+        text:
+          `creditgate disabled the webhook ${webhook.url}: ${webhook.reason}.\n\n` +
+          `Events are no longer sent to it. Fix the receiver, then enable the webhook again (PATCH is_active: true) at ${vars.publicBaseUrl}.\n`,
+      };
+    }
   }
 }
 

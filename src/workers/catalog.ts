@@ -1,6 +1,8 @@
 import type { Deps } from '../context.js';
 import { retryOutbox } from '../lib/mailer.js';
 import { expireReservations, pruneInvocations } from '../modules/credits/reservations.js';
+import { dispatchPending } from '../modules/events/outbox.js';
+import { deliverDue } from '../modules/webhooks/organization.js';
 
 /**
  * Background loops, each declared here (STYLE rule 8): what it claims, how much per run, how often.
@@ -36,6 +38,20 @@ export const WORKERS: WorkerDefinition[] = [
     batchSize: 20,
     intervalMs: 30_000,
     run: (deps) => retryOutbox(deps, 20),
+  },
+  {
+    name: 'event-dispatch',
+    table: 'outbox_events',
+    batchSize: 100,
+    intervalMs: 2_000,
+    run: (deps) => dispatchPending(deps.db, deps.clock.now(), 100),
+  },
+  {
+    name: 'webhook-delivery',
+    table: 'webhook_deliveries',
+    batchSize: 20,
+    intervalMs: 1_000,
+    run: (deps) => deliverDue(deps, 20),
   },
 ];
 

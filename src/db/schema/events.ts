@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { index, integer, jsonb, pgTable, text, timestamp, uniqueIndex, uuid } from 'drizzle-orm/pg-core';
+import { boolean, index, integer, jsonb, pgTable, text, timestamp, uniqueIndex, uuid } from 'drizzle-orm/pg-core';
 import { organizations } from './accounts.js';
 
 /**
@@ -59,6 +59,8 @@ export const webhookDeliveries = pgTable(
     error: text('error'),
     attemptCount: integer('attempt_count').notNull().default(0),
     nextRetryAt: timestamp('next_retry_at', { withTimezone: true }),
+    /** Set while a worker holds the row (claimed, attempt in flight); a row is due only when this has passed. */
+    leasedUntil: timestamp('leased_until', { withTimezone: true }),
     deliveredAt: timestamp('delivered_at', { withTimezone: true }),
     idempotencyKey: text('idempotency_key'),
     requestHash: text('request_hash'),
@@ -78,4 +80,29 @@ export const webhookDeliveries = pgTable(
     index('webhook_deliveries_org_idx').on(t.organizationId, t.createdAt),
     index('webhook_deliveries_webhook_idx').on(t.webhookId, t.createdAt),
   ],
+);
+
+/**
+ * Organization webhook configurations (seed: Organization webhook configuration). The signing secret
+ * is stored encrypted (lib/crypto-box.ts) and shown once at creation. `failing_since` is the first
+ * failure of the current failing streak; five days of it disable the webhook.
+ */
+export const webhooks = pgTable(
+  'webhooks',
+  {
+    id: uuid('id').primaryKey().defaultRandom(),
+    organizationId: uuid('organization_id')
+      .notNull()
+      .references(() => organizations.id),
+    url: text('url').notNull(),
+    secretEncrypted: text('secret_encrypted').notNull(),
+    events: text('events').array().notNull(),
+    isActive: boolean('is_active').notNull().default(true),
+    disabledReason: text('disabled_reason'),
+    failingSince: timestamp('failing_since', { withTimezone: true }),
+    createdBy: uuid('created_by'),
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
+    updatedAt: timestamp('updated_at', { withTimezone: true }).notNull(),
+  },
+  (t) => [index('webhooks_org_idx').on(t.organizationId, t.createdAt)],
 );

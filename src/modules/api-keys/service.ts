@@ -4,6 +4,7 @@ import { pageOf } from '../../http/envelope.js';
 import type { KeysetPosition } from '../../http/envelope.js';
 import { generateApiKey, keyPrefix, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
+import { emitEvent } from '../events/outbox.js';
 import { isUuid } from '../metering/state.js';
 import { authorize } from '../organizations/rbac.js';
 
@@ -53,6 +54,12 @@ export async function createApiKey(
       resourceId: row.id,
       metadata: { name: input.name, scopes: row.scopes, key_prefix: row.key_prefix },
     });
+    await emitEvent(tx, {
+      organizationId: input.organizationId,
+      type: 'api_key.created',
+      data: { api_key_id: row.id, name: row.name, scopes: row.scopes, key_prefix: row.key_prefix, expires_at: row.expires_at?.toISOString() ?? null },
+      at: row.created_at,
+    });
     return row;
   });
   return { apiKey, key };
@@ -68,6 +75,12 @@ export async function revokeApiKey(ctx: Ctx, organizationId: string, id: string)
     );
     if (revoked[0]) {
       await writeAudit(tx, ctx, { organizationId, action: 'revoke', resourceType: 'api_key', resourceId: id });
+      await emitEvent(tx, {
+        organizationId,
+        type: 'api_key.revoked',
+        data: { api_key_id: id, name: revoked[0].name, key_prefix: revoked[0].key_prefix },
+        at: revoked[0].revoked_at!,
+      });
       return revoked[0];
     }
     // Revoking twice answers the same and is audited once.

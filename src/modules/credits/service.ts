@@ -1,5 +1,6 @@
 import type { Queryable } from '../../db/client.js';
 import { ValidationError } from '../../errors.js';
+import { emitEvent } from '../events/outbox.js';
 import { expireDueLots } from './grants.js';
 import { appendLedger } from './ledger.js';
 import {
@@ -245,6 +246,21 @@ export async function changePurchased(
     expiresAt: input.expiresAt ?? null,
     at: input.now,
   });
+  if (input.amount > 0) {
+    await emitEvent(tx, {
+      organizationId: row.organization_id,
+      deploymentId: input.deploymentId,
+      type: 'credits.purchased',
+      data: {
+        deployment_id: input.deploymentId,
+        amount: input.amount,
+        purchased_balance: row.purchased_balance,
+        reason: input.reason,
+        expires_at: input.expiresAt?.toISOString() ?? null,
+      },
+      at: input.now,
+    });
+  }
   return row;
 }
 

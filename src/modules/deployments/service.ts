@@ -3,6 +3,7 @@ import type { Queryable } from '../../db/client.js';
 import { type AppError, NotFoundError, UnauthorizedError } from '../../errors.js';
 import { DEPLOYMENT_SECRET_PREFIX, generateDeploymentSecret, isWellFormedToken, safeEqual, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
+import { emitEvent } from '../events/outbox.js';
 import { openBalance, syncBalance } from '../credits/service.js';
 import type { DeploymentTerms } from '../credits/terms.js';
 import type { Tier } from '../entitlements/tiers.js';
@@ -107,7 +108,16 @@ export async function updateDeployment(
       [id, input.tier ?? before.tier, input.status ?? before.status, now],
     );
     const after = rows[0]!;
-    if (after.tier !== before.tier) await syncBalance(tx, id, now, actorLabel(ctx.actor));
+    if (after.tier !== before.tier) {
+      await syncBalance(tx, id, now, actorLabel(ctx.actor));
+      await emitEvent(tx, {
+        organizationId: after.organization_id,
+        deploymentId: id,
+        type: 'deployment.tier_changed',
+        data: { deployment_id: id, from: before.tier, to: after.tier },
+        at: now,
+      });
+    }
     await writeAudit(tx, ctx, {
       organizationId: after.organization_id,
       action: 'update',

@@ -22,5 +22,54 @@ export async function appendEvent(tx: Queryable, event: OutboxEvent): Promise<st
     [event.organizationId, event.deploymentId, event.type, JSON.stringify(event.data), event.dedupeKey, event.at],
     'outbox_append',
   );
-  return rows[0]?.id ?? null;
+  const id = rows[0]?.id ?? null;
+  if (id) await fanOut(tx, id, event.at);
+  return id;
+}
+
+/** An organization event (SPEC §7) in the caller's transaction: `{id, type, created_at, data}` on the wire. */
+export function emitEvent(
+  tx: Queryable,
+  input: { organizationId: string; deploymentId?: string | null; type: string; data: Record<string, unknown>; at: Date },
+): Promise<string | null> {
+  return appendEvent(tx, { deploymentId: null, dedupeKey: null, ...input });
+}
+
+/**
+ * One delivery row per active webhook of the organization subscribed to the event's type, written in
+ * the caller's transaction, and the event marked dispatched (SPEC §7 outbox). Events written inside
+ * the one-statement deduction (quota.threshold for credits) are fanned out by the dispatcher worker.
+ */
+export async function fanOut(tx: Queryable, eventId: string, now: Date): Promise<number> {
+  const rows = await tx.query<{ id: string }>(
+    `INSERT INTO webhook_deliveries (organization_id, webhook_id, event_id, event_type, url, method, payload, status,
+       next_retry_at, created_at, updated_at)
+     SELECT e.organization_id, w.id, e.id, e.type, w.url, 'POST',
+            jsonb_build_object('id', e.id, 'type', e.type,
+              'created_at', to_char(e.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), 'data', e.data),
+            'pending', $2, $2, $2
+     FROM outbox_events e JOIN webhooks w ON w.organization_id = e.organization_id AND w.is_active AND e.type = ANY(w.events)
+     WHERE e.id = $1
+     RETURNING id`,
+    [eventId, now],
+    'outbox_fan_out',
+  );
+  await tx.query('UPDATE outbox_events SET dispatched_at = $2 WHERE id = $1', [eventId, now], 'outbox_dispatched');
+  return rows.length;
+}
+
+/** The dispatcher worker: fan out events written without their deliveries (SKIP LOCKED, any instances). */
+export async function dispatchPending(
+  db: Queryable & { transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> },
+  now: Date,
+  batch: number,
+): Promise<number> {
+  return db.transaction(async (tx) => {
+    const due = await tx.query<{ id: string }>(
+      `SELECT id FROM outbox_events WHERE dispatched_at IS NULL ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED`,
+      [batch],
+    );
+    for (const row of due) await fanOut(tx, row.id, now);
+    return due.length;
+  });
 }

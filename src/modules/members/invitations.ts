@@ -7,6 +7,7 @@ import { pageOf } from '../../http/envelope.js';
 import { deliverMail, type Delivery, enqueueMail, renderMail } from '../../lib/mailer.js';
 import { randomBase62, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
+import { emitEvent } from '../events/outbox.js';
 import { isUuid } from '../metering/state.js';
 import { authorize, type Role } from '../organizations/rbac.js';
 import { loadMember, type MemberView } from './service.js';
@@ -263,6 +264,12 @@ export async function acceptInvitation(ctx: Ctx, userId: string, token: string):
       resourceType: 'invitation',
       resourceId: invitation.id,
       metadata: { user_id: userId, role: invitation.role },
+    });
+    await emitEvent(tx, {
+      organizationId: invitation.organization_id,
+      type: 'organization.member.added',
+      data: { organization_id: invitation.organization_id, user_id: userId, role: invitation.role, invitation_id: invitation.id },
+      at: now,
     });
     return loadMember(tx, invitation.organization_id, userId);
   });

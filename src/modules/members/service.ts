@@ -3,6 +3,7 @@ import type { Queryable } from '../../db/client.js';
 import type { KeysetPosition } from '../../http/envelope.js';
 import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { writeAudit } from '../audit/service.js';
+import { emitEvent } from '../events/outbox.js';
 import { isUuid } from '../metering/state.js';
 import { authorize, type Role } from '../organizations/rbac.js';
 
@@ -228,6 +229,12 @@ export async function removeMember(ctx: Ctx, organizationId: string, userId: str
       resourceType: 'member',
       resourceId: userId,
       metadata: { role: target.role, left: isSelf },
+    });
+    await emitEvent(tx, {
+      organizationId,
+      type: 'organization.member.removed',
+      data: { organization_id: organizationId, user_id: userId, role: target.role, left: isSelf },
+      at: ctx.clock.now(),
     });
   });
   ctx.bus.publish('resolve-cache');

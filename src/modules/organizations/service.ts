@@ -1,6 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { AppError, NotFoundError } from '../../errors.js';
 import { writeAudit } from '../audit/service.js';
+import { emitEvent } from '../events/outbox.js';
 import { createDeployment, type DeploymentRow } from '../deployments/service.js';
 import type { Plan, Tier } from '../entitlements/tiers.js';
 import { authorize } from './rbac.js';
@@ -93,6 +94,12 @@ export async function addMember(
       resourceType: 'member',
       resourceId: input.userId,
       metadata: { role: input.role },
+    });
+    await emitEvent(tx, {
+      organizationId: input.organizationId,
+      type: 'organization.member.added',
+      data: { organization_id: input.organizationId, user_id: input.userId, role: input.role },
+      at: ctx.clock.now(),
     });
   });
   ctx.bus.publish('resolve-cache');

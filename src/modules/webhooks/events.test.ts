@@ -1,0 +1,127 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  adminHeaders,
+  bearer,
+  createHarness,
+  createKeyOverHttp,
+  type Harness,
+  joinByInvitation,
+  json,
+  signUpAsMember,
+  signUpWithOrganization,
+} from '../../../test/harness.js';
+import { dispatchPending } from '../events/outbox.js';
+import { EVENT_TYPES } from './organization.js';
+
+/**
+ * SPEC §7: the operations that cause the organization events write them (and their delivery rows)
+ * in their own transaction; quota.threshold from the one-statement deduction is fanned out by the
+ * dispatcher. Metering calls emit nothing per call.
+ */
+let h: Harness;
+
+beforeAll(async () => {
+  h = await createHarness({ webhookAllowPrivateNetworks: true });
+});
+afterAll(async () => {
+  await h.close();
+});
+
+interface Delivery {
+  event_type: string;
+  status: string;
+  payload: { id: string; type: string; created_at: string; data: Record<string, unknown> };
+}
+
+async function deliveriesOf(webhookId: string): Promise<Delivery[]> {
+  return h.deps.db.query<Delivery>(
+    'SELECT event_type, status, payload FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY created_at, event_type',
+    [webhookId],
+  );
+}
+
+describe('organization events', () => {
+  it('each operation writes its event for every subscribed webhook, with its data', async () => {
+    const owner = await signUpWithOrganization(h);
+    const ownerHeaders = bearer(owner.accessToken);
+    const created = await h.request({
+      method: 'POST',
+      url: `/organizations/${owner.organizationId}/webhooks`,
+      headers: ownerHeaders,
+      payload: { url: 'http://127.0.0.1:9/hooks', events: [...EVENT_TYPES] },
+    });
+    expect(created.statusCode).toBe(201);
+    const webhookId = json<{ data: { id: string } }>(created).data.id;
+    const onlyKeys = await h.request({
+      method: 'POST',
+      url: `/organizations/${owner.organizationId}/webhooks`,
+      headers: ownerHeaders,
+      payload: { url: 'http://127.0.0.1:9/keys', events: ['api_key.created'] },
+    });
+    const keysWebhookId = json<{ data: { id: string } }>(onlyKeys).data.id;
+
+    const key = await createKeyOverHttp(h, ownerHeaders, owner.organizationId, { name: 'ci', scopes: ['read'] });
+    await h.request({ method: 'DELETE', url: `/organizations/${owner.organizationId}/api-keys/${key.id}`, headers: ownerHeaders });
+    const member = await signUpAsMember(h, owner.organizationId, 'member');
+    await h.request({ method: 'DELETE', url: `/organizations/${owner.organizationId}/users/${member.userId}`, headers: ownerHeaders });
+    const invited = await joinByInvitation(h, ownerHeaders, owner.organizationId, 'viewer');
+    await h.request({ method: 'PUT', url: `/api/v1/admin/deployments/${owner.deploymentId}`, headers: adminHeaders(h), payload: { tier: 'trial' } });
+    await h.request({
+      method: 'POST',
+      url: `/api/v1/admin/deployments/${owner.deploymentId}/credits`,
+      headers: adminHeaders(h),
+      payload: { amount: 50, reason: 'top-up' },
+    });
+
+    const all = await deliveriesOf(webhookId);
+    expect(all.every((d) => d.status === 'pending')).toBe(true);
+    const byType = (type: string) => all.filter((d) => d.event_type === type).map((d) => d.payload);
+    expect(byType('api_key.created')).toEqual([
+      expect.objectContaining({ type: 'api_key.created', data: expect.objectContaining({ api_key_id: key.id, name: 'ci', scopes: ['read'] }) }),
+    ]);
+    expect(byType('api_key.revoked')).toEqual([expect.objectContaining({ data: expect.objectContaining({ api_key_id: key.id }) })]);
+    expect(byType('organization.member.added').map((p) => p.data)).toEqual([
+      expect.objectContaining({ user_id: member.userId, role: 'member' }),
+      expect.objectContaining({ user_id: invited.userId, role: 'viewer' }),
+    ]);
+    expect(byType('organization.member.removed').map((p) => p.data)).toEqual([expect.objectContaining({ user_id: member.userId, role: 'member' })]);
+    expect(byType('deployment.tier_changed').map((p) => p.data)).toEqual([
+      { deployment_id: owner.deploymentId, from: 'sandbox', to: 'trial' },
+    ]);
+    expect(byType('credits.purchased').map((p) => p.data)).toEqual([
+      expect.objectContaining({ deployment_id: owner.deploymentId, amount: 50, purchased_balance: 50, reason: 'top-up' }),
+    ]);
+    // The wire body: {id, type, created_at, data}, with the event's id and time.
+    const first = all[0]!.payload;
+    expect(Object.keys(first).sort()).toEqual(['created_at', 'data', 'id', 'type']);
+    expect(first.created_at).toBe(h.clock.now().toISOString());
+    // The second webhook subscribed to api_key.created only.
+    expect((await deliveriesOf(keysWebhookId)).map((d) => d.event_type)).toEqual(['api_key.created']);
+  });
+
+  it('quota.threshold from a deduction reaches the webhooks through the dispatcher; metering itself emits nothing', async () => {
+    const owner = await signUpWithOrganization(h);
+    const headers = bearer(owner.accessToken);
+    await h.request({ method: 'PUT', url: `/api/v1/admin/deployments/${owner.deploymentId}`, headers: adminHeaders(h), payload: { tier: 'trial' } });
+    const created = await h.request({
+      method: 'POST',
+      url: `/organizations/${owner.organizationId}/webhooks`,
+      headers,
+      payload: { url: 'http://127.0.0.1:9/hooks', events: ['quota.threshold'] },
+    });
+    const webhookId = json<{ data: { id: string } }>(created).data.id;
+    const key = await createKeyOverHttp(h, headers, owner.organizationId, { scopes: ['read', 'write'] });
+    for (let i = 0; i < 80; i++) {
+      await h.request({ method: 'POST', url: '/api/v1/mcp/stdio/record-usage', headers: bearer(key.key), payload: { tool_name: 'search' } });
+    }
+    expect(await deliveriesOf(webhookId)).toEqual([]);
+    expect(await dispatchPending(h.deps.db, h.clock.now(), 100)).toBeGreaterThanOrEqual(1);
+    const after = await deliveriesOf(webhookId);
+    expect(after.map((d) => d.payload.data)).toEqual([
+      expect.objectContaining({ deployment_id: owner.deploymentId, quota: 'monthly_credits', threshold: 80, used: 80, limit: 100 }),
+    ]);
+    // Dispatched once: another pass finds nothing new for it.
+    await dispatchPending(h.deps.db, h.clock.now(), 100);
+    expect(await deliveriesOf(webhookId)).toHaveLength(1);
+  });
+});

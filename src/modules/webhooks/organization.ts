@@ -1,0 +1,438 @@
+import { randomBytes } from 'node:crypto';
+import type { Ctx, Deps } from '../../context.js';
+import { AppError, NotFoundError, ValidationError } from '../../errors.js';
+import { type KeysetPosition, pageOf } from '../../http/envelope.js';
+import { decryptSecret, encryptSecret } from '../../lib/crypto-box.js';
+import { enqueueMail, renderMail } from '../../lib/mailer.js';
+import { writeAudit } from '../audit/service.js';
+import { isUuid } from '../metering/state.js';
+import { authorize } from '../organizations/rbac.js';
+import { type AttemptOutcome, forwardableHeaders } from './deliver.js';
+import { signatureHeaders } from './signing.js';
+import { checkTargetUrl } from './ssrf.js';
+
+/**
+ * SPEC §7 organization webhooks: configurations (admins and owners), their delivery records, manual
+ * retry and a test send; the delivery worker that sends due records (any number of instances).
+ */
+export const EVENT_TYPES = [
+  'organization.member.added',
+  'organization.member.removed',
+  'subscription.updated',
+  'api_key.created',
+  'api_key.revoked',
+  'credits.purchased',
+  'quota.threshold',
+  'deployment.tier_changed',
+] as const;
+export type EventType = (typeof EVENT_TYPES)[number];
+
+/** Seed: records with no delivery time and fewer than 5 attempts are eligible for retry. */
+export const MAX_ATTEMPTS = 5;
+/** SPEC §7: 30 s, 2 min, 10 min, 1 h between attempts, ±20 % jitter. */
+export const RETRY_SCHEDULE_MS = [30_000, 120_000, 600_000, 3_600_000];
+/** A webhook failing this long without a success is disabled and the owners are told. */
+export const DISABLE_AFTER_MS = 5 * 24 * 3_600_000;
+/** A claimed row is leased this long (leased_until): a worker that dies mid-delivery leaves it due again after. */
+export const LEASE_MS = 60_000;
+
+/** The worker's claim: $1 now, $2 batch, $3 now + lease. Returns the claimed rows. */
+export const CLAIM_DUE_SQL = `WITH due AS (
+       SELECT id FROM webhook_deliveries
+       WHERE status = 'pending' AND next_retry_at <= $1 AND (leased_until IS NULL OR leased_until <= $1)
+       ORDER BY next_retry_at LIMIT $2 FOR UPDATE SKIP LOCKED
+     )
+     UPDATE webhook_deliveries d SET leased_until = $3, updated_at = $1 FROM due WHERE d.id = due.id RETURNING d.*`;
+
+export interface WebhookRow {
+  id: string;
+  organization_id: string;
+  url: string;
+  secret_encrypted: string;
+  events: string[];
+  is_active: boolean;
+  disabled_reason: string | null;
+  failing_since: Date | null;
+  created_by: string | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export interface WebhookView {
+  id: string;
+  organization_id: string;
+  url: string;
+  events: string[];
+  is_active: boolean;
+  disabled_reason: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface DeliveryView {
+  id: string;
+  webhook_id: string | null;
+  event_type: string | null;
+  payload: unknown;
+  status: string;
+  status_code: number | null;
+  response_body: string | null;
+  error: string | null;
+  attempt_count: number;
+  next_retry_at: string | null;
+  delivered_at: string | null;
+  created_at: string;
+}
+
+interface DeliveryRow {
+  id: string;
+  organization_id: string;
+  webhook_id: string | null;
+  event_type: string | null;
+  url: string;
+  payload: { id?: string; type?: string; created_at?: string; data?: unknown };
+  status: string;
+  status_code: number | null;
+  response_body: string | null;
+  error: string | null;
+  attempt_count: number;
+  next_retry_at: Date | null;
+  delivered_at: Date | null;
+  created_at: Date;
+}
+
+const viewOf = (w: WebhookRow): WebhookView => ({
+  id: w.id,
+  organization_id: w.organization_id,
+  url: w.url,
+  events: w.events,
+  is_active: w.is_active,
+  disabled_reason: w.disabled_reason,
+  created_at: w.created_at.toISOString(),
+  updated_at: w.updated_at.toISOString(),
+});
+
+export const deliveryViewOf = (d: DeliveryRow): DeliveryView => ({
+  id: d.id,
+  webhook_id: d.webhook_id,
+  event_type: d.event_type,
+  payload: d.payload,
+  status: d.status,
+  status_code: d.status_code,
+  response_body: d.response_body,
+  error: d.error,
+  attempt_count: d.attempt_count,
+  next_retry_at: d.next_retry_at?.toISOString() ?? null,
+  delivered_at: d.delivered_at?.toISOString() ?? null,
+  created_at: d.created_at.toISOString(),
+});
+
+function checkEvents(events: string[]): void {
+  const unknown = events.filter((e) => !(EVENT_TYPES as readonly string[]).includes(e));
+  if (unknown.length > 0) {
+    throw new ValidationError(`Unknown event types: ${unknown.join(', ')}`, [{ field: 'events', message: `must be among ${EVENT_TYPES.join(', ')}` }]);
+  }
+}
+
+async function getWebhook(ctx: Ctx, organizationId: string, webhookId: string): Promise<WebhookRow> {
+  if (!isUuid(webhookId)) throw new NotFoundError('Webhook');
+  const rows = await ctx.db.query<WebhookRow>('SELECT * FROM webhooks WHERE id = $1 AND organization_id = $2', [webhookId, organizationId]);
+  if (!rows[0]) throw new NotFoundError('Webhook');
+  return rows[0];
+}
+
+export async function createWebhook(
+  ctx: Ctx,
+  input: { organizationId: string; url: string; events: string[]; secret?: string | undefined; isActive?: boolean | undefined },
+): Promise<WebhookView & { secret: string }> {
+  const auth = await authorize(ctx, input.organizationId, 'webhooks.manage');
+  checkTargetUrl(input.url, ctx.config.webhookAllowPrivateNetworks);
+  checkEvents(input.events);
+  const secret = input.secret ?? `whsec_${randomBytes(32).toString('base64')}`;
+  const now = ctx.clock.now();
+  const row = await ctx.db.transaction(async (tx) => {
+    const rows = await tx.query<WebhookRow>(
+      `INSERT INTO webhooks (organization_id, url, secret_encrypted, events, is_active, created_by, created_at, updated_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $7) RETURNING *`,
+      [input.organizationId, input.url, encryptSecret(ctx.config.encryptionKey, secret), [...new Set(input.events)], input.isActive ?? true, auth.userId, now],
+    );
+    const created = rows[0]!;
+    await writeAudit(tx, ctx, {
+      organizationId: input.organizationId,
+      action: 'create',
+      resourceType: 'webhook',
+      resourceId: created.id,
+      metadata: { url: created.url, events: created.events },
+    });
+    return created;
+  });
+  return { ...viewOf(row), secret };
+}
+
+export async function listWebhooks(ctx: Ctx, organizationId: string): Promise<WebhookView[]> {
+  await authorize(ctx, organizationId, 'webhooks.read');
+  const rows = await ctx.db.query<WebhookRow>('SELECT * FROM webhooks WHERE organization_id = $1 ORDER BY created_at, id', [organizationId]);
+  return rows.map(viewOf);
+}
+
+export async function readWebhook(ctx: Ctx, organizationId: string, webhookId: string): Promise<WebhookView> {
+  await authorize(ctx, organizationId, 'webhooks.read');
+  return viewOf(await getWebhook(ctx, organizationId, webhookId));
+}
+
+export async function updateWebhook(
+  ctx: Ctx,
+  input: { organizationId: string; webhookId: string; url?: string | undefined; events?: string[] | undefined; isActive?: boolean | undefined },
+): Promise<WebhookView> {
+  await authorize(ctx, input.organizationId, 'webhooks.manage');
+  if (input.url !== undefined) checkTargetUrl(input.url, ctx.config.webhookAllowPrivateNetworks);
+  if (input.events !== undefined) checkEvents(input.events);
+  const before = await getWebhook(ctx, input.organizationId, input.webhookId);
+  const now = ctx.clock.now();
+  return ctx.db.transaction(async (tx) => {
+    const enable = input.isActive === true && !before.is_active;
+    const rows = await tx.query<WebhookRow>(
+      `UPDATE webhooks SET url = $3, events = $4, is_active = $5, updated_at = $6,
+         disabled_reason = CASE WHEN $5 THEN NULL ELSE disabled_reason END,
+         failing_since = CASE WHEN $7 THEN NULL ELSE failing_since END
+       WHERE id = $1 AND organization_id = $2 RETURNING *`,
+      [
+        input.webhookId,
+        input.organizationId,
+        input.url ?? before.url,
+        input.events ? [...new Set(input.events)] : before.events,
+        input.isActive ?? before.is_active,
+        now,
+        enable,
+      ],
+    );
+    const after = rows[0]!;
+    await writeAudit(tx, ctx, {
+      organizationId: input.organizationId,
+      action: 'update',
+      resourceType: 'webhook',
+      resourceId: after.id,
+      metadata: { before: viewOf(before), after: viewOf(after) },
+    });
+    return viewOf(after);
+  });
+}
+
+export async function deleteWebhook(ctx: Ctx, organizationId: string, webhookId: string): Promise<WebhookView> {
+  await authorize(ctx, organizationId, 'webhooks.manage');
+  const before = await getWebhook(ctx, organizationId, webhookId);
+  await ctx.db.transaction(async (tx) => {
+    // Pending deliveries of a deleted webhook will not be sent; their records stay for the organization.
+    await tx.query(
+      `UPDATE webhook_deliveries SET status = 'failed', error = 'webhook deleted', next_retry_at = NULL, updated_at = $2
+       WHERE webhook_id = $1 AND status = 'pending'`,
+      [webhookId, ctx.clock.now()],
+    );
+    await tx.query('DELETE FROM webhooks WHERE id = $1', [webhookId]);
+    await writeAudit(tx, ctx, { organizationId, action: 'delete', resourceType: 'webhook', resourceId: webhookId, metadata: { url: before.url } });
+  });
+  return viewOf(before);
+}
+
+export async function listDeliveries(
+  ctx: Ctx,
+  input: { organizationId: string; webhookId: string; limit: number; cursor: KeysetPosition | null },
+): Promise<{ items: DeliveryView[]; next: string | null }> {
+  await authorize(ctx, input.organizationId, 'webhooks.read');
+  await getWebhook(ctx, input.organizationId, input.webhookId);
+  const rows = await ctx.db.query<DeliveryRow>(
+    `SELECT * FROM webhook_deliveries WHERE webhook_id = $1 AND organization_id = $2
+       AND ($3::timestamptz IS NULL OR (created_at, id) < ($3::timestamptz, $4::uuid))
+     ORDER BY created_at DESC, id DESC LIMIT $5`,
+    [input.webhookId, input.organizationId, input.cursor?.at ?? null, input.cursor?.id ?? null, input.limit + 1],
+  );
+  const { items, next } = pageOf(rows, input.limit, (r) => r.created_at);
+  return { items: items.map(deliveryViewOf), next };
+}
+
+/** Manual retry (seed eligibility: not delivered, fewer than 5 attempts): due now. */
+export async function retryDelivery(ctx: Ctx, input: { organizationId: string; webhookId: string; deliveryId: string }): Promise<DeliveryView> {
+  await authorize(ctx, input.organizationId, 'webhooks.manage');
+  await getWebhook(ctx, input.organizationId, input.webhookId);
+  if (!isUuid(input.deliveryId)) throw new NotFoundError('Delivery');
+  const now = ctx.clock.now();
+  const rows = await ctx.db.query<DeliveryRow>(
+    `UPDATE webhook_deliveries SET status = 'pending', next_retry_at = $4, updated_at = $4
+     WHERE id = $1 AND webhook_id = $2 AND organization_id = $3 AND delivered_at IS NULL AND attempt_count < $5
+       AND status IN ('pending', 'failed') AND (leased_until IS NULL OR leased_until <= $4)
+     RETURNING *`,
+    [input.deliveryId, input.webhookId, input.organizationId, now, MAX_ATTEMPTS],
+  );
+  if (rows[0]) return deliveryViewOf(rows[0]);
+  const exists = await ctx.db.query('SELECT 1 FROM webhook_deliveries WHERE id = $1 AND webhook_id = $2', [input.deliveryId, input.webhookId]);
+  if (exists.length === 0) throw new NotFoundError('Delivery');
+  throw new AppError(
+    'CONFLICT',
+    `Only a delivery that was not delivered, has fewer than ${MAX_ATTEMPTS} attempts and is not being sent right now can be retried`,
+  );
+}
+
+/** A `webhook.test` event to this webhook only, sent at once (one attempt); its record is kept like any other. */
+export async function testWebhook(ctx: Ctx, organizationId: string, webhookId: string): Promise<DeliveryView> {
+  await authorize(ctx, organizationId, 'webhooks.manage');
+  const webhook = await getWebhook(ctx, organizationId, webhookId);
+  const now = ctx.clock.now();
+  const eventId = crypto.randomUUID();
+  const payload = { id: eventId, type: 'webhook.test', created_at: now.toISOString(), data: { webhook_id: webhookId, message: 'This is a test event' } };
+  const rows = await ctx.db.query<DeliveryRow>(
+    `INSERT INTO webhook_deliveries (organization_id, webhook_id, event_type, url, method, payload, status, next_retry_at, created_at, updated_at)
+     VALUES ($1, $2, 'webhook.test', $3, 'POST', $4, 'pending', $5, $5, $5) RETURNING *`,
+    [organizationId, webhookId, webhook.url, JSON.stringify(payload), now],
+  );
+  // Claimed like the worker does, so a worker running at the same moment cannot send it too.
+  const claimed = await claim(ctx, rows[0]!.id);
+  if (!claimed) throw new AppError('CONFLICT', 'The test delivery is being sent by a worker');
+  const sent = await deliverClaimed(ctx, claimed, webhook);
+  if (sent.status !== 'pending') return deliveryViewOf(sent);
+  // One attempt: a failed test is final (the manual retry endpoint can send it again).
+  const final = await ctx.db.query<DeliveryRow>(
+    `UPDATE webhook_deliveries SET status = 'failed', next_retry_at = NULL, updated_at = $2 WHERE id = $1 RETURNING *`,
+    [sent.id, ctx.clock.now()],
+  );
+  return deliveryViewOf(final[0]!);
+}
+
+async function claim(deps: Pick<Deps, 'db' | 'clock'>, id: string): Promise<DeliveryRow | null> {
+  const now = deps.clock.now();
+  const rows = await deps.db.query<DeliveryRow>(
+    `UPDATE webhook_deliveries SET leased_until = $2, updated_at = $3
+     WHERE id = $1 AND status = 'pending' AND next_retry_at <= $3 AND (leased_until IS NULL OR leased_until <= $3) RETURNING *`,
+    [id, new Date(now.getTime() + LEASE_MS), now],
+  );
+  return rows[0] ?? null;
+}
+
+/**
+ * The delivery worker's pass: claim due rows (FOR UPDATE SKIP LOCKED, then a lease so a row in flight
+ * is not due for anyone else), send each once, record the outcome. Returns how many it handled.
+ */
+export async function deliverDue(deps: Deps, batch: number): Promise<number> {
+  const now = deps.clock.now();
+  const claimed = await deps.db.query<DeliveryRow>(
+    CLAIM_DUE_SQL,
+    [now, batch, new Date(now.getTime() + LEASE_MS)],
+    'webhook_deliveries_claim',
+  );
+  for (const row of claimed) {
+    const webhooks = row.webhook_id
+      ? await deps.db.query<WebhookRow>('SELECT * FROM webhooks WHERE id = $1', [row.webhook_id])
+      : [];
+    try {
+      await deliverClaimed(deps, row, webhooks[0] ?? null);
+    } catch (err) {
+      deps.log.warn({ err, delivery: row.id }, 'webhook delivery failed to record; the lease makes it due again');
+    }
+  }
+  return claimed.length;
+}
+
+async function deliverClaimed(deps: Pick<Deps, 'db' | 'clock' | 'config' | 'outbound'>, row: DeliveryRow, webhook: WebhookRow | null): Promise<DeliveryRow> {
+  if (!webhook?.is_active) {
+    return finish(deps, row, { status: 'failed', error: webhook ? 'webhook disabled' : 'webhook deleted', attempted: false });
+  }
+  const body = Buffer.from(
+    JSON.stringify({ id: row.payload.id, type: row.payload.type, created_at: row.payload.created_at, data: row.payload.data }),
+  );
+  const timestamp = Math.floor(deps.clock.now().getTime() / 1000);
+  const secret = decryptSecret(deps.config.encryptionKey, webhook.secret_encrypted);
+  const headers = {
+    ...forwardableHeaders({}),
+    'content-type': 'application/json',
+    'user-agent': 'creditgate-webhooks/1',
+    'x-service-event': row.event_type ?? '',
+    'x-service-delivery': row.id,
+    ...signatureHeaders({ secret, webhookId: row.id, timestamp, body }),
+  };
+  let url: URL;
+  try {
+    url = checkTargetUrl(webhook.url, deps.config.webhookAllowPrivateNetworks);
+  } catch (err) {
+    return finish(deps, row, { status: 'failed', error: (err as Error).message, attempted: false });
+  }
+  const outcome = await deps.outbound.attempt({ url, method: 'POST', headers, body });
+  return record(deps, row, webhook, outcome);
+}
+
+async function record(deps: Pick<Deps, 'db' | 'clock' | 'config'>, row: DeliveryRow, webhook: WebhookRow, outcome: AttemptOutcome): Promise<DeliveryRow> {
+  const now = deps.clock.now();
+  const attempts = row.attempt_count + 1;
+  if (outcome.ok) {
+    await deps.db.query('UPDATE webhooks SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL', [webhook.id]);
+    return finish(deps, row, { status: 'delivered', outcome, attempts, deliveredAt: now, attempted: true });
+  }
+  if (outcome.statusCode === 410) {
+    await disable(deps, webhook, 'the receiver answered 410 Gone');
+    return finish(deps, row, { status: 'failed', outcome, attempts, attempted: true });
+  }
+  const failingSince = webhook.failing_since ?? now;
+  if (!webhook.failing_since) await deps.db.query('UPDATE webhooks SET failing_since = $2 WHERE id = $1 AND failing_since IS NULL', [webhook.id, now]);
+  if (now.getTime() - failingSince.getTime() >= DISABLE_AFTER_MS) {
+    await disable(deps, webhook, 'it failed for 5 days without a successful delivery');
+    return finish(deps, row, { status: 'failed', outcome, attempts, attempted: true });
+  }
+  if (attempts >= MAX_ATTEMPTS || outcome.blocked) return finish(deps, row, { status: 'failed', outcome, attempts, attempted: true });
+  return finish(deps, row, { status: 'pending', outcome, attempts, nextRetryAt: new Date(now.getTime() + retryDelayMs(attempts, outcome.retryAfterMs)), attempted: true });
+}
+
+/** The wait after the n-th failed attempt: the schedule ±20 %; a receiver's Retry-After is honoured within that bound. */
+export function retryDelayMs(failedAttempts: number, retryAfterMs: number | null, random: () => number = Math.random): number {
+  const base = RETRY_SCHEDULE_MS[Math.min(failedAttempts, RETRY_SCHEDULE_MS.length) - 1]!;
+  const [low, high] = [base * 0.8, base * 1.2];
+  if (retryAfterMs !== null) return Math.round(Math.min(high, Math.max(low, retryAfterMs)));
+  return Math.round(low + random() * (high - low));
+}
+
+async function finish(
+  deps: Pick<Deps, 'db' | 'clock'>,
+  row: DeliveryRow,
+  r: { status: string; outcome?: AttemptOutcome; attempts?: number; deliveredAt?: Date; nextRetryAt?: Date; error?: string; attempted: boolean },
+): Promise<DeliveryRow> {
+  const rows = await deps.db.query<DeliveryRow>(
+    `UPDATE webhook_deliveries SET status = $2, status_code = $3, response_body = $4, error = $5, attempt_count = $6,
+       next_retry_at = $7, delivered_at = $8, updated_at = $9, leased_until = NULL
+     WHERE id = $1 RETURNING *`,
+    [
+      row.id,
+      r.status,
+      r.outcome?.statusCode ?? row.status_code,
+      r.outcome?.responseBody ?? row.response_body,
+      r.outcome ? (r.outcome.ok ? null : r.outcome.error) : (r.error ?? null),
+      r.attempts ?? row.attempt_count,
+      r.nextRetryAt ?? null,
+      r.deliveredAt ?? null,
+      deps.clock.now(),
+    ],
+    'webhook_delivery_finish',
+  );
+  return rows[0]!;
+}
+
+/** Turn a webhook off and tell the organization's owners by mail (outbox), in one transaction. */
+async function disable(deps: Pick<Deps, 'db' | 'clock' | 'config'>, webhook: WebhookRow, reason: string): Promise<void> {
+  const now = deps.clock.now();
+  await deps.db.transaction(async (tx) => {
+    const changed = await tx.query(
+      'UPDATE webhooks SET is_active = false, disabled_reason = $2, updated_at = $3 WHERE id = $1 AND is_active RETURNING id',
+      [webhook.id, reason, now],
+    );
+    if (changed.length === 0) return;
+    await tx.query(
+      `UPDATE webhook_deliveries SET status = 'failed', error = 'webhook disabled', next_retry_at = NULL, updated_at = $2
+       WHERE webhook_id = $1 AND status = 'pending'`,
+      [webhook.id, now],
+    );
+    const owners = await tx.query<{ email: string }>(
+      `SELECT u.email FROM organization_members m JOIN users u ON u.id = m.user_id WHERE m.organization_id = $1 AND m.role = 'owner'`,
+      [webhook.organization_id],
+    );
+    const mail = renderMail('webhook_disabled', { publicBaseUrl: deps.config.publicBaseUrl, webhook: { url: webhook.url, reason } });
+    for (const owner of owners) {
+      await enqueueMail(tx, now, { to: owner.email, template: 'webhook_disabled', organizationId: webhook.organization_id, ...mail });
+    }
+  });
+}
