@@ -38,9 +38,11 @@ const CreatedWebhookSchema = Type.Object({
   ...WebhookSchema.properties,
   secret: Type.String({ description: 'The signing secret; shown once' }),
 });
-const DeliverySchema = Type.Object({
+export const DeliverySchema = Type.Object({
   id: Type.String(),
-  webhook_id: Nullable(Type.String()),
+  webhook_id: Nullable(Type.String({ description: 'null for a proxy send' })),
+  url: Type.String(),
+  method: Type.String(),
   event_type: Nullable(Type.String()),
   payload: Type.Unknown(),
   status: Type.String({ description: 'pending | delivered | failed' }),

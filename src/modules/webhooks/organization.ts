@@ -72,6 +72,8 @@ export interface WebhookView {
 export interface DeliveryView {
   id: string;
   webhook_id: string | null;
+  url: string;
+  method: string;
   event_type: string | null;
   payload: unknown;
   status: string;
@@ -84,12 +86,13 @@ export interface DeliveryView {
   created_at: string;
 }
 
-interface DeliveryRow {
+export interface DeliveryRow {
   id: string;
   organization_id: string;
   webhook_id: string | null;
   event_type: string | null;
   url: string;
+  method: string;
   payload: { id?: string; type?: string; created_at?: string; data?: unknown };
   status: string;
   status_code: number | null;
@@ -115,6 +118,8 @@ const viewOf = (w: WebhookRow): WebhookView => ({
 export const deliveryViewOf = (d: DeliveryRow): DeliveryView => ({
   id: d.id,
   webhook_id: d.webhook_id,
+  url: d.url,
+  method: d.method,
   event_type: d.event_type,
   payload: d.payload,
   status: d.status,

@@ -274,6 +274,34 @@ describe('setup errors: nothing delivered, nothing charged', () => {
   });
 });
 
+describe('the delivery records of proxy sends', () => {
+  it('are readable by the deployment that sent them, newest first, and by nobody else', async () => {
+    const t = await createTenant(h, { tier: 'launch' });
+    rx.script({ status: 500 }, { status: 200, body: 'second' });
+    const first = json<Reply>(await send(t, { url: `${rx.url}/a`, payload: { n: 1 }, event_type: 'a.b' }));
+    h.clock.advance(1000);
+    rx.script({ status: 201 });
+    const second = json<Reply>(await send(t, { url: `${rx.url}/b`, method: 'PUT', payload: { n: 2 } }));
+    const list = await h.request({ method: 'GET', url: '/api/v1/proxy/webhooks/deliveries?limit=1', headers: creds(t) });
+    expect(list.statusCode).toBe(200);
+    const page1 = json<{ data: Array<Record<string, unknown>>; next_cursor: string | null }>(list);
+    expect(page1.data).toEqual([
+      expect.objectContaining({ id: second.webhookId, webhook_id: null, url: `${rx.url}/b`, method: 'PUT', status: 'delivered', status_code: 201, attempt_count: 1 }),
+    ]);
+    const page2 = json<{ data: Array<Record<string, unknown>>; next_cursor: string | null }>(
+      await h.request({ method: 'GET', url: `/api/v1/proxy/webhooks/deliveries?limit=1&cursor=${page1.next_cursor}`, headers: creds(t) }),
+    );
+    expect(page2.data).toEqual([
+      expect.objectContaining({ id: first.webhookId, event_type: 'a.b', payload: { n: 1 }, status: 'delivered', attempt_count: 2, response_body: 'second' }),
+    ]);
+    const one = await h.request({ method: 'GET', url: `/api/v1/proxy/webhooks/deliveries/${first.webhookId}`, headers: creds(t) });
+    expect(json(one)).toMatchObject({ id: first.webhookId, delivered_at: first.deliveredAt });
+    const other = await createTenant(h, { tier: 'launch' });
+    expect((await h.request({ method: 'GET', url: `/api/v1/proxy/webhooks/deliveries/${first.webhookId}`, headers: creds(other) })).statusCode).toBe(404);
+    expect(json<{ data: unknown[] }>(await h.request({ method: 'GET', url: '/api/v1/proxy/webhooks/deliveries', headers: creds(other) })).data).toEqual([]);
+  });
+});
+
 describe('GET /api/v1/proxy/webhooks/quota', () => {
   it('tells credits, the price of a send, how many sends they pay for, and when the period ends', async () => {
     const t = await createTenant(h, { tier: 'trial', purchased: 5 });

@@ -1,12 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { actorLabel, type Ctx } from '../../context.js';
-import { AppError, ValidationError } from '../../errors.js';
+import { AppError, NotFoundError, ValidationError } from '../../errors.js';
+import { type KeysetPosition, pageOf } from '../../http/envelope.js';
 import { requestHash } from '../../lib/canonical-json.js';
 import { readBalance, viewBalance } from '../credits/service.js';
 import type { DeploymentRow } from '../deployments/service.js';
 import { refundUsage } from '../metering/invocations.js';
 import { deductWithRetry, IDEMPOTENCY_WINDOW_MS, remainingAfter } from '../metering/service.js';
+import { isUuid } from '../metering/state.js';
 import { forwardableHeaders, sendWithRetries } from './deliver.js';
+import { type DeliveryRow, type DeliveryView, deliveryViewOf } from './organization.js';
 import { signatureHeaders } from './signing.js';
 import { checkTargetUrl, urlNotAllowed } from './ssrf.js';
 
@@ -43,7 +46,7 @@ export interface SendReply {
   deliveredAt: string | null;
 }
 
-interface DeliveryRow {
+interface ClaimRow {
   id: string;
   request_hash: string | null;
   status: string;
@@ -193,7 +196,7 @@ async function claim(
     'webhook_send_claim',
   );
   if (inserted[0]) return { id };
-  const rows = await ctx.db.query<DeliveryRow>(
+  const rows = await ctx.db.query<ClaimRow>(
     'SELECT id, request_hash, status, response, updated_at FROM webhook_deliveries WHERE deployment_id = $1 AND idempotency_key = $2',
     [deployment.id, s.key],
   );
@@ -221,6 +224,32 @@ async function abandon(ctx: Ctx, id: string, error: string): Promise<void> {
     `UPDATE webhook_deliveries SET status = 'failed', error = $2, idempotency_key = NULL, updated_at = $3 WHERE id = $1`,
     [id, error, ctx.clock.now()],
   );
+}
+
+/** The deployment's proxy sends, newest first (the delivery records of SPEC §7). */
+export async function listProxyDeliveries(
+  ctx: Ctx,
+  deployment: DeploymentRow,
+  input: { limit: number; cursor: KeysetPosition | null },
+): Promise<{ items: DeliveryView[]; next: string | null }> {
+  const rows = await ctx.db.query<DeliveryRow>(
+    `SELECT * FROM webhook_deliveries WHERE deployment_id = $1 AND webhook_id IS NULL
+       AND ($2::timestamptz IS NULL OR (created_at, id) < ($2::timestamptz, $3::uuid))
+     ORDER BY created_at DESC, id DESC LIMIT $4`,
+    [deployment.id, input.cursor?.at ?? null, input.cursor?.id ?? null, input.limit + 1],
+  );
+  const { items, next } = pageOf(rows, input.limit, (r) => r.created_at);
+  return { items: items.map(deliveryViewOf), next };
+}
+
+export async function getProxyDelivery(ctx: Ctx, deployment: DeploymentRow, id: string): Promise<DeliveryView> {
+  if (!isUuid(id)) throw new NotFoundError('Delivery');
+  const rows = await ctx.db.query<DeliveryRow>(
+    'SELECT * FROM webhook_deliveries WHERE id = $1 AND deployment_id = $2 AND webhook_id IS NULL',
+    [id, deployment.id],
+  );
+  if (!rows[0]) throw new NotFoundError('Delivery');
+  return deliveryViewOf(rows[0]);
 }
 
 export interface WebhookQuota {

@@ -3,8 +3,10 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { ValidationError } from '../../errors.js';
 import { deploymentOf } from '../../http/auth.js';
+import { decodeCursor, PageQuery } from '../../http/envelope.js';
 import { flatErrors, Nullable } from '../../http/schemas.js';
-import { type SendInput, sendWebhook, webhookQuota } from './proxy.js';
+import { DeliverySchema } from './organization-routes.js';
+import { getProxyDelivery, listProxyDeliveries, type SendInput, sendWebhook, webhookQuota } from './proxy.js';
 
 /** SPEC §10: at most 50 extra headers and 8 KiB of them. */
 const HEADERS_MAX = 50;
@@ -104,6 +106,49 @@ export async function webhookProxyRoutes(fastify: FastifyInstance): Promise<void
     async (request) => {
       const { deployment, ctx } = deploymentOf(request);
       return webhookQuota(ctx, deployment);
+    },
+  );
+
+  app.get(
+    '/api/v1/proxy/webhooks/deliveries',
+    {
+      config: { auth: 'deployment' },
+      schema: {
+        tags,
+        security,
+        summary: "The deployment's proxy sends (delivery records), newest first",
+        querystring: PageQuery,
+        response: {
+          200: Type.Object({ data: Type.Array(DeliverySchema), next_cursor: Nullable(Type.String()) }),
+          ...flatErrors(400, 401),
+        },
+      },
+    },
+    async (request) => {
+      const { deployment, ctx } = deploymentOf(request);
+      const { items, next } = await listProxyDeliveries(ctx, deployment, {
+        limit: request.query.limit ?? 20,
+        cursor: decodeCursor(request.query.cursor),
+      });
+      return { data: items, next_cursor: next };
+    },
+  );
+
+  app.get(
+    '/api/v1/proxy/webhooks/deliveries/:webhookId',
+    {
+      config: { auth: 'deployment' },
+      schema: {
+        tags,
+        security,
+        summary: 'One proxy send by its webhookId',
+        params: Type.Object({ webhookId: Type.String({ format: 'uuid' }) }),
+        response: { 200: DeliverySchema, ...flatErrors(400, 401, 404) },
+      },
+    },
+    async (request) => {
+      const { deployment, ctx } = deploymentOf(request);
+      return getProxyDelivery(ctx, deployment, request.params.webhookId);
     },
   );
 }
