@@ -138,23 +138,33 @@ export class LocalRateLimiter implements RateLimiter {
       specs.forEach((_, i) => {
         const c = counts[i]!;
         c.curr += 1;
+        // Delete then set: the map's order is the order of last use, so eviction drops the least recently used.
+        this.buckets.delete(keys[i]!);
         this.buckets.set(keys[i]!, { bucket: bucketOf[i]!, curr: c.curr, prev: c.prev });
       });
-      if (++this.hits % 10_000 === 0 || this.buckets.size > this.maxKeys) this.prune(nowMs);
+      if (++this.hits % 10_000 === 0) this.prune(nowMs);
+      if (this.buckets.size > this.maxKeys) this.evict();
     }
     return decide(specs, nowMs, counts, allowed, 'local');
   }
 
-  /** Drop windows that no longer count (both buckets in the past); bound memory under many subjects. */
+  /** Drop windows that no longer count (both buckets in the past): one sweep every 10,000 admitted requests. */
   private prune(nowMs: number): void {
     for (const [key, value] of this.buckets) {
       const windowMs = Number(key.slice(key.lastIndexOf(':') + 1));
       if (value.bucket < Math.floor(nowMs / windowMs) - 1) this.buckets.delete(key);
     }
-    while (this.buckets.size > this.maxKeys) {
-      const oldest = this.buckets.keys().next();
-      if (oldest.done) break;
-      this.buckets.delete(oldest.value);
+  }
+
+  /**
+   * Over the bound with live windows (many distinct subjects, e.g. client IPs): drop the least recently
+   * used tenth at once, so the cost is paid once per 10 % of the bound, not on every new subject.
+   */
+  private evict(): void {
+    let drop = this.buckets.size - Math.floor(this.maxKeys * 0.9);
+    for (const key of this.buckets.keys()) {
+      if (drop-- <= 0) break;
+      this.buckets.delete(key);
     }
   }
 

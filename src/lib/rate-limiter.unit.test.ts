@@ -190,6 +190,21 @@ describe('Redis unreachable', () => {
   });
 });
 
+describe('in-process memory bound', () => {
+  it('stays within its bound under many subjects by dropping the least recently used', async () => {
+    const clock = new ManualClock(START);
+    const limiter = new LocalRateLimiter(clock, 1_000);
+    const busy = minute('busy', 1_000_000);
+    for (let i = 0; i < 20_000; i++) {
+      await limiter.hit([minute(`ip-${i}`, 5)]);
+      if (i % 100 === 0) await limiter.hit([busy]); // a subject in steady use is kept
+    }
+    const size = (limiter as unknown as { buckets: Map<string, unknown> }).buckets.size;
+    expect(size).toBeLessThanOrEqual(1_000);
+    expect((await limiter.hit([busy])).windows[0]!.remaining).toBe(1_000_000 - 201);
+  });
+});
+
 describe('retryMs', () => {
   it('is 0 with room, waits for the previous bucket to decay, or into the next bucket when the current one is full', () => {
     expect(retryMs(10, 60_000, 0, { prev: 0, curr: 5 })).toBe(0);
