@@ -7,7 +7,7 @@ import { bearer, createHarness, type Harness, json, signUp, signUpAsMember, sign
  * organization. Each route appears once with a body that passes validation, so what is tested is the
  * authorization, not the schema. A new route must be added here (the first test fails otherwise).
  */
-type Case = { method: 'GET' | 'POST' | 'PUT' | 'DELETE'; url: string; body?: Record<string, unknown>; write: boolean; keys?: boolean };
+type Case = { method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE'; url: string; body?: Record<string, unknown>; write: boolean; keys?: boolean };
 const SOME = '6f1c3d2e-0000-4000-8000-000000000000';
 const TABLE: Case[] = [
   { method: 'GET', url: '/organizations/:id', write: false },
@@ -26,15 +26,30 @@ const TABLE: Case[] = [
   { method: 'POST', url: '/organizations/:id/deployments/:depId/secret', write: true },
   { method: 'GET', url: '/organizations/:id/audit-logs', write: false },
   { method: 'POST', url: '/api/organizations/:org_id/invitations', body: { email: 'someone@example.com', role: 'member' }, write: true },
+  { method: 'GET', url: '/organizations/:id/webhooks', write: false },
+  { method: 'POST', url: '/organizations/:id/webhooks', body: { url: 'https://example.com/hooks', events: ['api_key.created'] }, write: true },
+  { method: 'GET', url: '/organizations/:id/webhooks/:webhookId', write: false },
+  { method: 'PATCH', url: '/organizations/:id/webhooks/:webhookId', body: { is_active: true }, write: true },
+  { method: 'DELETE', url: '/organizations/:id/webhooks/:webhookId', write: true },
+  { method: 'GET', url: '/organizations/:id/webhooks/:webhookId/deliveries', write: false },
+  { method: 'POST', url: '/organizations/:id/webhooks/:webhookId/deliveries/:deliveryId/retry', write: true },
+  { method: 'POST', url: '/organizations/:id/webhooks/:webhookId/test', write: true },
 ];
 
 let h: Harness;
 let owner: Awaited<ReturnType<typeof signUpWithOrganization>>;
 let readKey: string;
 let revokedKey: string;
+/** A webhook of the owner's organization, so read routes with a webhook id find one. */
+let webhookId = SOME;
 
 const fill = (url: string, orgId: string, userId = SOME) =>
-  url.replace(':id', orgId).replace(':org_id', orgId).replace(':userId', userId).replace(/:[A-Za-z]+/g, SOME);
+  url
+    .replace(':id', orgId)
+    .replace(':org_id', orgId)
+    .replace(':userId', userId)
+    .replace(':webhookId', webhookId)
+    .replace(/:[A-Za-z]+/g, SOME);
 
 const send = (c: Case, headers: Record<string, string>, orgId = owner.organizationId, userId?: string) =>
   h.request({ method: c.method, url: fill(c.url, orgId, userId), headers, payload: c.body });
@@ -56,6 +71,13 @@ beforeAll(async () => {
   const revoked = await createKey(['read', 'write', 'admin']);
   await h.request({ method: 'DELETE', url: `/organizations/${owner.organizationId}/api-keys/${revoked.id}`, headers: bearer(owner.accessToken) });
   revokedKey = revoked.key;
+  const hook = await h.request({
+    method: 'POST',
+    url: `/organizations/${owner.organizationId}/webhooks`,
+    headers: bearer(owner.accessToken),
+    payload: { url: 'https://example.com/hooks', events: ['api_key.created'] },
+  });
+  webhookId = json<{ data: { id: string } }>(hook).data.id;
 });
 afterAll(async () => {
   await h.close();

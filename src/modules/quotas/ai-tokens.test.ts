@@ -37,7 +37,8 @@ const purchased = async (t: Tenant) =>
     .purchased_balance;
 const events = (t: Tenant) =>
   h.deps.db.query<{ type: string; data: Record<string, unknown>; organization_id: string }>(
-    `SELECT type, data, organization_id FROM outbox_events WHERE deployment_id = $1 ORDER BY created_at, (data->>'threshold')::int`,
+    `SELECT type, data, organization_id FROM outbox_events WHERE deployment_id = $1 AND type = 'quota.threshold'
+     ORDER BY created_at, (data->>'threshold')::int`,
     [t.deploymentId],
   );
 
