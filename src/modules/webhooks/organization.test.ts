@@ -18,6 +18,7 @@ import {
 } from '../../../test/harness.js';
 import { type Received, type Receiver, startReceiver } from '../../../test/receiver.js';
 import { CLAIM_SQL, LEASE_MS } from '../../../test/webhook-worker-child.js';
+import type { WebhookView as OrgWebhookView } from './organization.js';
 import { buildApp } from '../../app.js';
 import type { Database } from '../../db/client.js';
 import { WORKERS } from '../../workers/catalog.js';
@@ -64,17 +65,7 @@ afterEach(async () => {
 type Headers = Record<string, string>;
 type Owner = SignedInUser & { organizationId: string };
 
-interface WebhookView {
-  id: string;
-  organization_id: string;
-  url: string;
-  events: string[];
-  is_active: boolean;
-  disabled_reason: string | null;
-  created_at: string;
-  updated_at: string;
-  secret?: string;
-}
+type WebhookView = OrgWebhookView & { secret?: string };
 
 interface DeliveryRow {
   id: string;

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHarness, createTenant, type Harness, json, type Tenant } from '../../../test/harness.js';
 import { type Receiver, startReceiver } from '../../../test/receiver.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
+import type { SendReply } from './proxy.js';
 
 /**
  * SPEC §7 proxy against real receivers on loopback (private networks allowed for them): signing checked
@@ -23,17 +24,7 @@ afterAll(async () => {
   await h.close();
 });
 
-interface Reply {
-  success: boolean;
-  webhookId: string;
-  statusCode: number | null;
-  responseBody: string | null;
-  error: string | null;
-  creditsUsed: number;
-  creditsRemaining: number | null;
-  attempts: number;
-  deliveredAt: string | null;
-}
+type Reply = SendReply;
 
 const creds = (t: Tenant) => ({ 'x-deployment-id': t.deploymentId, 'x-deployment-secret': t.deploymentSecret });
 const send = (t: Tenant, payload: Record<string, unknown>, headers: Record<string, string> = {}) =>
