@@ -1,0 +1,2 @@
+DROP INDEX "webhook_deliveries_due_idx";--> statement-breakpoint
+CREATE INDEX "webhook_deliveries_due_idx" ON "webhook_deliveries" USING btree ("next_retry_at") WHERE "webhook_deliveries"."next_retry_at" IS NOT NULL;
