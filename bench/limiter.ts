@@ -1,23 +1,4 @@
-/**
- * npm run bench:limiter: what the SPEC §6 rate limiter adds to a request, on PostgreSQL. Writes the
- * section between the bench:limiter markers of docs/benchmarks.md (bench/run.ts and its section are
- * untouched) and the raw numbers to a JSON file in the temp directory.
- *   1. In-process, no HTTP: N sequential hit() calls on LocalRateLimiter and RedisRateLimiter (plus an
- *      ioredis PING and rateLimitHeaders() for reference), p50/p99 per call.
- *   2. HTTP: stdio check-entitlement for an unlimited deployment (no limiter call) against one whose
- *      override makes the limiter run on every request without refusing, on a server without Redis
- *      (in-process limiter) and on one with REDIS_URL (shared limiter), at saturation and at fixed
- *      offered loads, in interleaved rounds.
- *   --smoke       short runs, one round; prints, writes no doc
- *   --no-wait     do not wait for a quiet machine first (by default: up to 20 minutes, no vitest process)
- *   --rate=N,M    fixed offered loads in req/s (default: a quarter and a half of the slower variant's throughput in the
- *                 first round, rounded down to 100)
- *   --rounds=N    rounds per server (default 5)
- *   --render=FILE re-render the doc section from a results file of an earlier run, without measuring
- * BENCH_POSTGRES_URL picks the PostgreSQL server (see bench/lib/postgres.ts), BENCH_REDIS_URL the Redis
- * server (default redis://127.0.0.1:6379).
- */
-import { execFileSync } from 'node:child_process';
+
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -29,6 +10,7 @@ import { MINUTE, systemClock } from '../src/clock.js';
 import { rateLimitHeaders } from '../src/http/rate-limit.js';
 import { type Decision, LocalRateLimiter, RedisRateLimiter, type WindowSpec } from '../src/lib/rate-limiter.js';
 import { spawnServer, type ServerProcess } from './lib/child.js';
+import { gitState, productionServerEnv } from './lib/env.js';
 import type { Decisions, LimiterSeed, LimiterTenant } from './lib/limiter-server.js';
 import { type LoadTarget, type Measurement, runLoad } from './lib/load.js';
 import { type BenchDatabase, createBenchDatabase } from './lib/postgres.js';
@@ -269,22 +251,12 @@ interface HeaderCheck {
 }
 
 function serverEnv(group: Group, db: BenchDatabase, dataDir: string): NodeJS.ProcessEnv {
-  return {
-    PATH: process.env.PATH,
-    HOME: process.env.HOME,
-    NODE_ENV: 'production',
-    LOG_LEVEL: 'warn',
-    HOST: '127.0.0.1',
-    PORT: '0',
-    DATABASE_URL: db.url,
-    DATABASE_POOL_SIZE: String(settings.poolSize),
-    DATA_DIR: dataDir,
-    JWT_SECRET: randomBytes(32).toString('base64url'),
-    MCP_SERVICE_KEY: randomBytes(32).toString('base64url'),
-    ADMIN_API_KEY: randomBytes(32).toString('base64url'),
-    ENCRYPTION_KEY: randomBytes(32).toString('base64url'),
-    ...(group === 'redis' ? { REDIS_URL, REDIS_PREFIX } : {}),
-  };
+  return productionServerEnv({
+    databaseUrl: db.url,
+    poolSize: settings.poolSize,
+    dataDir,
+    extra: group === 'redis' ? { REDIS_URL, REDIS_PREFIX } : {},
+  });
 }
 
 function target(url: string, tenant: LimiterTenant): LoadTarget {
@@ -700,16 +672,6 @@ export function updateLimiterDoc(results: LimiterResults, doc = DOC): string {
 }
 
 // ---------------------------------------------------------------------------------------------
-
-function gitState(): LimiterResults['git'] {
-  try {
-    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
-    const status = execFileSync('git', ['status', '--porcelain', '--', 'src', 'migrations'], { encoding: 'utf8' });
-    return { commit, dirty: status.trim().length > 0 };
-  } catch {
-    return { commit: 'unknown', dirty: false };
-  }
-}
 
 async function redisVersion(): Promise<string> {
   const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });

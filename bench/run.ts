@@ -1,11 +1,4 @@
-/**
- * npm run bench: baselines and creditgate's metering routes under autocannon, on PostgreSQL and on
- * in-memory PGlite; writes bench/results/latest.json and the numbers section of docs/benchmarks.md.
- *   --smoke        short runs, 50 tenants, writes bench/results/smoke.json only
- *   --wait-quiet   first wait (up to 15 minutes) until no vitest process runs on the machine
- * BENCH_STORAGES=postgres,pglite picks the storages; BENCH_POSTGRES_URL the server (default 127.0.0.1:5432).
- */
-import { execFileSync } from 'node:child_process';
+
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -14,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import type { Seeded, Verification } from './fixtures.js';
 import { spawnServer } from './lib/child.js';
+import { gitState, productionServerEnv } from './lib/env.js';
 import { runLoad, type LoadTarget, type Measurement } from './lib/load.js';
 import { type BenchDatabase, createBenchDatabase, perRequest } from './lib/postgres.js';
 import {
@@ -115,21 +109,12 @@ async function runBaseline(name: BaselineName, storage: Storage, db: BenchDataba
 }
 
 function creditgateEnv(storage: Storage, db: BenchDatabase | undefined, dataDir: string, serviceKey: string): NodeJS.ProcessEnv {
-  return {
-    PATH: process.env.PATH,
-    HOME: process.env.HOME,
-    NODE_ENV: 'production',
-    LOG_LEVEL: 'warn',
-    HOST: '127.0.0.1',
-    PORT: '0',
-    DATABASE_URL: storage === 'postgres' ? db!.url : 'memory://',
-    DATABASE_POOL_SIZE: String(settings.poolSize),
-    DATA_DIR: dataDir,
-    JWT_SECRET: randomBytes(32).toString('base64url'),
-    MCP_SERVICE_KEY: serviceKey,
-    ADMIN_API_KEY: randomBytes(32).toString('base64url'),
-    ENCRYPTION_KEY: randomBytes(32).toString('base64url'),
-  };
+  return productionServerEnv({
+    databaseUrl: storage === 'postgres' ? db!.url : 'memory://',
+    poolSize: settings.poolSize,
+    dataDir,
+    extra: { MCP_SERVICE_KEY: serviceKey },
+  });
 }
 
 async function runCreditgate(storage: Storage, db: BenchDatabase | undefined, baselines: BaselineResult[]): Promise<StorageResult> {
@@ -196,16 +181,6 @@ async function runCreditgate(storage: Storage, db: BenchDatabase | undefined, ba
   } finally {
     await server.stop();
     rmSync(dataDir, { recursive: true, force: true });
-  }
-}
-
-function gitState(): Results['git'] {
-  try {
-    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
-    const status = execFileSync('git', ['status', '--porcelain', '--', 'src', 'migrations'], { encoding: 'utf8' });
-    return { commit, dirty: status.trim().length > 0 };
-  } catch {
-    return { commit: 'unknown', dirty: false };
   }
 }
 

@@ -1,28 +1,4 @@
-/**
- * npm run bench:webhooks: throughput of the SPEC §7 webhook proxy (POST /api/v1/proxy/webhooks/send)
- * to a local receiver, on PostgreSQL. Writes the section between the bench:webhooks markers of
- * docs/benchmarks.md (appended at the end of the file, with its heading, when missing; nothing else
- * of the file is touched) and the raw numbers to a JSON file in the temp directory.
- *   Processes: the runner (autocannon), the service (bench/lib/webhooks-server.ts, production start
- *   path, WEBHOOK_ALLOW_PRIVATE_NETWORKS=true), the receiver (bench/lib/webhooks-receiver.ts:
- *   node:http on 127.0.0.1 answering 200 at once), PostgreSQL. A fresh database, dropped at the end.
- *   Variants, each measured once per round in a closed loop:
- *     receiver      autocannon straight at the receiver (what the receiver and the loopback allow)
- *     quota         GET /api/v1/proxy/webhooks/quota (deployment auth + one balance read: a trivial route)
- *     send          POST /api/v1/proxy/webhooks/send, unsigned
- *     send-signed   the same with `secret` (two HMAC-SHA256 per send)
- *   Every send measurement is checked: receiver deliveries = successful answers = usage records =
- *   ledger deductions = credits gone from the balance = credits_charged, no refund, no duplicate,
- *   findLedgerMismatches = [] (and every signature verifies, for send-signed).
- *   --smoke       short runs, one round; prints, writes no doc
- *   --no-wait     do not wait for a quiet machine first (by default: up to 25 minutes while a
- *                 bench:limiter or vitest process runs, polling every 15 s)
- *   --rounds=N    rounds (default 3)   --seconds=N  seconds per measurement (default 10)
- *   --connections=N (default 50)
- *   --render=FILE re-render the doc section from a results file of an earlier run, without measuring
- * BENCH_POSTGRES_URL picks the PostgreSQL server (see bench/lib/postgres.ts).
- */
-import { execFileSync } from 'node:child_process';
+
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -30,6 +6,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { spawnServer, type ServerProcess } from './lib/child.js';
+import { gitState, productionServerEnv } from './lib/env.js';
 import { type BenchDatabase, createBenchDatabase, type PgCounters, type PgPerRequest, perRequest } from './lib/postgres.js';
 import { round } from './lib/stats.js';
 import { type ClosedLoadTarget, type ClosedMeasurement, runClosedLoad } from './lib/webhooks-load.js';
@@ -655,33 +632,8 @@ export function updateWebhooksDoc(results: WebhooksResults, doc = DOC): string {
 
 // ---------------------------------------------------------------------------------------------
 
-function gitState(): WebhooksResults['git'] {
-  try {
-    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
-    const status = execFileSync('git', ['status', '--porcelain', '--', 'src', 'migrations'], { encoding: 'utf8' });
-    return { commit, dirty: status.trim().length > 0 };
-  } catch {
-    return { commit: 'unknown', dirty: false };
-  }
-}
-
 function serverEnv(db: BenchDatabase, dataDir: string): NodeJS.ProcessEnv {
-  return {
-    PATH: process.env.PATH,
-    HOME: process.env.HOME,
-    NODE_ENV: 'production',
-    LOG_LEVEL: 'warn',
-    HOST: '127.0.0.1',
-    PORT: '0',
-    DATABASE_URL: db.url,
-    DATABASE_POOL_SIZE: String(settings.poolSize),
-    DATA_DIR: dataDir,
-    JWT_SECRET: randomBytes(32).toString('base64url'),
-    MCP_SERVICE_KEY: randomBytes(32).toString('base64url'),
-    ADMIN_API_KEY: randomBytes(32).toString('base64url'),
-    ENCRYPTION_KEY: randomBytes(32).toString('base64url'),
-    WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
-  };
+  return productionServerEnv({ databaseUrl: db.url, poolSize: settings.poolSize, dataDir, extra: { WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true' } });
 }
 
 async function main(): Promise<void> {
