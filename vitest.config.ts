@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
 /**
@@ -5,18 +6,29 @@ import { defineConfig } from 'vitest/config';
  * on the PostgreSQL server (a fresh database per run, made by test/global-setup-postgres.ts).
  */
 export default defineConfig({
+  // The client SDK's tests run against its source, not its build.
+  resolve: {
+    alias: {
+      '@creditgate/client/mcp': fileURLToPath(new URL('./packages/client/src/mcp/index.ts', import.meta.url)),
+      '@creditgate/client': fileURLToPath(new URL('./packages/client/src/index.ts', import.meta.url)),
+    },
+  },
   test: {
     pool: 'forks',
     maxWorkers: 2,
     testTimeout: 30_000,
     hookTimeout: 60_000,
     projects: [
-      { extends: true, test: { name: 'unit', include: ['src/**/*.unit.test.ts', 'test/**/*.unit.test.ts'] } },
+      {
+        extends: true,
+        test: { name: 'unit', include: ['src/**/*.unit.test.ts', 'test/**/*.unit.test.ts', 'packages/*/test/**/*.unit.test.ts'] },
+      },
       {
         extends: true,
         test: {
           name: 'pglite',
-          include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
+          // The client SDK's suites (packages/) need a live service but test the client, not the database: PGlite only.
+          include: ['src/**/*.test.ts', 'test/**/*.test.ts', 'packages/*/test/**/*.test.ts'],
           exclude: ['**/*.unit.test.ts', '**/node_modules/**'],
           env: { CG_TEST_DB: 'pglite' },
         },

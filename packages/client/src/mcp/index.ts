@@ -1,0 +1,61 @@
+/**
+ * MCP middleware: meters every tool of an McpServer (`@modelcontextprotocol/sdk`) against creditgate.
+ *
+ * ```ts
+ * const server = new McpServer({ name: 'my-server', version: '1.0.0' });
+ * withMetering(server, { apiKey: process.env.CREDITGATE_API_KEY, baseUrl: process.env.CREDITGATE_URL });
+ * server.registerTool('search', { inputSchema: { q: z.string() } }, async ({ q }) => ({ content: [...] }));
+ * ```
+ */
+import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { CreditgateError } from '../errors.js';
+import { Meter, type MeteringOptions } from './meter.js';
+
+export { type FlushReport, IDEMPOTENCY_META_KEYS, Meter, type MeteringEvent, type MeteringLogger, type MeteringOptions, type ToolExtra } from './meter.js';
+export { FileOutbox, MemoryOutbox, type Outbox, type OutboxEntry } from './outbox.js';
+export { type DenialInfo, META_DENIAL, META_USAGE, type MeteringRefusal } from './results.js';
+
+type AnyCallback = (...params: never[]) => CallToolResult | Promise<CallToolResult>;
+
+/**
+ * Meters every tool registered on `server` from now on (through registerTool, or the deprecated
+ * tool()): check before the handler, record after a result without isError, release otherwise.
+ * Call it before registering tools. Returns the Meter (flushOutbox, close).
+ */
+export function withMetering(server: McpServer, options: MeteringOptions | Meter): Meter {
+  const meter = options instanceof Meter ? options : new Meter(options);
+  // McpServer keeps its tools in a private map; reading its size only guards against a silent gap.
+  const existing = Object.keys((server as unknown as { _registeredTools?: Record<string, unknown> })._registeredTools ?? {});
+  if (existing.length > 0) {
+    throw new CreditgateError({
+      code: 'CONFIGURATION_ERROR',
+      message: `withMetering(server) must be called before tools are registered; already registered: ${existing.join(', ')}`,
+    });
+  }
+  const registerTool = server.registerTool.bind(server);
+  const patchedRegister = (name: string, config: { outputSchema?: unknown }, callback: AnyCallback) =>
+    registerTool(name, config as Parameters<typeof registerTool>[1], meter.wrap(name, callback, { outputSchema: config?.outputSchema !== undefined }) as never);
+  (server as unknown as { registerTool: typeof patchedRegister }).registerTool = patchedRegister;
+
+  const tool = server.tool.bind(server) as (...params: unknown[]) => ReturnType<McpServer['tool']>;
+  (server as unknown as { tool: typeof tool }).tool = (...params: unknown[]) => {
+    const name = params[0] as string;
+    const callback = params[params.length - 1] as AnyCallback;
+    return tool(...params.slice(0, -1), meter.wrap(name, callback));
+  };
+  return meter;
+}
+
+/**
+ * Explicit form: `server.registerTool('search', config, meteredTool(meter, 'search', handler))`.
+ * Pass `{ outputSchema: true }` when the tool declares one (denials then carry no structuredContent).
+ */
+export function meteredTool<H extends AnyCallback>(meter: Meter, toolName: string, handler: H, options: { outputSchema?: boolean } = {}): H {
+  return meter.wrap(toolName, handler, options);
+}
+
+/** A Meter to share between meteredTool calls. */
+export function createMeter(options: MeteringOptions): Meter {
+  return new Meter(options);
+}

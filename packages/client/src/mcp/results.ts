@@ -1,0 +1,70 @@
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import type { DenialReason } from '../types.js';
+
+/** Where the middleware puts what it knows about a call in a tool result's `_meta`. */
+export const META_DENIAL = 'io.creditgate/denial';
+export const META_USAGE = 'io.creditgate/usage';
+
+export type MeteringRefusal = DenialReason | 'no_user' | 'platform_unavailable' | 'metering_misconfigured';
+
+export interface DenialInfo {
+  reason: MeteringRefusal;
+  tool_name: string;
+  tier: string | null;
+  message: string;
+  upgrade_url?: string | undefined;
+  credits_available?: number | null | undefined;
+}
+
+function messageFor(reason: MeteringRefusal, tool: string, tier: string | null, upgradeUrl: string | undefined): string {
+  const upgrade = upgradeUrl ? ` Upgrade at ${upgradeUrl}.` : ' Upgrade the plan to use it.';
+  switch (reason) {
+    case 'sandbox_tier':
+      return `The tool "${tool}" is not available on the sandbox tier.${upgrade}`;
+    case 'mcp_disabled':
+      return `MCP tools are turned off for this deployment${tier ? ` (tier ${tier})` : ''}.${upgrade}`;
+    case 'insufficient_credits':
+      return `Not enough credits to run "${tool}". Buy credits or wait for the monthly allocation to reset, then call the tool again.`;
+    case 'no_deployment_found':
+      return `No active deployment is linked to this account, so "${tool}" cannot be metered. Create or join an organization, then try again.`;
+    case 'deployment_not_found':
+      return `The deployment this session meters against is unknown or suspended, so "${tool}" cannot run. Contact the workspace owner.`;
+    case 'no_user':
+      return `"${tool}" needs a signed-in user: this request carried no user identity. Sign in and call the tool again.`;
+    case 'platform_unavailable':
+      return `Usage metering is unreachable right now, so "${tool}" did not run and nothing was charged. Try again in a moment.`;
+    case 'metering_misconfigured':
+      return `This server's metering credentials were refused, so "${tool}" did not run and nothing was charged. The server's operator must fix its creditgate key.`;
+  }
+}
+
+export function denialInfo(
+  reason: MeteringRefusal,
+  tool: string,
+  tier: string | null,
+  upgradeUrl: string | undefined,
+  creditsAvailable?: number | null,
+): DenialInfo {
+  const wantsUpgrade = reason === 'sandbox_tier' || reason === 'mcp_disabled' || reason === 'insufficient_credits';
+  return {
+    reason,
+    tool_name: tool,
+    tier,
+    message: messageFor(reason, tool, tier, upgradeUrl),
+    ...(wantsUpgrade && upgradeUrl ? { upgrade_url: upgradeUrl } : {}),
+    ...(creditsAvailable !== undefined ? { credits_available: creditsAvailable } : {}),
+  };
+}
+
+/**
+ * A refused call as an MCP tool error the model can read and act on. structuredContent is added only
+ * where the tool declares no outputSchema (a client validates structured content against it, errors included).
+ */
+export function refusalResult(info: DenialInfo, withStructuredContent: boolean): CallToolResult {
+  return {
+    isError: true,
+    content: [{ type: 'text', text: info.message }],
+    ...(withStructuredContent ? { structuredContent: { error: 'creditgate_denied', ...info } } : {}),
+    _meta: { [META_DENIAL]: info },
+  };
+}
