@@ -30,7 +30,7 @@ class SignedInTransport extends InMemoryTransport {
 
 const asUser = (userId: string): AuthInfo => ({ token: 'opaque', clientId: 'test-client', scopes: [], extra: { userId } });
 
-async function connect(options: { baseUrl?: string; userId?: string } = {}) {
+async function connect(options: { baseUrl?: string; userId?: string; onOutage?: 'fail_open' } = {}) {
   const server = new McpServer({ name: 'hosted', version: '1.0.0' });
   const events: MeteringEvent[] = [];
   const requests: string[] = [];
@@ -38,6 +38,7 @@ async function connect(options: { baseUrl?: string; userId?: string } = {}) {
     serviceKey: live.h.config.mcpServiceKey,
     baseUrl: options.baseUrl ?? live.baseUrl,
     retries: 0,
+    onOutage: options.onOutage,
     logger: { warn: () => {}, error: () => {} },
     onEvent: (event) => events.push(event),
     fetch: (input, init) => {
@@ -157,6 +158,21 @@ describe('withMetering in service mode (service key, user from authInfo)', () =>
     relay.up();
     expect(await server.flushOutbox()).toMatchObject({ delivered: 1, remaining: 0 });
     expect(await usageRows(tenant)).toHaveLength(2);
+    await c.close();
+    await relay.close();
+  });
+
+  it('fail_open while even the user\'s deployment is unknown: the usage is resolved and recorded when the platform is back', async () => {
+    const tenant = await createTenant(live.h, { tier: 'launch' });
+    const relay = await startRelay(live.baseUrl);
+    relay.down();
+    const c = await connect({ baseUrl: relay.baseUrl, userId: tenant.userId, onOutage: 'fail_open' });
+    const result = await c.client.callTool({ name: 'search', arguments: { q: 'blind' } });
+    expect(result.isError).toBeFalsy();
+    expect(c.events.map((e) => e.type)).toEqual(['unverified', 'queued']);
+    relay.up();
+    expect(await c.meter.flushOutbox()).toMatchObject({ delivered: 1, remaining: 0 });
+    expect(await usageRows(tenant)).toEqual([{ success: true, quantity: '1', mcp_user_id: tenant.userId }]);
     await c.close();
     await relay.close();
   });

@@ -311,15 +311,29 @@ export class Meter {
   }
 
   private usageBody(toolName: string, invocationId: string, target: Target, args: unknown, extra: ToolExtra): OutboxEntry['body'] {
-    const metadata = this.options.metadata?.({ toolName, args, extra });
+    let metadata: Record<string, unknown> | undefined;
+    try {
+      metadata = this.options.metadata?.({ toolName, args, extra });
+    } catch (err) {
+      this.logger.warn(`the metadata option threw (${(err as Error).message}); recording "${toolName}" without metadata`);
+    }
     const common = { tool_name: toolName, invocation_id: invocationId, ...(metadata ? { metadata } : {}) };
-    if (this.mode === 'service') return { deployment_id: target.deploymentId!, mcp_user_id: target.userId ?? null, ...common };
+    if (this.mode === 'service') return { ...(target.deploymentId ? { deployment_id: target.deploymentId } : {}), mcp_user_id: target.userId ?? null, ...common };
     return common;
   }
 
-  private send(mode: 'stdio' | 'service', body: OutboxEntry['body']): Promise<RecordResult> {
-    if (mode === 'service') return this.client.service.recordUsage(body as Parameters<CreditgateClient['service']['recordUsage']>[0]);
-    return this.client.stdio.recordUsage(body as Parameters<CreditgateClient['stdio']['recordUsage']>[0]);
+  private async send(mode: 'stdio' | 'service', body: OutboxEntry['body']): Promise<RecordResult> {
+    if (mode === 'stdio') return this.client.stdio.recordUsage(body as Parameters<CreditgateClient['stdio']['recordUsage']>[0]);
+    let deploymentId = typeof body.deployment_id === 'string' ? body.deployment_id : undefined;
+    if (!deploymentId) {
+      // fail_open ran the tool while even the user's deployment was unknown: resolve it now.
+      const userId = typeof body.mcp_user_id === 'string' ? body.mcp_user_id : '';
+      deploymentId = (await this.client.service.resolveDeployment(userId)).deployment_id ?? undefined;
+      if (!deploymentId) {
+        throw new CreditgateError({ code: 'NO_DEPLOYMENT', message: `user ${userId} has no deployment to record "${body.tool_name}" against` });
+      }
+    }
+    return this.client.service.recordUsage({ ...(body as Parameters<CreditgateClient['service']['recordUsage']>[0]), deployment_id: deploymentId });
   }
 
   private async record(toolName: string, invocationId: string, target: Target, args: unknown, extra: ToolExtra): Promise<RecordResult | undefined> {
@@ -332,7 +346,14 @@ export class Meter {
       return result;
     } catch (err) {
       if (isOutage(err) && this.outbox) {
-        await this.outbox.add({ invocation_id: invocationId, mode: this.mode, body, created_at: new Date().toISOString() });
+        try {
+          await this.outbox.add({ invocation_id: invocationId, mode: this.mode, body, created_at: new Date().toISOString() });
+        } catch (writeError) {
+          // The tool's result still goes back; the loss is reported loudly.
+          this.emit({ type: 'record_failed', tool: toolName, invocationId, error: writeError });
+          this.logger.error(`usage of "${toolName}" (${invocationId}) is lost: the outbox could not be written (${(writeError as Error).message})`);
+          return undefined;
+        }
         this.pending = true;
         this.emit({ type: 'queued', tool: toolName, invocationId, error: err });
         this.logger.warn(`platform unreachable; usage of "${toolName}" kept in the outbox and sent later`);
