@@ -232,6 +232,20 @@ describe('withMetering in stdio mode (organization API key)', () => {
     await client.close();
     await server.close();
   });
+
+  it('over the rate limit the call is refused with the wait, under either outage policy', async () => {
+    const tenant = await createTenant(live.h, { tier: 'launch' });
+    // Each metered call is two requests (check, record).
+    await admin('PUT', `/api/v1/admin/deployments/${tenant.deploymentId}/overrides`, { api_rate_limit: 2 });
+    const c = await connect(tenant, { onOutage: 'fail_open' });
+    expect((await c.client.callTool({ name: 'search', arguments: { q: '1' } })).isError).toBeFalsy();
+    const refused = await c.client.callTool({ name: 'search', arguments: { q: '2' } });
+    expect(refused.isError).toBe(true);
+    expect(denial(refused)).toMatchObject({ reason: 'rate_limited', retry_after_seconds: expect.any(Number) });
+    expect(c.runs.search).toBe(1);
+    expect(await balanceOf(tenant)).toMatchObject({ used: 1, reserved: 0 });
+    await c.close();
+  });
 });
 
 describe('withMetering when the platform is unreachable', () => {

@@ -187,9 +187,9 @@ export class Meter {
   /** One metered call. Exported for frameworks that do not register tools through McpServer. */
   async run(toolName: string, args: unknown, extra: ToolExtra, invoke: () => Promise<CallToolResult>, hasOutputSchema = false): Promise<CallToolResult> {
     if (this.isExcluded(toolName)) return invoke();
-    const refuse = (reason: MeteringRefusal, tier: string | null = null, available?: number | null) => {
+    const refuse = (reason: MeteringRefusal, tier: string | null = null, available?: number | null, retryAfterSeconds?: number) => {
       this.emit({ type: 'denied', tool: toolName, reason });
-      return refusalResult(denialInfo(reason, toolName, tier, this.options.upgradeUrl, available), !hasOutputSchema);
+      return refusalResult(denialInfo(reason, toolName, tier, this.options.upgradeUrl, available, retryAfterSeconds), !hasOutputSchema);
     };
 
     const target: Target = {};
@@ -219,6 +219,9 @@ export class Meter {
         // A retried tools/call whose first attempt was already recorded: it is paid for; run it again
         // and let the record replay the first answer (no second deduction).
         this.emit({ type: 'allowed', tool: toolName, invocationId, reserved: false });
+      } else if (isCreditgateError(err) && err.code === 'RATE_LIMITED') {
+        // The platform answered: over the limit is a refusal under either outage policy.
+        return refuse('rate_limited', null, undefined, err.retryAfterSeconds);
       } else if (isOutage(err) && this.onOutage === 'fail_open') {
         this.logger.warn(`platform unreachable (${err.message}); running "${toolName}" unverified (fail_open)`);
         this.emit({ type: 'unverified', tool: toolName, invocationId, error: err });

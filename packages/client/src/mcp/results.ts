@@ -5,7 +5,7 @@ import type { DenialReason } from '../types.js';
 export const META_DENIAL = 'io.creditgate/denial';
 export const META_USAGE = 'io.creditgate/usage';
 
-export type MeteringRefusal = DenialReason | 'no_user' | 'platform_unavailable' | 'metering_misconfigured';
+export type MeteringRefusal = DenialReason | 'no_user' | 'rate_limited' | 'platform_unavailable' | 'metering_misconfigured';
 
 export interface DenialInfo {
   reason: MeteringRefusal;
@@ -13,10 +13,11 @@ export interface DenialInfo {
   tier: string | null;
   message: string;
   upgrade_url?: string | undefined;
+  retry_after_seconds?: number | undefined;
   credits_available?: number | null | undefined;
 }
 
-function messageFor(reason: MeteringRefusal, tool: string, tier: string | null, upgradeUrl: string | undefined): string {
+function messageFor(reason: MeteringRefusal, tool: string, tier: string | null, upgradeUrl: string | undefined, retryAfterSeconds?: number): string {
   const upgrade = upgradeUrl ? ` Upgrade at ${upgradeUrl}.` : ' Upgrade the plan to use it.';
   switch (reason) {
     case 'sandbox_tier':
@@ -31,6 +32,8 @@ function messageFor(reason: MeteringRefusal, tool: string, tier: string | null, 
       return `The deployment this session meters against is unknown or suspended, so "${tool}" cannot run. Contact the workspace owner.`;
     case 'no_user':
       return `"${tool}" needs a signed-in user: this request carried no user identity. Sign in and call the tool again.`;
+    case 'rate_limited':
+      return `Too many calls: this deployment's rate limit is reached, so "${tool}" did not run and nothing was charged. Try again in ${retryAfterSeconds ?? 60} seconds.`;
     case 'platform_unavailable':
       return `Usage metering is unreachable right now, so "${tool}" did not run and nothing was charged. Try again in a moment.`;
     case 'metering_misconfigured':
@@ -44,15 +47,17 @@ export function denialInfo(
   tier: string | null,
   upgradeUrl: string | undefined,
   creditsAvailable?: number | null,
+  retryAfterSeconds?: number,
 ): DenialInfo {
   const wantsUpgrade = reason === 'sandbox_tier' || reason === 'mcp_disabled' || reason === 'insufficient_credits';
   return {
     reason,
     tool_name: tool,
     tier,
-    message: messageFor(reason, tool, tier, upgradeUrl),
+    message: messageFor(reason, tool, tier, upgradeUrl, retryAfterSeconds),
     ...(wantsUpgrade && upgradeUrl ? { upgrade_url: upgradeUrl } : {}),
     ...(creditsAvailable !== undefined ? { credits_available: creditsAvailable } : {}),
+    ...(retryAfterSeconds !== undefined ? { retry_after_seconds: retryAfterSeconds } : {}),
   };
 }
 
