@@ -1,4 +1,6 @@
 import { mkdtemp, readdir } from 'node:fs/promises';
+import { createServer as createHttpServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FileOutbox, type Meter, type MeteringEvent, withMetering } from '@creditgate/client/mcp';
@@ -260,6 +262,23 @@ describe('withMetering when the platform is unreachable', () => {
     expect(c.runs.search).toBe(0);
     await c.close();
     await relay.close();
+  });
+
+  it('an HTML page from a proxy in between, or nothing listening at the base URL, is an outage, not a crash', async () => {
+    const tenant = await createTenant(live.h, { tier: 'launch' });
+    const proxy = createHttpServer((_req, res) => {
+      res.writeHead(502, { 'content-type': 'text/html' }).end('<html><body>Bad Gateway</body></html>');
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const { port } = proxy.address() as AddressInfo;
+    for (const baseUrl of [`http://127.0.0.1:${port}`, 'http://127.0.0.1:9']) {
+      const c = await connect(tenant, { baseUrl });
+      const result = await c.client.callTool({ name: 'search', arguments: { q: 'x' } });
+      expect(denial(result), baseUrl).toMatchObject({ reason: 'platform_unavailable' });
+      expect(c.runs.search).toBe(0);
+      await c.close();
+    }
+    await new Promise((resolve) => proxy.close(resolve));
   });
 
   it('a refused API key is reported as misconfigured metering, and the tool does not run', async () => {
