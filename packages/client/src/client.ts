@@ -66,6 +66,8 @@ export class CreditgateClient {
   /** Spendable credits last reported per scope (a deployment id, or 'stdio'); null = unlimited. */
   private readonly balances = new Map<string, number | null>();
   private readonly now: () => number;
+  /** The snapshot's lifetime is the service's next_check_seconds; `cache: false` is the only way to turn it off. */
+  private readonly snapshotsCached: boolean;
 
   constructor(credentials: Credentials, options: ClientOptions) {
     if (credentials === null || typeof credentials !== 'object') {
@@ -95,6 +97,7 @@ export class CreditgateClient {
       creditCostsMs: capped(cache.creditCostsMs, ONE_HOUR),
       resolveMs: capped(cache.resolveMs, FIVE_MINUTES),
     };
+    this.snapshotsCached = options.cache !== false;
     this.now = options.now ?? Date.now;
     this.checks = new TtlCache(this.now);
     this.resolved = new TtlCache(this.now);
@@ -134,7 +137,7 @@ export class CreditgateClient {
     recordUsage: async (input: T.StdioRecordInput): Promise<WithReplay<T.RecordResult>> => {
       const body = { ...input, invocation_id: input.invocation_id ?? uuidv7() };
       const answer = await this.call<T.RecordResult>({ method: 'POST', path: '/api/v1/mcp/stdio/record-usage', body, headers: this.apiKeyHeaders(), idempotent: true });
-      this.noteRecord('stdio', answer.data);
+      this.noteRecord('stdio', answer.data, answer.replayed);
       return { ...answer.data, replayed: answer.replayed };
     },
   };
@@ -170,7 +173,7 @@ export class CreditgateClient {
     recordUsage: async (input: T.ServiceUsageInput): Promise<WithReplay<T.ServiceUsageResult>> => {
       const body = { ...input, invocation_id: input.invocation_id ?? uuidv7() };
       const answer = await this.call<T.ServiceUsageResult>({ method: 'POST', path: '/api/v1/mcp/usage', body, headers: this.serviceHeaders(), idempotent: true });
-      this.noteRecord(input.deployment_id, answer.data);
+      this.noteRecord(input.deployment_id, answer.data, answer.replayed);
       return { ...answer.data, replayed: answer.replayed };
     },
     /** Cost of every action; cached up to 1 hour. */
@@ -238,7 +241,7 @@ export class CreditgateClient {
         headers: {},
         idempotent: true,
       });
-      this.snapshots.set(deploymentId, answer.data, Math.max(0, answer.data.next_check_seconds) * 1000);
+      if (this.snapshotsCached) this.snapshots.set(deploymentId, answer.data, Math.max(0, answer.data.next_check_seconds) * 1000);
       return answer.data;
     },
   };
@@ -330,11 +333,15 @@ export class CreditgateClient {
 
   private noteCheck(scope: string, result: T.StdioCheckResult | T.ServiceCheckResult): void {
     if (result.reason === 'insufficient_credits') this.checks.deletePrefix(`${scope}\u0000`);
-    if (result.allowed && 'credits_available' in result) this.balances.set(scope, result.credits_available);
+    if (!result.allowed) return;
+    // An allowed answer says the balance covers the cost now; stdio answers do not say how much is left.
+    if ('credits_available' in result) this.balances.set(scope, result.credits_available);
+    else this.balances.delete(scope);
   }
 
-  private noteRecord(scope: string, result: T.RecordResult): void {
-    this.balances.set(scope, result.credits_remaining);
+  private noteRecord(scope: string, result: T.RecordResult, replayed: boolean): void {
+    // A replay repeats the first answer, whose balance may be old.
+    if (!replayed) this.balances.set(scope, result.credits_remaining);
     if (!result.success && result.error === 'insufficient_credits') this.checks.deletePrefix(`${scope}\u0000`);
   }
 
