@@ -38,7 +38,8 @@ export default defineConfig({
         test: {
           name: 'postgres',
           include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
-          exclude: ['**/*.unit.test.ts', '**/node_modules/**'],
+          // The examples' end-to-end test exercises the SDK and the examples, not the database.
+          exclude: ['**/*.unit.test.ts', '**/node_modules/**', 'test/examples.test.ts'],
           env: { CG_TEST_DB: 'postgres' },
           globalSetup: ['./test/global-setup-postgres.ts'],
         },

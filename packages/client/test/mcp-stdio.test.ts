@@ -16,6 +16,8 @@ import { type LiveService, type Relay, startLiveService, startRelay } from './su
 let live: LiveService;
 /** Runs inside the search tool (a test's way to change the world while a tool runs). */
 let toolHook: (() => void) | undefined;
+/** When set, the search tool waits for it before answering. */
+let gateForSearch: Promise<void> | undefined;
 beforeAll(async () => {
   live = await startLiveService();
 });
@@ -49,6 +51,7 @@ async function connect(tenant: Tenant, options: { baseUrl?: string; outbox?: str
   server.registerTool('search', { description: 'Search', inputSchema: { q: z.string() } }, async ({ q }) => {
     runs.search++;
     toolHook?.();
+    await gateForSearch;
     return { content: [{ type: 'text', text: `results for ${q}` }] };
   });
   server.registerTool('broken', { description: 'Always throws' }, async () => {
@@ -233,6 +236,40 @@ describe('withMetering in stdio mode (organization API key)', () => {
     await meter.close();
     await client.close();
     await server.close();
+  });
+
+  it('close() lets a call in progress finish and record before it returns', async () => {
+    const tenant = await createTenant(live.h, { tier: 'launch' });
+    const c = await connect(tenant);
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let entered!: () => void;
+    const inside = new Promise<void>((resolve) => {
+      entered = resolve;
+    });
+    toolHook = () => entered();
+    gateForSearch = gate;
+    const call = c.client.callTool({ name: 'search', arguments: { q: 'shutdown' } });
+    await inside;
+    const closing = c.meter.close({ timeoutMs: 10_000 });
+    release();
+    await closing;
+    expect(c.events.map((e) => e.type)).toEqual(['allowed', 'recorded']);
+    expect(await usageRows(tenant)).toHaveLength(1);
+    await call;
+    toolHook = undefined;
+    gateForSearch = undefined;
+    await c.close();
+  });
+
+  it('an empty API key (an unset variable in a client config) stops withMetering with a clear message', () => {
+    const server = new McpServer({ name: 'misconfigured', version: '1.0.0' });
+    expect(() => withMetering(server, { apiKey: '', baseUrl: live.baseUrl })).toThrow(
+      expect.objectContaining({ code: 'CONFIGURATION_ERROR', message: expect.stringContaining('apiKey') }),
+    );
+    expect(() => withMetering(server, { apiKey: 'cg_x', baseUrl: 'not a url' })).toThrow(expect.objectContaining({ code: 'CONFIGURATION_ERROR' }));
   });
 
   it('over the rate limit the call is refused with the wait, under either outage policy', async () => {

@@ -22,6 +22,9 @@ type AnyCallback = (...params: never[]) => CallToolResult | Promise<CallToolResu
  * Meters every tool registered on `server` from now on (through registerTool, or the deprecated
  * tool()): check before the handler, record after a result without isError, release otherwise.
  * Call it before registering tools. Returns the Meter (flushOutbox, close).
+ *
+ * A hosted server that makes one McpServer per session should make one Meter with createMeter and
+ * pass it here for each session: a Meter per session would each keep its own outbox and session cache.
  */
 export function withMetering(server: McpServer, options: MeteringOptions | Meter): Meter {
   const meter = options instanceof Meter ? options : new Meter(options);

@@ -15,7 +15,7 @@ export type ToolExtra = RequestHandlerExtra<ServerRequest, ServerNotification>;
 /** What the middleware reports as it works (for logs, metrics and tests). */
 export type MeteringEvent =
   | { type: 'allowed'; tool: string; invocationId: string; reserved: boolean }
-  | { type: 'denied'; tool: string; reason: MeteringRefusal }
+  | { type: 'denied'; tool: string; reason: MeteringRefusal; userId?: string }
   | { type: 'unverified'; tool: string; invocationId: string; error: CreditgateError }
   | { type: 'recorded'; tool: string; invocationId: string; result: RecordResult }
   | { type: 'released'; tool: string; invocationId: string }
@@ -128,6 +128,8 @@ export class Meter {
   private pending = true;
   private timer: NodeJS.Timeout | undefined;
   private readonly intervalMs: number;
+  /** Calls between check and record, so close() can let them finish recording. */
+  private readonly inflight = new Set<Promise<CallToolResult>>();
 
   constructor(options: MeteringOptions) {
     if (!options || typeof options !== 'object') {
@@ -136,7 +138,7 @@ export class Meter {
     this.options = options;
     this.client =
       options.client ??
-      (options.apiKey === undefined && options.serviceKey === undefined
+      (!options.apiKey?.trim() && !options.serviceKey?.trim()
         ? (() => {
             throw new CreditgateError({
               code: 'CONFIGURATION_ERROR',
@@ -185,14 +187,22 @@ export class Meter {
   }
 
   /** One metered call. Exported for frameworks that do not register tools through McpServer. */
-  async run(toolName: string, args: unknown, extra: ToolExtra, invoke: () => Promise<CallToolResult>, hasOutputSchema = false): Promise<CallToolResult> {
+  run(toolName: string, args: unknown, extra: ToolExtra, invoke: () => Promise<CallToolResult>, hasOutputSchema = false): Promise<CallToolResult> {
+    const call = this.meter(toolName, args, extra, invoke, hasOutputSchema);
+    this.inflight.add(call);
+    const forget = () => this.inflight.delete(call);
+    call.then(forget, forget);
+    return call;
+  }
+
+  private async meter(toolName: string, args: unknown, extra: ToolExtra, invoke: () => Promise<CallToolResult>, hasOutputSchema: boolean): Promise<CallToolResult> {
     if (this.isExcluded(toolName)) return invoke();
+    const target: Target = {};
     const refuse = (reason: MeteringRefusal, tier: string | null = null, available?: number | null, retryAfterSeconds?: number) => {
-      this.emit({ type: 'denied', tool: toolName, reason });
+      this.emit({ type: 'denied', tool: toolName, reason, ...(target.userId ? { userId: target.userId } : {}) });
       return refusalResult(denialInfo(reason, toolName, tier, this.options.upgradeUrl, available, retryAfterSeconds), !hasOutputSchema);
     };
 
-    const target: Target = {};
     if (this.mode === 'service') {
       const userId = (this.options.userId ?? defaultUserId)(extra);
       if (!userId) return refuse('no_user');
@@ -449,11 +459,21 @@ export class Meter {
     }
   }
 
-  /** Stops the outbox timer (entries stay in the outbox for the next start) and waits for a running flush. */
-  async close(): Promise<void> {
+  /**
+   * For shutdown: waits (up to timeoutMs, default 10 s) for calls in progress to record their usage
+   * and for a running outbox flush, then stops the outbox timer. Entries still in a file outbox are
+   * sent by the next start.
+   */
+  async close(options: { timeoutMs?: number } = {}): Promise<void> {
+    let timeout: NodeJS.Timeout | undefined;
+    const limit = new Promise<void>((resolve) => {
+      timeout = setTimeout(resolve, options.timeoutMs ?? 10_000);
+    });
+    const work = Promise.allSettled([...this.inflight, this.flushing ?? Promise.resolve()]).then(() => undefined);
+    await Promise.race([work, limit]);
+    clearTimeout(timeout);
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
-    await this.flushing?.catch(() => undefined);
   }
 }
 
