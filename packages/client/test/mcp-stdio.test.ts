@@ -3,7 +3,7 @@ import { createServer as createHttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { FileOutbox, type Meter, type MeteringEvent, withMetering } from '@creditgate/client/mcp';
+import { createMeter, FileOutbox, type Meter, type MeteringEvent, meteredTool, withMetering } from '@creditgate/client/mcp';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
@@ -284,6 +284,44 @@ describe('withMetering in stdio mode (organization API key)', () => {
     expect(c.runs.search).toBe(1);
     expect(await balanceOf(tenant)).toMatchObject({ used: 1, reserved: 0 });
     await c.close();
+  });
+});
+
+describe('meteredTool (explicit wrapping)', () => {
+  it('meters one handler of a tool with an outputSchema; its denial keeps the reason in _meta only', async () => {
+    const paid = await createTenant(live.h, { tier: 'launch' });
+    const sandbox = await createTenant(live.h, { tier: 'sandbox' });
+    const open = async (tenant: Tenant) => {
+      const server = new McpServer({ name: 'explicit', version: '1.0.0' });
+      const meter = createMeter({ apiKey: tenant.apiKey, baseUrl: live.baseUrl, outbox: false, logger: { warn: () => {}, error: () => {} } });
+      server.registerTool(
+        'count',
+        { description: 'Counts letters', inputSchema: { word: z.string() }, outputSchema: { letters: z.number() } },
+        meteredTool(meter, 'count', async ({ word }: { word: string }) => ({
+          content: [{ type: 'text' as const, text: String(word.length) }],
+          structuredContent: { letters: word.length },
+        })),
+      );
+      server.registerTool('free', { description: 'Not metered' }, async () => ({ content: [{ type: 'text', text: 'free' }] }));
+      const [clientTransport, serverTransport] = InMemoryTransport.createLinkedPair();
+      const client = new Client({ name: 'test-client', version: '1.0.0' });
+      await Promise.all([server.connect(serverTransport), client.connect(clientTransport)]);
+      return { client, close: async () => (await meter.close(), await client.close(), await server.close()) };
+    };
+    const ok = await open(paid);
+    const counted = await ok.client.callTool({ name: 'count', arguments: { word: 'otter' } });
+    expect(counted.structuredContent).toEqual({ letters: 5 });
+    expect(await ok.client.callTool({ name: 'free', arguments: {} })).toMatchObject({ content: [{ text: 'free' }] });
+    expect(await usageRows(paid)).toEqual([expect.objectContaining({ success: true, tool_name: 'count' })]);
+    await ok.close();
+
+    const denied = await open(sandbox);
+    // The client validates structuredContent against the outputSchema, errors included: none is sent.
+    const refused = await denied.client.callTool({ name: 'count', arguments: { word: 'otter' } });
+    expect(refused.isError).toBe(true);
+    expect(refused.structuredContent).toBeUndefined();
+    expect(denial(refused)).toMatchObject({ reason: 'sandbox_tier' });
+    await denied.close();
   });
 });
 

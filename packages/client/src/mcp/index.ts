@@ -52,10 +52,11 @@ export function withMetering(server: McpServer, options: MeteringOptions | Meter
 
 /**
  * Explicit form: `server.registerTool('search', config, meteredTool(meter, 'search', handler))`.
- * Pass `{ outputSchema: true }` when the tool declares one (denials then carry no structuredContent).
+ * The wrapper cannot see the tool's config, so denials carry their reason in `_meta` only; pass
+ * `{ outputSchema: false }` when the tool declares none to get it in structuredContent too.
  */
 export function meteredTool<H extends AnyCallback>(meter: Meter, toolName: string, handler: H, options: { outputSchema?: boolean } = {}): H {
-  return meter.wrap(toolName, handler, options);
+  return meter.wrap(toolName, handler, { outputSchema: options.outputSchema ?? true });
 }
 
 /** A Meter to share between meteredTool calls. */
