@@ -306,7 +306,12 @@ describe('meteredTool (explicit wrapping)', () => {
       const [clientTransport, serverTransport] = InMemoryTransport.createLinkedPair();
       const client = new Client({ name: 'test-client', version: '1.0.0' });
       await Promise.all([server.connect(serverTransport), client.connect(clientTransport)]);
-      return { client, close: async () => (await meter.close(), await client.close(), await server.close()) };
+      const close = async () => {
+        await meter.close();
+        await client.close();
+        await server.close();
+      };
+      return { client, close };
     };
     const ok = await open(paid);
     const counted = await ok.client.callTool({ name: 'count', arguments: { word: 'otter' } });
