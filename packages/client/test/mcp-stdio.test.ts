@@ -264,6 +264,31 @@ describe('withMetering in stdio mode (organization API key)', () => {
     await c.close();
   });
 
+  it('meters tools registered through the deprecated tool() too, and refuses to start after tools that would go unmetered', async () => {
+    const tenant = await createTenant(live.h, { tier: 'launch' });
+    const late = new McpServer({ name: 'late', version: '1.0.0' });
+    late.registerTool('early', { description: 'registered first' }, async () => ({ content: [] }));
+    expect(() => withMetering(late, { apiKey: tenant.apiKey, baseUrl: live.baseUrl, outbox: false })).toThrow(
+      expect.objectContaining({ code: 'CONFIGURATION_ERROR', message: expect.stringContaining('early') }),
+    );
+
+    const server = new McpServer({ name: 'legacy', version: '1.0.0' });
+    const meter = withMetering(server, { apiKey: tenant.apiKey, baseUrl: live.baseUrl, outbox: false });
+    server.tool('legacy_echo', 'Echo through the deprecated API', { word: z.string() }, async ({ word }) => ({
+      content: [{ type: 'text', text: word }],
+    }));
+    const [clientTransport, serverTransport] = InMemoryTransport.createLinkedPair();
+    const client = new Client({ name: 'test-client', version: '1.0.0' });
+    await Promise.all([server.connect(serverTransport), client.connect(clientTransport)]);
+    const result = await client.callTool({ name: 'legacy_echo', arguments: { word: 'hi' } });
+    expect(text(result)).toBe('hi');
+    expect(result._meta?.['io.creditgate/usage']).toMatchObject({ credits_used: 1 });
+    expect(await usageRows(tenant)).toEqual([expect.objectContaining({ success: true, tool_name: 'legacy_echo' })]);
+    await meter.close();
+    await client.close();
+    await server.close();
+  });
+
   it('an empty API key (an unset variable in a client config) stops withMetering with a clear message', () => {
     const server = new McpServer({ name: 'misconfigured', version: '1.0.0' });
     expect(() => withMetering(server, { apiKey: '', baseUrl: live.baseUrl })).toThrow(
