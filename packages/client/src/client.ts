@@ -66,6 +66,7 @@ export class CreditgateClient {
   /** Spendable credits last reported per scope (a deployment id, or 'stdio'); null = unlimited. */
   private readonly balances = new Map<string, number | null>();
   private readonly now: () => number;
+  private readonly reading = new Map<string, Promise<unknown>>();
   /** The snapshot's lifetime is the service's next_check_seconds; `cache: false` is the only way to turn it off. */
   private readonly snapshotsCached: boolean;
 
@@ -154,15 +155,18 @@ export class CreditgateClient {
         const hit = this.resolved.get(userId);
         if (hit) return hit;
       }
-      const answer = await this.call<T.ResolveResult>({
-        method: 'GET',
-        path: '/api/v1/mcp/resolve-deployment',
-        query: { user_id: userId },
-        headers: this.serviceHeaders(),
-        idempotent: true,
+      const headers = this.serviceHeaders();
+      return this.shared(`resolve\u0000${userId}`, async () => {
+        const answer = await this.call<T.ResolveResult>({
+          method: 'GET',
+          path: '/api/v1/mcp/resolve-deployment',
+          query: { user_id: userId },
+          headers,
+          idempotent: true,
+        });
+        if (answer.data.deployment_id) this.resolved.set(userId, answer.data, this.ttl.resolveMs);
+        return answer.data;
       });
-      if (answer.data.deployment_id) this.resolved.set(userId, answer.data, this.ttl.resolveMs);
-      return answer.data;
     },
     /** May this deployment run the tool? Same caching and reservation rules as stdio.checkEntitlement. */
     checkEntitlement: (input: T.ServiceCheckInput, options: ReadOptions = {}): Promise<T.ServiceCheckResult> =>
@@ -179,9 +183,12 @@ export class CreditgateClient {
     /** Cost of every action; cached up to 1 hour. */
     creditCosts: async (options: ReadOptions = {}): Promise<T.CreditCosts> => {
       if (!options.forceRefresh && this.costs && this.costs.expiresAt > this.now()) return this.costs.value;
-      const answer = await this.call<T.CreditCosts>({ method: 'GET', path: '/api/v1/mcp/credit-costs', headers: this.serviceHeaders(), idempotent: true });
-      if (this.ttl.creditCostsMs > 0) this.costs = { value: answer.data, expiresAt: this.now() + this.ttl.creditCostsMs };
-      return answer.data;
+      const headers = this.serviceHeaders();
+      return this.shared('costs', async () => {
+        const answer = await this.call<T.CreditCosts>({ method: 'GET', path: '/api/v1/mcp/credit-costs', headers, idempotent: true });
+        if (this.ttl.creditCostsMs > 0) this.costs = { value: answer.data, expiresAt: this.now() + this.ttl.creditCostsMs };
+        return answer.data;
+      });
     },
   };
 
@@ -298,6 +305,15 @@ export class CreditgateClient {
     return transport.call<R>(options);
   }
 
+  /** Concurrent cacheable reads of the same thing share one request (16 first calls, one check). */
+  private shared<R>(key: string, load: () => Promise<R>): Promise<R> {
+    const running = this.reading.get(key) as Promise<R> | undefined;
+    if (running) return running;
+    const started = load().finally(() => this.reading.delete(key));
+    this.reading.set(key, started);
+    return started;
+  }
+
   /**
    * Shared check logic. Reservations always go to the service (they are writes, made safe to retry
    * by their invocation id). Plain checks are cached per (scope, tool) except denials for credits;
@@ -319,10 +335,12 @@ export class CreditgateClient {
       const hit = this.checks.get(key) as R | undefined;
       if (hit && this.stillCovered(scope, hit)) return hit;
     }
-    const answer = await send(input);
-    this.noteCheck(scope, answer.data);
-    if (answer.data.reason !== 'insufficient_credits') this.checks.set(key, answer.data, this.ttl.entitlementsMs);
-    return answer.data;
+    return this.shared(`check\u0000${key}`, async () => {
+      const answer = await send(input);
+      this.noteCheck(scope, answer.data);
+      if (answer.data.reason !== 'insufficient_credits') this.checks.set(key, answer.data, this.ttl.entitlementsMs);
+      return answer.data;
+    });
   }
 
   private stillCovered(scope: string, hit: T.StdioCheckResult): boolean {

@@ -293,3 +293,24 @@ describe('cache options', () => {
     expect(r.urls).toHaveLength(8);
   });
 });
+
+describe('concurrent first reads', () => {
+  it('share one request: 16 checks of one tool, 16 resolves of one user, 16 cost lookups', async () => {
+    const t = await createTenant(live.h, { tier: 'launch' });
+    const stdio = stdioRig(t);
+    const checks = await Promise.all(Array.from({ length: 16 }, () => stdio.c.stdio.checkEntitlement({ tool_name: 'search' })));
+    expect(checks.every((c) => c.allowed)).toBe(true);
+    expect(stdio.count(PATHS.stdioCheck)).toBe(1);
+
+    const service = serviceRig();
+    const resolved = await Promise.all(Array.from({ length: 16 }, () => service.c.service.resolveDeployment(t.userId)));
+    expect(new Set(resolved.map((r) => r.deployment_id))).toEqual(new Set([t.deploymentId]));
+    expect(service.count(PATHS.resolve)).toBe(1);
+    await Promise.all(Array.from({ length: 16 }, () => service.c.service.creditCosts()));
+    expect(service.count(PATHS.costs)).toBe(1);
+
+    // Reservations are writes: each goes out.
+    await Promise.all(Array.from({ length: 4 }, () => stdio.c.stdio.checkEntitlement({ tool_name: 'search', reserve: true })));
+    expect(stdio.count(PATHS.stdioCheck)).toBe(5);
+  });
+});
