@@ -53,6 +53,20 @@ WITH cur AS (
   FROM cur LEFT JOIN upd ON true
   WHERE upd.deployment_id IS NOT NULL OR $12::boolean
   RETURNING id
+), inv AS (
+  -- An idempotent record: the invocation turns 'recorded' with its answer in this statement, so the
+  -- balance row's lock is held from here to COMMIT only (no round trip after the deduction).
+  UPDATE invocations
+  SET status = 'recorded', usage_id = $11::uuid, request_hash = $14::text, reserved_amount = 0,
+      reservation_expires_at = NULL, updated_at = $3::timestamptz,
+      response = jsonb_build_object(
+        'success', true, 'credits_used', $2::bigint,
+        'credits_remaining', (SELECT CASE WHEN monthly_allocation IS NULL THEN NULL
+                                     ELSE GREATEST(0, GREATEST(0, monthly_allocation - monthly_used) + purchased_balance - reserved) END
+                              FROM upd),
+        'error', NULL, 'usage_id', $11::uuid, 'invocation_id', $9::text)
+  WHERE $13::boolean AND deployment_id = $1::uuid AND invocation_id = $9::text AND EXISTS (SELECT 1 FROM upd)
+  RETURNING invocation_id
 ), ${MONTHLY_THRESHOLD_CTE}
 SELECT (SELECT count(*) FROM cur)::int AS found,
        (upd.deployment_id IS NOT NULL) AS deducted,
@@ -77,6 +91,11 @@ export interface DeductInput {
   releaseReserved: number;
   /** Keep a success=false usage record when the balance is short (false for an attempt that will be retried). */
   recordFailure: boolean;
+  /**
+   * With an invocation id whose row this transaction holds: on success, mark it recorded with its
+   * answer and this request hash in the same statement.
+   */
+  recordInvocation?: { requestHash: string };
 }
 
 export interface DeductResult {
@@ -106,6 +125,8 @@ export async function deduct(db: Queryable, input: DeductInput): Promise<DeductR
       input.releaseReserved,
       randomUUID(),
       input.recordFailure,
+      input.recordInvocation !== undefined && input.invocationId !== null,
+      input.recordInvocation?.requestHash ?? null,
     ],
     'credits_deduct',
   );

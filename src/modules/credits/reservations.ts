@@ -5,28 +5,31 @@ export const RESERVATION_TTL_MS = 5 * 60 * 1000;
 
 /**
  * Hold `amount` credits for a reservation: one guarded UPDATE, so concurrent reservations can never
- * promise more than the spendable balance. Returns false when the balance is short or the row is stale.
+ * promise more than the spendable balance. Returns false when the balance is short or the row is
+ * stale; when held, the spendable balance after the hold (null = unlimited), as viewBalance counts it.
  */
 export async function holdCredits(
   tx: Queryable,
   deploymentId: string,
   amount: number,
   now: Date,
-): Promise<{ held: boolean; stale: boolean }> {
-  const rows = await tx.query<{ sync_before: Date; held: boolean }>(
+): Promise<{ held: boolean; stale: boolean; available: number | null }> {
+  const rows = await tx.query<{ sync_before: Date; held: boolean; available: number | null }>(
     `WITH upd AS (
        UPDATE credit_balances SET reserved = reserved + $2::bigint, updated_at = $3::timestamptz
        WHERE deployment_id = $1::uuid AND sync_before > $3::timestamptz
          AND (monthly_allocation IS NULL
               OR GREATEST(0, monthly_allocation - monthly_used) + purchased_balance - reserved >= $2::bigint)
-       RETURNING deployment_id)
-     SELECT b.sync_before, EXISTS (SELECT 1 FROM upd) AS held FROM credit_balances b WHERE b.deployment_id = $1::uuid`,
+       RETURNING CASE WHEN monthly_allocation IS NULL THEN NULL
+                      ELSE GREATEST(0, GREATEST(0, monthly_allocation - monthly_used) + purchased_balance - reserved) END AS available)
+     SELECT b.sync_before, EXISTS (SELECT 1 FROM upd) AS held, (SELECT available FROM upd) AS available
+     FROM credit_balances b WHERE b.deployment_id = $1::uuid`,
     [deploymentId, amount, now],
     'credits_hold',
   );
   const row = rows[0];
-  if (!row) return { held: false, stale: false };
-  return { held: row.held, stale: !row.held && row.sync_before.getTime() <= now.getTime() };
+  if (!row) return { held: false, stale: false, available: null };
+  return { held: row.held, stale: !row.held && row.sync_before.getTime() <= now.getTime(), available: row.available };
 }
 
 /**

@@ -644,6 +644,23 @@ describe('idempotency of record (SPEC §4)', () => {
     await expectLedgerConsistent(t);
   });
 
+  it('a reserved call, once recorded, replays its first answer and refuses another body (the hash is kept)', async () => {
+    const t = await tenantWith(10);
+    const held = json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: 'held-then-done' }));
+    expect(held).toMatchObject({ allowed: true, credit_cost: 3, credits_available: 7 });
+    const body = { deployment_id: t.deploymentId, tool_name: advanced, invocation_id: 'held-then-done', metadata: { n: 1 } };
+    const first = await serviceUsage(body);
+    expect(json(first)).toMatchObject({ success: true, credits_used: 3, credits_remaining: 7, error: null, invocation_id: 'held-then-done' });
+    const replay = await serviceUsage(body);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(json(replay)).toEqual(json(first));
+    const other = await serviceUsage({ ...body, metadata: { n: 2 } });
+    expect(other.statusCode).toBe(422);
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 3, purchased_balance: 0, reserved: 0 });
+    expect(json(await invocationWithKey(t.apiKey, 'held-then-done'))).toMatchObject({ status: 'recorded', credits_used: 3, reserved_credits: 0 });
+    await expectLedgerConsistent(t);
+  });
+
   it('the same id after a full day is a new call in stdio mode too', async () => {
     const t = await tenantWith(10);
     await stdioRecord(t.apiKey, { tool_name: 'x' }, { 'idempotency-key': 'stdio-daily' });

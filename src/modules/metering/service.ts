@@ -123,8 +123,8 @@ async function reserve(
         hold = await holdCredits(tx, deploymentId, cost, now);
       }
       if (!hold.held) throw new Denied();
-      const balance = viewBalance(await syncBalance(tx, deploymentId, now, actorLabel(ctx.actor)));
-      return allowedReservation(state.tier, cost, balance.available, invocationId, expiresAt);
+      // The hold is the last statement before COMMIT: the balance row stays locked one round trip.
+      return allowedReservation(state.tier, cost, hold.available, invocationId, expiresAt);
     });
   } catch (err) {
     if (err instanceof Denied) return denial('insufficient_credits', state.tier);
@@ -301,35 +301,26 @@ async function recordIdempotent(
         cost = existing.reserved_amount;
         releaseReserved = existing.reserved_amount;
       }
-      await tx.query(
-        `UPDATE invocations SET status = 'pending', tool_name = $3, request_hash = $4, updated_at = $5,
-           created_at = CASE WHEN created_at > $6 THEN created_at ELSE $5 END
-         WHERE deployment_id = $1 AND invocation_id = $2`,
-        [state.deployment_id, invocationId, input.toolName, hash, now, new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS)],
-      );
+      // A held reservation of this call (the common path) needs no reset: the deduction marks it recorded.
+      if (!(fresh && existing.status === 'reserved')) {
+        await tx.query(
+          `UPDATE invocations SET status = 'pending', tool_name = $3, request_hash = $4, updated_at = $5,
+             created_at = CASE WHEN created_at > $6 THEN created_at ELSE $5 END
+           WHERE deployment_id = $1 AND invocation_id = $2`,
+          [state.deployment_id, invocationId, input.toolName, hash, now, new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS)],
+        );
+      }
     }
     const heldByOthers = (state.balance?.reserved ?? 0) - releaseReserved > 0;
-    const deducted = await deductWithRetry(ctx, tx, { ...base, cost, releaseReserved }, heldByOthers);
+    const deducted = await deductWithRetry(ctx, tx, { ...base, cost, releaseReserved, recordInvocation: { requestHash: hash } }, heldByOthers);
     const result = toRecordResult(deducted, cost, invocationId);
-    if (deducted.deducted) {
-      await tx.query(
-        `UPDATE invocations SET status = 'recorded', usage_id = $3, response = $4, reserved_amount = 0,
-           reservation_expires_at = NULL, updated_at = $5
-         WHERE deployment_id = $1 AND invocation_id = $2`,
-        [state.deployment_id, invocationId, deducted.usageId, JSON.stringify(result), now],
-        'invocation_recorded',
-      );
-    } else if (releaseReserved === 0) {
-      // A refusal is not final: the same id may be recorded once the balance allows it.
-      await tx.query(`UPDATE invocations SET status = 'denied', updated_at = $3 WHERE deployment_id = $1 AND invocation_id = $2`, [
+    // A deduction marked the invocation recorded with this answer itself (DEDUCT_SQL's inv step).
+    // A refusal is not final: the same id may be recorded once the balance allows it.
+    if (!deducted.deducted) {
+      await tx.query(`UPDATE invocations SET status = $3, updated_at = $4 WHERE deployment_id = $1 AND invocation_id = $2`, [
         state.deployment_id,
         invocationId,
-        now,
-      ]);
-    } else {
-      await tx.query(`UPDATE invocations SET status = 'reserved', updated_at = $3 WHERE deployment_id = $1 AND invocation_id = $2`, [
-        state.deployment_id,
-        invocationId,
+        releaseReserved === 0 ? 'denied' : 'reserved',
         now,
       ]);
     }
