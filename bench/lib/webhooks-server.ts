@@ -16,7 +16,6 @@
  */
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
-import type { Database, Queryable } from '../../src/db/client.js';
 import { systemCtx } from '../../src/context.js';
 import { serve } from '../../src/main.js';
 import { findLedgerMismatches, type Reconciliation } from '../../src/modules/credits/ledger.js';
@@ -24,6 +23,7 @@ import { changePurchased } from '../../src/modules/credits/service.js';
 import { setOverrides } from '../../src/modules/deployments/service.js';
 import { createOrganization } from '../../src/modules/organizations/service.js';
 import { serveParent } from './child.js';
+import { countStatements, flushPoolStats } from './server-stats.js';
 
 /** The parent imports only types from this file: importing it starts a server. */
 const TIER = 'growth';
@@ -143,42 +143,11 @@ async function verify(app: FastifyInstance): Promise<WebhooksVerification> {
   };
 }
 
-/** Statement counts by label; a transaction counts as one "BEGIN … COMMIT" plus its statements. */
-const statements: Record<string, number> = {};
-const count = (label: string) => {
-  statements[label] = (statements[label] ?? 0) + 1;
-};
-const labelOf = (text: string, name: string | undefined) => name ?? text.trim().slice(0, 48);
-
-function countStatements(db: Database): void {
-  const query = db.query.bind(db);
-  const transaction = db.transaction.bind(db);
-  const patched = db as { query: Queryable['query']; transaction: Database['transaction'] };
-  patched.query = (text, params, name) => {
-    count(labelOf(text, name));
-    return query(text, params, name);
-  };
-  patched.transaction = (fn) =>
-    transaction((tx) => {
-      count('BEGIN … COMMIT');
-      return fn({
-        query: (text, params, name) => {
-          count(`tx: ${labelOf(text, name)}`);
-          return tx.query(text, params, name);
-        },
-      });
-    });
-}
-
 const app = await serve(process.env);
-countStatements(app.deps.db);
+const statements = countStatements(app.deps.db);
 serveParent((app.server.address() as AddressInfo).port, {
-  statements: async () => ({ ...statements }),
-  flushStats: async () => {
-    const pool = app.deps.db.driver as unknown as { query(text: string): Promise<unknown> };
-    await Promise.all(Array.from({ length: app.deps.config.databasePoolSize }, () => pool.query('SELECT pg_sleep(0.05)')));
-    return null;
-  },
+  statements: async () => statements(),
+  flushStats: () => flushPoolStats(app),
   seed: (args) => seed(app, (args as { spread: number }).spread),
   verify: () => verify(app),
 });
