@@ -10,9 +10,12 @@
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { CreditgateError } from '../errors.js';
-import { Meter, type MeteringOptions } from './meter.js';
+import { Meter } from './meter.js';
+import type { MeteringOptions } from './options.js';
 
-export { type FlushReport, IDEMPOTENCY_META_KEYS, Meter, type MeteringEvent, type MeteringLogger, type MeteringOptions, type ToolExtra } from './meter.js';
+export { Meter } from './meter.js';
+export { IDEMPOTENCY_META_KEYS, type MeteringEvent, type MeteringLogger, type MeteringOptions, type ToolExtra } from './options.js';
+export type { FlushReport } from './replay.js';
 export { FileOutbox, MemoryOutbox, type Outbox, type OutboxEntry } from './outbox.js';
 export { type DenialInfo, META_DENIAL, META_USAGE, type MeteringRefusal } from './results.js';
 

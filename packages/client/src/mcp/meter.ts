@@ -1,109 +1,17 @@
-import { createHash } from 'node:crypto';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import type { RequestHandlerExtra } from '@modelcontextprotocol/sdk/shared/protocol.js';
-import type { CallToolResult, ServerNotification, ServerRequest } from '@modelcontextprotocol/sdk/types.js';
-import { v7 as uuidv7 } from 'uuid';
-import { type ClientOptions, type CreditgateClient, createClient } from '../client.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { type CreditgateClient, createClient } from '../client.js';
 import { CreditgateError, isCreditgateError } from '../errors.js';
 import type { RecordResult } from '../types.js';
+import { defaultUserId, invocationIdFor, sha256 } from './identity.js';
+import { isOutage, type MeteringEvent, type MeteringLogger, type MeteringOptions, stderrLogger, type ToolExtra } from './options.js';
 import { FileOutbox, MemoryOutbox, type Outbox, type OutboxEntry } from './outbox.js';
+import { type FlushReport, OutboxReplayer } from './replay.js';
 import { denialInfo, META_USAGE, type MeteringRefusal, refusalResult } from './results.js';
 
-export type ToolExtra = RequestHandlerExtra<ServerRequest, ServerNotification>;
+export const SESSION_TTL_MS = 5 * 60_000;
 
-/** What the middleware reports as it works (for logs, metrics and tests). */
-export type MeteringEvent =
-  | { type: 'allowed'; tool: string; invocationId: string; reserved: boolean }
-  | { type: 'denied'; tool: string; reason: MeteringRefusal; userId?: string }
-  | { type: 'unverified'; tool: string; invocationId: string; error: CreditgateError }
-  | { type: 'recorded'; tool: string; invocationId: string; result: RecordResult }
-  | { type: 'released'; tool: string; invocationId: string }
-  | { type: 'queued'; tool: string; invocationId: string; error: CreditgateError }
-  | { type: 'record_failed'; tool: string; invocationId: string; error: unknown }
-  | { type: 'outbox_delivered'; invocationId: string; result: RecordResult }
-  | { type: 'outbox_failed'; invocationId: string; reason: string };
-
-export interface MeteringLogger {
-  warn(message: string): void;
-  error(message: string): void;
-}
-
-export interface MeteringOptions extends Omit<ClientOptions, 'cache'> {
-  /** Stdio mode: the organization API key (scopes read and write). */
-  apiKey?: string;
-  /** Service mode: the shared service key; the user comes from the request's authInfo. */
-  serviceKey?: string;
-  /** Use this client instead of creating one (its credentials decide the mode). */
-  client?: CreditgateClient;
-  /** Hold the tool's cost during the call so recording cannot fail for balance (default true). */
-  reserve?: boolean;
-  /** When the platform cannot be reached: refuse the call (default) or run it and record later. */
-  onOutage?: 'fail_closed' | 'fail_open';
-  /**
-   * Where usage that could not be sent waits: a directory (stdio default
-   * `~/.creditgate/outbox/<key hash>`), an Outbox, or false. Service mode keeps it in memory by default.
-   */
-  outbox?: string | Outbox | false;
-  /** How often the outbox is retried while it holds entries (default 30 s). */
-  outboxIntervalMs?: number;
-  /** Service mode: the end user's id from the request (default: authInfo.extra.userId, .user_id or .sub). */
-  userId?: (extra: ToolExtra) => string | undefined;
-  /** Tools that are free: not checked, not recorded. */
-  exclude?: string[] | ((toolName: string) => boolean);
-  /** Metadata stored with each usage record (≤ 16 KiB serialized). */
-  metadata?: (call: { toolName: string; args: unknown; extra: ToolExtra }) => Record<string, unknown> | undefined;
-  /** Shown in denials for tier and credits (e.g. your pricing page). */
-  upgradeUrl?: string;
-  logger?: MeteringLogger;
-  onEvent?: (event: MeteringEvent) => void;
-}
-
-/** `_meta` keys a client may send on tools/call to make a retried call idempotent. */
-export const IDEMPOTENCY_META_KEYS = ['io.creditgate/idempotency-key', 'idempotency-key', 'idempotency_key', 'idempotencyKey'];
-
-const SESSION_TTL_MS = 5 * 60_000;
-const stderrLogger: MeteringLogger = {
-  // Never stdout: a stdio MCP server's stdout is its protocol channel.
-  warn: (message) => console.error(`[creditgate] ${message}`),
-  error: (message) => console.error(`[creditgate] ${message}`),
-};
-
-function sha256(value: string, encoding: 'hex' | 'base64url' = 'hex'): string {
-  return createHash('sha256').update(value).digest(encoding);
-}
-
-/** JSON with sorted object keys, so the same arguments hash the same. */
-function canonical(value: unknown): string {
-  if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null';
-  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
-  const keys = Object.keys(value as object).sort();
-  return `{${keys.map((k) => `${JSON.stringify(k)}:${canonical((value as Record<string, unknown>)[k])}`).join(',')}}`;
-}
-
-function idempotencyKeyOf(extra: ToolExtra): string | undefined {
-  const meta = extra._meta as Record<string, unknown> | undefined;
-  if (!meta) return undefined;
-  for (const key of IDEMPOTENCY_META_KEYS) {
-    const value = meta[key];
-    if (typeof value === 'string' && value !== '') return value;
-  }
-  return undefined;
-}
-
-function defaultUserId(extra: ToolExtra): string | undefined {
-  const fromAuth = extra.authInfo?.extra as Record<string, unknown> | undefined;
-  for (const key of ['userId', 'user_id', 'sub']) {
-    const value = fromAuth?.[key];
-    if (typeof value === 'string' && value !== '') return value;
-  }
-  return undefined;
-}
-
-/** The platform did not give an answer (or a transient one): the outage policy decides. */
-function isOutage(err: unknown): err is CreditgateError {
-  return isCreditgateError(err) && (err.isTransient || err.code === 'INVALID_RESPONSE');
-}
 
 interface Target {
   deploymentId?: string;
@@ -123,11 +31,7 @@ export class Meter {
   private readonly options: MeteringOptions;
   private readonly logger: MeteringLogger;
   private readonly sessions = new Map<string, { deploymentId: string | null; tier: string | null; at: number }>();
-  private flushing: Promise<FlushReport> | undefined;
-  /** Whether the outbox may hold entries (true at start: a previous run may have left some). */
-  private pending = true;
-  private timer: NodeJS.Timeout | undefined;
-  private readonly intervalMs: number;
+  private readonly replayer: OutboxReplayer | undefined;
   /** Calls between check and record, so close() can let them finish recording. */
   private readonly inflight = new Set<Promise<CallToolResult>>();
 
@@ -157,9 +61,20 @@ export class Meter {
       throw new CreditgateError({ code: 'CONFIGURATION_ERROR', message: `onOutage must be "fail_closed" or "fail_open", got "${String(this.onOutage)}"` });
     }
     this.logger = options.logger ?? stderrLogger;
-    this.intervalMs = options.outboxIntervalMs ?? 30_000;
     this.outbox = this.outboxFrom(options.outbox);
-    if (this.outbox) this.kickFlush();
+    this.replayer = this.outbox
+      ? new OutboxReplayer(
+          this.outbox,
+          {
+            send: (mode, body) => this.send(mode, body),
+            getInvocation: (id, o) => this.client.getInvocation(id, o),
+            logger: this.logger,
+            emit: (event) => this.emit(event),
+          },
+          options.outboxIntervalMs ?? 30_000,
+        )
+      : undefined;
+    this.replayer?.kick();
   }
 
   private outboxFrom(option: MeteringOptions['outbox']): Outbox | undefined {
@@ -208,7 +123,7 @@ export class Meter {
       if (!userId) return refuse('no_user');
       target.userId = userId;
     }
-    const invocationId = this.invocationIdFor(toolName, args, extra, target.userId);
+    const invocationId = invocationIdFor(toolName, args, extra, target.userId);
 
     let reserved = false;
     try {
@@ -270,16 +185,6 @@ export class Meter {
     const exclude = this.options.exclude;
     if (!exclude) return false;
     return typeof exclude === 'function' ? exclude(toolName) : exclude.includes(toolName);
-  }
-
-  /**
-   * The client's idempotency key, scoped to the user, tool and arguments, so a retry of the same call
-   * deducts once and the key cannot buy a different call; a new UUID v7 when the client sent none.
-   */
-  private invocationIdFor(toolName: string, args: unknown, extra: ToolExtra, userId: string | undefined): string {
-    const key = idempotencyKeyOf(extra);
-    if (!key) return uuidv7();
-    return `mcp_${sha256(JSON.stringify([userId ?? '', toolName, canonical(args ?? null), key]), 'base64url')}`;
   }
 
   private sessionKey(sessionId: string | undefined, userId: string): string {
@@ -355,10 +260,10 @@ export class Meter {
       const result = await this.send(this.mode, body);
       this.emit({ type: 'recorded', tool: toolName, invocationId, result });
       if (!result.success) this.logger.warn(`usage of "${toolName}" was not charged: ${result.error ?? 'unknown reason'}`);
-      this.kickFlush();
+      this.replayer?.kick();
       return result;
     } catch (err) {
-      if (isOutage(err) && this.outbox) {
+      if (isOutage(err) && this.outbox && this.replayer) {
         try {
           await this.outbox.add({ invocation_id: invocationId, mode: this.mode, body, created_at: new Date().toISOString() });
         } catch (writeError) {
@@ -367,10 +272,9 @@ export class Meter {
           this.logger.error(`usage of "${toolName}" (${invocationId}) is lost: the outbox could not be written (${(writeError as Error).message})`);
           return undefined;
         }
-        this.pending = true;
+        this.replayer.added();
         this.emit({ type: 'queued', tool: toolName, invocationId, error: err });
         this.logger.warn(`platform unreachable; usage of "${toolName}" kept in the outbox and sent later`);
-        this.schedule();
         return undefined;
       }
       this.emit({ type: 'record_failed', tool: toolName, invocationId, error: err });
@@ -381,74 +285,7 @@ export class Meter {
 
   /** Sends what the outbox holds, oldest first; stops at the first outage. Safe to call any time. */
   flushOutbox(): Promise<FlushReport> {
-    this.flushing ??= this.flushOnce().finally(() => {
-      this.flushing = undefined;
-    });
-    return this.flushing;
-  }
-
-  private async flushOnce(): Promise<FlushReport> {
-    const report: FlushReport = { delivered: 0, failed: 0, remaining: 0 };
-    if (!this.outbox) return report;
-    this.pending = false;
-    const entries = await this.outbox.list();
-    for (const [index, entry] of entries.entries()) {
-      try {
-        const result = await this.deliver(entry);
-        await this.outbox.remove(entry.invocation_id);
-        report.delivered++;
-        if (result) this.emit({ type: 'outbox_delivered', invocationId: entry.invocation_id, result });
-      } catch (err) {
-        if (isOutage(err)) {
-          this.pending = true;
-          report.remaining = entries.length - index;
-          this.schedule();
-          return report;
-        }
-        const reason = (err as Error).message;
-        await this.outbox.fail(entry.invocation_id, reason);
-        report.failed++;
-        this.emit({ type: 'outbox_failed', invocationId: entry.invocation_id, reason });
-        this.logger.error(`outbox entry ${entry.invocation_id} refused for good: ${reason}`);
-      }
-    }
-    return report;
-  }
-
-  /**
-   * Replays one entry. Past the service's 24-hour idempotency window a replay could deduct twice, so
-   * older entries first ask what became of the invocation (kept 7 days); older than that they are set aside.
-   */
-  private async deliver(entry: OutboxEntry): Promise<RecordResult | undefined> {
-    const age = Date.now() - Date.parse(entry.created_at);
-    if (age > OUTBOX_MAX_AGE_MS) {
-      throw new CreditgateError({ code: 'OUTBOX_EXPIRED', message: 'older than 7 days: cannot prove it was not recorded' });
-    }
-    if (age > OUTBOX_CHECK_AFTER_MS) {
-      const deploymentId = typeof entry.body.deployment_id === 'string' ? entry.body.deployment_id : undefined;
-      try {
-        const status = await this.client.getInvocation(entry.invocation_id, { deploymentId });
-        if (status.status === 'recorded' || status.status === 'refunded') return undefined;
-      } catch (err) {
-        if (!(isCreditgateError(err) && err.status === 404)) throw err;
-      }
-    }
-    const result = await this.send(entry.mode, entry.body);
-    return result;
-  }
-
-  private kickFlush(): void {
-    if (!this.outbox || !this.pending || this.flushing) return;
-    void this.flushOutbox().catch((err) => this.logger.error(`outbox flush failed: ${(err as Error).message}`));
-  }
-
-  private schedule(): void {
-    if (this.timer || !this.outbox) return;
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      this.kickFlush();
-    }, this.intervalMs);
-    this.timer.unref();
+    return this.replayer?.flush() ?? Promise.resolve({ delivered: 0, failed: 0, remaining: 0 });
   }
 
   private emit(event: MeteringEvent): void {
@@ -469,20 +306,10 @@ export class Meter {
     const limit = new Promise<void>((resolve) => {
       timeout = setTimeout(resolve, options.timeoutMs ?? 10_000);
     });
-    const work = Promise.allSettled([...this.inflight, this.flushing ?? Promise.resolve()]).then(() => undefined);
+    const work = Promise.allSettled([...this.inflight, this.replayer?.running]);
     await Promise.race([work, limit]);
     clearTimeout(timeout);
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = undefined;
+    this.replayer?.cancelTimer();
   }
 }
 
-export interface FlushReport {
-  delivered: number;
-  failed: number;
-  /** Entries still waiting because the platform is unreachable. */
-  remaining: number;
-}
-
-const OUTBOX_CHECK_AFTER_MS = 23 * 60 * 60_000;
-const OUTBOX_MAX_AGE_MS = 7 * 24 * 60 * 60_000;
