@@ -221,3 +221,8 @@ export async function joinByInvitation(
   if (accepted.statusCode !== 200) throw new Error(`accept failed: ${accepted.statusCode} ${accepted.body}`);
   return user;
 }
+
+/** The same secret with its last character changed (never equal to the original, whatever it ends with). */
+export function mistyped(secret: string): string {
+  return `${secret.slice(0, -1)}${secret.endsWith('0') ? '1' : '0'}`;
+}

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FileOutbox } from '@creditgate/client/mcp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTenant } from '../../../test/harness.js';
+import { createTenant, mistyped } from '../../../test/harness.js';
 import { balanceOf, connect, denial, hooks, usageRows } from './mcp-rig.js';
 import { type LiveService, type Relay, startLiveService, startRelay } from './support.js';
 
@@ -51,7 +51,7 @@ describe('withMetering when the platform is unreachable', () => {
 
   it('a refused API key is reported as misconfigured metering, and the tool does not run', async () => {
     const tenant = await createTenant(live.h, { tier: 'launch' });
-    const c = await connect(live, { ...tenant, apiKey: `${tenant.apiKey.slice(0, -1)}x` });
+    const c = await connect(live, { ...tenant, apiKey: mistyped(tenant.apiKey) });
     const result = await c.client.callTool({ name: 'search', arguments: { q: 'x' } });
     expect(denial(result)).toMatchObject({ reason: 'metering_misconfigured' });
     expect(c.runs.search).toBe(0);

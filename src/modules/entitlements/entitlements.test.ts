@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { adminHeaders, createHarness, createTenant, type Harness, json, serviceHeaders } from '../../../test/harness.js';
+import { adminHeaders, createHarness, createTenant, type Harness, json, mistyped, serviceHeaders } from '../../../test/harness.js';
 import { addMonths } from '../../clock.js';
 import { rotateDeploymentSecret } from '../deployments/service.js';
 import type { Tier } from './tiers.js';
@@ -102,7 +102,7 @@ describe('POST /api/v1/entitlements/check', () => {
   it('refuses a wrong secret, an unknown id and a non-UUID id with one and the same 401', async () => {
     const t = await createTenant(h, { tier: 'launch' });
     const other = await createTenant(h, { tier: 'launch' });
-    const wrongLastChar = `${t.deploymentSecret.slice(0, -1)}${t.deploymentSecret.endsWith('0') ? '1' : '0'}`;
+    const wrongLastChar = mistyped(t.deploymentSecret);
     const cases: Array<[unknown, unknown, string]> = [
       [t.deploymentId, other.deploymentSecret, "another deployment's secret"],
       [t.deploymentId, wrongLastChar, 'a mistyped secret'],

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findLedgerMismatches } from '../credits/ledger.js';
-import { bearer, createHarness, createTenant, type Harness, json } from '../../../test/harness.js';
+import { bearer, createHarness, createTenant, type Harness, json, mistyped } from '../../../test/harness.js';
 
 let h: Harness;
 beforeAll(async () => {
@@ -59,7 +59,7 @@ describe('stdio check-entitlement', () => {
 
   it('refuses a missing, malformed, revoked or unknown key with 401 and the seed body', async () => {
     const t = await createTenant(h);
-    for (const headers of [{}, bearer('cg_nope'), bearer(`${t.apiKey.slice(0, -1)}0`), { authorization: t.apiKey }]) {
+    for (const headers of [{}, bearer('cg_nope'), bearer(mistyped(t.apiKey)), { authorization: t.apiKey }]) {
       const res = await h.request({ method: 'POST', url: '/api/v1/mcp/stdio/check-entitlement', headers, payload: { tool_name: 'x' } });
       expect(res.statusCode).toBe(401);
       expect(json(res)).toMatchObject({ error: 'unauthorized', code: 'UNAUTHORIZED' });
