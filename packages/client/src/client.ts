@@ -1,5 +1,6 @@
 import { v7 as uuidv7 } from 'uuid';
 import { TtlCache } from './cache.js';
+import { CheckCache } from './check-cache.js';
 import { CreditgateError } from './errors.js';
 import { type Answer, type CallOptions, Transport, type TransportOptions } from './http.js';
 import type * as T from './types.js';
@@ -59,12 +60,10 @@ export class CreditgateClient {
   private readonly sendTransport: Transport;
   private readonly credentials: Credentials;
   private readonly ttl: Required<CacheOptions>;
-  private readonly checks: TtlCache<T.StdioCheckResult | T.ServiceCheckResult>;
+  private readonly checks: CheckCache;
   private readonly resolved: TtlCache<T.ResolveResult>;
   private readonly snapshots: TtlCache<T.EntitlementSnapshot>;
   private costs: { value: T.CreditCosts; expiresAt: number } | undefined;
-  /** Spendable credits last reported per scope (a deployment id, or 'stdio'); null = unlimited. */
-  private readonly balances = new Map<string, number | null>();
   private readonly now: () => number;
   private readonly reading = new Map<string, Promise<unknown>>();
   /** The snapshot's lifetime is the service's next_check_seconds; `cache: false` is the only way to turn it off. */
@@ -100,7 +99,7 @@ export class CreditgateClient {
     };
     this.snapshotsCached = options.cache !== false;
     this.now = options.now ?? Date.now;
-    this.checks = new TtlCache(this.now);
+    this.checks = new CheckCache(this.now, this.ttl.entitlementsMs);
     this.resolved = new TtlCache(this.now);
     this.snapshots = new TtlCache(this.now, 1_000);
   }
@@ -123,7 +122,6 @@ export class CreditgateClient {
     this.resolved.clear();
     this.snapshots.clear();
     this.costs = undefined;
-    this.balances.clear();
   }
 
   // ---- seed part A: stdio mode (organization API key) ----
@@ -138,7 +136,7 @@ export class CreditgateClient {
     recordUsage: async (input: T.StdioRecordInput): Promise<WithReplay<T.RecordResult>> => {
       const body = { ...input, invocation_id: input.invocation_id ?? uuidv7() };
       const answer = await this.call<T.RecordResult>({ method: 'POST', path: '/api/v1/mcp/stdio/record-usage', body, headers: this.apiKeyHeaders(), idempotent: true });
-      this.noteRecord('stdio', answer.data, answer.replayed);
+      this.checks.noteRecord('stdio', answer.data, answer.replayed);
       return { ...answer.data, replayed: answer.replayed };
     },
   };
@@ -177,7 +175,7 @@ export class CreditgateClient {
     recordUsage: async (input: T.ServiceUsageInput): Promise<WithReplay<T.ServiceUsageResult>> => {
       const body = { ...input, invocation_id: input.invocation_id ?? uuidv7() };
       const answer = await this.call<T.ServiceUsageResult>({ method: 'POST', path: '/api/v1/mcp/usage', body, headers: this.serviceHeaders(), idempotent: true });
-      this.noteRecord(input.deployment_id, answer.data, answer.replayed);
+      this.checks.noteRecord(input.deployment_id, answer.data, answer.replayed);
       return { ...answer.data, replayed: answer.replayed };
     },
     /** Cost of every action; cached up to 1 hour. */
@@ -316,8 +314,7 @@ export class CreditgateClient {
 
   /**
    * Shared check logic. Reservations always go to the service (they are writes, made safe to retry
-   * by their invocation id). Plain checks are cached per (scope, tool) except denials for credits;
-   * a cached "allowed" is only reused while the last known balance still covers its cost.
+   * by their invocation id); plain checks come from the CheckCache while it has them.
    */
   private async check<I extends { tool_name: string; reserve?: boolean; invocation_id?: string }, R extends T.StdioCheckResult>(
     scope: string,
@@ -327,40 +324,18 @@ export class CreditgateClient {
   ): Promise<R> {
     if (input.reserve) {
       const answer = await send({ ...input, invocation_id: input.invocation_id ?? uuidv7() });
-      this.noteCheck(scope, answer.data);
+      this.checks.noteCheck(scope, input.tool_name, answer.data, false);
       return answer.data;
     }
-    const key = `${scope}\u0000${input.tool_name}`;
     if (!options.forceRefresh) {
-      const hit = this.checks.get(key) as R | undefined;
-      if (hit && this.stillCovered(scope, hit)) return hit;
+      const hit = this.checks.get<R>(scope, input.tool_name);
+      if (hit) return hit;
     }
-    return this.shared(`check\u0000${key}`, async () => {
+    return this.shared(`check\u0000${scope}\u0000${input.tool_name}`, async () => {
       const answer = await send(input);
-      this.noteCheck(scope, answer.data);
-      if (answer.data.reason !== 'insufficient_credits') this.checks.set(key, answer.data, this.ttl.entitlementsMs);
+      this.checks.noteCheck(scope, input.tool_name, answer.data, true);
       return answer.data;
     });
-  }
-
-  private stillCovered(scope: string, hit: T.StdioCheckResult): boolean {
-    if (!hit.allowed) return true;
-    const balance = this.balances.get(scope);
-    return balance === undefined || balance === null || balance >= hit.credit_cost;
-  }
-
-  private noteCheck(scope: string, result: T.StdioCheckResult | T.ServiceCheckResult): void {
-    if (result.reason === 'insufficient_credits') this.checks.deletePrefix(`${scope}\u0000`);
-    if (!result.allowed) return;
-    // An allowed answer says the balance covers the cost now; stdio answers do not say how much is left.
-    if ('credits_available' in result) this.balances.set(scope, result.credits_available);
-    else this.balances.delete(scope);
-  }
-
-  private noteRecord(scope: string, result: T.RecordResult, replayed: boolean): void {
-    // A replay repeats the first answer, whose balance may be old.
-    if (!replayed) this.balances.set(scope, result.credits_remaining);
-    if (!result.success && result.error === 'insufficient_credits') this.checks.deletePrefix(`${scope}\u0000`);
   }
 
   private missing(what: string): CreditgateError {
