@@ -36,6 +36,8 @@ export const users = pgTable(
     avatarUrl: text('avatar_url'),
     bio: text('bio'),
     defaultOrganizationId: uuid('default_organization_id').references(() => organizations.id),
+    /** Set when the user proved the address (SPEC §8 account safety); only a verified user accepts invitations. */
+    emailVerifiedAt: timestamp('email_verified_at', { withTimezone: true }),
     ...timestamps,
   },
   (t) => [

@@ -104,6 +104,9 @@ export const invitations = pgTable(
   (t) => [
     uniqueIndex('invitations_token_hash_key').on(t.tokenHash),
     index('invitations_org_idx').on(t.organizationId),
+    // The invitation caps (SPEC §8) count one organization's and one address's invitations of the last day.
+    index('invitations_org_created_idx').on(t.organizationId, t.createdAt),
+    index('invitations_email_created_idx').on(sql`lower(${t.email})`, t.createdAt),
     // One open invitation per address and organization, even under concurrent invites.
     uniqueIndex('invitations_open_email_key')
       .on(t.organizationId, sql`lower(${t.email})`)
@@ -118,6 +121,8 @@ export const emailOutbox = pgTable('email_outbox', {
   to: text('to').notNull(),
   subject: text('subject').notNull(),
   body: text('body').notNull(),
+  /** The body holds a secret (an invitation or verification link): stored encrypted until sent (SPEC §8). */
+  bodyEncrypted: boolean('body_encrypted').notNull().default(false),
   template: text('template').notNull(),
   createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
   sentAt: timestamp('sent_at', { withTimezone: true }),
@@ -127,3 +132,23 @@ export const emailOutbox = pgTable('email_outbox', {
   nextAttemptAt: timestamp('next_attempt_at', { withTimezone: true }),
   lastError: text('last_error'),
 });
+
+/**
+ * Email verification links (SPEC §8): the token is mailed, stored only as its SHA-256, for the address
+ * it was sent to (a changed address needs a new link), used once.
+ */
+export const emailVerifications = pgTable(
+  'email_verifications',
+  {
+    id: uuid('id').primaryKey().defaultRandom(),
+    userId: uuid('user_id')
+      .notNull()
+      .references(() => users.id),
+    email: text('email').notNull(),
+    tokenHash: text('token_hash').notNull(),
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
+    expiresAt: timestamp('expires_at', { withTimezone: true }).notNull(),
+    usedAt: timestamp('used_at', { withTimezone: true }),
+  },
+  (t) => [uniqueIndex('email_verifications_token_hash_key').on(t.tokenHash), index('email_verifications_user_idx').on(t.userId, t.createdAt)],
+);
