@@ -5,10 +5,12 @@ import type { Deps } from './context.js';
 import type { Database } from './db/client.js';
 import { registerAuth } from './http/auth.js';
 import { registerErrorHandling, sendError, toAppError } from './http/error-handler.js';
+import { registerInputGuard } from './http/input-guard.js';
 import { registerOpenApi } from './http/openapi.js';
 import { validatorCompiler } from './http/validation.js';
 import { type Bus, LocalBus, RedisBus } from './lib/bus.js';
 import { Caches } from './lib/caches.js';
+import { requestSerializer, SecretRoutes } from './lib/log-redaction.js';
 import { Metrics } from './lib/metrics.js';
 import { LocalRateLimiter, type RateLimiter, RedisRateLimiter } from './lib/rate-limiter.js';
 import { registerRateLimits } from './http/rate-limit.js';
@@ -18,6 +20,7 @@ import { billingRoutes } from './modules/billing/routes.js';
 import { deploymentRoutes } from './modules/deployments/routes.js';
 import { memberRoutes } from './modules/members/routes.js';
 import { selfHostedRoutes } from './modules/self-hosted/routes.js';
+import { adminOrganizationRoutes } from './modules/admin/organization-routes.js';
 import { adminRoutes } from './modules/admin/routes.js';
 import { authRoutes } from './modules/auth/routes.js';
 import { entitlementRoutes } from './modules/entitlements/routes.js';
@@ -53,10 +56,14 @@ export const REDACT_PATHS = SECRET_HEADERS.flatMap((h) => {
 /** The app without listening: plugins in a fixed order, then routes (used by main.ts and the tests). */
 export async function buildApp(options: BuildOptions): Promise<FastifyInstance> {
   const { config, db, clock } = options;
+  // Filled by the onRoute hook below from each route's config.secretParams; read by the req serializer.
+  const secretRoutes = new SecretRoutes();
   const app = Fastify({
     logger: {
       level: config.logLevel,
       redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+      // Every logged request (Fastify's "incoming request", `{req}` in any log line) without secrets in its URL.
+      serializers: { req: requestSerializer(secretRoutes) },
       ...(options.logStream ? { stream: options.logStream } : {}),
     },
     bodyLimit: 1024 * 1024,
@@ -85,6 +92,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   // Every route registered, so a test can prove the OpenAPI document lists them all.
   const routeList: Array<{ method: string; url: string; auth: string; hidden: boolean }> = [];
   app.decorate('routeList', routeList);
+  app.addHook('onRoute', (route) => secretRoutes.add(route));
   app.addHook('onRoute', (route) => {
     const methods = Array.isArray(route.method) ? route.method : [route.method];
     for (const method of methods) {
@@ -97,12 +105,14 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   registerErrorHandling(app, clock);
   registerAuth(app);
   registerRateLimits(app);
+  registerInputGuard(app); // after auth and the rate limit, before validation and handlers: docs/input.md
   await registerOpenApi(app, config.publicBaseUrl);
 
   await app.register(healthRoutes);
   await app.register(meteringRoutes);
   await app.register(entitlementRoutes);
   await app.register(adminRoutes);
+  await app.register(adminOrganizationRoutes);
   await app.register(authRoutes);
   await app.register(organizationRoutes);
   await app.register(memberRoutes);

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { makePrivateDir, PRIVATE_FILE_MODE, SECRETS_FILE } from './lib/data-dir.js';
 import { TIERS, type Tier } from './modules/entitlements/tiers.js';
 
 /**
@@ -246,7 +247,7 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
 }
 
 function secretsFile(dataDir: string): string {
-  return join(dataDir, 'secrets.json');
+  return join(dataDir, SECRETS_FILE);
 }
 
 function readStoredSecrets(dataDir: string): Partial<Record<SecretName, string>> {
@@ -256,8 +257,11 @@ function readStoredSecrets(dataDir: string): Partial<Record<SecretName, string>>
 }
 
 function writeStoredSecrets(dataDir: string, secrets: Partial<Record<SecretName, string>>): void {
-  mkdirSync(dataDir, { recursive: true });
-  writeFileSync(secretsFile(dataDir), `${JSON.stringify(secrets, null, 2)}\n`, { mode: 0o600 });
+  // SPEC §8: DATA_DIR is created 0700; an existing one is tightened (and logged) when the database opens.
+  makePrivateDir(dataDir);
+  writeFileSync(secretsFile(dataDir), `${JSON.stringify(secrets, null, 2)}\n`, { mode: PRIVATE_FILE_MODE });
+  // `mode` applies only when the file is created: a file that already existed is made owner-only here.
+  chmodSync(secretsFile(dataDir), PRIVATE_FILE_MODE);
 }
 
 const TEST_REDIS_PREFIX = `cg-test:${process.pid}:${randomBytes(4).toString('hex')}:`;

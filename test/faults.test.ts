@@ -35,8 +35,17 @@ describe('database unreachable', () => {
 });
 
 describe('Redis unreachable', () => {
+  // The harness starts the worker's database (PGlite: seconds, longer on a loaded machine): in the
+  // hook, whose budget is for starts, not in the test.
+  let h: Harness;
+  beforeAll(async () => {
+    h = await createHarness();
+  });
+  afterAll(async () => {
+    await h.close();
+  });
+
   it('/readyz answers 503 naming Redis while metering keeps answering (nothing in a money path needs Redis)', async () => {
-    const h = await createHarness();
     const t = await createTenant(h);
     const config = testConfig({ redisUrl: 'redis://127.0.0.1:1' });
     const app = await buildApp({ config, db: h.deps.db, clock: h.clock });
@@ -61,7 +70,6 @@ describe('Redis unreachable', () => {
       expect(admin.statusCode).toBe(200);
     } finally {
       await app.close();
-      await h.close();
     }
   });
 });

@@ -8,6 +8,7 @@ import { type Database, openDatabase } from '../src/db/client.js';
 import { runMigrations } from '../src/db/migrate.js';
 import type { Scope } from '../src/modules/api-keys/service.js';
 import { createApiKey } from '../src/modules/api-keys/service.js';
+import { startEmailVerification } from '../src/modules/auth/email-verification.js';
 import { changePurchased } from '../src/modules/credits/service.js';
 import { updateDeployment } from '../src/modules/deployments/service.js';
 import type { Tier } from '../src/modules/entitlements/tiers.js';
@@ -134,14 +135,32 @@ export interface SignedInUser {
   refreshToken: string;
 }
 
-/** Sign up a fresh user through the API; returns its tokens. */
+/** Sign up a fresh user through the API and verify its address through the real route (SPEC §8); returns its tokens. */
 export async function signUp(h: Harness, fullName = 'Test User'): Promise<SignedInUser> {
+  const user = await signUpUnverified(h, fullName);
+  await verifyEmailOf(h, user.userId);
+  return user;
+}
+
+/** Sign up a fresh user through the API and leave its address unverified (it cannot accept invitations yet). */
+export async function signUpUnverified(h: Harness, fullName = 'Test User'): Promise<SignedInUser> {
   const email = `${unique('u')}@example.com`.toLowerCase();
   const password = 'correct horse battery staple';
   const res = await h.request({ method: 'POST', url: '/auth/signup', payload: { email, password, full_name: fullName } });
   if (res.statusCode !== 201) throw new Error(`signup failed: ${res.statusCode} ${res.body}`);
   const data = res.json().data as { access_token: string; refresh_token: string; user: { id: string } };
   return { userId: data.user.id, email, password, accessToken: data.access_token, refreshToken: data.refresh_token };
+}
+
+/**
+ * Prove a user's address as its owner would: a fresh link made by the service verb (and mailed, as
+ * any), its token posted to POST /auth/verify-email. From a documentation address, so the test's own
+ * client IP keeps its hourly window.
+ */
+export async function verifyEmailOf(h: Harness, userId: string): Promise<void> {
+  const { token } = await startEmailVerification(h.ctx, userId);
+  const res = await h.request({ method: 'POST', url: '/auth/verify-email', payload: { token }, remoteAddress: '192.0.2.201' });
+  if (res.statusCode !== 200) throw new Error(`verify email failed: ${res.statusCode} ${res.body}`);
 }
 
 /** A signed-up user who owns a new organization (created through POST /organizations). */

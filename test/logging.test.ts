@@ -2,9 +2,24 @@ import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { testConfig } from '../src/config.js';
-import { bearer, createHarness, createTenant, type Harness } from './harness.js';
+import { bearer, createHarness, createTenant, type Harness, json, signUp, signUpWithOrganization } from './harness.js';
 
 let h: Harness;
+
+/** An app on the harness database whose logs (at trace level) are kept in `output()`. */
+async function capturingApp() {
+  let output = '';
+  const stream = new Writable({
+    write(chunk, _encoding, done) {
+      output += chunk.toString();
+      done();
+    },
+  });
+  const config = testConfig({ logLevel: 'trace' });
+  const app = await buildApp({ config, db: h.deps.db, clock: h.clock, logStream: stream });
+  return { app, config, output: () => output };
+}
+
 beforeAll(async () => {
   h = await createHarness();
 });
@@ -15,15 +30,7 @@ afterAll(async () => {
 describe('logs', () => {
   it('never contain a bearer secret, even at debug level and on errors', async () => {
     const t = await createTenant(h);
-    let output = '';
-    const stream = new Writable({
-      write(chunk, _encoding, done) {
-        output += chunk.toString();
-        done();
-      },
-    });
-    const config = testConfig({ logLevel: 'trace' });
-    const app = await buildApp({ config, db: h.deps.db, clock: h.clock, logStream: stream });
+    const { app, config, output: logs } = await capturingApp();
     try {
       app.get('/api/v1/log-probe', { config: { auth: 'public' } }, async (request) => {
         // What a careless log line would do: dump the request with its headers.
@@ -44,11 +51,52 @@ describe('logs', () => {
       expect(probe.statusCode).toBe(500);
       expect(probe.json()).toMatchObject({ code: 'INTERNAL_ERROR', message: 'Internal error' });
       expect(probe.body).not.toContain('boom');
+      const output = logs();
       expect(output).toContain('incoming request');
       expect(output).toContain('[redacted]');
       for (const secret of [t.apiKey, config.adminApiKey, config.mcpServiceKey, t.deploymentSecret]) {
         expect(output).not.toContain(secret);
       }
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('never contain an invitation token from a URL path or a ?token= query, whatever the answer (SPEC §8)', async () => {
+    const owner = await signUpWithOrganization(h);
+    const other = await signUp(h);
+    const invited = await h.request({
+      method: 'POST',
+      url: `/organizations/${owner.organizationId}/users`,
+      headers: bearer(owner.accessToken),
+      payload: { email: `${owner.organizationId}-guest@example.com` },
+    });
+    const { token } = json<{ data: { token: string } }>(invited).data;
+    const { app, output } = await capturingApp();
+    try {
+      app.get('/log-probe/:token', { config: { auth: 'public', secretParams: ['token'] } }, async (request) => {
+        // Careless log lines with the whole request (Fastify's and Node's), then a crash: the 500 path logs no secret either.
+        request.log.info({ req: request }, 'probe');
+        request.log.info({ req: request.raw }, 'probe raw');
+        throw new Error('boom');
+      });
+      await app.ready();
+      expect((await app.inject({ method: 'GET', url: `/invitations/${token}` })).statusCode).toBe(200);
+      // Accepted by someone else (403 after the token was looked up) and without a session (401 before the handler).
+      expect((await app.inject({ method: 'POST', url: `/invitations/${token}/accept`, headers: bearer(other.accessToken) })).statusCode).toBe(403);
+      expect((await app.inject({ method: 'POST', url: `/invitations/${token}/accept` })).statusCode).toBe(401);
+      // No route answers these, but they still carry the token.
+      expect((await app.inject({ method: 'GET', url: `/invitations/${token}/typo` })).statusCode).toBe(404);
+      expect((await app.inject({ method: 'GET', url: `//invitations//${token}` })).statusCode).toBe(404);
+      expect((await app.inject({ method: 'GET', url: `/verify-email?lang=en&Token=${token}` })).statusCode).toBe(404);
+      expect((await app.inject({ method: 'GET', url: `/log-probe/${token}?token=${token}` })).statusCode).toBe(500);
+      const logged = output();
+      expect(logged).toContain('unhandled error');
+      expect(logged).toContain(`"url":"/invitations/[redacted]/accept"`);
+      expect(logged).toContain(`"url":"/verify-email?lang=en&Token=[redacted]"`);
+      expect(logged).toContain(`"url":"/log-probe/[redacted]?token=[redacted]"`);
+      expect(logged).not.toContain(token);
+      expect(logged).not.toContain(token.slice('cginv_'.length));
     } finally {
       await app.close();
     }

@@ -1,8 +1,9 @@
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { ServiceUnavailableError } from '../errors.js';
+import { makePrivateDir, PRIVATE_DIR_MODE, securePrivateDataDir, tightenMode } from '../lib/data-dir.js';
 
 export type Row = Record<string, unknown>;
 
@@ -135,6 +136,8 @@ export interface OpenOptions {
   databaseUrl: string | undefined;
   dataDir: string;
   poolSize?: number;
+  /** Where a start-time notice goes (DATA_DIR permissions tightened); stderr when left out, as the other start messages. */
+  warn?: (message: string) => void;
 }
 
 /** PostgreSQL when DATABASE_URL is a postgres URL, in-memory PGlite for memory://, else PGlite in DATA_DIR. */
@@ -161,10 +164,17 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
     await db.waitReady;
     return new PgliteDatabase(db, () => {});
   }
-  mkdirSync(options.dataDir, { recursive: true });
+  const warn = options.warn ?? ((message: string) => void process.stderr.write(`creditgate: ${message}\n`));
+  for (const notice of securePrivateDataDir(options.dataDir)) warn(notice);
   const release = acquireDataDirLock(options.dataDir);
   try {
-    const db = new PGlite(join(options.dataDir, 'pgdata'));
+    // PGlite's file layer creates its files 0666 whatever the umask, so the owner-only DATA_DIR (and
+    // its owner-only pgdata, as PostgreSQL insists for a data directory) is what keeps them private.
+    const pgdata = join(options.dataDir, 'pgdata');
+    makePrivateDir(pgdata);
+    const loose = tightenMode(pgdata, PRIVATE_DIR_MODE);
+    if (loose) warn(loose);
+    const db = new PGlite(pgdata);
     await db.waitReady;
     return new PgliteDatabase(db, release);
   } catch (err) {

@@ -1,10 +1,11 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Actor, Ctx, Deps } from '../context.js';
-import { UnauthorizedError } from '../errors.js';
+import { AppError, UnauthorizedError } from '../errors.js';
 import { API_KEY_PREFIX, safeEqual } from '../lib/secrets.js';
 import { authenticateAccessToken } from '../modules/auth/service.js';
 import { authenticateDeployment, type DeploymentRow } from '../modules/deployments/service.js';
 import { type ApiKeyPrincipal, loadApiKeyPrincipal, requireScope } from '../modules/metering/state.js';
+import { refuseThrottledClient, registerFailedAuthCounting } from './auth-throttle.js';
 
 /**
  * How a route authenticates, declared in its `config.auth`. The onRequest hook below runs it before
@@ -37,6 +38,8 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     auth?: AuthMode;
     scope?: KeyScope;
+    /** A deployment route that spends credits or sends on the deployment's behalf: refused while it is suspended. */
+    spends?: boolean;
   }
   interface FastifyRequest {
     authResult?: AuthResult;
@@ -111,9 +114,16 @@ export function registerAuth(app: FastifyInstance): void {
     }
   });
   app.addHook('onRequest', async (request) => {
-    const config = request.routeOptions.config as { auth?: AuthMode; scope?: KeyScope } | undefined;
+    // An IP throttled for failed authentication is refused before its credentials are looked at.
+    await refuseThrottledClient(request);
+    const config = request.routeOptions.config as { auth?: AuthMode; scope?: KeyScope; spends?: boolean } | undefined;
     if (config?.auth) request.authResult = await authenticate(request, config.auth, config.scope);
+    // SPEC §8: a suspended deployment may read (quotas, entitlements) but not spend or send.
+    if (config?.spends && request.authResult?.kind === 'deployment' && request.authResult.deployment.status !== 'active') {
+      throw new AppError('DEPLOYMENT_SUSPENDED', 'This deployment is suspended: it can read its quotas and entitlements, but not spend or send');
+    }
   });
+  registerFailedAuthCounting(app);
 }
 
 function resultOf(request: FastifyRequest): AuthResult {

@@ -34,16 +34,55 @@ function fieldsOf(err: FastifyError): FieldError[] {
   });
 }
 
+/** SPEC §10: a path id that must be a UUID and is not names nothing that exists, so it is 404 like a missing row (400 in a body or query). */
+function isMalformedPathId(e: FastifyError): boolean {
+  if ((e as { validationContext?: string }).validationContext !== 'params') return false;
+  return ((e.validation ?? []) as AjvError[]).some((v) => v.keyword === 'format' && v.params?.format === 'uuid');
+}
+
+/**
+ * Defence in depth behind http/input-guard.ts, which is the fix: input that slipped past it and made
+ * the runtime or the database refuse a value is still the caller's fault, never a 500. The error
+ * handler logs these at warn with the stack, so whatever let it through gets found and checked earlier.
+ */
+export class UncheckedInputError extends ValidationError {}
+
+/**
+ * SQLSTATEs that mean "this value cannot be stored or cast": 22P02 invalid text representation (a bad
+ * uuid or integer), 22021 a NUL byte in text, 22P05 an untranslatable character (\u0000 or a lone
+ * surrogate in jsonb), 22001 too long, 22003 out of range, 22007/22008 bad or overflowing datetime,
+ * 54001 too complex (jsonb nested past the stack). Not the whole class 22: division by zero is ours.
+ */
+const INPUT_SQLSTATES = new Set(['22P02', '22021', '22P05', '22001', '22003', '22007', '22008', '54001']);
+
+function uncheckedInputOf(err: unknown): UncheckedInputError | null {
+  // A stack overflow (deep input walked recursively) or an invalid length/time value built from input.
+  if (err instanceof RangeError) {
+    return new UncheckedInputError('The request holds a value too large or too deeply nested to process', [
+      { field: 'body', message: 'cannot be processed' },
+    ]);
+  }
+  const code = (err as { code?: unknown } | null)?.code;
+  if (err instanceof Error && typeof code === 'string' && INPUT_SQLSTATES.has(code)) {
+    // The database's own message names SQL and values: it never reaches the wire.
+    return new UncheckedInputError('The request holds a value that cannot be stored', [{ field: 'body', message: 'cannot be stored' }]);
+  }
+  return null;
+}
+
 /** Turn anything thrown into an AppError; unknown errors become an opaque 500. */
 export function toAppError(err: unknown): AppError {
   if (err instanceof AppError) return err;
   const e = err as FastifyError;
+  if (e.validation && isMalformedPathId(e)) return new NotFoundError('Resource');
   if (e.validation) {
     const fields = fieldsOf(e);
     const first = fields[0];
     return new ValidationError(first ? `Invalid request: ${first.field} ${first.message}` : 'Invalid request', fields);
   }
   if (isConnectionError(err)) return new ServiceUnavailableError();
+  const unchecked = uncheckedInputOf(err);
+  if (unchecked) return unchecked;
   switch (e.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return new ValidationError('The request body is larger than 1 MiB', [{ field: 'body', message: 'is too large' }]);
@@ -79,6 +118,7 @@ export function registerErrorHandling(app: FastifyInstance, clock: Clock): void 
   app.setErrorHandler((err, request, reply) => {
     const appError = toAppError(err);
     if (appError.code === 'INTERNAL_ERROR') request.log.error({ err }, 'unhandled error');
+    else if (appError instanceof UncheckedInputError) request.log.warn({ err }, 'input the input guard should have refused reached the runtime or the database');
     else if (appError.code === 'SERVICE_UNAVAILABLE') request.log.warn({ err }, 'database unavailable');
     return sendError(reply, request, appError, clock);
   });

@@ -171,7 +171,9 @@ export async function limitDeployment(
 export function registerRateLimits(app: FastifyInstance): void {
   // Every limited route documents its 429 (and the OpenAPI completeness test holds us to it).
   app.addHook('onRoute', (route) => {
-    if (route.config?.rateLimit === 'none' || limitClassOf(route.url) === 'none') return;
+    // The operator API is not rate limited, but every /api/v1 path may answer 429 to an IP throttled for failed authentication (http/auth-throttle.ts).
+    const throttledForFailures = route.url.startsWith('/api/v1/');
+    if (!throttledForFailures && (route.config?.rateLimit === 'none' || limitClassOf(route.url) === 'none')) return;
     route.schema ??= {};
     const schema = route.schema as { response?: Record<string, unknown> };
     schema.response ??= {};

@@ -55,6 +55,20 @@ export function codesFor(status: number): ErrorCode[] {
 
 export const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
 
+/**
+ * SPEC §8 account safety: a URL a user stores and others' browsers may open (`avatar_url`, `website`,
+ * `logo_url`) is http or https only: `javascript:`, `data:`, `file:` and the rest are refused with 400
+ * naming the field. An absolute URI (RFC 3986) whose scheme, in any case, is http or https.
+ */
+export const StoredUrl = (description: string) =>
+  Type.String({
+    format: 'uri',
+    pattern: '^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\\s]',
+    maxLength: 2000,
+    description: `${description} (http or https, up to 2,000 characters)`,
+    examples: ['https://example.com/logo.png'],
+  });
+
 export const InvocationId = Type.String({
   minLength: 1,
   maxLength: 200,

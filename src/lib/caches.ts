@@ -31,6 +31,8 @@ export class Caches {
   readonly terms: TtlCache<DeploymentTerms | null>;
   /** Plans of organizations and users (highest of their organizations) for the hourly limit. */
   readonly plans: TtlCache<Plan>;
+  /** Client IPs that failed authentication on /api/v1 lately: only they are checked against the failure window (http/auth-throttle.ts). */
+  readonly authFailures: TtlCache<true>;
 
   constructor(clock: Clock, bus: Bus) {
     this.resolve = new TtlCache(clock, 5 * MINUTE);
@@ -38,6 +40,8 @@ export class Caches {
     bus.subscribe('resolve-cache', () => this.resolve.clear());
     this.terms = new TtlCache(clock, 30 * SECOND);
     this.plans = new TtlCache(clock, MINUTE);
+    // Two windows: the sliding counter still weighs the previous minute's failures.
+    this.authFailures = new TtlCache(clock, 2 * MINUTE);
     bus.subscribe('cost-cache', () => this.costs.clear());
     bus.subscribe('terms-cache', () => this.terms.clear());
     bus.subscribe('plan-cache', () => this.plans.clear());

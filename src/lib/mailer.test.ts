@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHarness, type Harness, unique } from '../../test/harness.js';
 import { closedPort, type SmtpStandIn, startSmtpStandIn } from '../../test/smtp-stand-in.js';
 import type { Deps } from '../context.js';
-import { MAIL_TEMPLATES, renderMail, sendMail, senderOf } from './mailer.js';
+import { DELIVERED_SECRET_BODY, MAIL_TEMPLATES, oneLine, readOutboxBody, renderMail, sendMail, senderOf } from './mailer.js';
 
 let h: Harness;
 let smtp: SmtpStandIn;
@@ -20,6 +20,7 @@ interface OutboxRow {
   to: string;
   subject: string;
   body: string;
+  body_encrypted: boolean;
   template: string;
   sent_at: Date | null;
 }
@@ -41,17 +42,22 @@ const message = (to: string, secret = 'cginv_secretsecret') => ({
   template: 'invitation' as const,
   subject: 'Hello',
   text: `Open http://creditgate.test/invitations/${secret} to join.\n`,
-  secrets: [secret],
+  containsSecret: true,
 });
 
 describe('mailer', () => {
-  it('without SMTP_URL the message is a row of email_outbox, unsent', async () => {
+  it('without SMTP_URL the message is a row of email_outbox, unsent; a body holding a secret is encrypted at rest', async () => {
     const { deps } = depsWith(undefined);
     const to = `${unique('m')}@example.com`;
     const { id, delivered } = await sendMail(deps, message(to));
     expect(delivered).toBe('outbox');
-    expect(await outbox(id)).toMatchObject({ to, subject: 'Hello', template: 'invitation', sent_at: null });
-    expect((await outbox(id)).body).toContain('cginv_secretsecret');
+    const row = await outbox(id);
+    expect(row).toMatchObject({ to, subject: 'Hello', template: 'invitation', sent_at: null, body_encrypted: true });
+    expect(row.body).not.toContain('cginv_secretsecret');
+    expect(readOutboxBody(h.config, row)).toBe('Open http://creditgate.test/invitations/cginv_secretsecret to join.\n');
+    // A message without a secret stays plain text (operators read it as it is).
+    const plain = await sendMail(deps, { to, template: 'test', subject: 'Plain', text: 'Nothing secret.\n' });
+    expect(await outbox(plain.id)).toMatchObject({ body: 'Nothing secret.\n', body_encrypted: false });
   });
 
   it('with SMTP_URL it is sent by SMTP, marked sent, and its secrets are scrubbed from the stored body', async () => {
@@ -68,8 +74,8 @@ describe('mailer', () => {
     expect(got.data).toContain('cginv_livetoken');
     const row = await outbox(id);
     expect(row.sent_at).toBeInstanceOf(Date);
-    expect(row.body).not.toContain('cginv_livetoken');
-    expect(row.body).toContain('[redacted after delivery]');
+    // Delivered: the secret-bearing body is not kept, in any form.
+    expect(row).toMatchObject({ body: DELIVERED_SECRET_BODY, body_encrypted: false });
   });
 
   it('an unreachable SMTP server leaves the row unsent and logs no credential, token or body', async () => {
@@ -111,5 +117,26 @@ describe('mailer', () => {
     expect(invitation.text).toContain('Ada invited you to join Acme on creditgate as admin');
     expect(invitation.text).toContain('https://x/invitations/t');
     expect(senderOf('smtp://127.0.0.1:25', 'https://cg.example.com')).toBe('creditgate <no-reply@cg.example.com>');
+  });
+
+  it('names with line breaks or other control characters cannot add lines to a subject or a body', async () => {
+    const hostile = 'Acme\r\nBcc: victim@evil.example\u2028X-Spam: no\u0085\u2029\tend';
+    const { subject, text } = renderMail('invitation', {
+      publicBaseUrl: 'https://cg.example.com',
+      invitation: { organizationName: hostile, inviterName: `Eve\nReply-To: eve@evil.example`, role: 'member', acceptUrl: 'https://x/invitations/t', expiresAt: new Date(0) },
+    });
+    expect(subject).toBe('You are invited to join Acme  Bcc: victim@evil.example X-Spam: no   end on creditgate');
+    expect(text.split('\n')[0]).toBe('Eve Reply-To: eve@evil.example invited you to join Acme  Bcc: victim@evil.example X-Spam: no   end on creditgate as member.');
+    expect(oneLine('a\u0000b\u007fc\u000bd')).toBe('a b c d');
+    // Over SMTP: one Subject line, no forged header.
+    const { deps } = depsWith(smtp.url);
+    const to = `${unique('m')}@example.com`;
+    const before = smtp.messages.length;
+    await sendMail(deps, { to, template: 'invitation', subject, text, containsSecret: true });
+    const got = (await smtp.waitFor(before + 1)).find((m) => m.to.includes(to))!;
+    expect(got.data).not.toMatch(/^(Bcc|X-Spam|Reply-To):/im);
+    // A long header is folded (continuation lines start with white space, RFC 5322); unfolded, it is the one Subject.
+    const headers = got.data.split('\r\n\r\n')[0]!.replace(/\r\n[ \t]+/g, ' ');
+    expect(headers).toMatch(/^Subject: You are invited to join Acme +Bcc: victim@evil\.example X-Spam: no +end on creditgate$/m);
   });
 });

@@ -1,14 +1,17 @@
 import nodemailer from 'nodemailer';
+import type { Config } from '../config.js';
 import type { Deps } from '../context.js';
 import type { Queryable } from '../db/client.js';
+import { decryptSecret, encryptSecret } from './crypto-box.js';
 
 /**
  * Outgoing mail (SPEC §8). Every message is first a row of `email_outbox`, written in the transaction
  * of the change that causes it (an invitation, a test send), so a mail failure never rolls the change
  * back and nothing is lost. After the commit, when SMTP_URL is set, it is sent by SMTP and the row gets
- * its `sent_at`; without SMTP_URL the outbox row is the delivery (operators and tests read it there).
+ * its `sent_at`; without SMTP_URL the outbox row is the delivery (operators and tests read it there,
+ * through `readOutboxBody` when the body holds a secret and is stored encrypted).
  */
-export const MAIL_TEMPLATES = ['welcome', 'invitation', 'test', 'webhook_disabled'] as const;
+export const MAIL_TEMPLATES = ['welcome', 'invitation', 'test', 'webhook_disabled', 'verify_email'] as const;
 export type MailTemplate = (typeof MAIL_TEMPLATES)[number];
 export type Delivery = 'smtp' | 'outbox';
 
@@ -19,10 +22,12 @@ export interface Mail {
   text: string;
   organizationId?: string | null;
   /**
-   * Bearer values inside the text (an invitation link). Once SMTP has accepted the message they are
-   * scrubbed from the stored body, so the outbox keeps no live secret after delivery.
+   * The text holds a bearer secret (an invitation link, a verification link). SPEC §8: such a body is
+   * stored encrypted (AES-256-GCM under ENCRYPTION_KEY, `body_encrypted`) until SMTP accepts it, and
+   * then replaced by a notice, so the outbox never keeps a live secret readable. Pass the config to
+   * `enqueueMail` with it; read a stored body with `readOutboxBody`.
    */
-  secrets?: string[];
+  containsSecret?: boolean;
 }
 
 export interface QueuedMail extends Mail {
@@ -40,11 +45,39 @@ export interface InvitationMailVars {
   expiresAt: Date;
 }
 
-/** The text of each template: plain text, no tracking, no markup to escape. */
+/**
+ * SPEC §8: names that go into mail have line breaks removed. A value chosen by a user (an organization
+ * name, an inviter's full name) must not start a new header line in the subject or forge lines in the
+ * body, so every control character (CR, LF, tab, NEL …) and the Unicode line and paragraph separators
+ * become a space.
+ */
+export function oneLine(value: string): string {
+  return value.replace(/[\p{Cc}\p{Zl}\p{Zp}]/gu, ' ');
+}
+
+/** Every string of the template variables (one level of nesting) through `oneLine`, so a new template cannot forget it. */
+function oneLineVars<T extends object>(vars: T): T {
+  const clean = (value: unknown): unknown => {
+    if (typeof value === 'string') return oneLine(value);
+    if (value && typeof value === 'object' && !(value instanceof Date)) {
+      return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, typeof v === 'string' ? oneLine(v) : v]));
+    }
+    return value;
+  };
+  return Object.fromEntries(Object.entries(vars).map(([k, v]) => [k, clean(v)])) as T;
+}
+
+/** The text of each template: plain text, no tracking, no markup to escape; interpolated values are one line each. */
 export function renderMail(
   template: MailTemplate,
-  vars: { publicBaseUrl: string; invitation?: InvitationMailVars; webhook?: { url: string; reason: string } },
+  unsafeVars: {
+    publicBaseUrl: string;
+    invitation?: InvitationMailVars;
+    webhook?: { url: string; reason: string };
+    verification?: { verifyUrl: string; expiresAt: Date };
+  },
 ): { subject: string; text: string } {
+  const vars = oneLineVars(unsafeVars);
   switch (template) {
     case 'welcome':
       return {
@@ -82,17 +115,45 @@ export function renderMail(
           `Events are no longer sent to it. Fix the receiver, then enable the webhook again (PATCH is_active: true) at ${vars.publicBaseUrl}.\n`,
       };
     }
+    case 'verify_email': {
+      const v = vars.verification ?? { verifyUrl: `${vars.publicBaseUrl}/verify-email#token=example`, expiresAt: new Date(0) };
+      return {
+        subject: 'Confirm your email address for creditgate',
+        text:
+          `Confirm that this address belongs to your creditgate account: ${v.verifyUrl}\n\n` +
+          `The link is valid until ${v.expiresAt.toISOString()}. If you did not sign up, ignore this message.\n`,
+      };
+    }
   }
 }
 
-/** Write the message into the outbox inside the caller's transaction. */
-export async function enqueueMail(tx: Queryable, now: Date, mail: Mail): Promise<QueuedMail> {
+/**
+ * Write the message into the outbox inside the caller's transaction. A message that `containsSecret`
+ * needs the config (its ENCRYPTION_KEY): its body is stored encrypted. The subject is one line whatever
+ * the caller passed (a header line cannot be forged through it).
+ */
+export function enqueueMail(tx: Queryable, now: Date, mail: Mail & { containsSecret?: false }): Promise<QueuedMail>;
+export function enqueueMail(tx: Queryable, now: Date, mail: Mail, config: Pick<Config, 'encryptionKey'>): Promise<QueuedMail>;
+export async function enqueueMail(tx: Queryable, now: Date, mail: Mail, config?: Pick<Config, 'encryptionKey'>): Promise<QueuedMail> {
+  if (mail.containsSecret && !config) throw new Error('enqueueMail: a message that contains a secret needs the encryption key');
+  const encrypted = mail.containsSecret === true;
+  const body = encrypted ? encryptSecret(config!.encryptionKey, mail.text) : mail.text;
+  const subject = oneLine(mail.subject);
   const rows = await tx.query<{ id: string }>(
-    `INSERT INTO email_outbox (organization_id, "to", subject, body, template, created_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
-    [mail.organizationId ?? null, mail.to, mail.subject, mail.text, mail.template, now],
+    `INSERT INTO email_outbox (organization_id, "to", subject, body, body_encrypted, template, created_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
+    [mail.organizationId ?? null, mail.to, subject, body, encrypted, mail.template, now],
   );
-  return { ...mail, id: rows[0]!.id };
+  return { ...mail, subject, id: rows[0]!.id };
 }
+
+/** The readable body of an outbox row (for operators and tests): decrypted when it was stored encrypted. */
+export function readOutboxBody(config: Pick<Config, 'encryptionKey'>, row: { body: string; body_encrypted: boolean }): string {
+  return row.body_encrypted ? decryptSecret(config.encryptionKey, row.body) : row.body;
+}
+
+/** What stays of a secret-bearing body once SMTP accepted it: the message is delivered, its secret is not kept. */
+export const DELIVERED_SECRET_BODY = '[removed after delivery: the message held a secret]';
 
 /** The sender address: `?from=` on SMTP_URL, else no-reply at PUBLIC_BASE_URL's host. */
 export function senderOf(smtpUrl: string, publicBaseUrl: string): string {
@@ -134,7 +195,7 @@ function failureOf(err: unknown): Record<string, unknown> {
 export async function deliverMail(deps: Pick<Deps, 'config' | 'db' | 'clock' | 'log'>, mail: QueuedMail): Promise<Delivery> {
   const { smtpUrl, publicBaseUrl } = deps.config;
   if (!smtpUrl) return 'outbox';
-  return (await attemptSmtp(deps, smtpUrl, publicBaseUrl, mail, mail.secrets ?? [], 1)) ? 'smtp' : 'outbox';
+  return (await attemptSmtp(deps, smtpUrl, publicBaseUrl, mail, 1)) ? 'smtp' : 'outbox';
 }
 
 /** SMTP tries per message before it is left in the outbox for an operator (last_error says why). */
@@ -143,16 +204,16 @@ export const MAIL_MAX_ATTEMPTS = 5;
 const MAIL_BACKOFF_MS = [60_000, 5 * 60_000, 30 * 60_000, 2 * 3_600_000];
 /** How long a claimed row is left to its worker before another may try it (a send times out far sooner). */
 const MAIL_LEASE_MS = 10 * 60_000;
-/** Tokens this service mails (invitations): never kept in the outbox once delivered. */
-const MAILED_TOKEN = /cginv_[0-9A-Za-z]+/g;
 
-/** One SMTP try of a queued row: marks it sent (secrets scrubbed), or records the failure and the next try. */
+/**
+ * One SMTP try of a queued row (`text` is the readable body): marks it sent, a secret-bearing body
+ * replaced by DELIVERED_SECRET_BODY, or records the failure and the next try.
+ */
 async function attemptSmtp(
   deps: Pick<Deps, 'db' | 'clock' | 'log'>,
   smtpUrl: string,
   publicBaseUrl: string,
   mail: Pick<QueuedMail, 'id' | 'to' | 'subject' | 'text' | 'template'>,
-  secrets: string[],
   attempt: number,
 ): Promise<boolean> {
   try {
@@ -171,15 +232,14 @@ async function attemptSmtp(
       .catch(() => {});
     return false;
   }
-  let body = mail.text.replace(MAILED_TOKEN, '[redacted after delivery]');
-  for (const secret of secrets) body = body.split(secret).join('[redacted after delivery]');
   try {
-    await deps.db.query('UPDATE email_outbox SET sent_at = $2, body = $3, attempts = $4, last_error = NULL WHERE id = $1 AND sent_at IS NULL', [
-      mail.id,
-      deps.clock.now(),
-      body,
-      attempt,
-    ]);
+    // The row itself says whether its body held a secret (body_encrypted), whoever queued it and whichever worker sends it.
+    await deps.db.query(
+      `UPDATE email_outbox SET sent_at = $2, attempts = $3, last_error = NULL,
+         body = CASE WHEN body_encrypted THEN $4 ELSE body END, body_encrypted = false
+       WHERE id = $1 AND sent_at IS NULL`,
+      [mail.id, deps.clock.now(), attempt, DELIVERED_SECRET_BODY],
+    );
   } catch (err) {
     // Sent but not marked: the worst case is one more copy when the row is retried.
     deps.log.warn({ outbox_id: mail.id, err: (err as Error).message }, 'mail sent but not marked in the outbox');
@@ -202,7 +262,15 @@ export async function retryOutbox(
   const { smtpUrl, publicBaseUrl } = deps.config;
   if (!smtpUrl) return 0;
   const now = deps.clock.now();
-  const claimed = await deps.db.query<{ id: string; to: string; subject: string; body: string; template: MailTemplate; attempts: number }>(
+  const claimed = await deps.db.query<{
+    id: string;
+    to: string;
+    subject: string;
+    body: string;
+    body_encrypted: boolean;
+    template: MailTemplate;
+    attempts: number;
+  }>(
     `WITH due AS (
        SELECT id FROM email_outbox
        WHERE sent_at IS NULL AND attempts < $2 AND COALESCE(next_attempt_at, created_at + interval '1 minute') <= $1
@@ -210,11 +278,25 @@ export async function retryOutbox(
        ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED
      )
      UPDATE email_outbox o SET next_attempt_at = $4 FROM due WHERE o.id = due.id
-     RETURNING o.id, o."to", o.subject, o.body, o.template, o.attempts`,
+     RETURNING o.id, o."to", o.subject, o.body, o.body_encrypted, o.template, o.attempts`,
     [now, MAIL_MAX_ATTEMPTS, batch, new Date(now.getTime() + MAIL_LEASE_MS), organizationId],
   );
   for (const row of claimed) {
-    await attemptSmtp(deps, smtpUrl, publicBaseUrl, { ...row, text: row.body }, [], row.attempts + 1);
+    let text: string;
+    try {
+      // Decrypted only now, right before the send, and only in memory.
+      text = readOutboxBody(deps.config, row);
+    } catch {
+      // Another ENCRYPTION_KEY than the one that queued it: retrying cannot help, so the row is left for an operator.
+      deps.log.error({ outbox_id: row.id, template: row.template }, 'outbox body cannot be decrypted with ENCRYPTION_KEY; giving up on it');
+      await deps.db.query('UPDATE email_outbox SET attempts = $2, last_error = $3 WHERE id = $1 AND sent_at IS NULL', [
+        row.id,
+        MAIL_MAX_ATTEMPTS,
+        JSON.stringify({ code: 'EDECRYPT' }),
+      ]);
+      continue;
+    }
+    await attemptSmtp(deps, smtpUrl, publicBaseUrl, { ...row, text }, row.attempts + 1);
   }
   return claimed.length;
 }
@@ -226,7 +308,7 @@ export async function sendMail(
   inTx?: (tx: Queryable, queued: QueuedMail) => Promise<void>,
 ): Promise<{ id: string; delivered: Delivery }> {
   const queued = await deps.db.transaction(async (tx) => {
-    const q = await enqueueMail(tx, deps.clock.now(), mail);
+    const q = await enqueueMail(tx, deps.clock.now(), mail, deps.config);
     if (inTx) await inTx(tx, q);
     return q;
   });

@@ -1,41 +1,27 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import type { Clock } from '../clock.js';
 import { AppError } from '../errors.js';
+import {
+  admits,
+  logCountsOf,
+  type Observed,
+  roll,
+  type WindowSpec,
+  windowStateOf,
+  type WindowState,
+} from './rate-windows.js';
+import { observedFromReply, SLIDING_WINDOW_SCRIPT } from './rate-limit-script.js';
 
 /**
- * SPEC §6 rate limits: sliding-window counters. A window of W ms is split into fixed buckets of W;
- * the estimate at time t is `prev × (W − elapsed) / W + curr`, where `elapsed` is how far t is into the
- * current bucket. A request is admitted when `estimate + 1 ≤ limit` in every window it is checked
- * against; then (and only then) every window's current bucket is incremented, so refused requests
- * never consume the window. All comparisons are done multiplied by W, in integers, so the Redis
- * script and the in-process limiter decide identically.
+ * SPEC §6 rate limits, on two backends that decide identically: Redis (one Lua script per request,
+ * shared by every instance) and in-process (alone without REDIS_URL, and as the fallback while Redis is
+ * unreachable). A request is admitted when every window it is checked against has room; then (and only
+ * then) each window counts it, so refused requests never consume the window. The window arithmetic
+ * (sliding-window counter, and the exact sliding log for small limits) is src/lib/rate-windows.ts.
  */
-export interface WindowSpec {
-  /** Identifies the subject (deployment, organization, user, IP); windows of one subject share a Redis slot. */
-  subject: string;
-  /** A short name for the policy, used in RateLimit-Policy ("minute", "hour"). */
-  name: string;
-  limit: number;
-  windowMs: number;
-}
-
-export interface WindowCounts {
-  prev: number;
-  curr: number;
-}
-
-export interface WindowState {
-  name: string;
-  limit: number;
-  windowMs: number;
-  /** Requests still admitted right now. */
-  remaining: number;
-  /** ms from now until this window admits a request again (0 when it does now). */
-  retryMs: number;
-  /** ms from now until the current bucket ends. */
-  bucketEndsMs: number;
-}
+export type { WindowCounts, WindowSpec, WindowState } from './rate-windows.js';
+export { admits, retryMs, stateOf } from './rate-windows.js';
 
 export interface Decision {
   allowed: boolean;
@@ -46,8 +32,13 @@ export interface Decision {
   backend: 'redis' | 'local';
 }
 
+export interface HitOptions {
+  /** Decide without counting, even when admitted: "would one more fit?" (the failed-authentication throttle asks before checking credentials). */
+  peek?: boolean;
+}
+
 export interface RateLimiter {
-  hit(windows: WindowSpec[]): Promise<Decision>;
+  hit(windows: WindowSpec[], options?: HitOptions): Promise<Decision>;
   /** Resolves once the backend can decide (Redis connected), or after `timeoutMs`; never rejects. */
   ready(timeoutMs: number): Promise<void>;
   close(): Promise<void>;
@@ -75,53 +66,21 @@ export async function limitAttempt(limiter: RateLimiter, windows: WindowSpec[], 
   throw new AppError('RATE_LIMITED', `Too many ${what}; retry in ${seconds} seconds`, {}, { 'retry-after': String(seconds) });
 }
 
-/** Is there room for one more request in this window at `elapsed` ms into the current bucket? */
-export function admits(limit: number, windowMs: number, elapsed: number, c: WindowCounts): boolean {
-  return c.prev * (windowMs - elapsed) + (c.curr + 1) * windowMs <= limit * windowMs;
-}
-
-/** The state reported for one window, given its counts after the decision. */
-export function stateOf(spec: WindowSpec, nowMs: number, c: WindowCounts): WindowState {
-  const W = spec.windowMs;
-  const elapsed = nowMs % W;
-  const weighted = c.prev * (W - elapsed) + c.curr * W;
-  const remaining = Math.max(0, Math.floor((spec.limit * W - weighted) / W));
-  return { name: spec.name, limit: spec.limit, windowMs: W, remaining, retryMs: retryMs(spec.limit, W, elapsed, c), bucketEndsMs: W - elapsed };
-}
-
-/**
- * How long until one more request fits. Within the current bucket the previous bucket's weight decays
- * linearly; if the current bucket alone is full, the wait runs into the next bucket, where the current
- * count becomes the decaying one.
- */
-export function retryMs(limit: number, W: number, elapsed: number, c: WindowCounts): number {
-  if (admits(limit, W, elapsed, c)) return 0;
-  if (limit < 1) return W - elapsed + W;
-  if (c.curr + 1 <= limit && c.prev > 0) {
-    // prev × (W − e − t) + (curr + 1) × W ≤ limit × W  ⇔  t ≥ W − e − (limit − curr − 1) × W / prev
-    return Math.max(1, Math.ceil(W - elapsed - ((limit - c.curr - 1) * W) / c.prev));
-  }
-  // Wait for the next bucket: curr × (W − t') + W ≤ limit × W  ⇔  t' ≥ W − (limit − 1) × W / curr
-  const into = Math.max(0, Math.ceil(W - ((limit - 1) * W) / c.curr));
-  return W - elapsed + into;
-}
-
-/** Bucket bookkeeping shared by both backends: the counts for `bucket`, given what was stored for `stored`. */
-function roll(stored: { bucket: number; curr: number; prev: number } | undefined, bucket: number): WindowCounts {
-  if (!stored) return { prev: 0, curr: 0 };
-  if (stored.bucket === bucket) return { prev: stored.prev, curr: stored.curr };
-  if (stored.bucket === bucket - 1) return { prev: stored.curr, curr: 0 };
-  return { prev: 0, curr: 0 };
-}
-
-function decide(specs: WindowSpec[], nowMs: number, counts: WindowCounts[], allowed: boolean, backend: Decision['backend']): Decision {
-  const windows = specs.map((s, i) => stateOf(s, nowMs, counts[i]!));
+function decide(specs: WindowSpec[], nowMs: number, observed: Observed[], allowed: boolean, backend: Decision['backend']): Decision {
+  const windows = specs.map((s, i) => windowStateOf(s, nowMs, observed[i]!));
   return { allowed, windows, retryMs: allowed ? 0 : Math.max(...windows.map((w) => w.retryMs)), nowMs, backend };
 }
 
+type Counter = { bucket: number; curr: number; prev: number };
+/** A sliding log: times of the admitted hits, ascending. */
+type Log = { times: number[] };
+
+/** The key of one window of one subject; a log never shares a key with a counter. */
+const keyOf = (s: WindowSpec) => `${s.subject}:${s.windowMs}${s.exact ? ':log' : ''}`;
+
 /** The per-instance limiter: used alone without REDIS_URL, and as the fallback while Redis is unreachable. */
 export class LocalRateLimiter implements RateLimiter {
-  private readonly buckets = new Map<string, { bucket: number; curr: number; prev: number }>();
+  private readonly buckets = new Map<string, Counter | Log>();
   private hits = 0;
 
   constructor(
@@ -129,30 +88,54 @@ export class LocalRateLimiter implements RateLimiter {
     private readonly maxKeys = 200_000,
   ) {}
 
-  async hit(specs: WindowSpec[], nowMs = this.clock.now().getTime()): Promise<Decision> {
-    const keys = specs.map((s) => `${s.subject}:${s.windowMs}`);
-    const bucketOf = specs.map((s) => Math.floor(nowMs / s.windowMs));
-    const counts = specs.map((_, i) => roll(this.buckets.get(keys[i]!), bucketOf[i]!));
-    const allowed = specs.every((s, i) => admits(s.limit, s.windowMs, nowMs % s.windowMs, counts[i]!));
-    if (allowed) {
-      specs.forEach((_, i) => {
-        const c = counts[i]!;
-        c.curr += 1;
+  async hit(specs: WindowSpec[], options: HitOptions = {}, nowMs = this.clock.now().getTime()): Promise<Decision> {
+    const keys = specs.map(keyOf);
+    const logs = specs.map((s, i) => (s.exact ? this.liveLog(keys[i]!, nowMs - s.windowMs) : []));
+    const counters = specs.map((s, i) => (s.exact ? { prev: 0, curr: 0 } : roll(this.buckets.get(keys[i]!) as Counter | undefined, Math.floor(nowMs / s.windowMs))));
+    const allowed = specs.every((s, i) =>
+      s.exact ? logs[i]!.length + 1 <= s.limit : admits(s.limit, s.windowMs, nowMs % s.windowMs, counters[i]!),
+    );
+    if (allowed && !options.peek) {
+      specs.forEach((s, i) => {
+        const key = keys[i]!;
         // Delete then set: the map's order is the order of last use, so eviction drops the least recently used.
-        this.buckets.delete(keys[i]!);
-        this.buckets.set(keys[i]!, { bucket: bucketOf[i]!, curr: c.curr, prev: c.prev });
+        this.buckets.delete(key);
+        if (s.exact) {
+          const times = logs[i]!;
+          let at = times.length;
+          while (at > 0 && times[at - 1]! > nowMs) at -= 1;
+          times.splice(at, 0, nowMs);
+          this.buckets.set(key, { times });
+        } else {
+          const c = counters[i]!;
+          c.curr += 1;
+          this.buckets.set(key, { bucket: Math.floor(nowMs / s.windowMs), curr: c.curr, prev: c.prev });
+        }
       });
       if (++this.hits % 10_000 === 0) this.prune(nowMs);
       if (this.buckets.size > this.maxKeys) this.evict();
     }
-    return decide(specs, nowMs, counts, allowed, 'local');
+    const observed = specs.map((s, i): Observed =>
+      s.exact ? { kind: 'log', counts: logCountsOf(logs[i]!, s.limit) } : { kind: 'counter', counts: counters[i]! },
+    );
+    return decide(specs, nowMs, observed, allowed, 'local');
   }
 
-  /** Drop windows that no longer count (both buckets in the past): one sweep every 10,000 admitted requests. */
+  /** The entries of a log still in the window (> `after`); expired ones are dropped for good, as ZREMRANGEBYSCORE does. */
+  private liveLog(key: string, after: number): number[] {
+    const stored = this.buckets.get(key) as Log | undefined;
+    if (!stored) return [];
+    const first = stored.times.findIndex((t) => t > after);
+    if (first !== 0) stored.times.splice(0, first === -1 ? stored.times.length : first);
+    return stored.times;
+  }
+
+  /** Drop windows that no longer count (counters: both buckets past; logs: every entry past): one sweep every 10,000 admitted requests. */
   private prune(nowMs: number): void {
     for (const [key, value] of this.buckets) {
-      const windowMs = Number(key.slice(key.lastIndexOf(':') + 1));
-      if (value.bucket < Math.floor(nowMs / windowMs) - 1) this.buckets.delete(key);
+      const windowMs = Number(key.split(':').at(key.endsWith(':log') ? -2 : -1));
+      const stale = 'times' in value ? value.times.every((t) => t <= nowMs - windowMs) : value.bucket < Math.floor(nowMs / windowMs) - 1;
+      if (stale) this.buckets.delete(key);
     }
   }
 
@@ -174,45 +157,6 @@ export class LocalRateLimiter implements RateLimiter {
     this.buckets.clear();
   }
 }
-
-/**
- * One script per request: every window is read, rolled to the current bucket and checked; only when all
- * admit is each incremented. Time comes from Redis TIME unless the caller passes it (tests with a moved
- * clock). One hash per window: b = bucket index, c = current count, p = previous count.
- * Returns {now, allowed, prev1, curr1, prev2, curr2, …} with counts after the decision.
- */
-const SCRIPT = `
-local now = tonumber(ARGV[1]) -- 'TIME': take Redis's own clock
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local n = #KEYS
-local prev, curr, bucket = {}, {}, {}
-local allowed = 1
-for i = 1, n do
-  local limit = tonumber(ARGV[2 * i])
-  local w = tonumber(ARGV[2 * i + 1])
-  local b = math.floor(now / w)
-  local stored = redis.call('HMGET', KEYS[i], 'b', 'c', 'p')
-  local sb, sc, sp = tonumber(stored[1]), tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
-  local p, c = 0, 0
-  if sb == b then p, c = sp, sc elseif sb == b - 1 then p, c = sc, 0 end
-  prev[i], curr[i], bucket[i] = p, c, b
-  local elapsed = now - b * w
-  if p * (w - elapsed) + (c + 1) * w > limit * w then allowed = 0 end
-end
-local out = {now, allowed}
-for i = 1, n do
-  if allowed == 1 then
-    curr[i] = curr[i] + 1
-    redis.call('HSET', KEYS[i], 'b', bucket[i], 'c', curr[i], 'p', prev[i])
-    redis.call('PEXPIRE', KEYS[i], 2 * tonumber(ARGV[2 * i + 1]))
-  end
-  out[#out + 1] = prev[i]
-  out[#out + 1] = curr[i]
-end
-return out`;
 
 type SlidingRedis = Redis & { slidingWindow(...args: Array<string | number>): Promise<number[]> };
 
@@ -253,14 +197,19 @@ export class RedisRateLimiter implements RateLimiter {
       lazyConnect: false,
     }) as SlidingRedis;
     this.redis.on('error', () => {});
-    this.redis.defineCommand('slidingWindow', { lua: SCRIPT });
+    this.redis.defineCommand('slidingWindow', { lua: SLIDING_WINDOW_SCRIPT });
     this.fallback = new LocalRateLimiter(clock);
   }
 
-  async hit(specs: WindowSpec[]): Promise<Decision> {
-    const keys = specs.map((s) => `${this.prefix}{${s.subject}}:${s.windowMs}`);
-    const args: Array<string | number> = [...keys, this.timeFrom === 'clock' ? this.clock.now().getTime() : 'TIME'];
-    for (const s of specs) args.push(s.limit, s.windowMs);
+  async hit(specs: WindowSpec[], options: HitOptions = {}): Promise<Decision> {
+    const keys = specs.map((s) => `${this.prefix}{${s.subject}}:${s.windowMs}${s.exact ? ':log' : ''}`);
+    const args: Array<string | number> = [
+      ...keys,
+      this.timeFrom === 'clock' ? this.clock.now().getTime() : 'TIME',
+      options.peek ? 1 : 0,
+      randomBytes(9).toString('base64url'),
+    ];
+    for (const s of specs) args.push(s.limit, s.windowMs, s.exact ? 'l' : 'c');
     let reply: number[];
     try {
       if (this.redis.status !== 'ready') throw new Error(`redis ${this.redis.status}`);
@@ -271,15 +220,15 @@ export class RedisRateLimiter implements RateLimiter {
         this.events.onOutage(err as Error);
       }
       this.events.onFallback?.();
-      return this.fallback.hit(specs);
+      return this.fallback.hit(specs, options);
     }
     if (this.down) {
       this.down = false;
       this.events.onRecovered();
     }
     const nowMs = Number(reply[0]);
-    const counts = specs.map((_, i) => ({ prev: Number(reply[2 + 2 * i]), curr: Number(reply[3 + 2 * i]) }));
-    return decide(specs, nowMs, counts, Number(reply[1]) === 1, 'redis');
+    const observed = observedFromReply(specs, reply);
+    return decide(specs, nowMs, observed, Number(reply[1]) === 1, 'redis');
   }
 
   /**

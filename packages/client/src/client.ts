@@ -190,7 +190,7 @@ export class CreditgateClient {
     },
   };
 
-  // ---- reservations, invocations, refunds (API key or service key) ----
+  // ---- reservations and invocations (API key or service key); refunds (service key only) ----
 
   /** Releases a reservation (the tool failed or was cancelled). With the service key, name the deployment. */
   async releaseReservation(invocationId: string, options: { deploymentId?: string } = {}): Promise<T.ReleaseResult> {
@@ -216,7 +216,10 @@ export class CreditgateClient {
     return answer.data;
   }
 
-  /** Refunds a recorded usage in whole or in part; an idempotency key is generated when none is given. */
+  /**
+   * Refunds a recorded usage in whole or in part; an idempotency key is generated when none is given.
+   * Service key only: the platform refunds, an organization's API key gets 403 FORBIDDEN.
+   */
   async refundUsage(usageId: string, input: T.RefundInput): Promise<T.RefundResult> {
     const answer = await this.call<T.RefundResult>({
       method: 'POST',

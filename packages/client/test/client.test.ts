@@ -101,7 +101,7 @@ describe('stdio mode (organization API key)', () => {
     expect(await balanceOf(t)).toMatchObject({ reserved: 0, monthly_used: 0, available: 2000 });
   });
 
-  it('reserve → record is recorded; refundUsage gives the credits back and the invocation reads refunded', async () => {
+  it('reserve → record is recorded; the service refunds (an organization key may not) and the invocation reads refunded', async () => {
     const t = await createTenant(live.h, { tier: 'launch' });
     const c = stdio(t);
     const advanced = await toolFor('task_advanced');
@@ -111,8 +111,10 @@ describe('stdio mode (organization API key)', () => {
     expect(recorded).toMatchObject({ success: true, credits_used: 3, invocation_id: id });
     expect(await c.getInvocation(id)).toMatchObject({ status: 'recorded', usage_id: recorded.usage_id, credits_used: 3, reserved_credits: 0 });
     expect(await balanceOf(t)).toMatchObject({ reserved: 0, monthly_used: 3 });
-    const partial = await c.refundUsage(recorded.usage_id!, { amount: 1, reason: 'slow answer' });
-    expect(partial).toMatchObject({ usage_id: recorded.usage_id, credits_refunded: 1, total_refunded: 1, credits_remaining: 1998 });
+    // Only the platform refunds (SPEC §4): the organization's own key is refused.
+    expect(await rejection(c.refundUsage(recorded.usage_id!, { amount: 1, reason: 'slow answer' }))).toMatchObject({ code: 'FORBIDDEN', status: 403 });
+    const partial = await service().refundUsage(recorded.usage_id!, { amount: 1, reason: 'slow answer' });
+    expect(partial).toMatchObject({ usage_id: recorded.usage_id, credits_refunded: 1, credits_forfeited: 0, total_refunded: 1, credits_remaining: 1998 });
     // The service key refunds the rest; the same idempotency key twice refunds once.
     const key = randomUUID();
     const rest = await service().refundUsage(recorded.usage_id!, { reason: 'tool failed', idempotency_key: key });
@@ -301,7 +303,7 @@ describe('errors', () => {
     expect(await usageRows(t)).toHaveLength(0);
   });
 
-  it("tenant isolation: org A's key cannot read, release or refund org B's invocation (404)", async () => {
+  it("tenant isolation: org A's key cannot read or release org B's invocation (404), nor refund anything (403)", async () => {
     const a = await createTenant(live.h, { tier: 'launch' });
     const b = await createTenant(live.h, { tier: 'launch' });
     const reservedId = `inv-${randomUUID()}`;
@@ -311,10 +313,10 @@ describe('errors', () => {
       () => stdio(a).getInvocation(reservedId),
       () => stdio(a).getInvocation(recorded.invocation_id!),
       () => stdio(a).releaseReservation(reservedId),
-      () => stdio(a).refundUsage(recorded.usage_id!, { reason: 'not mine' }),
     ]) {
       expect(await rejection(call())).toMatchObject({ code: 'NOT_FOUND', status: 404 });
     }
+    expect(await rejection(stdio(a).refundUsage(recorded.usage_id!, { reason: 'not mine' }))).toMatchObject({ code: 'FORBIDDEN', status: 403 });
     expect(await stdio(b).getInvocation(reservedId)).toMatchObject({ status: 'reserved', reserved_credits: 1 });
     expect(await balanceOf(b)).toMatchObject({ reserved: 1, monthly_used: 1 });
   });

@@ -174,6 +174,8 @@ export const usageRefunds = pgTable(
     idempotencyKey: text('idempotency_key').notNull(),
     amount: bigint('amount', { mode: 'number' }).notNull(),
     reason: text('reason').notNull(),
+    /** The monthly part of an ended period: settled against the usage but not given back (SPEC §4). */
+    forfeited: bigint('forfeited', { mode: 'number' }).notNull().default(0),
     ledgerId: bigint('ledger_id', { mode: 'number' }),
     createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
   },

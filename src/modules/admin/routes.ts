@@ -1,14 +1,16 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
+import { refundUsage } from '../credits/refunds.js';
 import { BalanceSummarySchema } from '../credits/summary.js';
+import { RefundBody, RefundReply, UsageParams } from '../metering/schemas.js';
 import { ctxOf } from '../../http/auth.js';
 import { flatErrors, Nullable } from '../../http/schemas.js';
 import { setExternalId } from '../users/service.js';
 import * as A from './service.js';
 
 const Id = Type.Object({ id: Type.String({ format: 'uuid' }) });
-const TierSchema = Type.Union([
+export const TierSchema = Type.Union([
   Type.Literal('sandbox'),
   Type.Literal('trial'),
   Type.Literal('launch'),
@@ -40,8 +42,8 @@ export const DeploymentViewSchema = Type.Object({
   updated_at: Type.String({ format: 'date-time' }),
 });
 
-const tags = ['Operator'];
-const security = [{ adminKey: [] }];
+export const tags = ['Operator'];
+export const security = [{ adminKey: [] }];
 const Limit = (description: string) =>
   Type.Optional(Nullable(Type.Integer({ minimum: 0, maximum: 1_000_000_000_000, description })));
 
@@ -56,7 +58,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
         tags,
         security,
         summary: 'List deployments, optionally of one organization',
-        querystring: Type.Object({ organization_id: Type.Optional(Type.String()) }, { additionalProperties: false }),
+        querystring: Type.Object({ organization_id: Type.Optional(Type.String({ format: 'uuid' })) }, { additionalProperties: false }),
         response: { 200: Type.Object({ deployments: Type.Array(DeploymentViewSchema) }), ...flatErrors(400, 401) },
       },
     },
@@ -272,79 +274,29 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
   );
 
   app.post(
-    '/api/v1/admin/organizations',
+    '/api/v1/admin/usage/:usage_id/refund',
     {
       config: { auth: 'admin' },
       schema: {
         tags,
         security,
-        summary: 'Provision an organization with its primary deployment (secret shown once) and an owner by email',
-        body: Type.Object(
-          {
-            name: Type.String({ minLength: 1, maxLength: 200 }),
-            slug: Type.String({ pattern: '^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$' }),
-            tier: Type.Optional(TierSchema),
-            plan: Type.Optional(Type.Union([Type.Literal('free'), Type.Literal('pro'), Type.Literal('enterprise')])),
-            owner_email: Type.Optional(Type.String({ format: 'email', maxLength: 320 })),
-          },
-          { additionalProperties: false },
-        ),
-        response: {
-          201: Type.Object({
-            organization: Type.Object({
-              id: Type.String(),
-              name: Type.String(),
-              slug: Type.String(),
-              tier: Type.String(),
-              created_at: Type.String({ format: 'date-time' }),
-            }),
-            owner_user_id: Nullable(Type.String()),
-            deployment: Type.Object({ id: Type.String(), tier: Type.String(), secret: Type.String({ description: 'Shown once' }) }),
-          }),
-          ...flatErrors(400, 401, 409),
-        },
+        summary: 'Refund a recorded usage in whole or in part (idempotent with Idempotency-Key)',
+        description:
+          'The operator side of POST /api/v1/mcp/usage/{usage_id}/refund: credits go back to the bucket they came from; ' +
+          'the monthly part of a usage from a period that has ended is settled but not given back.',
+        params: UsageParams,
+        body: RefundBody,
+        response: { 200: RefundReply, ...flatErrors(400, 401, 404, 409, 422) },
       },
     },
-    async (request, reply) => {
-      const result = await A.adminCreateOrganization(ctxOf(request), request.body);
-      return reply.code(201).send(result);
-    },
-  );
-
-  app.post(
-    '/api/v1/admin/organizations/:id/api-keys',
-    {
-      config: { auth: 'admin' },
-      schema: {
-        tags,
-        security,
-        summary: 'Create an API key for an organization (the key is shown once)',
-        params: Id,
-        body: Type.Object(
-          {
-            name: Type.String({ minLength: 1, maxLength: 200 }),
-            scopes: Type.Optional(
-              Type.Array(Type.Union([Type.Literal('read'), Type.Literal('write'), Type.Literal('admin')]), { minItems: 1, uniqueItems: true }),
-            ),
-            expires_at: Type.Optional(Type.String({ format: 'date-time' })),
-          },
-          { additionalProperties: false },
-        ),
-        response: {
-          201: Type.Object({
-            id: Type.String(),
-            key: Type.String({ description: 'Shown once' }),
-            key_prefix: Type.String(),
-            scopes: Type.Array(Type.String()),
-            expires_at: Nullable(Type.String({ format: 'date-time' })),
-          }),
-          ...flatErrors(400, 401, 404),
-        },
-      },
-    },
-    async (request, reply) => {
-      const result = await A.adminCreateApiKey(ctxOf(request), request.params.id, request.body);
-      return reply.code(201).send(result);
+    async (request) => {
+      const raw = request.headers['idempotency-key'];
+      return refundUsage(ctxOf(request), {
+        usageId: request.params.usage_id,
+        amount: request.body.amount,
+        reason: request.body.reason,
+        idempotencyKey: request.body.idempotency_key ?? (Array.isArray(raw) ? raw[0] : raw),
+      });
     },
   );
 }

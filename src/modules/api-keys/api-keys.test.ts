@@ -91,7 +91,7 @@ describe('POST /organizations/{id}/api-keys', () => {
       [{ name: 'x', owner: true }, 'owner'],
     ];
     for (const [payload, field] of cases) expectError(await create(bearer(owner.accessToken), owner.organizationId, payload), 400, 'VALIDATION_ERROR', field);
-    expectError(await create(bearer(owner.accessToken), 'not-a-uuid', { name: 'x' }), 400, 'VALIDATION_ERROR', 'id');
+    expectError(await create(bearer(owner.accessToken), 'not-a-uuid', { name: 'x' }), 404, 'NOT_FOUND'); // SPEC §10: a path id that is not a UUID
     expect(await h.deps.db.query('SELECT 1 FROM api_keys WHERE organization_id = $1', [owner.organizationId])).toHaveLength(0);
   });
 });
@@ -171,14 +171,14 @@ describe('API key callers', () => {
     expectError(await revoke(apiKeyHeader(write.key), org, read.id), 403, 'FORBIDDEN');
   });
 
-  it('an admin key creates keys within its own scopes (created_by null) and revokes; never stronger keys', async () => {
+  it('an admin key creates keys within its own scopes (created_by: the user who made the calling key) and revokes; never stronger keys', async () => {
     const owner = await signUpWithOrganization(h);
     const org = owner.organizationId;
     const admin = await createKeyOverHttp(h, bearer(owner.accessToken), org, { scopes: ['read', 'admin'] });
     const res = await create(apiKeyHeader(admin.key), org, { name: 'minted', scopes: ['read'] });
     expect(res.statusCode).toBe(201);
     const minted = json<{ data: Key & { key: string } }>(res).data;
-    expect(minted).toMatchObject({ scopes: ['read'], created_by: null });
+    expect(minted).toMatchObject({ scopes: ['read'], created_by: owner.userId });
     const audit = await h.deps.db.query<{ user_id: string | null; actor: string }>(
       "SELECT user_id, actor FROM audit_logs WHERE resource_id = $1 AND action = 'create'",
       [minted.id],

@@ -1,4 +1,5 @@
 import type { Ctx } from '../../context.js';
+import type { Queryable } from '../../db/client.js';
 import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { pageOf } from '../../http/envelope.js';
 import type { KeysetPosition } from '../../http/envelope.js';
@@ -6,6 +7,7 @@ import { generateApiKey, keyPrefix, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
 import { isUuid } from '../metering/state.js';
+import { heldBy, keyScopesAllowed } from '../organizations/powers.js';
 import { authorize } from '../organizations/rbac.js';
 
 export type Scope = 'read' | 'write' | 'admin';
@@ -28,10 +30,19 @@ const COLUMNS = 'id, organization_id, name, key_prefix, scopes, last_used_at, ex
 /** A new organization API key: the full key is in the answer once and stored only as its SHA-256. */
 export async function createApiKey(
   ctx: Ctx,
-  input: { organizationId: string; name: string; scopes?: Scope[] | undefined; expiresAt?: Date | null | undefined; createdBy?: string | null },
+  input: {
+    organizationId: string;
+    name: string;
+    scopes?: Scope[] | undefined;
+    expiresAt?: Date | null | undefined;
+    createdBy?: string | null;
+    /** Runs first in the key's transaction: the creator's powers, checked under their membership lock. */
+    guard?: (tx: Queryable) => Promise<void>;
+  },
 ): Promise<{ apiKey: ApiKeyRow; key: string }> {
   const key = generateApiKey();
   const apiKey = await ctx.db.transaction(async (tx) => {
+    await input.guard?.(tx);
     const rows = await tx.query<ApiKeyRow>(
       `INSERT INTO api_keys (organization_id, name, key_hash, key_prefix, scopes, expires_at, created_by, created_at)
        VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ${COLUMNS}`,
@@ -138,24 +149,25 @@ export async function listApiKeys(
 }
 
 /**
- * Create a key for an organization (api_keys.manage). A user is recorded as `created_by`; an API key
- * caller leaves it null (the audit row names the key). A key may not mint a key stronger than
- * itself: its scopes must be a subset of the caller's, and it may not outlive the caller's expiry
- * (docs/decisions-keys-billing.md).
+ * Create a key for an organization (api_keys.manage). A key never holds more than its creator
+ * (SPEC §8): a user's scopes must be within what their powers allow (organizations/powers.ts), checked
+ * again under their membership lock so a demotion meanwhile cannot be outrun. A key made by a key
+ * belongs to the user who made the calling key (so it is taken back with theirs), may not hold scopes
+ * the calling key lacks, and may not outlive it (docs/decisions-keys-billing.md).
  */
 export async function createOrganizationApiKey(
   ctx: Ctx,
   input: { organizationId: string; name: string; scopes?: Scope[] | undefined; expiresAt?: string | null | undefined },
 ): Promise<ApiKeyView & { key: string }> {
-  const { userId } = await authorize(ctx, input.organizationId, 'api_keys.manage');
+  let { userId: createdBy } = await authorize(ctx, input.organizationId, 'api_keys.manage');
   const scopes: Scope[] = input.scopes ?? ['read'];
   let expiresAt = input.expiresAt ? new Date(input.expiresAt) : null;
   if (expiresAt && expiresAt.getTime() <= ctx.clock.now().getTime()) {
     throw new ValidationError('expires_at must be in the future', [{ field: 'expires_at', message: 'must be in the future' }]);
   }
   if (ctx.actor.type === 'api_key') {
-    const rows = await ctx.db.query<{ scopes: Scope[]; expires_at: Date | null }>(
-      'SELECT scopes, expires_at FROM api_keys WHERE id = $1 AND organization_id = $2',
+    const rows = await ctx.db.query<{ scopes: Scope[]; expires_at: Date | null; created_by: string | null }>(
+      'SELECT scopes, expires_at, created_by FROM api_keys WHERE id = $1 AND organization_id = $2',
       [ctx.actor.apiKeyId, input.organizationId],
     );
     const caller = rows[0];
@@ -171,13 +183,29 @@ export async function createOrganizationApiKey(
       }
       expiresAt ??= caller.expires_at;
     }
+    createdBy = caller.created_by;
   }
+  const creator = createdBy;
   const { apiKey, key } = await createApiKey(ctx, {
     organizationId: input.organizationId,
     name: input.name,
     scopes,
     expiresAt,
-    createdBy: userId,
+    createdBy: creator,
+    guard: creator
+      ? async (tx) => {
+          const allowed = keyScopesAllowed(await heldBy(tx, input.organizationId, creator, true));
+          const extra = scopes.filter((s) => !allowed.includes(s));
+          if (extra.length > 0) {
+            throw new AppError(
+              'FORBIDDEN',
+              allowed.length === 0
+                ? 'You cannot make API keys in this organization'
+                : `Your role allows keys with ${allowed.join(', ')} only; an ${extra.join(', ')} key needs an owner or admin`,
+            );
+          }
+        }
+      : undefined,
   });
   return { ...viewApiKey(apiKey), key };
 }

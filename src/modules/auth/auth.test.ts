@@ -81,12 +81,12 @@ describe('signup and login', () => {
     expect(later.statusCode).toBe(200);
   });
 
-  it('writes audit rows for signup, login and logout', async () => {
+  it('writes audit rows for signup, email verification, login and logout', async () => {
     const u = await signUp(h);
     await h.request({ method: 'POST', url: '/auth/login', payload: { email: u.email, password: u.password } });
     await h.request({ method: 'POST', url: '/auth/logout', headers: bearer(u.accessToken) });
     const rows = await h.deps.db.query<{ action: string }>('SELECT action FROM audit_logs WHERE user_id = $1 ORDER BY created_at, action', [u.userId]);
-    expect(rows.map((r) => r.action).sort()).toEqual(['login', 'logout', 'signup']);
+    expect(rows.map((r) => r.action).sort()).toEqual(['login', 'logout', 'signup', 'verify_email']);
   });
 });
 

@@ -1,10 +1,11 @@
 import { randomBytes, scrypt as scryptCb, timingSafeEqual } from 'node:crypto';
+import { BoundedGate } from '../../lib/bounded-gate.js';
 
 /**
  * Passwords (SPEC §2): scrypt with OWASP-equivalent parameters (N=2^17, r=8, p=1), 16-byte salt,
  * stored as a PHC-style string so parameters can be raised and old hashes rehashed on login.
- * One hash needs 128·N·r bytes (128 MiB at N=2^17): a semaphore caps how many run at once, so a
- * login flood queues instead of exhausting memory.
+ * One hash needs 128·N·r bytes (128 MiB at N=2^17): a bounded gate caps how many run at once and how
+ * many wait (SPEC §8 "a bounded queue: past it, login answers 429 with Retry-After").
  */
 const R = 8;
 const P = 1;
@@ -19,28 +20,24 @@ function scrypt(password: string, salt: Buffer, logN: number): Promise<Buffer> {
   });
 }
 
-class Semaphore {
-  private active = 0;
-  private readonly waiting: Array<() => void> = [];
-  constructor(private readonly limit: number) {}
-  async run<T>(fn: () => Promise<T>): Promise<T> {
-    if (this.active >= this.limit) await new Promise<void>((resolve) => this.waiting.push(resolve));
-    this.active += 1;
-    try {
-      return await fn();
-    } finally {
-      this.active -= 1;
-      this.waiting.shift()?.();
-    }
-  }
-}
+/**
+ * Hashes running at once: two hold 256 MiB at the default cost and leave two of libuv's four pool
+ * threads (where scrypt runs) to DNS, file and other crypto work. Raising it raises peak memory.
+ */
+export const HASH_CONCURRENCY = 2;
+/** Hashes waiting: 32 behind 2 running is a few seconds at the default cost; the 35th gets 429 at once. */
+export const HASH_QUEUE = 32;
 
-/** At most two hashes at once (256 MiB at the default cost); the rest wait their turn. */
-const hashing = new Semaphore(2);
+/**
+ * Every scrypt of the process (hash, verify, and the dummy verify for unknown emails) passes this gate,
+ * so a flood of logins costs at most HASH_CONCURRENCY hashes of memory and HASH_QUEUE waiting requests;
+ * the rest are refused with 429 RATE_LIMITED and Retry-After. One per process: memory is per process.
+ */
+export const passwordHashing = new BoundedGate(HASH_CONCURRENCY, HASH_QUEUE, 'password checks');
 
 export async function hashPassword(password: string, logN: number): Promise<string> {
   const salt = randomBytes(16);
-  const key = await hashing.run(() => scrypt(password, salt, logN));
+  const key = await passwordHashing.run(() => scrypt(password, salt, logN));
   return `$scrypt$ln=${logN},r=${R},p=${P}$${salt.toString('base64')}$${key.toString('base64')}`;
 }
 
@@ -56,13 +53,13 @@ export async function verifyPassword(password: string, stored: string | null, lo
   const match = stored ? PHC.exec(stored) : null;
   if (!match) {
     // Spend the same time as a real check, so an unknown email cannot be told from a wrong password.
-    await hashing.run(() => scrypt(password, randomBytes(16), logN));
+    await passwordHashing.run(() => scrypt(password, randomBytes(16), logN));
     return { ok: false, needsRehash: false };
   }
   const storedLogN = Number(match[1]);
   const salt = Buffer.from(match[4]!, 'base64');
   const expected = Buffer.from(match[5]!, 'base64');
-  const key = await hashing.run(() => scrypt(password, salt, storedLogN));
+  const key = await passwordHashing.run(() => scrypt(password, salt, storedLogN));
   const ok = key.length === expected.length && timingSafeEqual(key, expected);
   return { ok, needsRehash: ok && storedLogN < logN };
 }

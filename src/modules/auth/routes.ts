@@ -3,15 +3,22 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { ctxOf, userOf } from '../../http/auth.js';
 import { Envelope, envelopeErrors, ok } from '../../http/envelope.js';
-import { Nullable } from '../../http/schemas.js';
+import { Nullable, StoredUrl } from '../../http/schemas.js';
+import { RESEND_LIMIT, resendVerification, verifyEmail } from './email-verification.js';
 import { getProfile, login, logout, refresh, signup, updateProfile } from './service.js';
 
 const Email = Type.String({ format: 'email', maxLength: 320, description: 'Email address', examples: ['ada@example.com'] });
-const Password = Type.String({ minLength: 8, maxLength: 1024, description: '8 to 1,024 characters' });
+const Password = Type.String({
+  minLength: 8,
+  maxLength: 1024,
+  description: '8 to 1,024 characters; not a common password, not the email address (or its part before @)',
+  examples: ['correct horse battery staple'],
+});
 
 export const Profile = Type.Object({
   id: Type.String({ format: 'uuid' }),
   email: Type.String(),
+  email_verified: Type.Boolean({ description: 'The address was proven by the mailed link; only then can the user accept invitations' }),
   full_name: Nullable(Type.String()),
   avatar_url: Nullable(Type.String()),
   bio: Nullable(Type.String()),
@@ -40,7 +47,7 @@ export async function authRoutes(fastify: FastifyInstance): Promise<void> {
       config: { auth: 'public' },
       schema: {
         tags,
-        summary: 'Create an account (and its profile); signs in',
+        summary: 'Create an account (and its profile); signs in and mails a link to verify the address',
         body: Type.Object(
           { email: Email, password: Password, full_name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })) },
           { additionalProperties: false },
@@ -97,6 +104,61 @@ export async function authRoutes(fastify: FastifyInstance): Promise<void> {
     },
   );
 
+  app.post(
+    '/auth/verify-email',
+    {
+      config: { auth: 'public' },
+      schema: {
+        tags,
+        summary: 'Verify the email address with the token of the mailed link (valid 24 hours); again once verified is the same answer',
+        body: Type.Object(
+          {
+            token: Type.String({
+              minLength: 1,
+              maxLength: 200,
+              description: 'The token of the link (the part after #token=)',
+              examples: ['cgev_4fT9aQ2xYz…'],
+            }),
+          },
+          { additionalProperties: false },
+        ),
+        response: {
+          200: Envelope(Profile),
+          ...envelopeErrors(400, 404, 409, 429),
+        },
+      },
+    },
+    async (request) => ok(await verifyEmail(ctxOf(request), request.body.token), 'Email address verified'),
+  );
+
+  app.post(
+    '/auth/resend-verification',
+    {
+      config: { auth: 'user' },
+      schema: {
+        tags,
+        security: bearer,
+        summary: `Mail a fresh verification link (at most ${RESEND_LIMIT} per hour); 409 when already verified`,
+        response: {
+          200: Envelope(
+            Type.Object({
+              email: Type.String({ description: 'Where the link went', examples: ['ada@example.com'] }),
+              expires_at: Type.String({ format: 'date-time', description: 'The link works until then' }),
+              email_delivery: Type.Union([Type.Literal('smtp'), Type.Literal('outbox')], {
+                description: 'smtp: handed to the mail server; outbox: kept in the outbox (no SMTP_URL, or the server refused it for now)',
+              }),
+            }),
+          ),
+          ...envelopeErrors(401, 409, 429),
+        },
+      },
+    },
+    async (request) => {
+      const { ctx, userId } = userOf(request);
+      return ok(await resendVerification(ctx, userId), 'Verification link sent');
+    },
+  );
+
   app.get(
     '/auth/me',
     {
@@ -120,7 +182,7 @@ export async function authRoutes(fastify: FastifyInstance): Promise<void> {
         body: Type.Object(
           {
             full_name: Type.Optional(Nullable(Type.String({ maxLength: 200 }))),
-            avatar_url: Type.Optional(Nullable(Type.String({ format: 'uri', maxLength: 2000 }))),
+            avatar_url: Type.Optional(Nullable(StoredUrl('Picture of the user'))),
             bio: Type.Optional(Nullable(Type.String({ maxLength: 2000 }))),
             default_organization_id: Type.Optional(Nullable(Type.String({ format: 'uuid' }))),
           },

@@ -2,52 +2,20 @@ import { MINUTE } from '../../clock.js';
 import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { AppError, UnauthorizedError } from '../../errors.js';
+import { deliverMail, type QueuedMail } from '../../lib/mailer.js';
 import { hashedSubject, limitAttempt } from '../../lib/rate-limiter.js';
 import { randomBase62, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
+import { queueVerification } from './email-verification.js';
+import { assertAcceptablePassword } from './password-policy.js';
 import { hashPassword, verifyPassword } from './passwords.js';
+import { profileOf, USER_COLUMNS, type UserProfile, type UserRow } from './profile.js';
 import { ACCESS_TOKEN_TTL_S, REFRESH_TOKEN_TTL_MS, signAccessToken, verifyAccessToken } from './tokens.js';
 
 /** SPEC §8: a parent token reused this soon after its rotation is a concurrent refresh, not theft. */
 export const REFRESH_GRACE_MS = 10_000;
 
-export interface UserProfile {
-  id: string;
-  email: string;
-  full_name: string | null;
-  avatar_url: string | null;
-  bio: string | null;
-  default_organization_id: string | null;
-  created_at: string;
-  updated_at: string;
-}
-
-interface UserRow {
-  id: string;
-  email: string;
-  full_name: string | null;
-  avatar_url: string | null;
-  bio: string | null;
-  default_organization_id: string | null;
-  password_hash: string | null;
-  created_at: Date;
-  updated_at: Date;
-}
-
-const USER_COLUMNS = 'id, email, full_name, avatar_url, bio, default_organization_id, created_at, updated_at';
-
-export function profileOf(u: Omit<UserRow, 'password_hash'>): UserProfile {
-  return {
-    id: u.id,
-    email: u.email,
-    full_name: u.full_name,
-    avatar_url: u.avatar_url,
-    bio: u.bio,
-    default_organization_id: u.default_organization_id,
-    created_at: u.created_at.toISOString(),
-    updated_at: u.updated_at.toISOString(),
-  };
-}
+export { profileOf, type UserProfile } from './profile.js';
 
 export interface TokenPair {
   access_token: string;
@@ -83,12 +51,17 @@ async function startSession(ctx: Ctx, tx: Queryable, user: UserRow): Promise<Tok
   return issuePair(ctx, tx, user, rows[0]!.id, null);
 }
 
-/** POST /auth/signup: the profile and a first session, in one transaction. */
+/**
+ * POST /auth/signup: the profile (unverified), its verification mail and a first session, in one
+ * transaction; the mail is sent after the commit. A weak password is refused before any hashing.
+ */
 export async function signup(ctx: Ctx, input: { email: string; password: string; full_name?: string | undefined }): Promise<TokenPair> {
+  await assertAcceptablePassword(input.password, input.email);
   const hash = await hashPassword(input.password, ctx.config.passwordHashLogN);
   const now = ctx.clock.now();
+  let result: { pair: TokenPair; mail: QueuedMail };
   try {
-    return await ctx.db.transaction(async (tx) => {
+    result = await ctx.db.transaction(async (tx) => {
       const rows = await tx.query<UserRow>(
         `INSERT INTO users (email, password_hash, full_name, created_at, updated_at) VALUES ($1, $2, $3, $4, $4)
          RETURNING ${USER_COLUMNS}, password_hash`,
@@ -97,22 +70,41 @@ export async function signup(ctx: Ctx, input: { email: string; password: string;
       const user = rows[0]!;
       const userCtx: Ctx = { ...ctx, actor: { type: 'user', userId: user.id } };
       await writeAudit(tx, userCtx, { organizationId: null, action: 'signup', resourceType: 'user', resourceId: user.id });
-      return startSession(userCtx, tx, user);
+      const { mail } = await queueVerification(userCtx, tx, user);
+      return { pair: await startSession(userCtx, tx, user), mail };
     });
   } catch (err) {
     if ((err as { code?: string }).code === '23505') throw new AppError('CONFLICT', 'An account with this email exists');
     throw err;
   }
+  await deliverMail(ctx, result.mail);
+  return result.pair;
 }
 
-/** SPEC §6: login attempts per (IP, email) in a sliding 15 minutes, shared by every instance. */
+/**
+ * SPEC §6/§8: login attempts per (IP, email): 10 in any 15 minutes, counted exactly (a sliding log,
+ * not the request limits' approximating counter), shared by every instance.
+ */
 export const LOGIN_LIMIT = 10;
+export const LOGIN_WINDOW_MS = 15 * MINUTE;
 
-/** POST /auth/login, limited per (IP, email). Unknown email and wrong password give one answer. */
+/**
+ * POST /auth/login, limited per (IP, email). Unknown email and wrong password give one answer after
+ * the same work. The attempt is counted before the hash, so refused attempts cost no scrypt; an attempt
+ * the full hash queue refuses (429) has still used one of the ten.
+ */
 export async function login(ctx: Ctx, input: { email: string; password: string }): Promise<TokenPair> {
   await limitAttempt(
     ctx.limiter,
-    [{ subject: hashedSubject('login', ctx.ip ?? '', input.email.toLowerCase()), name: 'login', limit: LOGIN_LIMIT, windowMs: 15 * MINUTE }],
+    [
+      {
+        subject: hashedSubject('login', ctx.ip ?? '', input.email.toLowerCase()),
+        name: 'login',
+        limit: LOGIN_LIMIT,
+        windowMs: LOGIN_WINDOW_MS,
+        exact: true,
+      },
+    ],
     'login attempts',
   );
   const rows = await ctx.db.query<UserRow>(`SELECT ${USER_COLUMNS}, password_hash FROM users WHERE lower(email) = lower($1)`, [
@@ -122,7 +114,8 @@ export async function login(ctx: Ctx, input: { email: string; password: string }
   const check = await verifyPassword(input.password, user?.password_hash ?? null, ctx.config.passwordHashLogN);
   if (!user || !check.ok) throw new UnauthorizedError('Wrong email or password');
   const userCtx: Ctx = { ...ctx, actor: { type: 'user', userId: user.id } };
-  const rehash = check.needsRehash ? await hashPassword(input.password, ctx.config.passwordHashLogN) : null;
+  // A stronger hash is a nicety: when the queue is full, sign in now and rehash at a later login.
+  const rehash = check.needsRehash ? await hashPassword(input.password, ctx.config.passwordHashLogN).catch(() => null) : null;
   return ctx.db.transaction(async (tx) => {
     if (rehash) await tx.query('UPDATE users SET password_hash = $2 WHERE id = $1', [user.id, rehash]);
     await writeAudit(tx, userCtx, { organizationId: null, action: 'login', resourceType: 'user', resourceId: user.id });

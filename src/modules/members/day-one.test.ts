@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createHarness, type Harness, json, unique } from '../../../test/harness.js';
+import { readOutboxBody } from '../../lib/mailer.js';
 
 let h: Harness;
 beforeAll(async () => {
@@ -44,7 +45,20 @@ describe('day one', () => {
 
     const guestSignup = await h.request({ method: 'POST', url: '/auth/signup', payload: { email: guestEmail.toLowerCase(), password: 'guest password 1', full_name: 'Grace' } });
     expect(guestSignup.statusCode).toBe(201);
-    const guest = json<Envelope<{ access_token: string; user: { id: string } }>>(guestSignup).data;
+    const guest = json<Envelope<{ access_token: string; user: { id: string; email_verified: boolean } }>>(guestSignup).data;
+
+    // Only a verified address accepts (SPEC §8): the guest opens the link of the mail signup sent.
+    expect(guest.user.email_verified).toBe(false);
+    const early = await h.request({ method: 'POST', url: `/invitations/${token}/accept`, headers: bearer(guest.access_token) });
+    expect(early.statusCode).toBe(403);
+    const mails = await h.deps.db.query<{ body: string; body_encrypted: boolean }>(
+      `SELECT body, body_encrypted FROM email_outbox WHERE "to" = $1 AND template = 'verify_email'`,
+      [guestEmail.toLowerCase()],
+    );
+    expect(mails).toHaveLength(1);
+    const link = /\/verify-email#token=(cgev_[0-9A-Za-z]+)/.exec(readOutboxBody(h.config, mails[0]!))![1]!;
+    const verified = await h.request({ method: 'POST', url: '/auth/verify-email', payload: { token: link } });
+    expect(json<Envelope<{ email_verified: boolean }>>(verified).data.email_verified).toBe(true);
 
     const accepted = await h.request({ method: 'POST', url: `/invitations/${token}/accept`, headers: bearer(guest.access_token) });
     expect(accepted.statusCode).toBe(200);

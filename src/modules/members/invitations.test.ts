@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DAY } from '../../clock.js';
+import { DELIVERED_SECRET_BODY, readOutboxBody } from '../../lib/mailer.js';
 import { sha256Hex } from '../../lib/secrets.js';
 import { bearer, createHarness, type Harness, joinByInvitation, json, signUp, signUpWithOrganization } from '../../../test/harness.js';
 import { type SmtpStandIn, startSmtpStandIn } from '../../../test/smtp-stand-in.js';
@@ -40,13 +41,15 @@ describe('POST /organizations/{id}/users (invite)', () => {
     const stored = await h.deps.db.query<Record<string, unknown>>('SELECT * FROM invitations WHERE id = $1', [created.id]);
     expect(stored[0]!.token_hash).toBe(sha256Hex(created.token));
     expect(JSON.stringify(stored)).not.toContain(created.token);
-    const mail = await h.deps.db.query<{ to: string; subject: string; body: string; template: string; sent_at: Date | null }>(
+    const mail = await h.deps.db.query<{ to: string; subject: string; body: string; body_encrypted: boolean; template: string; sent_at: Date | null }>(
       'SELECT * FROM email_outbox WHERE organization_id = $1',
       [orgId],
     );
     expect(mail).toHaveLength(1);
-    expect(mail[0]).toMatchObject({ to: created.email, template: 'invitation', sent_at: null });
-    expect(mail[0]!.body).toContain(created.accept_url);
+    expect(mail[0]).toMatchObject({ to: created.email, template: 'invitation', sent_at: null, body_encrypted: true });
+    // The link is a secret: encrypted at rest until sent, readable through the mailer's reader.
+    expect(mail[0]!.body).not.toContain(created.token);
+    expect(readOutboxBody(h.config, mail[0]!)).toContain(created.accept_url);
     const audit = await h.deps.db.query<{ user_id: string; resource_id: string; metadata: Record<string, unknown> }>(
       "SELECT * FROM audit_logs WHERE organization_id = $1 AND action = 'invite'",
       [orgId],
@@ -98,7 +101,7 @@ describe('POST /organizations/{id}/users (invite)', () => {
     const asAdmin = await invite(bearer(admin.accessToken), orgId, { email: 'boss@example.com', role: 'owner' }, url);
     expect(asAdmin.statusCode).toBe(403);
     expect((await invite({ 'x-api-key': key }, orgId, { email: 'boss@example.com', role: 'owner' }, url)).statusCode).toBe(403);
-    const byKey = await invite({ 'x-api-key': key }, orgId, { email: 'keyed@example.com', role: 'viewer' }, url);
+    const byKey = await invite({ 'x-api-key': key }, orgId, { email: `${orgId}-keyed@example.com`, role: 'viewer' }, url);
     expect(byKey.statusCode).toBe(201);
     expect(json<{ data: { invited_by: string | null } }>(byKey).data.invited_by).toBeNull();
     const boss = await signUp(h);
@@ -152,7 +155,7 @@ describe('POST /invitations/{token}/accept', () => {
     const audit = await h.deps.db.query("SELECT * FROM audit_logs WHERE organization_id = $1 AND action = 'accept' AND resource_id = $2", [orgId, created.id]);
     expect(audit).toHaveLength(1);
     // Now an admin: can list and invite.
-    expect((await invite(bearer(guest.accessToken), orgId, { email: 'next@example.com' })).statusCode).toBe(201);
+    expect((await invite(bearer(guest.accessToken), orgId, { email: `${orgId}-next@example.com` })).statusCode).toBe(201);
   });
 
   it('another signed-in user gets 403; no token or an API key gets 401; an unknown token 404', async () => {
@@ -268,8 +271,11 @@ describe('invitation mail over SMTP', () => {
     const [message] = (await smtp.waitFor(1)).filter((m) => m.to.includes(email));
     expect(message?.data).toContain(created.accept_url);
     expect(message?.data).toMatch(/Subject: You are invited to join Org /);
-    const row = await hs.deps.db.query<{ sent_at: Date | null; body: string }>('SELECT sent_at, body FROM email_outbox WHERE organization_id = $1', [owner.organizationId]);
+    const row = await hs.deps.db.query<{ sent_at: Date | null; body: string; body_encrypted: boolean }>(
+      'SELECT sent_at, body, body_encrypted FROM email_outbox WHERE organization_id = $1',
+      [owner.organizationId],
+    );
+    expect(row[0]).toMatchObject({ body: DELIVERED_SECRET_BODY, body_encrypted: false });
     expect(row[0]!.sent_at).toBeInstanceOf(Date);
-    expect(row[0]!.body).not.toContain(created.token);
   });
 });

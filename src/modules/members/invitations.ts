@@ -9,7 +9,9 @@ import { randomBase62, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
 import { isUuid } from '../metering/state.js';
+import { heldBy, invitationRolesAllowed } from '../organizations/powers.js';
 import { authorize, type Role } from '../organizations/rbac.js';
+import { enforceInvitationCaps } from './invitation-caps.js';
 import { loadMember, type MemberView } from './service.js';
 
 /** SPEC §2: ≥ 178 random bits (36 base62 characters ≈ 214), shown once, stored as SHA-256. */
@@ -76,7 +78,8 @@ export interface InviteInput {
 /**
  * Invite by email (POST /organizations/{id}/users and /api/organizations/{org_id}/invitations). The
  * invitation, its mail (outbox row) and its audit row commit together; the mail goes out after the
- * commit. A new invitation to the same address replaces the open one (its link stops working).
+ * commit. A new invitation to the same address replaces the open one (its link stops working). Capped
+ * per organization and per address per day (invitation-caps.ts): 429 with Retry-After past a cap.
  */
 export async function inviteMember(
   ctx: Ctx,
@@ -84,7 +87,10 @@ export async function inviteMember(
 ): Promise<InvitationView & { token: string; accept_url: string; email_delivery: Delivery }> {
   const caller = await authorize(ctx, input.organizationId, 'members.invite');
   const role = input.role ?? 'member';
-  if (role === 'owner' && caller.role !== 'owner') throw new AppError('FORBIDDEN', 'Only an owner can invite an owner');
+  // An API key acts as an admin would (never an owner); a user invites with their own role or below.
+  const refuse = () =>
+    new AppError('FORBIDDEN', role === 'owner' ? 'Only an owner can invite an owner' : `Your role cannot invite with the role ${role}`);
+  if (caller.userId === null && !invitationRolesAllowed({ role: 'admin', permissions: new Set(['members.invite']) }).includes(role)) throw refuse();
   const token = `${INVITATION_PREFIX}${randomBase62(36)}`;
   const acceptUrl = `${ctx.config.publicBaseUrl}/invitations/${token}`;
   const now = ctx.clock.now();
@@ -92,19 +98,16 @@ export async function inviteMember(
   const { row, mail } = await ctx.db.transaction(async (tx) => {
     const orgs = await tx.query<{ name: string }>('SELECT name FROM organizations WHERE id = $1 AND deleted_at IS NULL', [input.organizationId]);
     if (!orgs[0]) throw new NotFoundError('Organization');
-    if (role === 'owner') {
-      // The owner check again, under a lock, so a caller demoted meanwhile cannot mint an owner.
-      const still = await tx.query(
-        `SELECT 1 FROM organization_members WHERE organization_id = $1 AND user_id = $2 AND role = 'owner' FOR SHARE`,
-        [input.organizationId, caller.userId],
-      );
-      if (still.length === 0) throw new AppError('FORBIDDEN', 'Only an owner can invite an owner');
+    // Under a lock of the inviter's membership, so a caller demoted meanwhile cannot invite above it.
+    if (caller.userId !== null && !invitationRolesAllowed(await heldBy(tx, input.organizationId, caller.userId, true)).includes(role)) {
+      throw refuse();
     }
     const member = await tx.query(
       `SELECT 1 FROM organization_members m JOIN users u ON u.id = m.user_id WHERE m.organization_id = $1 AND lower(u.email) = lower($2)`,
       [input.organizationId, email],
     );
     if (member.length > 0) throw new AppError('CONFLICT', `${email} is already a member of this organization`);
+    await enforceInvitationCaps(tx, input.organizationId, email, now);
     const replaced = await tx.query<{ id: string }>(
       `UPDATE invitations SET revoked_at = $3 WHERE organization_id = $1 AND lower(email) = lower($2)
        AND accepted_at IS NULL AND revoked_at IS NULL RETURNING id`,
@@ -135,13 +138,13 @@ export async function inviteMember(
         expiresAt: invitation.expires_at,
       },
     });
-    const queued = await enqueueMail(tx, now, {
-      to: email,
-      template: 'invitation',
-      organizationId: input.organizationId,
-      ...content,
-      secrets: [token],
-    });
+    // The body holds the accept link (a bearer token): encrypted at rest until SMTP accepts it.
+    const queued = await enqueueMail(
+      tx,
+      now,
+      { to: email, template: 'invitation', organizationId: input.organizationId, ...content, containsSecret: true },
+      ctx.config,
+    );
     await writeAudit(tx, ctx, {
       organizationId: input.organizationId,
       action: 'invite',
@@ -242,8 +245,15 @@ export async function acceptInvitation(ctx: Ctx, userId: string, token: string):
   const now = ctx.clock.now();
   const member = await ctx.db.transaction(async (tx) => {
     const invitation = await findByToken(tx, token);
-    const sameEmail = await tx.query('SELECT 1 FROM users WHERE id = $1 AND lower(email) = lower($2)', [userId, invitation.email]);
+    const sameEmail = await tx.query<{ email_verified_at: Date | null }>(
+      'SELECT email_verified_at FROM users WHERE id = $1 AND lower(email) = lower($2)',
+      [userId, invitation.email],
+    );
     if (sameEmail.length === 0) throw new AppError('FORBIDDEN', 'This invitation was sent to another email address');
+    // SPEC §8: the invitation goes to an address; only someone who proved they read it may use it.
+    if (!sameEmail[0]!.email_verified_at) {
+      throw new AppError('FORBIDDEN', 'Verify your email address first: open the link we mailed you (or POST /auth/resend-verification), then accept');
+    }
     const claimed = await tx.query(
       `UPDATE invitations SET accepted_at = $2 WHERE id = $1 AND accepted_at IS NULL AND revoked_at IS NULL AND expires_at > $2 RETURNING id`,
       [invitation.id, now],

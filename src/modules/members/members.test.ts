@@ -152,7 +152,9 @@ describe('PUT /organizations/{id}/users/{userId}', () => {
     const granted = await put(ob, orgId, viewer.userId, { permissions: { 'members.invite': true, 'members.read': false } });
     expect(granted.statusCode).toBe(200);
     expect(json<{ data: Member }>(granted).data.permissions).toEqual({ 'members.invite': true, 'members.read': false });
-    expect((await invite(bearer(viewer.accessToken), orgId, { email: `${viewer.userId}-x@example.com` })).statusCode).toBe(201);
+    // A viewer invites with their own role or below (organizations/powers.ts): a viewer, not a member.
+    expect((await invite(bearer(viewer.accessToken), orgId, { email: `${viewer.userId}-m@example.com` })).statusCode).toBe(403);
+    expect((await invite(bearer(viewer.accessToken), orgId, { email: `${viewer.userId}-x@example.com`, role: 'viewer' })).statusCode).toBe(201);
     expect((await list(bearer(viewer.accessToken), orgId)).statusCode).toBe(403);
     const cleared = await put(ob, orgId, viewer.userId, { permissions: { 'members.invite': null, 'members.read': null } });
     expect(json<{ data: Member }>(cleared).data.permissions).toEqual({});
@@ -230,7 +232,7 @@ describe('PUT /organizations/{id}/users/{userId}', () => {
     }
     const unknown = await put(ob, orgId, (await signUp(h)).userId, { role: 'admin' });
     expect(unknown.statusCode).toBe(404);
-    expect((await put(ob, orgId, 'not-a-uuid', { role: 'admin' })).statusCode).toBe(400);
+    expect((await put(ob, orgId, 'not-a-uuid', { role: 'admin' })).statusCode).toBe(404); // SPEC §10: a path id that is not a UUID
   });
 
   it('PERMISSION_NAMES is exactly the seeded permission table', async () => {

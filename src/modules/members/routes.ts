@@ -6,6 +6,7 @@ import { Envelope, envelopeErrors, ok, page, PageEnvelope, PageQuery, pageOf } f
 import { decodeCursor } from '../../http/envelope.js';
 import { acceptInvitation, getInvitationByToken, inviteMember, listInvitations, revokeInvitation } from './invitations.js';
 import {
+  INVITE_CAPS_NOTE,
   InvitationCreatedSchema,
   InvitationListQuery,
   InvitationParams,
@@ -57,9 +58,10 @@ export async function memberRoutes(fastify: FastifyInstance): Promise<void> {
         tags,
         security,
         summary: 'Invite by email as admin, member or viewer (members.invite); the token is valid 7 days',
+        description: INVITE_CAPS_NOTE,
         params: OrgParams,
         body: InviteBody,
-        response: { 201: Envelope(InvitationCreatedSchema), ...envelopeErrors(400, 401, 403, 404, 409) },
+        response: { 201: Envelope(InvitationCreatedSchema), ...envelopeErrors(400, 401, 403, 404, 409, 429) },
       },
     },
     async (request, reply) => {
@@ -144,7 +146,7 @@ export async function memberRoutes(fastify: FastifyInstance): Promise<void> {
   app.get(
     '/invitations/:token',
     {
-      config: { auth: 'public' },
+      config: { auth: 'public', secretParams: ['token'] },
       schema: {
         tags,
         summary: 'What an invitation link is for: organization, role, inviter, expiry and status (no auth)',
@@ -158,7 +160,7 @@ export async function memberRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/invitations/:token/accept',
     {
-      config: { auth: 'user' },
+      config: { auth: 'user', secretParams: ['token'] },
       schema: {
         tags,
         security: userSecurity,

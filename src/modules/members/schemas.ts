@@ -2,6 +2,7 @@ import { Type } from 'typebox';
 import { PageQuery } from '../../http/envelope.js';
 import { anyOf, Nullable } from '../../http/schemas.js';
 import type { Permission } from '../organizations/rbac.js';
+import { INVITATIONS_PER_ADDRESS_PER_DAY, INVITATIONS_PER_ORGANIZATION_PER_DAY } from './invitation-caps.js';
 
 /** Every seeded permission (migrations/0005); a test checks this list against the table. */
 export const PERMISSION_NAMES = [
@@ -105,6 +106,12 @@ export const InvitationSchema = Type.Object({
   revoked_at: Nullable(Timestamp('When it was revoked')),
   created_at: Timestamp('When it was made'),
 });
+
+/** The invite routes' OpenAPI description: the caps of SPEC §8 (numbers in invitation-caps.ts, docs/accounts.md). */
+export const INVITE_CAPS_NOTE =
+  `At most ${INVITATIONS_PER_ORGANIZATION_PER_DAY} invitations per organization and ${INVITATIONS_PER_ADDRESS_PER_DAY} per address ` +
+  '(across all organizations) in any 24 hours; past either cap, 429 RATE_LIMITED with Retry-After ' +
+  '(seconds until the oldest counted invitation leaves the window).';
 
 export const InvitationCreatedSchema = Type.Object({
   ...InvitationSchema.properties,

@@ -5,6 +5,7 @@ import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
 import { isUuid } from '../metering/state.js';
+import { permissionsOf, takeBackExcess } from '../organizations/powers.js';
 import { authorize, type Role } from '../organizations/rbac.js';
 
 export interface MemberRow {
@@ -97,21 +98,6 @@ async function lockMember(tx: Queryable, organizationId: string, userId: string)
 const lastOwner = () => new AppError('CONFLICT', 'The last owner cannot be removed or demoted; make another member owner first');
 const ownerOnly = () => new AppError('FORBIDDEN', 'Only an owner can make, change or remove an owner');
 
-/**
- * The permissions a caller holds in the organization (role plus overrides). An API key acts as an
- * admin would: it can grant what the admin role has, never more.
- */
-async function heldPermissions(tx: Queryable, organizationId: string, userId: string | null, role: Role | null): Promise<Set<string>> {
-  const rows = await tx.query<{ name: string }>(
-    `SELECT p.name FROM permissions p
-     WHERE COALESCE(
-       (SELECT up.granted FROM user_permissions up WHERE up.organization_id = $1 AND up.user_id = $2 AND up.permission_id = p.id),
-       EXISTS (SELECT 1 FROM role_permissions rp JOIN roles r ON r.id = rp.role_id WHERE r.name = $3 AND rp.permission_id = p.id))`,
-    [organizationId, userId, role ?? 'admin'],
-  );
-  return new Set(rows.map((r) => r.name));
-}
-
 export type Overrides = Partial<Record<string, boolean | null>>;
 
 /**
@@ -183,9 +169,12 @@ export async function updateMember(ctx: Ctx, organizationId: string, userId: str
       }
     }
     if (input.permissions) {
-      const held = await heldPermissions(tx, organizationId, caller.userId, caller.role);
+      // An API key acts as an admin would: it can grant what the admin role has, never more.
+      const held = await permissionsOf(tx, organizationId, caller.userId, caller.role ?? 'admin');
       await applyOverrides(tx, { organizationId, userId, overrides: input.permissions, resultingRole, held });
     }
+    // Keys and invitations the member made must not outlive the powers taken away here.
+    await takeBackExcess(tx, ctx, organizationId, userId);
     await writeAudit(tx, ctx, {
       organizationId,
       action: 'update',
@@ -223,6 +212,8 @@ export async function removeMember(ctx: Ctx, organizationId: string, userId: str
     await tx.query('DELETE FROM organization_members WHERE organization_id = $1 AND user_id = $2', [organizationId, userId]);
     // resolve-deployment must not keep answering with an organization the user left.
     await tx.query('UPDATE users SET default_organization_id = NULL WHERE id = $1 AND default_organization_id = $2', [userId, organizationId]);
+    // A member who is gone holds nothing: their keys are revoked and their pending invitations withdrawn.
+    await takeBackExcess(tx, ctx, organizationId, userId);
     await writeAudit(tx, ctx, {
       organizationId,
       action: 'remove',

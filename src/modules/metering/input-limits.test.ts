@@ -251,7 +251,8 @@ describe('types, without coercion', () => {
       expectInvalid(await send(url, serviceHeaders(h), body), JSON.stringify(body).slice(0, 60));
     }
     expectInvalid(await send(url, serviceHeaders(h), { amount: 1, reason: 'r', idempotency_key: 7 }), 'idempotency_key number');
-    expectInvalid(await send('/api/v1/mcp/usage/not-a-uuid/refund', serviceHeaders(h), { reason: 'r' }), 'usage id not a uuid');
+    // SPEC §10: a path id that is not a UUID is 404, like a missing row.
+    expect((await send('/api/v1/mcp/usage/not-a-uuid/refund', serviceHeaders(h), { reason: 'r' })).statusCode).toBe(404);
     const rows = await h.deps.db.query<{ refunded: number }>('SELECT refunded FROM usage_records WHERE id = $1', [used.usage_id]);
     expect(rows).toEqual([{ refunded: 0 }]);
     expect(await h.deps.db.query("SELECT 1 FROM credit_ledger WHERE deployment_id = $1 AND kind = 'refund'", [t.deploymentId])).toHaveLength(0);

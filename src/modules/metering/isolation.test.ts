@@ -146,7 +146,7 @@ describe("a key of organization A and organization B's deployment", () => {
     expect(json(status)).toMatchObject({ status: 'reserved', reserved_credits: 1 });
   });
 
-  it("cannot refund B's usage; B's balance, ledger and usage stay as they were", async () => {
+  it("cannot refund B's usage (no key refunds at all: 403, whoever's usage); B's balance, ledger and usage stay as they were", async () => {
     const a = await createTenant(h, { tier: 'launch' });
     const { b, usageId } = await victim();
     const before = await snapshot(b);
@@ -157,8 +157,8 @@ describe("a key of organization A and organization B's deployment", () => {
     ];
     for (const [headers, body] of attempts) {
       const res = await post(`/api/v1/mcp/usage/${usageId}/refund`, headers, body);
-      expect(res.statusCode, JSON.stringify(body)).toBe(404);
-      expect(json(res)).toMatchObject({ error: 'not_found', code: 'NOT_FOUND' });
+      expect(res.statusCode, JSON.stringify(body)).toBe(403);
+      expect(json(res)).toMatchObject({ error: 'forbidden', code: 'FORBIDDEN' });
     }
     expect(await snapshot(b)).toEqual(before);
     expect(await findLedgerMismatches(h.deps.db, b.organizationId)).toEqual([]);

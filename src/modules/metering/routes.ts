@@ -5,7 +5,8 @@ import { ValidationError } from '../../errors.js';
 import { apiKeyOf, ctxOf, principalOf } from '../../http/auth.js';
 import { anyOf, flatErrors } from '../../http/schemas.js';
 import { costTable } from './costs.js';
-import { getInvocation, refundUsage, releaseInvocation, type Scope } from './invocations.js';
+import { refundUsage } from '../credits/refunds.js';
+import { getInvocation, releaseInvocation, type Scope } from './invocations.js';
 import { resolveDeployment } from './resolve.js';
 import * as S from './schemas.js';
 import { checkEntitlement, type RecordOutcome, recordUsage } from './service.js';
@@ -242,27 +243,29 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/api/v1/mcp/usage/:usage_id/refund',
     {
+      // An organization key authenticates (a read-only one is refused for scope), and is then refused
+      // with 403 FORBIDDEN by the verb: only the platform refunds (credits/refunds.ts).
       config: { auth: 'apiKeyOrService', scope: 'write' },
       schema: {
         tags: ['MCP reservations'],
-        summary: 'Refund a recorded usage in whole or in part (idempotent with Idempotency-Key)',
-        security: eitherSecurity,
+        summary: 'Refund a recorded usage in whole or in part (idempotent with Idempotency-Key); service key only',
+        description:
+          'Only the platform refunds: the service key here, or the operator API. An organization API key is refused with 403 FORBIDDEN. ' +
+          'Credits go back to the bucket they came from; the monthly part of a usage from a period that has ended is settled but not given back.',
+        security: serviceSecurity,
         params: S.UsageParams,
         body: S.RefundBody,
         response: { 200: S.RefundReply, ...flatErrors(400, 401, 403, 404, 409, 422) },
       },
     },
     async (request) => {
-      const ctx = ctxOf(request);
-      const organizationId = principalOf(request)?.organizationId ?? null;
       const raw = request.headers['idempotency-key'];
       const headerKey = Array.isArray(raw) ? raw[0] : raw;
-      return refundUsage(ctx, {
+      return refundUsage(ctxOf(request), {
         usageId: request.params.usage_id,
         amount: request.body.amount,
         reason: request.body.reason,
         idempotencyKey: request.body.idempotency_key ?? headerKey,
-        organizationId,
       });
     },
   );

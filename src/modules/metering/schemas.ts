@@ -14,7 +14,8 @@ const Reason = Nullable(
   ),
 );
 const Tier = Nullable(Type.String({ description: 'Deployment tier', examples: ['launch'] }));
-const DeploymentId = Type.String({ minLength: 1, maxLength: 100, description: 'Deployment UUID', examples: ['0b6f…'] });
+// SPEC §10: a deployment_id that is not a UUID is 400 here (it used to reach a ::uuid cast: 500).
+const DeploymentId = Type.String({ format: 'uuid', description: 'Deployment UUID', examples: ['0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f'] });
 
 const reservationFields = {
   reserve: Type.Optional(
@@ -124,7 +125,10 @@ export const RefundBody = Type.Object(
 export const RefundReply = Type.Object({
   usage_id: Type.String(),
   refund_id: Nullable(Type.String()),
-  credits_refunded: Type.Integer(),
+  credits_refunded: Type.Integer({ description: 'Credits of the usage settled by this refund' }),
+  credits_forfeited: Type.Integer({
+    description: 'Of those, the monthly part of a period that has ended: settled but not given back (nothing rolls over)',
+  }),
   total_refunded: Type.Integer(),
   credits_remaining: Nullable(Type.Integer()),
 });

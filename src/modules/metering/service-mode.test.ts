@@ -282,12 +282,14 @@ describe('check-entitlement (service mode)', () => {
     });
   });
 
-  it('an unknown or malformed deployment_id → deployment_not_found, credit_cost 0, credits_available null', async () => {
-    for (const deploymentId of [randomUUID(), 'not-a-uuid', '00000000-0000-0000-0000-000000000000']) {
+  it('an unknown deployment_id → deployment_not_found, credit_cost 0, credits_available null; one that is not a UUID is 400', async () => {
+    for (const deploymentId of [randomUUID(), '00000000-0000-0000-0000-000000000000']) {
       const res = await check({ deployment_id: deploymentId, tool_name: 'x' });
       expect(res.statusCode, deploymentId).toBe(200);
       expect(json(res), deploymentId).toEqual(denied('deployment_not_found', null));
     }
+    // SPEC §10: an id that must be a UUID and is not is 400 in a body.
+    expect(json(await check({ deployment_id: 'not-a-uuid', tool_name: 'x' }))).toMatchObject({ code: 'INVALID_REQUEST' });
   });
 
   it('a suspended deployment → deployment_not_found, before every other reason', async () => {
@@ -477,12 +479,12 @@ describe('usage (service mode)', () => {
     }
   });
 
-  it('an unknown deployment_id answers 200 with error deployment_not_found', async () => {
-    for (const deploymentId of [randomUUID(), 'nope']) {
-      const res = await usage({ deployment_id: deploymentId, tool_name: 'x' });
-      expect(res.statusCode).toBe(200);
-      expect(json(res)).toMatchObject({ success: false, credits_used: 0, error: 'deployment_not_found' });
-    }
+  it('an unknown deployment_id answers 200 with error deployment_not_found; one that is not a UUID is 400', async () => {
+    const res = await usage({ deployment_id: randomUUID(), tool_name: 'x' });
+    expect(res.statusCode).toBe(200);
+    expect(json(res)).toMatchObject({ success: false, credits_used: 0, error: 'deployment_not_found' });
+    // SPEC §10: an id that must be a UUID and is not is 400 in a body.
+    expect((await usage({ deployment_id: 'nope', tool_name: 'x' })).statusCode).toBe(400);
   });
 
   it('a depleted account refuses the deduction (no prior check needed to find out)', async () => {

@@ -39,9 +39,12 @@ describe('POST /organizations', () => {
 
   it('the self-hosted /api/organizations path creates too (201)', async () => {
     const u = await signUp(h);
-    const res = await h.request({ method: 'POST', url: '/api/organizations', headers: bearer(u.accessToken), payload: { name: 'Self', slug: slug(), tier: 'pro' } });
+    const res = await h.request({ method: 'POST', url: '/api/organizations', headers: bearer(u.accessToken), payload: { name: 'Self', slug: slug(), tier: 'free' } });
     expect(res.statusCode).toBe(201);
-    expect(json<Body>(res).data.tier).toBe('pro');
+    expect(json<Body>(res).data.tier).toBe('free');
+    // A paid plan is not for the asking here either (plan.test.ts covers the rule).
+    const paid = await h.request({ method: 'POST', url: '/api/organizations', headers: bearer(u.accessToken), payload: { name: 'Paid', slug: slug(), tier: 'pro' } });
+    expect(paid.statusCode).toBe(403);
   });
 
   it('refuses a duplicate slug with 409 and leaves nothing half-created', async () => {

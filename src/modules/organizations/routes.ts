@@ -1,13 +1,11 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import type { Ctx } from '../../context.js';
-import { AppError } from '../../errors.js';
 import { ctxOf } from '../../http/auth.js';
 import { decodeCursor, Envelope, envelopeErrors, ok, page, PageEnvelope, PageQuery, pageOf } from '../../http/envelope.js';
-import { anyOf, Nullable } from '../../http/schemas.js';
+import { anyOf, Nullable, StoredUrl } from '../../http/schemas.js';
 import {
-  createOrganization,
+  createOrganizationForCaller,
   deleteOrganization,
   getOrganization,
   listOrganizations,
@@ -47,31 +45,6 @@ const Id = Type.Object({ id: Type.String({ format: 'uuid' }) });
 const tags = ['Organizations'];
 const security = anyOf('bearerAuth', 'apiKeyHeader', 'apiKey');
 
-/** The creating user becomes owner; an API key creates for the user who made it (admin scope). */
-export async function createForCaller(ctx: Ctx, body: { name: string; slug: string; tier?: 'free' | 'pro' | 'enterprise' | undefined }) {
-  let ownerUserId: string | undefined;
-  if (ctx.actor.type === 'user') ownerUserId = ctx.actor.userId;
-  else if (ctx.actor.type === 'api_key') {
-    const rows = await ctx.db.query<{ created_by: string | null; scopes: string[] }>('SELECT created_by, scopes FROM api_keys WHERE id = $1', [
-      ctx.actor.apiKeyId,
-    ]);
-    if (!rows[0]?.scopes.includes('admin') || !rows[0].created_by) {
-      throw new AppError('FORBIDDEN', 'Only a user, or an admin-scoped API key made by one, can create organizations');
-    }
-    ownerUserId = rows[0].created_by;
-  }
-  const { organization, deployment, deploymentSecret } = await createOrganization(ctx, {
-    name: body.name,
-    slug: body.slug,
-    plan: body.tier,
-    ownerUserId,
-  });
-  return {
-    ...viewOrganization(organization, 'owner'),
-    deployment: { id: deployment.id, tier: deployment.tier, secret: deploymentSecret },
-  };
-}
-
 export async function organizationRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 
@@ -102,7 +75,7 @@ export async function organizationRoutes(fastify: FastifyInstance): Promise<void
           response: { 201: Envelope(Created), ...envelopeErrors(400, 401, 403, 409) },
         },
       },
-      async (request, reply) => reply.code(201).send(ok(await createForCaller(ctxOf(request), request.body), 'Organization created')),
+      async (request, reply) => reply.code(201).send(ok(await createOrganizationForCaller(ctxOf(request), request.body), 'Organization created')),
     );
   }
 
@@ -128,8 +101,8 @@ export async function organizationRoutes(fastify: FastifyInstance): Promise<void
           {
             name: Type.Optional(Name),
             slug: Type.Optional(Slug),
-            logo_url: Type.Optional(Nullable(Type.String({ format: 'uri', maxLength: 2000 }))),
-            website: Type.Optional(Nullable(Type.String({ format: 'uri', maxLength: 2000 }))),
+            logo_url: Type.Optional(Nullable(StoredUrl("The organization's logo"))),
+            website: Type.Optional(Nullable(StoredUrl("The organization's website"))),
           },
           { additionalProperties: false },
         ),

@@ -79,6 +79,59 @@ export async function createOrganization(
   }
 }
 
+/**
+ * POST /organizations (SPEC §8): the creating user becomes owner; an admin-scoped API key creates for
+ * the user who made it. The plan is `free` unless paid for: billing (§9) and the operator set `pro`
+ * and `enterprise`, so a caller naming one is refused rather than given it.
+ */
+export async function createOrganizationForCaller(ctx: Ctx, body: { name: string; slug: string; tier?: Plan | undefined }) {
+  if (body.tier !== undefined && body.tier !== 'free') {
+    throw new AppError(
+      'FORBIDDEN',
+      `The ${body.tier} plan is paid for: create the organization on the free plan, then subscribe through /billing/subscription`,
+    );
+  }
+  let ownerUserId: string | undefined;
+  if (ctx.actor.type === 'user') ownerUserId = ctx.actor.userId;
+  else if (ctx.actor.type === 'api_key') {
+    const rows = await ctx.db.query<{ created_by: string | null; scopes: string[] }>('SELECT created_by, scopes FROM api_keys WHERE id = $1', [
+      ctx.actor.apiKeyId,
+    ]);
+    if (!rows[0]?.scopes.includes('admin') || !rows[0].created_by) {
+      throw new AppError('FORBIDDEN', 'Only a user, or an admin-scoped API key made by one, can create organizations');
+    }
+    ownerUserId = rows[0].created_by;
+  }
+  const { organization, deployment, deploymentSecret } = await createOrganization(ctx, { name: body.name, slug: body.slug, ownerUserId });
+  return {
+    ...viewOrganization(organization, 'owner'),
+    deployment: { id: deployment.id, tier: deployment.tier, secret: deploymentSecret },
+  };
+}
+
+/** PUT /api/v1/admin/organizations/{id} {plan} (SPEC §11): the operator sets the plan; audited, and the hourly limit follows at once. */
+export async function setOrganizationPlan(ctx: Ctx, id: string, plan: Plan): Promise<OrganizationView> {
+  const row = await ctx.db.transaction(async (tx) => {
+    const before = await tx.query<OrganizationRow>('SELECT * FROM organizations WHERE id = $1 AND deleted_at IS NULL FOR UPDATE', [id]);
+    if (!before[0]) throw new NotFoundError('Organization');
+    const rows = await tx.query<OrganizationRow>('UPDATE organizations SET plan = $2, updated_at = $3 WHERE id = $1 RETURNING *', [
+      id,
+      plan,
+      ctx.clock.now(),
+    ]);
+    await writeAudit(tx, ctx, {
+      organizationId: id,
+      action: 'update',
+      resourceType: 'organization',
+      resourceId: id,
+      metadata: { plan: { from: before[0].plan, to: plan } },
+    });
+    return rows[0]!;
+  });
+  ctx.bus.publish('plan-cache');
+  return viewOrganization(row, null);
+}
+
 export async function addMember(
   ctx: Ctx,
   input: { organizationId: string; userId: string; role: 'owner' | 'admin' | 'member' | 'viewer' },

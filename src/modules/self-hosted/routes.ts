@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { ctxOf } from '../../http/auth.js';
 import { Envelope, envelopeErrors, ok } from '../../http/envelope.js';
 import { inviteMember } from '../members/invitations.js';
-import { ApiInviteBody, ApiOrgParams, EmailTestBody, EmailTestResult, InvitationCreatedSchema, security } from '../members/schemas.js';
+import { ApiInviteBody, ApiOrgParams, EmailTestBody, EmailTestResult, INVITE_CAPS_NOTE, InvitationCreatedSchema, security } from '../members/schemas.js';
 import { sendTestEmail } from './email.js';
 import { usersMeRoute } from './users-me.js';
 
@@ -20,9 +20,10 @@ export async function selfHostedRoutes(fastify: FastifyInstance): Promise<void> 
         tags: ['Members'],
         security,
         summary: 'Invite by email (self-hosted path); role owner only when an owner invites',
+        description: INVITE_CAPS_NOTE,
         params: ApiOrgParams,
         body: ApiInviteBody,
-        response: { 201: Envelope(InvitationCreatedSchema), ...envelopeErrors(400, 401, 403, 404, 409) },
+        response: { 201: Envelope(InvitationCreatedSchema), ...envelopeErrors(400, 401, 403, 404, 409, 429) },
       },
     },
     async (request, reply) => {

@@ -46,6 +46,7 @@ export async function describeCaller(ctx: Ctx): Promise<(UserProfile & { organiz
     created_at: Date;
     u_id: string | null;
     email: string;
+    email_verified_at: Date | null;
     full_name: string | null;
     avatar_url: string | null;
     bio: string | null;
@@ -54,7 +55,7 @@ export async function describeCaller(ctx: Ctx): Promise<(UserProfile & { organiz
     u_updated_at: Date;
   }>(
     `SELECT k.id, k.organization_id, k.name, k.key_prefix, k.scopes, k.expires_at, k.created_at,
-            u.id AS u_id, u.email, u.full_name, u.avatar_url, u.bio, u.default_organization_id,
+            u.id AS u_id, u.email, u.email_verified_at, u.full_name, u.avatar_url, u.bio, u.default_organization_id,
             u.created_at AS u_created_at, u.updated_at AS u_updated_at
      FROM api_keys k
      LEFT JOIN organization_members m ON m.organization_id = k.organization_id AND m.user_id = k.created_by
@@ -78,6 +79,7 @@ export async function describeCaller(ctx: Ctx): Promise<(UserProfile & { organiz
       ? profileOf({
           id: k.u_id,
           email: k.email,
+          email_verified_at: k.email_verified_at,
           full_name: k.full_name,
           avatar_url: k.avatar_url,
           bio: k.bio,

@@ -13,17 +13,23 @@ export interface UserRow {
   updated_at: Date;
 }
 
-/** A user without a password (signs in elsewhere, or before the accounts API exists). */
+/**
+ * A user without a password (signs in elsewhere, or before the accounts API exists), made by the
+ * operator or the service layer (the demo, the test harness). Its address counts as verified (SPEC §8
+ * account safety): the operator vouches for it, as they do for the identity provider that signs it in.
+ * `emailVerified: false` leaves it to be proven by a mailed link like a signup's.
+ */
 export async function createUser(
   ctx: Ctx,
-  input: { email: string; externalId?: string | undefined; fullName?: string | undefined },
+  input: { email: string; externalId?: string | undefined; fullName?: string | undefined; emailVerified?: boolean | undefined },
 ): Promise<UserRow> {
   try {
     const user = await ctx.db.transaction(async (tx) => {
+      const now = ctx.clock.now();
       const rows = await tx.query<UserRow>(
-        `INSERT INTO users (email, external_id, full_name, created_at, updated_at) VALUES ($1, $2, $3, $4, $4)
+        `INSERT INTO users (email, external_id, full_name, email_verified_at, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5)
          RETURNING id, email, external_id, full_name, default_organization_id, created_at, updated_at`,
-        [input.email, input.externalId ?? null, input.fullName ?? null, ctx.clock.now()],
+        [input.email, input.externalId ?? null, input.fullName ?? null, input.emailVerified === false ? null : now, now],
       );
       const row = rows[0]!;
       await writeAudit(tx, ctx, { organizationId: null, action: 'create', resourceType: 'user', resourceId: row.id });

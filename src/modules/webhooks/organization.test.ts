@@ -301,7 +301,7 @@ describe('webhook configuration over HTTP', () => {
       const fields = (JSON.parse(res.body) as ErrorBody).details.fields?.map((f) => f.field) ?? [];
       expect(fields.some((f) => f === field || f.startsWith(`${field}.`)), `${JSON.stringify(payload)} → ${res.body}`).toBe(true);
     }
-    expectError(await create(auth, 'not-a-uuid', { url, events: ['api_key.created'] }), 400, 'VALIDATION_ERROR', 'id');
+    expectError(await create(auth, 'not-a-uuid', { url, events: ['api_key.created'] }), 404, 'NOT_FOUND'); // SPEC §10: a path id that is not a UUID
     expect(await h.deps.db.query('SELECT 1 FROM webhooks WHERE organization_id = $1', [o.organizationId])).toHaveLength(0);
 
     const hook = await createHook(o);

@@ -3,9 +3,9 @@ import { actorLabel, type Ctx } from '../../context.js';
 import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { type KeysetPosition, pageOf } from '../../http/envelope.js';
 import { requestHash } from '../../lib/canonical-json.js';
+import { refundUsage } from '../credits/refunds.js';
 import { readBalance, viewBalance } from '../credits/service.js';
 import type { DeploymentRow } from '../deployments/service.js';
-import { refundUsage } from '../metering/invocations.js';
 import { deductWithRetry, IDEMPOTENCY_WINDOW_MS, remainingAfter } from '../metering/service.js';
 import { isUuid } from '../metering/state.js';
 import { forwardableHeaders, sendWithRetries } from './deliver.js';
@@ -121,11 +121,11 @@ export async function sendWebhook(
   let creditsUsed = CREDITS_PER_WEBHOOK;
   let creditsRemaining = remainingAfter(charge);
   if (!outcome.connected) {
-    const refund = await refundUsage(ctx, {
+    // The platform gives back its own charge; the deployment could not refund itself.
+    const refund = await refundUsage({ ...ctx, actor: { type: 'system' } }, {
       usageId: charge.usageId!,
       reason: 'webhook could not be attempted',
       idempotencyKey: `webhook:${webhookId}`,
-      organizationId: deployment.organization_id,
     });
     creditsUsed = 0;
     creditsRemaining = refund.credits_remaining;

@@ -63,7 +63,7 @@ export async function webhookProxyRoutes(fastify: FastifyInstance): Promise<void
   app.post(
     '/api/v1/proxy/webhooks/send',
     {
-      config: { auth: 'deployment' },
+      config: { auth: 'deployment', spends: true },
       schema: {
         tags,
         security,

@@ -223,8 +223,9 @@ export interface paths {
                 content: {
                     "application/json": {
                         /**
+                         * Format: uuid
                          * @description Deployment UUID
-                         * @example 0b6f…
+                         * @example 0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
                          */
                         deployment_id: string;
                         /**
@@ -418,7 +419,7 @@ export interface paths {
                 query?: {
                     /**
                      * @description Deployment UUID
-                     * @example 0b6f…
+                     * @example 0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
                      */
                     deployment_id?: string;
                 };
@@ -558,8 +559,9 @@ export interface paths {
                 content: {
                     "application/json": {
                         /**
+                         * Format: uuid
                          * @description Deployment UUID
-                         * @example 0b6f…
+                         * @example 0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
                          */
                         deployment_id?: string;
                     } | null;
@@ -1025,8 +1027,9 @@ export interface paths {
                 content: {
                     "application/json": {
                         /**
+                         * Format: uuid
                          * @description Deployment UUID
-                         * @example 0b6f…
+                         * @example 0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
                          */
                         deployment_id: string;
                         /**
@@ -1135,7 +1138,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Refund a recorded usage in whole or in part (idempotent with Idempotency-Key) */
+        /**
+         * Refund a recorded usage in whole or in part (idempotent with Idempotency-Key); service key only
+         * @description Only the platform refunds: the service key here, or the operator API. An organization API key is refused with 403 FORBIDDEN. Credits go back to the bucket they came from; the monthly part of a usage from a period that has ended is settled but not given back.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -1163,6 +1169,9 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
+                            /** @description Of those, the monthly part of a period that has ended: settled but not given back (nothing rolls over) */
+                            credits_forfeited: number;
+                            /** @description Credits of the usage settled by this refund */
                             credits_refunded: number;
                             credits_remaining: number | null;
                             refund_id: string | null;

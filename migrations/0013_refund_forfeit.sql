@@ -1,0 +1,1 @@
+ALTER TABLE "usage_refunds" ADD COLUMN "forfeited" bigint DEFAULT 0 NOT NULL;

@@ -1,0 +1,123 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance } from 'fastify';
+import { Type } from 'typebox';
+import { ctxOf } from '../../http/auth.js';
+import { flatErrors, Nullable } from '../../http/schemas.js';
+import { setOrganizationPlan } from '../organizations/service.js';
+import { security, tags, TierSchema } from './routes.js';
+import * as A from './service.js';
+
+const Id = Type.Object({ id: Type.String({ format: 'uuid' }) });
+const PlanSchema = Type.Union([Type.Literal('free'), Type.Literal('pro'), Type.Literal('enterprise')], {
+  description: 'Organization plan; sets the hourly limit of the application API',
+});
+
+/** Operator routes over organizations (SPEC §11): provisioning, keys, and the plan a user cannot give themselves. */
+export async function adminOrganizationRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  app.post(
+    '/api/v1/admin/organizations',
+    {
+      config: { auth: 'admin' },
+      schema: {
+        tags,
+        security,
+        summary: 'Provision an organization with its primary deployment (secret shown once) and an owner by email',
+        body: Type.Object(
+          {
+            name: Type.String({ minLength: 1, maxLength: 200 }),
+            slug: Type.String({ pattern: '^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$' }),
+            tier: Type.Optional(TierSchema),
+            plan: Type.Optional(PlanSchema),
+            owner_email: Type.Optional(Type.String({ format: 'email', maxLength: 320 })),
+          },
+          { additionalProperties: false },
+        ),
+        response: {
+          201: Type.Object({
+            organization: Type.Object({
+              id: Type.String(),
+              name: Type.String(),
+              slug: Type.String(),
+              tier: Type.String(),
+              created_at: Type.String({ format: 'date-time' }),
+            }),
+            owner_user_id: Nullable(Type.String()),
+            deployment: Type.Object({ id: Type.String(), tier: Type.String(), secret: Type.String({ description: 'Shown once' }) }),
+          }),
+          ...flatErrors(400, 401, 409),
+        },
+      },
+    },
+    async (request, reply) => {
+      const result = await A.adminCreateOrganization(ctxOf(request), request.body);
+      return reply.code(201).send(result);
+    },
+  );
+
+  app.post(
+    '/api/v1/admin/organizations/:id/api-keys',
+    {
+      config: { auth: 'admin' },
+      schema: {
+        tags,
+        security,
+        summary: 'Create an API key for an organization (the key is shown once)',
+        params: Id,
+        body: Type.Object(
+          {
+            name: Type.String({ minLength: 1, maxLength: 200 }),
+            scopes: Type.Optional(
+              Type.Array(Type.Union([Type.Literal('read'), Type.Literal('write'), Type.Literal('admin')]), { minItems: 1, uniqueItems: true }),
+            ),
+            expires_at: Type.Optional(Type.String({ format: 'date-time' })),
+          },
+          { additionalProperties: false },
+        ),
+        response: {
+          201: Type.Object({
+            id: Type.String(),
+            key: Type.String({ description: 'Shown once' }),
+            key_prefix: Type.String(),
+            scopes: Type.Array(Type.String()),
+            expires_at: Nullable(Type.String({ format: 'date-time' })),
+          }),
+          ...flatErrors(400, 401, 404),
+        },
+      },
+    },
+    async (request, reply) => {
+      const result = await A.adminCreateApiKey(ctxOf(request), request.params.id, request.body);
+      return reply.code(201).send(result);
+    },
+  );
+
+  app.put(
+    '/api/v1/admin/organizations/:id',
+    {
+      config: { auth: 'admin' },
+      schema: {
+        tags,
+        security,
+        summary: "Set an organization's plan (free, pro, enterprise); audited, effective at once",
+        params: Id,
+        body: Type.Object({ plan: PlanSchema }, { additionalProperties: false }),
+        response: {
+          200: Type.Object({
+            id: Type.String(),
+            name: Type.String(),
+            slug: Type.String(),
+            plan: Type.String(),
+            updated_at: Type.String({ format: 'date-time' }),
+          }),
+          ...flatErrors(400, 401, 404),
+        },
+      },
+    },
+    async (request) => {
+      const org = await setOrganizationPlan(ctxOf(request), request.params.id, request.body.plan);
+      return { id: org.id, name: org.name, slug: org.slug, plan: org.tier, updated_at: org.updated_at };
+    },
+  );
+}

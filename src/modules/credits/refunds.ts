@@ -1,0 +1,167 @@
+import { type Ctx, actorLabel } from '../../context.js';
+import { AppError, NotFoundError, ValidationError } from '../../errors.js';
+import { appendLedger } from './ledger.js';
+import { syncBalance, viewBalance } from './service.js';
+import { ledgerMonthly, monthlyRemaining } from './terms.js';
+
+/**
+ * Refunds of recorded usage (SPEC §4). Only the platform refunds: the route takes the service key and
+ * the operator API, never an organization's own key (a tenant must not refund itself). Credits go
+ * back to the bucket they came from; the monthly part of a usage from a period that has ended is not
+ * given back, since nothing rolls over (docs/metering.md, "Refunds").
+ */
+export interface RefundInput {
+  usageId: string;
+  /** Omitted: everything not yet refunded. */
+  amount?: number | undefined;
+  reason: string;
+  idempotencyKey?: string | undefined;
+}
+
+export interface RefundResult {
+  usage_id: string;
+  refund_id: string | null;
+  /** Credits of the usage settled by this refund (what was asked for). */
+  credits_refunded: number;
+  /** Of those, the monthly part of an ended period: settled, but not given back. */
+  credits_forfeited: number;
+  total_refunded: number;
+  credits_remaining: number | null;
+}
+
+interface UsageRow {
+  id: string;
+  organization_id: string;
+  deployment_id: string;
+  quantity: number;
+  refunded: number;
+  monthly_taken: number;
+  purchased_taken: number;
+  period_start: Date | null;
+  success: boolean;
+  invocation_id: string | null;
+}
+
+/** How a refund of `amount` splits: purchased first (the reverse of the deduction order), then monthly. */
+export function splitRefund(
+  usage: Pick<UsageRow, 'refunded' | 'purchased_taken'>,
+  amount: number,
+  current: { samePeriod: boolean; monthlyUsed: number },
+): { purchasedBack: number; monthlyBack: number; forfeited: number } {
+  const purchasedAlreadyBack = Math.min(usage.refunded, usage.purchased_taken);
+  const purchasedBack = Math.min(amount, usage.purchased_taken - purchasedAlreadyBack);
+  const monthlyPart = amount - purchasedBack;
+  // Another period's allocation no longer exists, and an operator's usage reset may have zeroed the
+  // counter this usage counted in: what cannot go back to this period's counter is forfeited.
+  const monthlyBack = current.samePeriod ? Math.min(monthlyPart, current.monthlyUsed) : 0;
+  return { purchasedBack, monthlyBack, forfeited: monthlyPart - monthlyBack };
+}
+
+/** Refund a recorded usage, in whole or in part, in one transaction with its ledger row; idempotent by key. */
+export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundResult> {
+  if (ctx.actor.type !== 'service' && ctx.actor.type !== 'operator' && ctx.actor.type !== 'system') {
+    throw new AppError('FORBIDDEN', 'Refunds are made by the platform (service key or operator API), not by an organization');
+  }
+  const now = ctx.clock.now();
+  const actor = actorLabel(ctx.actor);
+  return ctx.db.transaction(async (tx) => {
+    const usages = await tx.query<UsageRow>(
+      `SELECT id, organization_id, deployment_id, quantity, refunded, monthly_taken, purchased_taken, period_start, success, invocation_id
+       FROM usage_records WHERE id = $1 FOR UPDATE`,
+      [input.usageId],
+    );
+    const usage = usages[0];
+    if (!usage) throw new NotFoundError('Usage record');
+    if (input.idempotencyKey) {
+      const previous = await tx.query<{ id: string; amount: number; reason: string; forfeited: number }>(
+        'SELECT id, amount, reason, forfeited FROM usage_refunds WHERE usage_id = $1 AND idempotency_key = $2',
+        [usage.id, input.idempotencyKey],
+      );
+      const first = previous[0];
+      if (first) {
+        if ((input.amount !== undefined && input.amount !== first.amount) || input.reason !== first.reason) {
+          throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This idempotency key was already used for a different refund');
+        }
+        const balance = viewBalance(await syncBalance(tx, usage.deployment_id, now, actor));
+        return {
+          usage_id: usage.id,
+          refund_id: first.id,
+          credits_refunded: first.amount,
+          credits_forfeited: first.forfeited,
+          total_refunded: usage.refunded,
+          credits_remaining: balance.available,
+        };
+      }
+    }
+    if (!usage.success) throw new AppError('CONFLICT', 'This usage deducted nothing; there is nothing to refund');
+    const refundable = usage.quantity - usage.refunded;
+    const amount = input.amount ?? refundable;
+    if (amount > refundable) {
+      throw new ValidationError(`At most ${refundable} credits of this usage can still be refunded`, [
+        { field: 'amount', message: `must be at most ${refundable}` },
+      ]);
+    }
+    const balance = await syncBalance(tx, usage.deployment_id, now, actor);
+    if (amount === 0) {
+      return {
+        usage_id: usage.id,
+        refund_id: null,
+        credits_refunded: 0,
+        credits_forfeited: 0,
+        total_refunded: usage.refunded,
+        credits_remaining: viewBalance(balance).available,
+      };
+    }
+    const samePeriod = usage.period_start !== null && usage.period_start.getTime() === balance.period_start.getTime();
+    const { purchasedBack, monthlyBack, forfeited } = splitRefund(usage, amount, { samePeriod, monthlyUsed: balance.monthly_used });
+    const newUsed = balance.monthly_used - monthlyBack;
+    const updated = await tx.query<{ purchased_balance: number; monthly_allocation: number | null; reserved: number }>(
+      `UPDATE credit_balances SET monthly_used = $2, purchased_balance = purchased_balance + $3, updated_at = $4
+       WHERE deployment_id = $1 RETURNING purchased_balance, monthly_allocation, reserved`,
+      [usage.deployment_id, newUsed, purchasedBack, now],
+    );
+    const after = updated[0]!;
+    // The row's amount is what the usage is settled by, so usage records less refunds keep equalling
+    // the ledger's deductions less refunds; the deltas say what actually came back.
+    const ledgerId = await appendLedger(tx, {
+      organizationId: usage.organization_id,
+      deploymentId: usage.deployment_id,
+      kind: 'refund',
+      amount,
+      monthlyDelta: ledgerMonthly(after.monthly_allocation, newUsed) - ledgerMonthly(balance.monthly_allocation, balance.monthly_used),
+      purchasedDelta: purchasedBack,
+      monthlyAfter: monthlyRemaining(after.monthly_allocation, newUsed),
+      purchasedAfter: after.purchased_balance,
+      actor,
+      usageId: usage.id,
+      reason: forfeited > 0 ? `${input.reason} (${forfeited} monthly credits of an ended period not given back)` : input.reason,
+      at: now,
+    });
+    const total = usage.refunded + amount;
+    await tx.query('UPDATE usage_records SET refunded = $2 WHERE id = $1', [usage.id, total]);
+    let refundId: string | null = null;
+    if (input.idempotencyKey) {
+      const rows = await tx.query<{ id: string }>(
+        `INSERT INTO usage_refunds (usage_id, organization_id, deployment_id, idempotency_key, amount, forfeited, reason, ledger_id, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
+        [usage.id, usage.organization_id, usage.deployment_id, input.idempotencyKey, amount, forfeited, input.reason, ledgerId, now],
+      );
+      refundId = rows[0]!.id;
+    }
+    if (usage.invocation_id && total === usage.quantity) {
+      await tx.query(
+        `UPDATE invocations SET status = 'refunded', updated_at = $3 WHERE deployment_id = $1 AND invocation_id = $2 AND status = 'recorded'`,
+        [usage.deployment_id, usage.invocation_id, now],
+      );
+    }
+    const remaining = monthlyRemaining(after.monthly_allocation, newUsed);
+    return {
+      usage_id: usage.id,
+      refund_id: refundId,
+      credits_refunded: amount,
+      credits_forfeited: forfeited,
+      total_refunded: total,
+      credits_remaining: remaining === null ? null : Math.max(0, remaining + after.purchased_balance - after.reserved),
+    };
+  });
+}
