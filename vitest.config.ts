@@ -27,6 +27,9 @@ export default defineConfig({
         extends: true,
         test: {
           name: 'pglite',
+          // Files of one worker share its module graph, so they share its one PGlite (harness.ts): starting
+          // PGlite (seconds each) once per worker instead of once per file. Tests isolate by tenant.
+          isolate: false,
           // The client SDK's suites (packages/) need a live service but test the client, not the database: PGlite only.
           include: ['src/**/*.test.ts', 'test/**/*.test.ts', 'packages/*/test/**/*.test.ts'],
           exclude: ['**/*.unit.test.ts', '**/node_modules/**'],
@@ -37,6 +40,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: 'postgres',
+          isolate: false,
           include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
           // The examples' end-to-end test exercises the SDK and the examples, not the database.
           exclude: ['**/*.unit.test.ts', '**/node_modules/**', 'test/examples.test.ts'],

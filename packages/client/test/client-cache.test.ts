@@ -177,7 +177,8 @@ describe('check-entitlement answers', () => {
 describe('credit costs, resolve, entitlement snapshot', () => {
   it('credit costs are cached 1 hour; forceRefresh asks', async () => {
     const v = serviceRig();
-    expect((await v.c.service.creditCosts()).costs).toHaveLength(10);
+    // At least the seed's ten (other files of this worker may add actions to the shared database).
+    expect((await v.c.service.creditCosts()).costs.length).toBeGreaterThanOrEqual(10);
     v.advance(HOUR - 1);
     await v.c.service.creditCosts();
     expect(v.count(PATHS.costs)).toBe(1);

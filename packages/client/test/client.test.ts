@@ -161,23 +161,24 @@ describe('service mode (X-MCP-Service-Key)', () => {
     expect(unknown).toMatchObject({ allowed: false, reason: 'deployment_not_found', credits_available: null });
   });
 
-  it("creditCosts is the seed's ten actions", async () => {
+  it("creditCosts lists the seed's ten actions", async () => {
     const { costs } = await service().service.creditCosts();
-    expect(costs.map((c) => [c.action, c.credits]).sort()).toEqual(
-      [
-        ['crew_execute', 5],
-        ['generate', 3],
-        ['platform_basic', 1],
-        ['rag_ingest', 2],
-        ['rag_query', 2],
-        ['tao_analytics', 2],
-        ['tao_evaluate', 3],
-        ['tao_trace', 1],
-        ['task_advanced', 3],
-        ['task_basic', 1],
-      ].sort(),
-    );
-    expect(costs.every((c) => c.description === null)).toBe(true);
+    const seed = [
+      ['crew_execute', 5],
+      ['generate', 3],
+      ['platform_basic', 1],
+      ['rag_ingest', 2],
+      ['rag_query', 2],
+      ['tao_analytics', 2],
+      ['tao_evaluate', 3],
+      ['tao_trace', 1],
+      ['task_advanced', 3],
+      ['task_basic', 1],
+    ] as const;
+    // Other test files of this worker share the database and may add actions: each seed action is there once.
+    for (const [action, credits] of seed) {
+      expect(costs.filter((c) => c.action === action), action).toEqual([{ action, credits, description: null }]);
+    }
   });
 });
 
