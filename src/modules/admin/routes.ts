@@ -5,6 +5,7 @@ import { refundUsage } from '../credits/refunds.js';
 import { BalanceSummarySchema } from '../credits/summary.js';
 import { RefundBody, RefundReply, UsageParams } from '../metering/schemas.js';
 import { ctxOf } from '../../http/auth.js';
+import { idempotencyKeyHeader } from '../../http/idempotency-key.js';
 import { flatErrors, Nullable } from '../../http/schemas.js';
 import { setExternalId } from '../users/service.js';
 import * as A from './service.js';
@@ -290,12 +291,11 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const raw = request.headers['idempotency-key'];
       return refundUsage(ctxOf(request), {
         usageId: request.params.usage_id,
         amount: request.body.amount,
         reason: request.body.reason,
-        idempotencyKey: request.body.idempotency_key ?? (Array.isArray(raw) ? raw[0] : raw),
+        idempotencyKey: request.body.idempotency_key ?? idempotencyKeyHeader(request),
       });
     },
   );

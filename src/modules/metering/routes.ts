@@ -5,6 +5,7 @@ import { ValidationError } from '../../errors.js';
 import { apiKeyOf, ctxOf, principalOf } from '../../http/auth.js';
 import { anyOf, flatErrors } from '../../http/schemas.js';
 import { costTable } from './costs.js';
+import { idempotencyKeyHeader } from '../../http/idempotency-key.js';
 import { refundUsage } from '../credits/refunds.js';
 import { getInvocation, releaseInvocation, type Scope } from './invocations.js';
 import { resolveDeployment } from './resolve.js';
@@ -16,11 +17,7 @@ const METADATA_LIMIT = 16 * 1024;
 
 /** SPEC §4: the body's invocation_id and the Idempotency-Key header are equals; two different ones are an error. */
 function invocationIdOf(request: FastifyRequest, bodyId: string | undefined): string | undefined {
-  const raw = request.headers['idempotency-key'];
-  const headerId = Array.isArray(raw) ? raw[0] : raw;
-  if (headerId !== undefined && (headerId.length === 0 || headerId.length > 200)) {
-    throw new ValidationError('Idempotency-Key must be 1 to 200 characters', [{ field: 'Idempotency-Key', message: 'is too long' }]);
-  }
+  const headerId = idempotencyKeyHeader(request);
   if (headerId !== undefined && bodyId !== undefined && headerId !== bodyId) {
     throw new ValidationError('invocation_id and the Idempotency-Key header differ', [
       { field: 'invocation_id', message: 'differs from Idempotency-Key' },
@@ -259,13 +256,11 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      const raw = request.headers['idempotency-key'];
-      const headerKey = Array.isArray(raw) ? raw[0] : raw;
       return refundUsage(ctxOf(request), {
         usageId: request.params.usage_id,
         amount: request.body.amount,
         reason: request.body.reason,
-        idempotencyKey: request.body.idempotency_key ?? headerKey,
+        idempotencyKey: request.body.idempotency_key ?? idempotencyKeyHeader(request),
       });
     },
   );

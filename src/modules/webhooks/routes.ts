@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { ValidationError } from '../../errors.js';
 import { deploymentOf } from '../../http/auth.js';
+import { idempotencyKeyHeader } from '../../http/idempotency-key.js';
 import { decodeCursor, PageQuery } from '../../http/envelope.js';
 import { flatErrors, Nullable } from '../../http/schemas.js';
 import { DeliverySchema } from './organization-routes.js';
@@ -74,11 +75,7 @@ export async function webhookProxyRoutes(fastify: FastifyInstance): Promise<void
     },
     async (request, reply) => {
       const { deployment, ctx } = deploymentOf(request);
-      const raw = request.headers['idempotency-key'];
-      const headerKey = Array.isArray(raw) ? raw[0] : raw;
-      if (headerKey !== undefined && (headerKey.length === 0 || headerKey.length > 200)) {
-        throw new ValidationError('Idempotency-Key must be 1 to 200 characters', [{ field: 'Idempotency-Key', message: 'must be 1 to 200 characters' }]);
-      }
+      const headerKey = idempotencyKeyHeader(request);
       const headers = request.body.headers ?? {};
       const headerBytes = Object.entries(headers).reduce((n, [k, v]) => n + Buffer.byteLength(k) + Buffer.byteLength(v), 0);
       if (headerBytes > HEADERS_BYTES_MAX) {
