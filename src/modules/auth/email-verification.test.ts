@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   bearer,
@@ -93,6 +94,22 @@ describe('signup mails a verification link', () => {
     const [, fresh] = await mailedTokens(u.email);
     expect(fresh).not.toBe(token);
     expect((await verify(fresh!)).statusCode).toBe(200);
+  });
+});
+
+describe('GET /verify-email, the page the mail links to', () => {
+  it('is HTML that runs only its own script (CSP by hash), posts the fragment token to /auth/verify-email, and is never cached', async () => {
+    const res = await h.request({ method: 'GET', url: '/verify-email' });
+    expect(res.statusCode).toBe(200);
+    expect(res.headers['content-type']).toMatch(/^text\/html/);
+    expect(res.headers['cache-control']).toBe('no-store');
+    expect(res.headers['referrer-policy']).toBe('no-referrer');
+    const script = /<script>([\s\S]*)<\/script>/.exec(res.body)?.[1];
+    expect(script).toContain("fetch('/auth/verify-email'");
+    expect(script).toContain('location.hash');
+    const hash = createHash('sha256').update(script!).digest('base64');
+    expect(res.headers['content-security-policy']).toContain(`script-src 'sha256-${hash}'`);
+    expect(res.headers['content-security-policy']).toContain("default-src 'none'");
   });
 });
 

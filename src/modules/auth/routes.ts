@@ -6,6 +6,7 @@ import { Envelope, envelopeErrors, ok } from '../../http/envelope.js';
 import { Nullable, StoredUrl } from '../../http/schemas.js';
 import { RESEND_LIMIT, resendVerification, verifyEmail } from './email-verification.js';
 import { getProfile, login, logout, refresh, signup, updateProfile } from './service.js';
+import { verifyPageRoute } from './verify-page.js';
 
 const Email = Type.String({ format: 'email', maxLength: 320, description: 'Email address', examples: ['ada@example.com'] });
 const Password = Type.String({
@@ -40,6 +41,7 @@ const bearer = [{ bearerAuth: [] }];
 
 export async function authRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  await verifyPageRoute(fastify);
 
   app.post(
     '/auth/signup',
