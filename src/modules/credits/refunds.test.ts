@@ -5,16 +5,15 @@ import {
   bearer,
   createHarness,
   createTenant,
-  grant,
   type Harness,
   json,
   serviceHeaders,
   type Tenant,
   unique,
 } from '../../../test/harness.js';
+import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { DAY } from '../../clock.js';
 import { createApiKey } from '../api-keys/service.js';
-import { findLedgerMismatches } from './ledger.js';
 
 /**
  * SPEC §4 refunds: only the platform refunds (service key, operator API), credits go back to their
@@ -34,12 +33,8 @@ afterAll(async () => {
 
 type Headers = Record<string, string>;
 type Body = Record<string, unknown>;
+const { admin, tenantWith, balanceOf, ledgerKinds, expectLedgerConsistent } = creditFixtures(() => h);
 
-async function admin(method: 'PUT' | 'POST', url: string, payload: Body): Promise<void> {
-  const res = await h.request({ method, url, headers: adminHeaders(h), payload });
-  expect(res.statusCode, `${method} ${url}: ${res.body}`).toBe(200);
-}
-const setMonthly = (id: string, credits: number) => admin('PUT', `/api/v1/admin/deployments/${id}/overrides`, { monthly_credits: credits });
 const serviceUsage = (body: Body) =>
   h.request({ method: 'POST', url: '/api/v1/mcp/usage', headers: serviceHeaders(h), payload: body });
 const invocationWithKey = (key: string, invocationId: string) =>
@@ -49,34 +44,6 @@ const refund = (usageId: string, body: Body, headers: Headers = serviceHeaders(h
 const operatorRefund = (usageId: string, body: Body, headers: Headers = {}) =>
   h.request({ method: 'POST', url: `/api/v1/admin/usage/${usageId}/refund`, headers: { ...adminHeaders(h), ...headers }, payload: body });
 
-interface Balance {
-  monthly_used: number;
-  purchased_balance: number;
-  reserved: number;
-}
-async function balanceOf(deploymentId: string): Promise<Balance> {
-  const rows = await h.deps.db.query<Balance>(
-    'SELECT monthly_used, purchased_balance, reserved FROM credit_balances WHERE deployment_id = $1',
-    [deploymentId],
-  );
-  return rows[0]!;
-}
-async function expectLedgerConsistent(t: Tenant): Promise<void> {
-  expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
-}
-const ledgerKinds = async (deploymentId: string, kind: string) =>
-  h.deps.db.query<{ amount: number; monthly_delta: number; purchased_delta: number; usage_id: string | null }>(
-    'SELECT amount, monthly_delta, purchased_delta, usage_id FROM credit_ledger WHERE deployment_id = $1 AND kind = $2 ORDER BY id',
-    [deploymentId, kind],
-  );
-
-/** A trial tenant whose monthly allocation is `monthly` (and nothing else unless `purchased`). */
-async function tenantWith(monthly: number, purchased = 0): Promise<Tenant> {
-  const t = await createTenant(h, { tier: 'trial' });
-  await setMonthly(t.deploymentId, monthly);
-  if (purchased > 0) await grant(h, t.deploymentId, purchased);
-  return t;
-}
 
 describe('refunds', () => {
   async function usedOnce(t: Tenant, invocationId?: string) {

@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  adminHeaders,
   bearer,
   createHarness,
   createTenant,
@@ -9,8 +8,8 @@ import {
   json,
   serviceHeaders,
   type Tenant,
-  unique,
 } from '../../../test/harness.js';
+import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { DAY, HOUR, MINUTE, SECOND } from '../../clock.js';
 import { createApiKey } from '../api-keys/service.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
@@ -28,17 +27,7 @@ afterAll(async () => {
 
 type Headers = Record<string, string>;
 type Body = Record<string, unknown>;
-
-async function admin(method: 'PUT' | 'POST', url: string, payload: Body): Promise<void> {
-  const res = await h.request({ method, url, headers: adminHeaders(h), payload });
-  expect(res.statusCode, `${method} ${url}: ${res.body}`).toBe(200);
-}
-async function toolFor(action: string): Promise<string> {
-  const tool = unique(`tool-${action}`);
-  await admin('PUT', `/api/v1/admin/tool-actions/${tool}`, { action });
-  return tool;
-}
-const setMonthly = (id: string, credits: number) => admin('PUT', `/api/v1/admin/deployments/${id}/overrides`, { monthly_credits: credits });
+const { admin, toolFor, setMonthly, tenantWith, balanceOf, ledgerKinds, expectLedgerConsistent } = creditFixtures(() => h);
 
 const serviceCheck = (body: Body, headers: Headers = {}) =>
   h.request({ method: 'POST', url: '/api/v1/mcp/check-entitlement', headers: { ...serviceHeaders(h), ...headers }, payload: body });
@@ -73,40 +62,12 @@ const invocationWithService = (deploymentId: string, invocationId: string) =>
 const refund = (usageId: string, body: Body, headers: Headers = serviceHeaders(h)) =>
   h.request({ method: 'POST', url: `/api/v1/mcp/usage/${usageId}/refund`, headers, payload: body });
 
-interface Balance {
-  monthly_used: number;
-  purchased_balance: number;
-  reserved: number;
-}
-async function balanceOf(deploymentId: string): Promise<Balance> {
-  const rows = await h.deps.db.query<Balance>(
-    'SELECT monthly_used, purchased_balance, reserved FROM credit_balances WHERE deployment_id = $1',
-    [deploymentId],
-  );
-  return rows[0]!;
-}
 /** Spendable credits as a plain check (cost 1) reports them; a refusal for balance means fewer than 1. */
 async function available(t: Tenant): Promise<number | null> {
   const body = json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: 'probe' }));
   if (body.reason === 'insufficient_credits') return 0;
   expect(body.allowed).toBe(true);
   return body.credits_available as number | null;
-}
-async function expectLedgerConsistent(t: Tenant): Promise<void> {
-  expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
-}
-const ledgerKinds = async (deploymentId: string, kind: string) =>
-  h.deps.db.query<{ amount: number; monthly_delta: number; purchased_delta: number; usage_id: string | null }>(
-    'SELECT amount, monthly_delta, purchased_delta, usage_id FROM credit_ledger WHERE deployment_id = $1 AND kind = $2 ORDER BY id',
-    [deploymentId, kind],
-  );
-
-/** A trial tenant whose monthly allocation is `monthly` (and nothing else unless `purchased`). */
-async function tenantWith(monthly: number, purchased = 0): Promise<Tenant> {
-  const t = await createTenant(h, { tier: 'trial' });
-  await setMonthly(t.deploymentId, monthly);
-  if (purchased > 0) await grant(h, t.deploymentId, purchased);
-  return t;
 }
 
 describe('reservations (check with reserve: true)', () => {
