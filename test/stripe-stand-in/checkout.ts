@@ -1,0 +1,215 @@
+import { createCustomer } from './catalog.js';
+import { newId } from './clock.js';
+import { findOrThrow, invalidParam, invalidRequest } from './errors.js';
+import type { CheckoutLineItemObject, CheckoutSessionObject, ListObject, Metadata, PortalSessionObject, PriceObject } from './objects.js';
+import { createPayment, settlePayment } from './payments.js';
+import { type CheckoutOrder, type StandInContext, snapshot } from './state.js';
+import { declineInvoice, payInvoice, startSubscription } from './subscriptions.js';
+
+const SESSION_LIFETIME_SECONDS = 24 * 3600;
+
+export interface CheckoutInput {
+  mode: 'payment' | 'subscription';
+  customer?: string;
+  customerEmail?: string;
+  price: string;
+  quantity: number;
+  successUrl?: string;
+  cancelUrl?: string;
+  clientReferenceId?: string;
+  metadata: Metadata;
+  subscriptionMetadata?: Metadata;
+  paymentIntentMetadata?: Metadata;
+}
+
+export function createCheckoutSession(ctx: StandInContext, input: CheckoutInput): CheckoutSessionObject {
+  const price = findOrThrow(ctx.state.prices, input.price, 'price', 'line_items[0][price]');
+  checkModeFits(input, price);
+  if (input.customer !== undefined) findOrThrow(ctx.state.customers, input.customer, 'customer', 'customer');
+  const now = ctx.clock.seconds();
+  const id = newId('cs_test_');
+  const amount = price.unit_amount * input.quantity;
+  const session: CheckoutSessionObject = {
+    id,
+    object: 'checkout.session',
+    amount_subtotal: amount,
+    amount_total: amount,
+    cancel_url: input.cancelUrl ?? null,
+    client_reference_id: input.clientReferenceId ?? null,
+    created: now,
+    currency: price.currency,
+    customer: input.customer ?? null,
+    customer_details: null,
+    customer_email: input.customerEmail ?? null,
+    expires_at: now + SESSION_LIFETIME_SECONDS,
+    invoice: null,
+    livemode: false,
+    metadata: input.metadata,
+    mode: input.mode,
+    payment_intent: null,
+    payment_method_types: ['card'],
+    payment_status: 'unpaid',
+    status: 'open',
+    subscription: null,
+    success_url: input.successUrl ?? null,
+    ui_mode: 'hosted',
+    url: `${ctx.baseUrl}/checkout/${id}`,
+  };
+  ctx.state.checkoutSessions.set(id, session);
+  ctx.state.checkoutOrders.set(id, {
+    price: price.id,
+    quantity: input.quantity,
+    customerEmail: input.customerEmail ?? null,
+    subscriptionMetadata: input.subscriptionMetadata ?? {},
+    paymentIntentMetadata: input.paymentIntentMetadata ?? {},
+    pendingAsync: null,
+  });
+  return snapshot(session);
+}
+
+function checkModeFits(input: CheckoutInput, price: PriceObject): void {
+  if (input.mode === 'payment' && price.recurring) {
+    throw invalidParam(
+      'mode',
+      'You specified `payment` mode but passed a recurring price. Either switch to `subscription` mode or use only one-time prices.',
+    );
+  }
+  if (input.mode === 'subscription' && !price.recurring) {
+    throw invalidParam('mode', 'You must provide at least one recurring price in `subscription` mode when using prices.');
+  }
+  if (input.mode === 'payment' && input.subscriptionMetadata) {
+    throw invalidParam('subscription_data', 'You can not pass `subscription_data` in `payment` mode.');
+  }
+  if (input.mode === 'subscription' && input.paymentIntentMetadata) {
+    throw invalidParam('payment_intent_data', 'You can not pass `payment_intent_data` in `subscription` mode.');
+  }
+}
+
+/** The session with its one line item, for `expand[]=line_items`. */
+export function withLineItems(ctx: StandInContext, session: CheckoutSessionObject): CheckoutSessionObject {
+  const order = findOrThrow(ctx.state.checkoutOrders, session.id, 'checkout.session');
+  const price = findOrThrow(ctx.state.prices, order.price, 'price');
+  const product = ctx.state.products.get(price.product);
+  const item: CheckoutLineItemObject = {
+    id: `li_${session.id.slice('cs_test_'.length)}`,
+    object: 'item',
+    amount_discount: 0,
+    amount_subtotal: session.amount_subtotal,
+    amount_tax: 0,
+    amount_total: session.amount_total,
+    currency: session.currency,
+    description: product?.name ?? price.product,
+    price: snapshot(price),
+    quantity: order.quantity,
+  };
+  const lineItems: ListObject<CheckoutLineItemObject> = {
+    object: 'list',
+    data: [item],
+    has_more: false,
+    total_count: 1,
+    url: `/v1/checkout/sessions/${session.id}/line_items`,
+  };
+  return { ...snapshot(session), line_items: lineItems };
+}
+
+export interface CompleteOptions {
+  /** A bank debit: `checkout.session.completed` with `payment_status: 'unpaid'` now, the outcome on `settleAsyncPayment`. */
+  asyncPayment?: boolean;
+  /** With `asyncPayment`, the debit bounces on settlement. Alone, the card is declined: the session stays open. */
+  fail?: boolean;
+}
+
+/** The customer pays on the hosted page. */
+export function completeCheckout(ctx: StandInContext, id: string, options: CompleteOptions = {}): CheckoutSessionObject {
+  const session = openSession(ctx, id);
+  const order = ctx.state.checkoutOrders.get(id)!;
+  if (options.fail && !options.asyncPayment) return snapshot(session);
+  const price = findOrThrow(ctx.state.prices, order.price, 'price');
+  session.customer ??= session.mode === 'subscription' ? createCustomer(ctx, { email: order.customerEmail }).id : null;
+  const customer = session.customer ? ctx.state.customers.get(session.customer) : undefined;
+  session.customer_details = { email: customer?.email ?? order.customerEmail, name: customer?.name ?? null };
+  session.status = 'complete';
+  session.url = null;
+  session.payment_status = options.asyncPayment ? 'unpaid' : 'paid';
+  order.pendingAsync = options.asyncPayment ? { fail: options.fail ?? false } : null;
+  if (session.mode === 'payment') chargeOnce(ctx, session, order, options.asyncPayment ? 'processing' : 'succeeded');
+  else subscribe(ctx, session, order, price, options.asyncPayment ? 'open' : 'paid');
+  ctx.emit('checkout.session.completed', session);
+  return snapshot(session);
+}
+
+function openSession(ctx: StandInContext, id: string): CheckoutSessionObject {
+  const session = findOrThrow(ctx.state.checkoutSessions, id, 'checkout.session');
+  if (session.status === 'open' && ctx.clock.seconds() >= session.expires_at) expireCheckout(ctx, id);
+  if (session.status !== 'open') throw invalidRequest(`Checkout Session ${id} is ${session.status}.`, 'checkout_session_not_open');
+  return session;
+}
+
+function chargeOnce(ctx: StandInContext, session: CheckoutSessionObject, order: CheckoutOrder, outcome: 'succeeded' | 'processing'): void {
+  const { intent } = createPayment(ctx, {
+    amount: session.amount_total,
+    currency: session.currency,
+    customer: session.customer,
+    description: null,
+    metadata: order.paymentIntentMetadata,
+    outcome,
+  });
+  session.payment_intent = intent.id;
+}
+
+function subscribe(ctx: StandInContext, session: CheckoutSessionObject, order: CheckoutOrder, price: PriceObject, collection: 'paid' | 'open'): void {
+  const sub = startSubscription(ctx, {
+    customer: session.customer!,
+    price,
+    quantity: order.quantity,
+    metadata: order.subscriptionMetadata,
+    collection,
+  });
+  session.subscription = sub.id;
+  session.invoice = sub.latest_invoice;
+}
+
+/** The bank debit of an async completion clears (or bounces, with `fail`): `checkout.session.async_payment_*`. */
+export function settleAsyncPayment(ctx: StandInContext, id: string): CheckoutSessionObject {
+  const session = findOrThrow(ctx.state.checkoutSessions, id, 'checkout.session');
+  const order = ctx.state.checkoutOrders.get(id)!;
+  if (!order.pendingAsync) throw invalidRequest(`Checkout Session ${id} has no payment on its way.`);
+  const succeeded = !order.pendingAsync.fail;
+  order.pendingAsync = null;
+  if (session.payment_intent) settlePayment(ctx, session.payment_intent, succeeded);
+  if (session.invoice && succeeded) payInvoice(ctx, session.invoice);
+  if (session.invoice && !succeeded) declineInvoice(ctx, session.invoice);
+  if (succeeded) session.payment_status = 'paid';
+  ctx.emit(succeeded ? 'checkout.session.async_payment_succeeded' : 'checkout.session.async_payment_failed', session);
+  return snapshot(session);
+}
+
+/** The customer walked away and the session timed out: `checkout.session.expired`. */
+export function expireCheckout(ctx: StandInContext, id: string): CheckoutSessionObject {
+  const session = findOrThrow(ctx.state.checkoutSessions, id, 'checkout.session');
+  if (session.status !== 'open') throw invalidRequest(`Checkout Session ${id} is ${session.status}.`, 'checkout_session_not_open');
+  session.status = 'expired';
+  session.url = null;
+  ctx.emit('checkout.session.expired', session);
+  return snapshot(session);
+}
+
+export function createPortalSession(ctx: StandInContext, input: { customer: string; returnUrl?: string }): PortalSessionObject {
+  findOrThrow(ctx.state.customers, input.customer, 'customer', 'customer');
+  const id = newId('bps_');
+  const session: PortalSessionObject = {
+    id,
+    object: 'billing_portal.session',
+    configuration: 'bpc_standin',
+    created: ctx.clock.seconds(),
+    customer: input.customer,
+    flow: null,
+    livemode: false,
+    locale: null,
+    on_behalf_of: null,
+    return_url: input.returnUrl ?? null,
+    url: `${ctx.baseUrl}/portal/${id}`,
+  };
+  ctx.state.portalSessions.set(id, session);
+  return snapshot(session);
+}

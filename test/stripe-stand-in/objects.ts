@@ -1,0 +1,331 @@
+import type { Interval } from './clock.js';
+
+/**
+ * The objects the stand-in stores and answers, as they travel on the wire. Each is a subset of the SDK's
+ * type of the same name (API version 2026-10-28.endive); `ShapeChecks` in shape-checks.ts fails to
+ * compile when a field is misspelled or its type drifts from the SDK's.
+ */
+export type Metadata = Record<string, string>;
+
+export interface ListObject<T> {
+  object: 'list';
+  data: T[];
+  has_more: boolean;
+  total_count: number;
+  url: string;
+}
+
+export interface ProductObject {
+  id: string;
+  object: 'product';
+  active: boolean;
+  created: number;
+  default_price: string | null;
+  description: string | null;
+  images: string[];
+  livemode: boolean;
+  metadata: Metadata;
+  name: string;
+  shippable: boolean | null;
+  type: 'service';
+  unit_label: string | null;
+  updated: number;
+  url: string | null;
+}
+
+export interface PriceObject {
+  id: string;
+  object: 'price';
+  active: boolean;
+  billing_scheme: 'per_unit';
+  created: number;
+  currency: string;
+  custom_unit_amount: null;
+  livemode: boolean;
+  lookup_key: string | null;
+  metadata: Metadata;
+  nickname: string | null;
+  product: string;
+  recurring: { interval: Interval; interval_count: number; meter: null; trial_period_days: null; usage_type: 'licensed' } | null;
+  tax_behavior: 'unspecified';
+  tiers_mode: null;
+  transform_quantity: null;
+  type: 'one_time' | 'recurring';
+  unit_amount: number;
+  /** A decimal string on the wire; the SDK turns it into its `Decimal`. */
+  unit_amount_decimal: string;
+}
+
+export interface CustomerObject {
+  id: string;
+  object: 'customer';
+  balance: number;
+  created: number;
+  currency: string | null;
+  default_source: null;
+  delinquent: boolean;
+  description: string | null;
+  email: string | null;
+  invoice_prefix: string;
+  livemode: boolean;
+  metadata: Metadata;
+  name: string | null;
+  next_invoice_sequence: number;
+  phone: string | null;
+  preferred_locales: string[];
+  shipping: null;
+  tax_exempt: 'none';
+  test_clock: null;
+}
+
+export interface CheckoutLineItemObject {
+  id: string;
+  object: 'item';
+  amount_discount: number;
+  amount_subtotal: number;
+  amount_tax: number;
+  amount_total: number;
+  currency: string;
+  description: string;
+  price: PriceObject;
+  quantity: number;
+}
+
+export interface CheckoutSessionObject {
+  id: string;
+  object: 'checkout.session';
+  amount_subtotal: number;
+  amount_total: number;
+  cancel_url: string | null;
+  client_reference_id: string | null;
+  created: number;
+  currency: string;
+  customer: string | null;
+  customer_details: { email: string | null; name: string | null } | null;
+  customer_email: string | null;
+  expires_at: number;
+  invoice: string | null;
+  livemode: boolean;
+  line_items?: ListObject<CheckoutLineItemObject>;
+  metadata: Metadata;
+  mode: 'payment' | 'subscription';
+  payment_intent: string | null;
+  payment_method_types: string[];
+  payment_status: 'paid' | 'unpaid';
+  status: 'open' | 'complete' | 'expired';
+  subscription: string | null;
+  success_url: string | null;
+  ui_mode: 'hosted';
+  url: string | null;
+}
+
+export interface PortalSessionObject {
+  id: string;
+  object: 'billing_portal.session';
+  configuration: string;
+  created: number;
+  customer: string;
+  flow: null;
+  livemode: boolean;
+  locale: null;
+  on_behalf_of: null;
+  return_url: string | null;
+  url: string;
+}
+
+export interface SubscriptionItemObject {
+  id: string;
+  object: 'subscription_item';
+  created: number;
+  current_period_end: number;
+  current_period_start: number;
+  discounts: string[];
+  metadata: Metadata;
+  price: PriceObject;
+  quantity: number;
+  subscription: string;
+  tax_rates: [];
+}
+
+export type SubscriptionStatus = 'active' | 'past_due' | 'unpaid' | 'canceled' | 'incomplete' | 'incomplete_expired' | 'trialing';
+
+export interface SubscriptionObject {
+  id: string;
+  object: 'subscription';
+  billing_cycle_anchor: number;
+  cancel_at: number | null;
+  cancel_at_period_end: boolean;
+  canceled_at: number | null;
+  cancellation_details: { comment: null; feedback: null; reason: 'cancellation_requested' | 'payment_failed' | null };
+  collection_method: 'charge_automatically';
+  created: number;
+  currency: string;
+  customer: string;
+  days_until_due: null;
+  default_payment_method: null;
+  description: null;
+  discounts: string[];
+  ended_at: number | null;
+  items: ListObject<SubscriptionItemObject>;
+  latest_invoice: string | null;
+  livemode: boolean;
+  metadata: Metadata;
+  pause_collection: null;
+  start_date: number;
+  status: SubscriptionStatus;
+  trial_end: number | null;
+  trial_start: number | null;
+}
+
+export interface InvoiceLineItemObject {
+  id: string;
+  object: 'line_item';
+  amount: number;
+  currency: string;
+  description: string;
+  discountable: boolean;
+  discounts: string[];
+  invoice: string;
+  livemode: boolean;
+  metadata: Metadata;
+  parent: {
+    type: 'subscription_item_details';
+    invoice_item_details: null;
+    subscription_item_details: {
+      invoice_item: null;
+      proration: boolean;
+      proration_details: { credited_items: null };
+      subscription: string;
+      subscription_item: string;
+    };
+  };
+  period: { start: number; end: number };
+  pricing: { type: 'price_details'; price_details: { price: string; product: string }; unit_amount_decimal: string };
+  quantity: number;
+  subtotal: number;
+  taxes: [];
+}
+
+export interface InvoiceObject {
+  id: string;
+  object: 'invoice';
+  amount_due: number;
+  amount_overpaid: number;
+  amount_paid: number;
+  amount_remaining: number;
+  attempt_count: number;
+  attempted: boolean;
+  auto_advance: boolean;
+  billing_reason: 'subscription_create' | 'subscription_cycle';
+  collection_method: 'charge_automatically';
+  created: number;
+  currency: string;
+  customer: string;
+  customer_email: string | null;
+  customer_name: string | null;
+  description: null;
+  due_date: null;
+  effective_at: number | null;
+  hosted_invoice_url: string | null;
+  invoice_pdf: null;
+  lines: ListObject<InvoiceLineItemObject>;
+  livemode: boolean;
+  metadata: Metadata;
+  next_payment_attempt: number | null;
+  number: string | null;
+  parent: {
+    type: 'subscription_details';
+    quote_details: null;
+    subscription_details: { metadata: Metadata; subscription: string };
+  };
+  /** As Stripe: for a renewal these look back one period; the paid-for period is `lines.data[0].period`. */
+  period_end: number;
+  period_start: number;
+  status: 'draft' | 'open' | 'paid' | 'void' | 'uncollectible';
+  status_transitions: { finalized_at: number | null; marked_uncollectible_at: null; paid_at: number | null; voided_at: null };
+  subtotal: number;
+  total: number;
+}
+
+export interface PaymentIntentObject {
+  id: string;
+  object: 'payment_intent';
+  amount: number;
+  amount_capturable: number;
+  amount_received: number;
+  canceled_at: null;
+  capture_method: 'automatic';
+  client_secret: string;
+  confirmation_method: 'automatic';
+  created: number;
+  currency: string;
+  customer: string | null;
+  description: string | null;
+  latest_charge: string | null;
+  livemode: boolean;
+  metadata: Metadata;
+  payment_method: null;
+  payment_method_types: string[];
+  status: 'succeeded' | 'processing' | 'requires_payment_method';
+}
+
+export interface ChargeObject {
+  id: string;
+  object: 'charge';
+  amount: number;
+  amount_captured: number;
+  amount_refunded: number;
+  balance_transaction: null;
+  captured: boolean;
+  created: number;
+  currency: string;
+  customer: string | null;
+  description: string | null;
+  disputed: boolean;
+  failure_code: string | null;
+  failure_message: string | null;
+  livemode: boolean;
+  metadata: Metadata;
+  paid: boolean;
+  payment_intent: string;
+  receipt_url: string | null;
+  refunded: boolean;
+  status: 'succeeded' | 'pending' | 'failed';
+}
+
+export interface RefundObject {
+  id: string;
+  object: 'refund';
+  amount: number;
+  balance_transaction: null;
+  charge: string;
+  created: number;
+  currency: string;
+  metadata: Metadata;
+  payment_intent: string;
+  reason: string | null;
+  receipt_number: null;
+  status: 'succeeded';
+}
+
+export interface MeterEventObject {
+  object: 'billing.meter_event';
+  created: number;
+  event_name: string;
+  identifier: string;
+  livemode: boolean;
+  payload: Record<string, string>;
+  timestamp: number;
+}
+
+export interface StripeEventObject {
+  id: string;
+  object: 'event';
+  api_version: string;
+  created: number;
+  type: string;
+  data: { object: object; previous_attributes?: Record<string, unknown> };
+  livemode: boolean;
+  pending_webhooks: number;
+  request: { id: string | null; idempotency_key: string | null };
+}
