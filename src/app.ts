@@ -16,7 +16,9 @@ import { LocalRateLimiter, type RateLimiter, RedisRateLimiter } from './lib/rate
 import { registerRateLimits } from './http/rate-limit.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
 import { auditRoutes } from './modules/audit/routes.js';
+import { billingProxyRoutes } from './modules/billing/proxy-routes.js';
 import { billingRoutes } from './modules/billing/routes.js';
+import { stripeWebhookRoutes } from './modules/billing/stripe-routes.js';
 import { deploymentRoutes } from './modules/deployments/routes.js';
 import { memberRoutes } from './modules/members/routes.js';
 import { selfHostedRoutes } from './modules/self-hosted/routes.js';
@@ -120,6 +122,8 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(deploymentRoutes);
   await app.register(auditRoutes);
   await app.register(billingRoutes);
+  await app.register(billingProxyRoutes);
+  await app.register(stripeWebhookRoutes);
   await app.register(selfHostedRoutes);
   await app.register(webhookProxyRoutes);
   await app.register(organizationWebhookRoutes);

@@ -92,7 +92,23 @@ Service mode (hosted MCP servers):
 
 Entitlements:
   curl -s ${url}/api/v1/entitlements/check -H 'Content-Type: application/json' -d '{"deployment_id":"${org.deployment.id}","deployment_secret":"${org.deployment.secret}"}'
-`);
+${await billingLines(url, org.deployment.id, org.deployment.secret)}`);
+}
+
+/** When the service sells through Stripe (docs/billing.md): the purchase and portal calls for the demo deployment. */
+async function billingLines(url: string, deploymentId: string, secret: string): Promise<string> {
+  const res = await fetch(`${url}/api/v1/credits/packs`, { headers: { 'x-deployment-id': deploymentId, 'x-deployment-secret': secret } }).catch(() => null);
+  if (!res?.ok) return '';
+  const catalog = (await res.json()) as { configured: boolean; packs: Array<{ pack: string; credits: number }> };
+  if (!catalog.configured) return '\nBilling: Stripe is not configured (set STRIPE_SECRET_KEY, STRIPE_WEBHOOK_SECRET, CREDIT_PACKS; see the README).\n';
+  const auth = `-H 'X-Deployment-ID: ${deploymentId}' -H 'X-Deployment-Secret: ${secret}' -H 'Content-Type: application/json'`;
+  const pack = catalog.packs[0];
+  const packs = catalog.packs.map((p) => `${p.pack} (${p.credits} credits)`).join(', ') || 'none configured';
+  return `
+Billing (Stripe): packs ${packs}
+  curl -s ${url}/api/v1/credits/purchase ${auth} -d '{"pack":"${pack?.pack ?? 'small'}"}'     # → a Checkout URL; paid, the credits arrive
+  curl -s ${url}/api/v1/proxy/billing/portal ${auth} -d '{}'     # → the Billing Portal URL
+`;
 }
 
 function readSecret(name: string): string | undefined {

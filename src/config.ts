@@ -31,6 +31,12 @@ export interface Config {
   stripeSecretKey: string | undefined;
   stripeWebhookSecret: string | undefined;
   stripeApiBase: string | undefined;
+  /** SPEC §9 STRIPE_PRICE_TIERS: subscription price id → the tier it buys. */
+  stripePriceTiers: Record<string, Tier>;
+  /** SPEC §9 CREDIT_PACKS: one-time packs, pack name → credits and the Stripe price that sells them. */
+  creditPacks: Record<string, CreditPack>;
+  /** SPEC §9: when set, successful deductions of subscribed organizations are reported to this Stripe meter. */
+  stripeMeterEventName: string | undefined;
   aiBaseUrl: string | undefined;
   aiApiKey: string | undefined;
   smtpUrl: string | undefined;
@@ -51,6 +57,11 @@ export interface Config {
    * production; 'clock' (the app's clock) lets tests move time. Not an environment variable.
    */
   rateLimitTime: 'redis' | 'clock';
+}
+
+export interface CreditPack {
+  credits: number;
+  priceId: string;
 }
 
 export const MODEL_CLASSES = ['standard', 'advanced', 'premium'] as const;
@@ -169,6 +180,51 @@ export interface LoadedConfig {
   generated: Partial<Record<SecretName, string>>;
 }
 
+const PRICE_ID = /^[A-Za-z0-9_]{1,100}$/;
+
+/** `price_a=launch,price_b=growth` (SPEC §9). */
+function priceTiers(env: Env, name: string): Record<string, Tier> {
+  const map: Record<string, Tier> = {};
+  for (const entry of list(env, name)) {
+    const [price, tier, ...rest] = entry.split('=').map((p) => p.trim());
+    if (!price || !tier || rest.length > 0 || !PRICE_ID.test(price)) {
+      throw new ConfigError(name, `expected price_id=tier pairs separated by commas, got "${entry}"`);
+    }
+    if (!TIERS.includes(tier as Tier)) throw new ConfigError(name, `"${tier}" is not a tier (${TIERS.join(', ')})`);
+    if (map[price]) throw new ConfigError(name, `${price} is listed twice`);
+    map[price] = tier as Tier;
+  }
+  return map;
+}
+
+/** `small=1000:price_a,large=10000:price_b` (SPEC §9): pack name = credits : price. */
+function creditPacks(env: Env, name: string): Record<string, CreditPack> {
+  const packs: Record<string, CreditPack> = {};
+  for (const entry of list(env, name)) {
+    const match = /^([a-z0-9][a-z0-9_-]{0,39})=(\d{1,10}):([A-Za-z0-9_]{1,100})$/.exec(entry.trim());
+    if (!match) throw new ConfigError(name, `expected name=credits:price_id entries separated by commas, got "${entry}"`);
+    const [, pack, credits, priceId] = match as unknown as [string, string, string, string];
+    const amount = Number(credits);
+    if (amount < 1 || amount > 1_000_000_000) throw new ConfigError(name, `${pack}: credits must be between 1 and 1000000000`);
+    if (packs[pack]) throw new ConfigError(name, `${pack} is listed twice`);
+    packs[pack] = { credits: amount, priceId };
+  }
+  return packs;
+}
+
+function meterEventName(env: Env, name: string): string | undefined {
+  const raw = str(env, name);
+  if (raw !== undefined && !/^[A-Za-z0-9_.:-]{1,100}$/.test(raw)) throw new ConfigError(name, 'must be a Stripe meter event name (1–100 of A-Z a-z 0-9 _ . : -)');
+  return raw;
+}
+
+function list(env: Env, name: string): string[] {
+  return (str(env, name) ?? '')
+    .split(',')
+    .map((e) => e.trim())
+    .filter((e) => e !== '');
+}
+
 /**
  * Parse the environment. In production the four secrets are required; elsewhere a missing one is
  * generated once and kept in DATA_DIR/secrets.json so restarts keep working keys.
@@ -230,6 +286,9 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     stripeSecretKey: str(env, 'STRIPE_SECRET_KEY'),
     stripeWebhookSecret: str(env, 'STRIPE_WEBHOOK_SECRET'),
     stripeApiBase: url(env, 'STRIPE_API_BASE', ['http:', 'https:']),
+    stripePriceTiers: priceTiers(env, 'STRIPE_PRICE_TIERS'),
+    creditPacks: creditPacks(env, 'CREDIT_PACKS'),
+    stripeMeterEventName: meterEventName(env, 'STRIPE_METER_EVENT_NAME'),
     aiBaseUrl: url(env, 'AI_BASE_URL', ['http:', 'https:']),
     aiApiKey: str(env, 'AI_API_KEY'),
     smtpUrl: url(env, 'SMTP_URL', ['smtp:', 'smtps:']),
@@ -286,6 +345,9 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     stripeSecretKey: undefined,
     stripeWebhookSecret: undefined,
     stripeApiBase: undefined,
+    stripePriceTiers: {},
+    creditPacks: {},
+    stripeMeterEventName: undefined,
     aiBaseUrl: undefined,
     aiApiKey: undefined,
     smtpUrl: undefined,

@@ -19,7 +19,11 @@ export const ERROR_STATUS = {
   RATE_LIMITED: 429,
   AI_QUOTA_EXCEEDED: 429,
   INTERNAL_ERROR: 500,
+  /** Stripe refused a request the service made (a price or customer Stripe does not know: configuration). */
+  PAYMENT_PROVIDER_ERROR: 502,
   SERVICE_UNAVAILABLE: 503,
+  /** Selling needs STRIPE_SECRET_KEY (and prices/packs) configured. */
+  BILLING_NOT_CONFIGURED: 503,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;

@@ -35,6 +35,8 @@ const DESCRIPTIONS: Record<number, string> = {
   404: 'NOT_FOUND (also for another organization\'s rows)',
   409: 'CONFLICT',
   429: 'RATE_LIMITED',
+  502: 'PAYMENT_PROVIDER_ERROR (Stripe refused a request the service made)',
+  503: 'SERVICE_UNAVAILABLE (a dependency such as Stripe) or BILLING_NOT_CONFIGURED',
 };
 
 /** The envelope error responses of a route, for its schema. */

@@ -37,7 +37,8 @@ const DESCRIPTIONS: Record<number, string> = {
   422: 'Idempotency key reused with a different request',
   429: 'Rate or quota limit reached',
   500: 'Internal error (no details on the wire)',
-  503: 'A dependency (the database) is unavailable; nothing was changed',
+  502: 'Stripe refused a request the service made (PAYMENT_PROVIDER_ERROR: a configuration problem); nothing was changed',
+  503: 'A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed',
 };
 
 /** The error responses of a route, for its schema (STYLE rule 6: every route lists its errors). */

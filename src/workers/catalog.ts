@@ -1,5 +1,7 @@
 import type { Deps } from '../context.js';
 import { retryOutbox } from '../lib/mailer.js';
+import { reportMeterEvents } from '../modules/billing/meter-events.js';
+import { retryStripeEvents } from '../modules/billing/stripe-events.js';
 import { expireReservations, pruneInvocations } from '../modules/credits/reservations.js';
 import { dispatchPending } from '../modules/events/outbox.js';
 import { deliverDue } from '../modules/webhooks/organization.js';
@@ -52,6 +54,22 @@ export const WORKERS: WorkerDefinition[] = [
     batchSize: 20,
     intervalMs: 1_000,
     run: (deps) => deliverDue(deps, 20),
+  },
+  {
+    // Stripe events whose handling failed (or whose receiver died): SPEC §9, never lost.
+    name: 'stripe-events',
+    table: 'stripe_events',
+    batchSize: 20,
+    intervalMs: 5_000,
+    run: (deps) => retryStripeEvents(deps, 20),
+  },
+  {
+    // Usage to the Stripe meter when STRIPE_METER_EVENT_NAME is set (SPEC §9).
+    name: 'meter-events',
+    table: 'meter_event_outbox',
+    batchSize: 100,
+    intervalMs: 5_000,
+    run: (deps) => reportMeterEvents(deps, 100),
   },
 ];
 

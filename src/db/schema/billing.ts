@@ -1,7 +1,9 @@
-import { bigint, boolean, index, jsonb, pgTable, text, timestamp, uniqueIndex, uuid } from 'drizzle-orm/pg-core';
+import { sql } from 'drizzle-orm';
+import { bigint, boolean, check, index, integer, jsonb, pgTable, text, timestamp, uniqueIndex, uuid } from 'drizzle-orm/pg-core';
 import { organizations } from './accounts.js';
+import { deployments } from './deployments.js';
 
-/** Seed subscription fields; written by the Stripe webhook handler (billing issue), read by /billing/subscription. */
+/** Seed subscription fields; written by the Stripe event handler (billing/stripe-events.ts), read by /billing/subscription. */
 export const subscriptions = pgTable(
   'subscriptions',
   {
@@ -16,6 +18,11 @@ export const subscriptions = pgTable(
     currentPeriodStart: timestamp('current_period_start', { withTimezone: true }),
     currentPeriodEnd: timestamp('current_period_end', { withTimezone: true }),
     cancelAtPeriodEnd: boolean('cancel_at_period_end').notNull().default(false),
+    /**
+     * `created` of the newest Stripe event applied to this row: without a secret key to read the
+     * subscription back, an event older than this is acknowledged and ignored (SPEC §9).
+     */
+    lastEventAt: timestamp('last_event_at', { withTimezone: true }),
     createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
     updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
   },
@@ -41,4 +48,103 @@ export const invoices = pgTable(
     createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
   },
   (t) => [uniqueIndex('invoices_stripe_key').on(t.stripeInvoiceId), index('invoices_org_created_idx').on(t.organizationId, t.createdAt)],
+);
+
+/**
+ * Every Stripe event received (SPEC §9), stored by its id before anything acts on it: a duplicate id
+ * is acknowledged and not acted on again. status: pending (to act on; the worker retries it from
+ * next_attempt_at) | processed | ignored (nothing to act on, `last_error` says why).
+ * A platform table: the organization is known only once the event has been read.
+ */
+export const stripeEvents = pgTable(
+  'stripe_events',
+  {
+    id: text('id').primaryKey(),
+    type: text('type').notNull(),
+    /** The event's own `created`. */
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
+    payload: jsonb('payload').notNull(),
+    status: text('status').notNull().default('pending'),
+    attempts: integer('attempts').notNull().default(0),
+    nextAttemptAt: timestamp('next_attempt_at', { withTimezone: true }),
+    lastError: text('last_error'),
+    organizationId: uuid('organization_id'),
+    receivedAt: timestamp('received_at', { withTimezone: true }).notNull(),
+    processedAt: timestamp('processed_at', { withTimezone: true }),
+  },
+  (t) => [
+    index('stripe_events_due_idx')
+      .on(t.nextAttemptAt)
+      .where(sql`${t.status} = 'pending'`),
+    check('stripe_events_status', sql`${t.status} IN ('pending', 'processed', 'ignored')`),
+  ],
+);
+
+/**
+ * Credit packs sold through Checkout (SPEC §9), one row per Checkout Session. `granted_at` is claimed
+ * by a guarded UPDATE in the grant's transaction, so a session grants once however often its events
+ * arrive. `credits_taken_back` is what refunds removed; `refund_share` the refunded share of the pack
+ * already settled (what could not be taken back because it was spent is the difference).
+ */
+export const creditPurchases = pgTable(
+  'credit_purchases',
+  {
+    id: uuid('id').primaryKey().defaultRandom(),
+    organizationId: uuid('organization_id')
+      .notNull()
+      .references(() => organizations.id),
+    deploymentId: uuid('deployment_id')
+      .notNull()
+      .references(() => deployments.id),
+    pack: text('pack').notNull(),
+    credits: bigint('credits', { mode: 'number' }).notNull(),
+    stripeCheckoutSessionId: text('stripe_checkout_session_id').notNull(),
+    stripePriceId: text('stripe_price_id').notNull(),
+    stripePaymentIntentId: text('stripe_payment_intent_id'),
+    amountTotal: bigint('amount_total', { mode: 'number' }),
+    currency: text('currency'),
+    grantedAt: timestamp('granted_at', { withTimezone: true }),
+    ledgerId: bigint('ledger_id', { mode: 'number' }),
+    refundShare: bigint('refund_share', { mode: 'number' }).notNull().default(0),
+    creditsTakenBack: bigint('credits_taken_back', { mode: 'number' }).notNull().default(0),
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
+  },
+  (t) => [
+    uniqueIndex('credit_purchases_session_key').on(t.stripeCheckoutSessionId),
+    uniqueIndex('credit_purchases_payment_intent_key').on(t.stripePaymentIntentId),
+    index('credit_purchases_org_idx').on(t.organizationId, t.createdAt),
+    check('credit_purchases_credits_positive', sql`${t.credits} > 0`),
+    check('credit_purchases_refund_bound', sql`${t.creditsTakenBack} >= 0 AND ${t.creditsTakenBack} <= ${t.refundShare} AND ${t.refundShare} <= ${t.credits}`),
+  ],
+);
+
+/**
+ * Usage on its way to a Stripe meter (SPEC §9): one row per successful deduction of a subscribed
+ * organization, written in the deduction's statement. `identifier` is the usage record id, sent as
+ * the meter event's identifier, so a resend after a crash is deduplicated by Stripe. A worker claims
+ * due rows by pushing next_attempt_at forward (a lease), sends them, and marks them reported.
+ * status: pending | reported | failed (Stripe refused it for good; `last_error` says why).
+ */
+export const meterEventOutbox = pgTable(
+  'meter_event_outbox',
+  {
+    identifier: uuid('identifier').primaryKey(),
+    organizationId: uuid('organization_id').notNull(),
+    deploymentId: uuid('deployment_id').notNull(),
+    stripeCustomerId: text('stripe_customer_id').notNull(),
+    value: bigint('value', { mode: 'number' }).notNull(),
+    eventAt: timestamp('event_at', { withTimezone: true }).notNull(),
+    status: text('status').notNull().default('pending'),
+    attempts: integer('attempts').notNull().default(0),
+    nextAttemptAt: timestamp('next_attempt_at', { withTimezone: true }).notNull(),
+    processorRef: text('processor_ref'),
+    reportedAt: timestamp('reported_at', { withTimezone: true }),
+    lastError: text('last_error'),
+  },
+  (t) => [
+    index('meter_event_outbox_due_idx')
+      .on(t.nextAttemptAt)
+      .where(sql`${t.status} = 'pending'`),
+    check('meter_event_outbox_status', sql`${t.status} IN ('pending', 'reported', 'failed')`),
+  ],
 );

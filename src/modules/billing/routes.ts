@@ -5,7 +5,9 @@ import { ctxOf } from '../../http/auth.js';
 import { Envelope, envelopeErrors, ok, page, PageEnvelope, PageQuery } from '../../http/envelope.js';
 import { decodeCursor } from '../../http/envelope.js';
 import { anyOf, Nullable } from '../../http/schemas.js';
+import { idempotencyKeyHeader } from '../../http/idempotency-key.js';
 import { type BillingSelection, getSubscription, getUsage, listInvoices } from './service.js';
+import { subscribe } from './subscribe.js';
 
 const Uuid = (description: string) => Type.String({ format: 'uuid', description, examples: ['6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f'] });
 const Timestamp = (description: string) => Type.String({ format: 'date-time', description, examples: ['2026-01-15T12:00:00.000Z'] });
@@ -85,7 +87,22 @@ function selectionOf(request: { query: { organization_id?: string | undefined };
   return { queryOrganizationId: request.query.organization_id, headerOrganizationId: request.headers['x-organization-id'] };
 }
 
-/** Billing read endpoints (seed E, SPEC §9); POST /billing/subscription belongs to the billing issue. */
+const ReturnUrl = (description: string) => Type.String({ minLength: 1, maxLength: 2048, description, examples: ['https://app.example.com/billing/done'] });
+const SubscribeBody = Type.Object(
+  {
+    price_id: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'A price listed in STRIPE_PRICE_TIERS', examples: ['price_launch_monthly'] })),
+    tier: Type.Optional(Type.String({ minLength: 1, maxLength: 20, description: 'The tier to buy; its price comes from STRIPE_PRICE_TIERS', examples: ['growth'] })),
+    success_url: Type.Optional(ReturnUrl('After paying in Checkout (https; http on loopback in development)')),
+    cancel_url: Type.Optional(ReturnUrl('When the customer turns back in Checkout')),
+  },
+  { additionalProperties: false, description: 'price_id or tier' },
+);
+const CheckoutSchema = Type.Object({
+  url: Type.String({ description: "Stripe Checkout's page: send the customer there", examples: ['https://checkout.stripe.com/c/pay/cs_test_a1'] }),
+  checkout_session_id: Type.String({ description: 'The Checkout Session', examples: ['cs_test_a1'] }),
+});
+
+/** Billing endpoints (seed E, SPEC §9): reads, and starting or changing the subscription. */
 export async function billingRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 
@@ -105,6 +122,28 @@ export async function billingRoutes(fastify: FastifyInstance): Promise<void> {
     async (request) => {
       const subscription = await getSubscription(ctxOf(request), selectionOf(request));
       return ok(subscription, subscription ? 'OK' : 'No subscription');
+    },
+  );
+
+  app.post(
+    '/billing/subscription',
+    {
+      config: { auth: 'account' },
+      schema: {
+        tags,
+        security,
+        summary:
+          'Subscribe or change plan (billing.manage): without a subscription, a Checkout Session (data.url); with one, its price changes and data is the subscription',
+        querystring: SelectionQuery,
+        headers: SelectionHeaders,
+        body: SubscribeBody,
+        response: { 200: Envelope(Type.Union([CheckoutSchema, Nullable(SubscriptionSchema)])), ...envelopeErrors(400, 401, 403, 404, 409, 502) },
+      },
+    },
+    async (request) => {
+      const answer = await subscribe(ctxOf(request), selectionOf(request), request.body, idempotencyKeyHeader(request));
+      if (answer.kind === 'checkout') return ok(answer.checkout, 'Send the customer to data.url to subscribe');
+      return ok(answer.subscription, 'Subscription changed');
     },
   );
 

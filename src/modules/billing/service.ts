@@ -21,7 +21,7 @@ const pick = (message: string) =>
  * default organization, else the user's only organization; none of these is 400. An API key acts for
  * its own organization. Naming one the caller does not belong to is 404 (authorize decides).
  */
-async function billingOrganization(ctx: Ctx, sel: BillingSelection): Promise<string> {
+export async function billingOrganization(ctx: Ctx, sel: BillingSelection): Promise<string> {
   const { queryOrganizationId: q, headerOrganizationId: h } = sel;
   if (q !== undefined && h !== undefined && q.toLowerCase() !== h.toLowerCase()) {
     throw new ValidationError('?organization_id= and X-Organization-ID name different organizations', [

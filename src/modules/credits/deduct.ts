@@ -1,13 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import type { Queryable } from '../../db/client.js';
 import { MONTHLY_THRESHOLD_CTE } from '../quotas/thresholds.js';
+import { METER_OUTBOX_CTE } from './meter-outbox.js';
 
 /**
  * The hot path of record-usage: one statement, so one round trip and one implicit transaction.
  * It locks the balance row (FOR UPDATE returns the newest version after any wait), splits the cost
  * between the monthly bucket and purchased credits, refuses when the spendable balance (less other
  * holders' reservations) is short, and writes the ledger row and the usage record with it.
- * Crossing 80 % / 100 % of the monthly allocation writes a `quota.threshold` event in the same statement.
+ * Crossing 80 % / 100 % of the monthly allocation writes a `quota.threshold` event in the same statement,
+ * and with meter reporting on, a subscribed organization's deduction its meter event (credits/meter-outbox.ts).
  * A row whose sync_before has passed is not touched (found = 0): the caller syncs it and retries.
  */
 const DEDUCT_SQL = `
@@ -67,7 +69,7 @@ WITH cur AS (
         'error', NULL, 'usage_id', $11::uuid, 'invocation_id', $9::text)
   WHERE $13::boolean AND deployment_id = $1::uuid AND invocation_id = $9::text AND EXISTS (SELECT 1 FROM upd)
   RETURNING invocation_id
-), ${MONTHLY_THRESHOLD_CTE}
+), ${METER_OUTBOX_CTE}, ${MONTHLY_THRESHOLD_CTE}
 SELECT (SELECT count(*) FROM cur)::int AS found,
        (upd.deployment_id IS NOT NULL) AS deducted,
        COALESCE(upd.monthly_allocation, cur.monthly_allocation) AS monthly_allocation,
@@ -96,6 +98,8 @@ export interface DeductInput {
    * answer and this request hash in the same statement.
    */
   recordInvocation?: { requestHash: string };
+  /** STRIPE_METER_EVENT_NAME is set: a subscribed organization's deduction goes to the meter outbox. */
+  reportToMeter?: boolean;
 }
 
 export interface DeductResult {
@@ -127,6 +131,7 @@ export async function deduct(db: Queryable, input: DeductInput): Promise<DeductR
       input.recordFailure,
       input.recordInvocation !== undefined && input.invocationId !== null,
       input.recordInvocation?.requestHash ?? null,
+      input.reportToMeter === true,
     ],
     'credits_deduct',
   );

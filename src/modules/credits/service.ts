@@ -192,8 +192,17 @@ export async function readBalance(
  */
 export async function changePurchased(
   tx: Queryable,
-  input: { deploymentId: string; amount: number; reason: string; actor: string; now: Date; expiresAt?: Date | null },
-): Promise<BalanceRow> {
+  input: {
+    deploymentId: string;
+    amount: number;
+    reason: string;
+    actor: string;
+    now: Date;
+    expiresAt?: Date | null;
+    /** More fields for the `credits.purchased` event (the pack and Checkout Session of a sale). */
+    eventData?: Record<string, unknown>;
+  },
+): Promise<BalanceRow & { ledgerId: number }> {
   const current = await syncBalance(tx, input.deploymentId, input.now, input.actor);
   if (input.expiresAt && (input.amount <= 0 || input.expiresAt.getTime() <= input.now.getTime())) {
     throw new ValidationError('Only a grant (positive amount) can expire, and only in the future', [
@@ -202,9 +211,7 @@ export async function changePurchased(
   }
   if (input.amount < 0) {
     // Reservations were promised their credits (SPEC §4): an adjustment may not take them away.
-    const monthly = current.monthly_allocation === null ? null : Math.max(0, current.monthly_allocation - current.monthly_used);
-    const heldFromPurchased = monthly === null ? 0 : Math.max(0, current.reserved - monthly);
-    const floor = Math.min(current.purchased_balance, Math.max(0, current.purchased_balance - heldFromPurchased));
+    const floor = purchasedFloor(current);
     if (-input.amount > floor) {
       throw new ValidationError(
         `An adjustment of ${input.amount} would take purchased credits below zero or below what open reservations hold ` +
@@ -232,7 +239,7 @@ export async function changePurchased(
       row.sync_before = input.expiresAt;
     }
   }
-  await appendLedger(tx, {
+  const ledgerId = await appendLedger(tx, {
     organizationId: row.organization_id,
     deploymentId: input.deploymentId,
     kind: input.amount >= 0 ? 'grant' : 'adjust',
@@ -257,11 +264,22 @@ export async function changePurchased(
         purchased_balance: row.purchased_balance,
         reason: input.reason,
         expires_at: input.expiresAt?.toISOString() ?? null,
+        ...input.eventData,
       },
       at: input.now,
     });
   }
-  return row;
+  return { ...row, ledgerId };
+}
+
+/**
+ * Purchased credits an adjustment may take now: what open reservations do not need from them
+ * (SPEC §4: a reservation keeps what it was promised). The row must be current (syncBalance).
+ */
+export function purchasedFloor(b: Pick<BalanceRow, 'monthly_allocation' | 'monthly_used' | 'purchased_balance' | 'reserved'>): number {
+  const monthly = monthlyRemaining(b.monthly_allocation, b.monthly_used);
+  const heldFromPurchased = monthly === null ? 0 : Math.max(0, b.reserved - monthly);
+  return Math.max(0, b.purchased_balance - heldFromPurchased);
 }
 
 /** Operator reset of the period's counters (SPEC §6): the monthly bucket refills, AI tokens start over. */

@@ -41,15 +41,17 @@ export interface SubscriptionPeriod {
 
 /**
  * The billing period containing `now` (SPEC §3): the subscription's current period when it contains
- * `now`; past its end (the renewal not reported yet) the monthly anniversaries of its start; without a
- * subscription the monthly anniversary of billing_anchor.
+ * `now`; past its end (the renewal not reported yet) the monthly anniversaries of its end — where
+ * Stripe's next period starts, so a renewal reported late finds the period already begun and does not
+ * reset it again (credits/subscription-period.ts); without a subscription the monthly anniversary of
+ * billing_anchor.
  */
 export function periodFor(d: DeploymentTerms, now: Date, subscription: SubscriptionPeriod | null = null): { start: Date; end: Date } {
   const start = subscription?.current_period_start;
   const end = subscription?.current_period_end;
   if (start && end && start.getTime() <= now.getTime()) {
     if (now.getTime() < end.getTime()) return { start, end };
-    return monthlyPeriod(start, now);
+    return monthlyPeriod(end, now);
   }
   return monthlyPeriod(d.billing_anchor, now);
 }

@@ -103,21 +103,12 @@ export async function updateDeployment(
   const now = ctx.clock.now();
   const result = await ctx.db.transaction(async (tx) => {
     const before = await lockDeployment(tx, id);
-    const rows = await tx.query<DeploymentRow>(
-      'UPDATE deployments SET tier = $2, status = $3, updated_at = $4 WHERE id = $1 RETURNING *',
-      [id, input.tier ?? before.tier, input.status ?? before.status, now],
-    );
-    const after = rows[0]!;
-    if (after.tier !== before.tier) {
-      await syncBalance(tx, id, now, actorLabel(ctx.actor));
-      await emitEvent(tx, {
-        organizationId: after.organization_id,
-        deploymentId: id,
-        type: 'deployment.tier_changed',
-        data: { deployment_id: id, from: before.tier, to: after.tier },
-        at: now,
-      });
-    }
+    const rows = await tx.query<DeploymentRow>('UPDATE deployments SET status = $2, updated_at = $3 WHERE id = $1 RETURNING *', [
+      id,
+      input.status ?? before.status,
+      now,
+    ]);
+    const after = input.tier && input.tier !== before.tier ? await changeTier(tx, ctx, before, input.tier) : rows[0]!;
     await writeAudit(tx, ctx, {
       organizationId: after.organization_id,
       action: 'update',
@@ -127,9 +118,36 @@ export async function updateDeployment(
     });
     return after;
   });
+  tierCachesChanged(ctx);
+  return result;
+}
+
+/**
+ * A tier change inside the caller's transaction, the deployment row locked (SPEC §3): the new allocation
+ * applies at once and `deployment.tier_changed` is written with it. The caller clears the caches after
+ * COMMIT (`tierCachesChanged`).
+ */
+export async function changeTier(tx: Queryable, ctx: Ctx, before: DeploymentRow, tier: Tier): Promise<DeploymentRow> {
+  const now = ctx.clock.now();
+  const rows = await tx.query<DeploymentRow>('UPDATE deployments SET tier = $2, updated_at = $3 WHERE id = $1 RETURNING *', [before.id, tier, now]);
+  const after = rows[0]!;
+  if (after.tier !== before.tier) {
+    await syncBalance(tx, before.id, now, actorLabel(ctx.actor));
+    await emitEvent(tx, {
+      organizationId: after.organization_id,
+      deploymentId: before.id,
+      type: 'deployment.tier_changed',
+      data: { deployment_id: before.id, from: before.tier, to: after.tier },
+      at: now,
+    });
+  }
+  return after;
+}
+
+/** After a tier or status change has committed: resolve answers and cached terms are stale on every instance. */
+export function tierCachesChanged(ctx: Ctx): void {
   invalidateResolveCache(ctx);
   ctx.bus.publish('terms-cache');
-  return result;
 }
 
 export async function lockDeployment(tx: Queryable, id: string): Promise<DeploymentRow> {

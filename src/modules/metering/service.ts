@@ -240,7 +240,8 @@ export async function deductWithRetry(
   input: Omit<DeductInput, 'recordFailure'>,
   heldByOthers: boolean,
 ): Promise<DeductResult> {
-  const attempt = { ...input, recordFailure: !heldByOthers };
+  const reportToMeter = ctx.config.stripeMeterEventName !== undefined;
+  const attempt = { ...input, reportToMeter, recordFailure: !heldByOthers };
   let result = await deduct(db, attempt);
   if (!result.found) {
     if (db === ctx.db) await ctx.db.transaction((tx) => syncBalance(tx, input.deploymentId, input.now, input.actor));
@@ -250,7 +251,7 @@ export async function deductWithRetry(
   }
   if (!result.deducted && heldByOthers) {
     await expireReservations(db, input.now, input.deploymentId);
-    result = await deduct(db, { ...input, recordFailure: true });
+    result = await deduct(db, { ...input, reportToMeter, recordFailure: true });
   }
   return result;
 }

@@ -3,8 +3,9 @@ import type { ModelClass } from '../../config.js';
 import { actorLabel } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { AppError, ValidationError } from '../../errors.js';
-import { type BalanceRow, readBalance, syncBalance } from '../credits/service.js';
+import { type BalanceRow, purchasedFloor as spendablePurchased, readBalance, syncBalance } from '../credits/service.js';
 import { appendLedger } from '../credits/ledger.js';
+import { enqueueMeterEvent } from '../credits/meter-outbox.js';
 import { effectiveTerms, monthlyRemaining } from '../credits/terms.js';
 import type { DeploymentRow } from '../deployments/service.js';
 import { effectiveFlags } from '../entitlements/flags.js';
@@ -31,13 +32,6 @@ export function modelClassOf(ctx: Pick<Ctx, 'config'>, model: string): ModelClas
 /** Credits for tokens past the limit: rate per 1,000 tokens, rounded up. */
 export function creditsForTokens(tokens: number, cls: ModelClass): number {
   return tokens <= 0 ? 0 : Math.ceil((tokens * RATE[cls]) / 1000);
-}
-
-/** Purchased credits a new charge may take: what open reservations do not already need from them. */
-export function spendablePurchased(b: Pick<BalanceRow, 'monthly_allocation' | 'monthly_used' | 'purchased_balance' | 'reserved'>): number {
-  const monthly = monthlyRemaining(b.monthly_allocation, b.monthly_used);
-  const heldFromPurchased = monthly === null ? 0 : Math.max(0, b.reserved - monthly);
-  return Math.max(0, b.purchased_balance - heldFromPurchased);
 }
 
 /** The seed's 403 for a false flag, with the upgrade link of SPEC §5. */
@@ -201,6 +195,9 @@ export async function accountAiTokens(ctx: Ctx, deployment: Pick<DeploymentRow, 
         now,
       ],
     );
+    if (charged > 0 && ctx.config.stripeMeterEventName !== undefined) {
+      await enqueueMeterEvent(tx, { usageId, organizationId: deployment.organization_id, deploymentId: deployment.id, value: charged, at: now });
+    }
     await emitThresholds(tx, {
       organizationId: deployment.organization_id,
       deploymentId: deployment.id,

@@ -64,7 +64,7 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
-                /** @description A dependency (the database) is unavailable; nothing was changed */
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -77,6 +77,242 @@ export interface paths {
         };
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/credits/packs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** What this installation sells: the credit packs and the subscription prices */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description Whether this installation sells through Stripe (STRIPE_SECRET_KEY is set) */
+                            configured: boolean;
+                            /** @description CREDIT_PACKS, in the order configured */
+                            packs: {
+                                /**
+                                 * @description Purchased credits the pack grants
+                                 * @example 1000
+                                 */
+                                credits: number;
+                                /** @example small */
+                                pack: string;
+                                /**
+                                 * @description The Stripe price that sells it
+                                 * @example price_pack_small
+                                 */
+                                price_id: string;
+                            }[];
+                            /** @description STRIPE_PRICE_TIERS */
+                            subscription_prices: {
+                                /** @example price_launch_monthly */
+                                price_id: string;
+                                /** @example launch */
+                                tier: string;
+                            }[];
+                        };
+                    };
+                };
+                /** @description Missing or invalid credentials */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Internal error (no details on the wire) */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/credits/purchase": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Buy a credit pack (CREDIT_PACKS) for this deployment: a Stripe Checkout page; the credits are granted once it is paid */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Where Checkout sends the customer who turns back
+                         * @example https://app.example.com/billing/done
+                         */
+                        cancel_url?: string;
+                        /**
+                         * @description A pack named in CREDIT_PACKS
+                         * @example small
+                         */
+                        pack: string;
+                        /**
+                         * @description Where Checkout sends the customer after paying
+                         * @example https://app.example.com/billing/done
+                         */
+                        success_url?: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /**
+                             * @description The Checkout Session; its pack is granted once it is paid
+                             * @example cs_test_a1
+                             */
+                            checkout_session_id: string;
+                            /**
+                             * @description Stripe Checkout's page for the customer
+                             * @example https://checkout.stripe.com/c/pay/cs_test_a1
+                             */
+                            url: string;
+                        };
+                    };
+                };
+                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Missing or invalid credentials */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Forbidden (scope, feature flag, or credits) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Conflict */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Internal error (no details on the wire) */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Stripe refused a request the service made (PAYMENT_PROVIDER_ERROR: a configuration problem); nothing was changed */
+                502: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+            };
+        };
         delete?: never;
         options?: never;
         head?: never;
@@ -185,7 +421,7 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
-                /** @description A dependency (the database) is unavailable; nothing was changed */
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -311,7 +547,7 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
-                /** @description A dependency (the database) is unavailable; nothing was changed */
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -387,7 +623,7 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
-                /** @description A dependency (the database) is unavailable; nothing was changed */
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -513,7 +749,7 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
-                /** @description A dependency (the database) is unavailable; nothing was changed */
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -645,7 +881,7 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
-                /** @description A dependency (the database) is unavailable; nothing was changed */
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -733,7 +969,7 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
-                /** @description A dependency (the database) is unavailable; nothing was changed */
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -864,7 +1100,7 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
-                /** @description A dependency (the database) is unavailable; nothing was changed */
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -989,7 +1225,7 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
-                /** @description A dependency (the database) is unavailable; nothing was changed */
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -1112,7 +1348,7 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
-                /** @description A dependency (the database) is unavailable; nothing was changed */
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -1252,7 +1488,280 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
-                /** @description A dependency (the database) is unavailable; nothing was changed */
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/proxy/billing/checkout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A Stripe Checkout page: the organization's first subscription ({price_id} or {tier}) or a credit pack ({pack}) for this deployment */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Where Checkout sends the customer who turns back
+                         * @example https://app.example.com/billing/done
+                         */
+                        cancel_url?: string;
+                        /**
+                         * @description A pack named in CREDIT_PACKS
+                         * @example small
+                         */
+                        pack?: string;
+                        /**
+                         * @description A subscription price listed in STRIPE_PRICE_TIERS
+                         * @example price_launch_monthly
+                         */
+                        price_id?: string;
+                        /**
+                         * @description Where Checkout sends the customer after paying (https; http on loopback in development)
+                         * @example https://app.example.com/billing/done
+                         */
+                        success_url?: string;
+                        /**
+                         * @description The tier to subscribe to (its price from STRIPE_PRICE_TIERS)
+                         * @example launch
+                         */
+                        tier?: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /**
+                             * @description The Checkout Session; its pack is granted once it is paid
+                             * @example cs_test_a1
+                             */
+                            checkout_session_id: string;
+                            /**
+                             * @description Stripe Checkout's page for the customer
+                             * @example https://checkout.stripe.com/c/pay/cs_test_a1
+                             */
+                            url: string;
+                        };
+                    };
+                };
+                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Missing or invalid credentials */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Forbidden (scope, feature flag, or credits) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Conflict */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Internal error (no details on the wire) */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Stripe refused a request the service made (PAYMENT_PROVIDER_ERROR: a configuration problem); nothing was changed */
+                502: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+                503: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/proxy/billing/portal": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A Stripe Billing Portal page for the deployment's organization (invoices, payment method, plan) */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Where the portal sends the customer back to
+                         * @example https://app.example.com/billing/done
+                         */
+                        return_url?: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /**
+                             * @description Stripe's Billing Portal page
+                             * @example https://billing.stripe.com/p/session/test_a1
+                             */
+                            url: string;
+                        };
+                    };
+                };
+                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Missing or invalid credentials */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Forbidden (scope, feature flag, or credits) */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Conflict */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Internal error (no details on the wire) */
+                500: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Stripe refused a request the service made (PAYMENT_PROVIDER_ERROR: a configuration problem); nothing was changed */
+                502: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -1356,7 +1865,7 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
-                /** @description A dependency (the database) is unavailable; nothing was changed */
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -1465,7 +1974,7 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
-                /** @description A dependency (the database) is unavailable; nothing was changed */
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -1543,7 +2052,7 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
-                /** @description A dependency (the database) is unavailable; nothing was changed */
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
                 503: {
                     headers: {
                         [name: string]: unknown;
@@ -1686,7 +2195,7 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
-                /** @description A dependency (the database) is unavailable; nothing was changed */
+                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
                 503: {
                     headers: {
                         [name: string]: unknown;

@@ -1,0 +1,204 @@
+import type Stripe from 'stripe';
+import type { Ctx } from '../../context.js';
+import { AppError, ValidationError } from '../../errors.js';
+import { recordPackCheckout } from '../credits/purchases.js';
+import type { DeploymentRow } from '../deployments/service.js';
+import { TIERS, type Tier } from '../entitlements/tiers.js';
+import { isTransientStripeError, requireStripe } from './stripe-client.js';
+
+/**
+ * Selling through Stripe (SPEC §9): one customer per organization, made on first need; Checkout for a
+ * first subscription and for credit packs; the Billing Portal; a price change of a subscription in
+ * force. Every call to Stripe goes through `callStripe`, so a Stripe fault is a clear 502/503 and
+ * never a half-written state: the database is written only after Stripe answered.
+ */
+
+export interface ReturnUrls {
+  success_url?: string | undefined;
+  cancel_url?: string | undefined;
+}
+
+/** Stripe's answer or a mapped error: 503 (retry) for a transient fault, 502 when Stripe refused our request. */
+export async function callStripe<T>(what: string, fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (error) {
+    if (isTransientStripeError(error)) {
+      throw new AppError('SERVICE_UNAVAILABLE', `Stripe is not reachable (${what}); try again shortly`, {}, { 'retry-after': '5' });
+    }
+    throw new AppError('PAYMENT_PROVIDER_ERROR', `Stripe refused ${what}: ${(error as Error).message}`);
+  }
+}
+
+const LOOPBACK = /^(localhost|127(?:\.\d{1,3}){3}|\[::1\])$/i;
+
+/** SPEC §9: return URLs are https, or http on loopback outside production; the field is named on a refusal. */
+export function checkReturnUrl(ctx: Pick<Ctx, 'config'>, field: string, value: string | undefined, fallback: string): string {
+  if (value === undefined) return fallback;
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new ValidationError(`${field} is not a URL`, [{ field, message: 'must be an absolute https URL' }]);
+  }
+  const loopbackHttp = url.protocol === 'http:' && LOOPBACK.test(url.hostname) && ctx.config.nodeEnv !== 'production';
+  if (url.protocol !== 'https:' && !loopbackHttp) {
+    throw new ValidationError(`${field} must use https (http only on loopback in development)`, [{ field, message: 'must be https' }]);
+  }
+  if (url.username || url.password) throw new ValidationError(`${field} must not carry credentials`, [{ field, message: 'no user:password@' }]);
+  return url.toString();
+}
+
+function defaultUrls(ctx: Ctx, urls: ReturnUrls): { success: string; cancel: string } {
+  const base = ctx.config.publicBaseUrl;
+  return {
+    success: checkReturnUrl(ctx, 'success_url', urls.success_url, `${base}/billing/success`),
+    cancel: checkReturnUrl(ctx, 'cancel_url', urls.cancel_url, `${base}/billing/cancel`),
+  };
+}
+
+/** The organization's Stripe customer, made on first need with the organization id in its metadata. */
+export async function ensureCustomer(ctx: Ctx, organizationId: string): Promise<string> {
+  const rows = await ctx.db.query<{ name: string; stripe_customer_id: string | null }>(
+    'SELECT name, stripe_customer_id FROM organizations WHERE id = $1 AND deleted_at IS NULL',
+    [organizationId],
+  );
+  const org = rows[0];
+  if (!org) throw new AppError('NOT_FOUND', 'Organization not found');
+  if (org.stripe_customer_id) return org.stripe_customer_id;
+  const stripe = requireStripe(ctx.config);
+  // Concurrent first purchases of one organization share Stripe's answer through the idempotency key.
+  const customer = await callStripe('to create the customer', () =>
+    stripe.customers.create({ name: org.name, metadata: { organization_id: organizationId } }, { idempotencyKey: `creditgate-customer-${organizationId}` }),
+  );
+  const set = await ctx.db.query<{ stripe_customer_id: string }>(
+    `UPDATE organizations SET stripe_customer_id = COALESCE(stripe_customer_id, $2) WHERE id = $1 RETURNING stripe_customer_id`,
+    [organizationId, customer.id],
+  );
+  return set[0]?.stripe_customer_id ?? customer.id;
+}
+
+/** `{price_id}` or `{tier}` → a price STRIPE_PRICE_TIERS lists; anything else is 400 naming the field. */
+export function subscriptionPrice(ctx: Pick<Ctx, 'config'>, input: { price_id?: string | undefined; tier?: string | undefined }): string {
+  const prices = ctx.config.stripePriceTiers;
+  const listed = Object.keys(prices);
+  if (listed.length === 0) throw new AppError('BILLING_NOT_CONFIGURED', 'No subscription prices are configured (STRIPE_PRICE_TIERS)');
+  if (input.price_id !== undefined && input.tier !== undefined) {
+    throw new ValidationError('Give price_id or tier, not both', [{ field: 'price_id', message: 'give price_id or tier, not both' }]);
+  }
+  if (input.price_id !== undefined) {
+    if (!prices[input.price_id]) throw new ValidationError(`Unknown price ${input.price_id}`, [{ field: 'price_id', message: `one of ${listed.join(', ')}` }]);
+    return input.price_id;
+  }
+  if (input.tier !== undefined) {
+    const price = listed.find((p) => prices[p] === input.tier);
+    const sold = [...new Set(Object.values(prices))].filter((t) => TIERS.includes(t as Tier));
+    if (!price) throw new ValidationError(`No price sells the tier ${input.tier}`, [{ field: 'tier', message: `one of ${sold.join(', ')}` }]);
+    return price;
+  }
+  throw new ValidationError('Give price_id or tier', [{ field: 'price_id', message: 'price_id or tier is required' }]);
+}
+
+export interface CheckoutAnswer {
+  url: string;
+  checkout_session_id: string;
+}
+
+/** A Checkout Session for the organization's first subscription. */
+export async function subscriptionCheckout(ctx: Ctx, organizationId: string, priceId: string, urls: ReturnUrls, idempotencyKey?: string): Promise<CheckoutAnswer> {
+  const { success, cancel } = defaultUrls(ctx, urls);
+  const stripe = requireStripe(ctx.config);
+  const customer = await ensureCustomer(ctx, organizationId);
+  const session = await callStripe('the Checkout Session', () =>
+    stripe.checkout.sessions.create(
+      {
+        mode: 'subscription',
+        customer,
+        line_items: [{ price: priceId, quantity: 1 }],
+        success_url: success,
+        cancel_url: cancel,
+        client_reference_id: organizationId,
+        metadata: { organization_id: organizationId },
+        subscription_data: { metadata: { organization_id: organizationId } },
+      },
+      idempotencyKey ? { idempotencyKey: `creditgate-subscribe-${organizationId}-${idempotencyKey}` } : undefined,
+    ),
+  );
+  return answerOf(session);
+}
+
+/** A credit pack for a deployment: a Checkout Session in payment mode, its sale recorded before the customer pays. */
+export async function packCheckout(ctx: Ctx, deployment: DeploymentRow, pack: string, urls: ReturnUrls, idempotencyKey?: string): Promise<CheckoutAnswer> {
+  const packs = ctx.config.creditPacks;
+  const names = Object.keys(packs);
+  if (names.length === 0) throw new AppError('BILLING_NOT_CONFIGURED', 'No credit packs are configured (CREDIT_PACKS)');
+  const chosen = Object.hasOwn(packs, pack) ? packs[pack] : undefined;
+  if (!chosen) throw new ValidationError(`Unknown pack ${pack}`, [{ field: 'pack', message: `one of ${names.join(', ')}` }]);
+  const { success, cancel } = defaultUrls(ctx, urls);
+  const stripe = requireStripe(ctx.config);
+  const customer = await ensureCustomer(ctx, deployment.organization_id);
+  const metadata = {
+    organization_id: deployment.organization_id,
+    deployment_id: deployment.id,
+    creditgate_pack: pack,
+    creditgate_credits: String(chosen.credits),
+    creditgate_price: chosen.priceId,
+  };
+  const session = await callStripe('the Checkout Session', () =>
+    stripe.checkout.sessions.create(
+      {
+        mode: 'payment',
+        customer,
+        line_items: [{ price: chosen.priceId, quantity: 1 }],
+        success_url: success,
+        cancel_url: cancel,
+        client_reference_id: deployment.id,
+        metadata,
+        payment_intent_data: { metadata },
+      },
+      idempotencyKey ? { idempotencyKey: `creditgate-pack-${deployment.id}-${idempotencyKey}` } : undefined,
+    ),
+  );
+  await recordPackCheckout(
+    ctx.db,
+    { organizationId: deployment.organization_id, deploymentId: deployment.id, pack, credits: chosen.credits, checkoutSessionId: session.id, priceId: chosen.priceId },
+    ctx.clock.now(),
+  );
+  return answerOf(session);
+}
+
+/** A Billing Portal session for the organization's customer (made on first need). */
+export async function portalSession(ctx: Ctx, organizationId: string, returnUrl: string | undefined): Promise<{ url: string }> {
+  const url = checkReturnUrl(ctx, 'return_url', returnUrl, `${ctx.config.publicBaseUrl}/billing`);
+  const stripe = requireStripe(ctx.config);
+  const customer = await ensureCustomer(ctx, organizationId);
+  const session = await callStripe('the portal session', () => stripe.billingPortal.sessions.create({ customer, return_url: url }));
+  return { url: session.url };
+}
+
+/** The subscription in force, if any: the one a price change acts on. */
+export async function subscriptionInForce(ctx: Ctx, organizationId: string): Promise<string | null> {
+  const rows = await ctx.db.query<{ stripe_subscription_id: string }>(
+    `SELECT stripe_subscription_id FROM subscriptions WHERE organization_id = $1 AND status IN ('active', 'past_due', 'unpaid')
+     ORDER BY updated_at DESC LIMIT 1`,
+    [organizationId],
+  );
+  return rows[0]?.stripe_subscription_id ?? null;
+}
+
+/** Change the price of a subscription in force through the API; the caller applies the answer. */
+export async function changeSubscriptionPrice(ctx: Ctx, subscriptionId: string, priceId: string): Promise<Stripe.Subscription> {
+  const stripe = requireStripe(ctx.config);
+  const current = await callStripe('to read the subscription', () => stripe.subscriptions.retrieve(subscriptionId));
+  const item = current.items.data[0];
+  if (!item) throw new AppError('CONFLICT', 'The subscription has no item to change');
+  if (item.price.id === priceId) return current;
+  return callStripe('the price change', () =>
+    stripe.subscriptions.update(subscriptionId, { items: [{ id: item.id, price: priceId }], proration_behavior: 'create_prorations' }),
+  );
+}
+
+function answerOf(session: Stripe.Checkout.Session): CheckoutAnswer {
+  if (!session.url) throw new AppError('PAYMENT_PROVIDER_ERROR', 'Stripe answered a Checkout Session without a URL');
+  return { url: session.url, checkout_session_id: session.id };
+}

@@ -1,0 +1,72 @@
+import Stripe from 'stripe';
+import type { Config } from '../../config.js';
+import { AppError, ValidationError } from '../../errors.js';
+
+/**
+ * The one way the service talks to Stripe (SPEC §9): the official SDK, pointed at STRIPE_API_BASE when
+ * it is set (a local stand-in in tests, a proxy in some installations). One client per configuration.
+ */
+const clients = new WeakMap<Config, Stripe>();
+
+export function stripeClient(config: Config): Stripe | null {
+  if (!config.stripeSecretKey) return null;
+  let client = clients.get(config);
+  if (!client) {
+    const base = config.stripeApiBase ? new URL(config.stripeApiBase) : null;
+    client = new Stripe(config.stripeSecretKey, {
+      ...(base
+        ? {
+            host: base.hostname,
+            port: base.port || (base.protocol === 'https:' ? 443 : 80),
+            protocol: base.protocol === 'https:' ? 'https' : 'http',
+          }
+        : {}),
+      // The SDK retries with its own Idempotency-Key, so a retried POST has one effect.
+      maxNetworkRetries: 1,
+      timeout: 10_000,
+      appInfo: { name: 'creditgate' },
+    });
+    clients.set(config, client);
+  }
+  return client;
+}
+
+/** For selling: Stripe must be configured, else 503 BILLING_NOT_CONFIGURED (a state of the installation, not of the request). */
+export function requireStripe(config: Config): Stripe {
+  const client = stripeClient(config);
+  if (!client) throw new AppError('BILLING_NOT_CONFIGURED', 'Billing is not configured on this installation (STRIPE_SECRET_KEY is not set)');
+  return client;
+}
+
+/**
+ * Verify a delivery with the SDK (raw body, `Stripe-Signature`, 5-minute tolerance) against the
+ * service's clock. Any failure, including a body that is not an event, is 400 naming the header.
+ */
+export function verifyStripeEvent(rawBody: string, signature: string | undefined, secret: string, now: Date): Stripe.Event {
+  if (!signature) throw new ValidationError('Missing Stripe-Signature header', [{ field: 'stripe-signature', message: 'required' }]);
+  let event: Stripe.Event;
+  try {
+    event = Stripe.webhooks.constructEvent(rawBody, signature, secret, 300, undefined, now.getTime());
+  } catch (error) {
+    throw new ValidationError(`Invalid Stripe signature: ${(error as Error).message}`, [
+      { field: 'stripe-signature', message: 'does not verify (wrong secret, altered body or older than 5 minutes)' },
+    ]);
+  }
+  const e = event as unknown as Record<string, unknown>;
+  const data = e.data as { object?: unknown } | undefined;
+  if (typeof e.id !== 'string' || typeof e.type !== 'string' || typeof e.created !== 'number' || !data || typeof data.object !== 'object' || data.object === null) {
+    throw new ValidationError('The body is not a Stripe event', [{ field: 'body', message: 'an event needs id, type, created and data.object' }]);
+  }
+  if (e.id.length > 255 || e.type.length > 255) throw new ValidationError('The event id or type is too long', [{ field: 'body', message: 'id and type ≤ 255 characters' }]);
+  return event;
+}
+
+/** True for an answer Stripe may give differently later (network, 5xx, 429, lock timeout): worth retrying. */
+export function isTransientStripeError(error: unknown): boolean {
+  if (!(error instanceof Stripe.errors.StripeError)) return true;
+  if (error instanceof Stripe.errors.StripeConnectionError || error instanceof Stripe.errors.StripeAPIError) return true;
+  if (error instanceof Stripe.errors.StripeRateLimitError) return true;
+  return (error.statusCode ?? 500) >= 500 || error.statusCode === 409;
+}
+
+export { Stripe };

@@ -1,0 +1,321 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { addMonths, DAY } from '../../clock.js';
+import { creditFixtures } from '../../../test/credit-fixtures.js';
+import { bearer, createHarness, createTenant, type Harness, json, type Tenant, unique } from '../../../test/harness.js';
+import { checkoutSessionObject, deliver, stripeConfig, stripeEvent, subscriptionObject } from '../../../test/stripe-events-fixtures.js';
+
+/**
+ * POST /webhooks/stripe without a Stripe API (SPEC §9: "works with only STRIPE_WEBHOOK_SECRET set"):
+ * events are signed here the way Stripe signs them. Order is then judged by the events' `created`.
+ */
+let h: Harness;
+const f = creditFixtures(() => h);
+beforeAll(async () => {
+  h = await createHarness(stripeConfig, '2026-03-01T10:00:00.000Z');
+});
+afterAll(async () => {
+  await h.close();
+});
+
+const q = <T>(sql: string, params: unknown[]) => h.deps.db.query<T>(sql, params);
+const tierOf = async (t: Tenant) => (await q<{ tier: string }>('SELECT tier FROM deployments WHERE id = $1', [t.deploymentId]))[0]!.tier;
+const orgOf = async (t: Tenant) =>
+  (
+    await q<{ plan: string; subscription_status: string | null; stripe_customer_id: string | null; stripe_subscription_id: string | null }>(
+      'SELECT plan, subscription_status, stripe_customer_id, stripe_subscription_id FROM organizations WHERE id = $1',
+      [t.organizationId],
+    )
+  )[0]!;
+const outbox = (t: Tenant, type: string) =>
+  q<{ data: Record<string, unknown> }>('SELECT data FROM outbox_events WHERE organization_id = $1 AND type = $2 ORDER BY created_at, id', [t.organizationId, type]);
+const resets = (t: Tenant) => q<{ reason: string }>(`SELECT reason FROM credit_ledger WHERE deployment_id = $1 AND kind = 'period_reset' ORDER BY id`, [t.deploymentId]);
+const storedEvent = async (id: string) => (await q<{ status: string; last_error: string | null }>('SELECT status, last_error FROM stripe_events WHERE id = $1', [id]))[0];
+const balance = async (t: Tenant) =>
+  (
+    await q<{ period_start: Date; period_end: Date; monthly_allocation: number | null; monthly_used: number; purchased_balance: number }>(
+      'SELECT period_start, period_end, monthly_allocation, monthly_used, purchased_balance FROM credit_balances WHERE deployment_id = $1',
+      [t.deploymentId],
+    )
+  )[0]!;
+
+async function ok(res: { statusCode: number; body: string }) {
+  expect(res.statusCode, res.body).toBe(200);
+  expect(JSON.parse(res.body)).toEqual({ status: 'success' });
+}
+
+describe('subscriptions drive tier, plan and period (SPEC §9)', () => {
+  it('created → updated → deleted: the tier, the plan, the status and the period follow, with their events', async () => {
+    const t = await createTenant(h, { tier: 'sandbox' });
+    // Two days after the organization was made (its first period runs from then), it subscribes.
+    h.clock.advance(2 * DAY);
+    const customer = unique('cus');
+    const id = unique('sub');
+    const start = h.clock.now();
+    const end = addMonths(start, 1);
+    const sub = (price: string, status = 'active') => subscriptionObject({ id, customer, price, status, start, end, organizationId: t.organizationId });
+
+    await ok(await deliver(h, stripeEvent('customer.subscription.created', sub('price_launch'), start)));
+    expect(await tierOf(t)).toBe('launch');
+    expect(await orgOf(t)).toEqual({ plan: 'pro', subscription_status: 'active', stripe_customer_id: customer, stripe_subscription_id: id });
+    expect(await balance(t)).toMatchObject({ period_start: start, period_end: end, monthly_allocation: 2000, monthly_used: 0 });
+    const view = json<{ data: Record<string, unknown> }>(await h.request({ method: 'GET', url: '/billing/subscription', headers: bearer(t.apiKey) })).data;
+    expect(view).toMatchObject({ status: 'active', stripe_subscription_id: id, stripe_price_id: 'price_launch', current_period_end: end.toISOString() });
+
+    h.clock.advance(3 * DAY);
+    await ok(await deliver(h, stripeEvent('customer.subscription.updated', sub('price_growth'), h.clock.now())));
+    expect(await tierOf(t)).toBe('growth');
+    expect(await balance(t)).toMatchObject({ period_start: start, period_end: end, monthly_allocation: 20_000 });
+
+    h.clock.advance(DAY);
+    await ok(await deliver(h, stripeEvent('customer.subscription.deleted', sub('price_growth', 'canceled'), h.clock.now())));
+    expect(await tierOf(t)).toBe('sandbox');
+    expect(await orgOf(t)).toMatchObject({ plan: 'free', subscription_status: 'canceled' });
+    expect(await balance(t)).toMatchObject({ monthly_allocation: 0 });
+
+    expect((await outbox(t, 'deployment.tier_changed')).map((e) => [e.data.from, e.data.to])).toEqual([
+      ['sandbox', 'launch'],
+      ['launch', 'growth'],
+      ['growth', 'sandbox'],
+    ]);
+    expect((await outbox(t, 'subscription.updated')).map((e) => [e.data.status, e.data.tier])).toEqual([
+      ['active', 'launch'],
+      ['active', 'growth'],
+      ['canceled', 'sandbox'],
+    ]);
+    // The subscription's start began a new credit period once; nothing else reset it.
+    expect((await resets(t)).map((r) => r.reason)).toEqual(['first period', `period ${start.toISOString()}`]);
+    await f.expectLedgerConsistent(t);
+  });
+
+  it('the same event delivered five times at once acts once', async () => {
+    const t = await createTenant(h, { tier: 'sandbox' });
+    h.clock.advance(DAY);
+    const now = h.clock.now();
+    const event = stripeEvent(
+      'customer.subscription.created',
+      subscriptionObject({ id: unique('sub'), customer: unique('cus'), price: 'price_launch', start: now, end: addMonths(now, 1), organizationId: t.organizationId }),
+      now,
+    );
+    const answers = await Promise.all(Array.from({ length: 5 }, () => deliver(h, event)));
+    for (const res of answers) await ok(res);
+    expect(await storedEvent(event.id)).toMatchObject({ status: 'processed' });
+    expect(await outbox(t, 'deployment.tier_changed')).toHaveLength(1);
+    expect(await outbox(t, 'subscription.updated')).toHaveLength(1);
+    expect(await resets(t)).toHaveLength(2);
+    await f.expectLedgerConsistent(t);
+  });
+
+  it('an event older than the last applied one changes nothing', async () => {
+    const t = await createTenant(h, { tier: 'sandbox' });
+    const customer = unique('cus');
+    const id = unique('sub');
+    const start = h.clock.now();
+    const sub = (price: string) => subscriptionObject({ id, customer, price, start, end: addMonths(start, 1), organizationId: t.organizationId });
+    const created = stripeEvent('customer.subscription.created', sub('price_launch'), start);
+    const upgraded = stripeEvent('customer.subscription.updated', sub('price_growth'), new Date(start.getTime() + 60_000));
+    // Stripe delivered the upgrade first; the creation arrives after it.
+    await ok(await deliver(h, upgraded));
+    await ok(await deliver(h, created));
+    expect(await tierOf(t)).toBe('growth');
+    expect(await storedEvent(created.id)).toMatchObject({ status: 'ignored', last_error: expect.stringContaining('older than the last applied event') });
+    expect(await outbox(t, 'deployment.tier_changed')).toHaveLength(1);
+  });
+
+  it('a renewal resets the period exactly once, whether it arrives late, early or twice', async () => {
+    for (const arrival of ['after-lazy-roll', 'before-any-touch'] as const) {
+      h.clock.set('2026-02-20T10:00:00.000Z');
+      const t = await createTenant(h, { tier: 'sandbox' });
+      h.clock.set('2026-03-01T10:00:00.000Z');
+      const customer = unique('cus');
+      const id = unique('sub');
+      const start = h.clock.now();
+      const end = addMonths(start, 1);
+      await ok(
+        await deliver(h, stripeEvent('customer.subscription.created', subscriptionObject({ id, customer, price: 'price_launch', start, end, organizationId: t.organizationId }), start)),
+      );
+      h.clock.set(end.getTime() + 3_600_000);
+      if (arrival === 'after-lazy-roll') {
+        // A call after the boundary rolls the period before Stripe's renewal is heard of.
+        expect((await h.request({ method: 'GET', url: '/billing/usage', headers: bearer(t.apiKey) })).statusCode).toBe(200);
+      }
+      const renewed = subscriptionObject({ id, customer, price: 'price_launch', start: end, end: addMonths(end, 1), organizationId: t.organizationId });
+      await ok(await deliver(h, stripeEvent('customer.subscription.updated', renewed, end)));
+      await ok(await deliver(h, stripeEvent('customer.subscription.updated', renewed, new Date(end.getTime() + 1000))));
+      expect((await resets(t)).map((r) => r.reason), arrival).toEqual(['first period', `period ${start.toISOString()}`, `period ${end.toISOString()}`]);
+      expect(await balance(t)).toMatchObject({ period_start: end, period_end: addMonths(end, 1), monthly_used: 0 });
+      await f.expectLedgerConsistent(t);
+    }
+  });
+
+  it('a customer no organization knows is acknowledged and ignored', async () => {
+    const now = h.clock.now();
+    const event = stripeEvent('customer.subscription.created', subscriptionObject({ id: unique('sub'), customer: unique('cus'), price: 'price_launch', start: now, end: addMonths(now, 1) }), now);
+    await ok(await deliver(h, event));
+    expect(await storedEvent(event.id)).toMatchObject({ status: 'ignored', last_error: expect.stringContaining('no organization') });
+  });
+
+  it('metadata cannot move a customer that belongs to another organization', async () => {
+    const owner = await createTenant(h, { tier: 'sandbox' });
+    const victim = await createTenant(h, { tier: 'sandbox' });
+    const customer = unique('cus');
+    await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [victim.organizationId, unique('cus')]);
+    const now = h.clock.now();
+    // The subscription names the victim in its metadata, but its customer is the owner's.
+    await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [owner.organizationId, customer]);
+    await ok(
+      await deliver(h, stripeEvent('customer.subscription.created', subscriptionObject({ id: unique('sub'), customer, price: 'price_growth', start: now, end: addMonths(now, 1), organizationId: victim.organizationId }), now)),
+    );
+    expect(await tierOf(owner)).toBe('growth');
+    expect(await tierOf(victim)).toBe('sandbox');
+  });
+});
+
+describe('signatures and bodies (SPEC §9: 400, nothing stored)', () => {
+  it('a wrong secret, a 10-minute-old signature, no signature, a body that is not an event: 400 naming the field', async () => {
+    const now = h.clock.now();
+    const event = stripeEvent('customer.subscription.created', subscriptionObject({ id: unique('sub'), customer: unique('cus'), price: 'price_launch', start: now, end: addMonths(now, 1) }), now);
+    const cases = [
+      await deliver(h, event, { secret: 'whsec_not_ours' }),
+      await deliver(h, event, { signedAt: new Date(now.getTime() - 10 * 60_000) }),
+      await h.request({ method: 'POST', url: '/webhooks/stripe', headers: { 'content-type': 'application/json' }, payload: event.body }),
+      await deliver(h, { body: JSON.stringify({ id: 'evt_x', type: 'customer.subscription.created' }) }),
+      await deliver(h, { body: 'not json' }),
+    ];
+    for (const res of cases) {
+      expect(res.statusCode, res.body).toBe(400);
+      expect(json(res)).toMatchObject({ error: 'invalid_request', code: 'INVALID_REQUEST' });
+    }
+    expect(json<{ fields: Array<{ field: string }> }>(cases[0]!).fields[0]!.field).toBe('stripe-signature');
+    expect(await storedEvent(event.id)).toBeUndefined();
+    // The same event, properly signed now, is taken.
+    await ok(await deliver(h, event));
+  });
+
+  it('without STRIPE_WEBHOOK_SECRET the route answers 503 BILLING_NOT_CONFIGURED', async () => {
+    const bare = await createHarness();
+    try {
+      const now = bare.clock.now();
+      const res = await deliver(bare, stripeEvent('invoice.created', { id: unique('in'), object: 'invoice' }, now));
+      expect(res.statusCode).toBe(503);
+      expect(json(res)).toMatchObject({ code: 'BILLING_NOT_CONFIGURED' });
+    } finally {
+      await bare.close();
+    }
+  });
+});
+
+describe('credit packs: granted once, refunds take back only what is unspent (SPEC §9)', () => {
+  it('one Checkout Session grants once: three deliveries, a second event, two instances racing', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    const customer = unique('cus');
+    await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [t.organizationId, customer]);
+    const session = checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: t.deploymentId, pack: 'small', credits: 1000, paymentIntent: unique('pi') });
+    const other = await createHarness(stripeConfig, h.clock.now().toISOString());
+    try {
+      const completed = stripeEvent('checkout.session.completed', session, h.clock.now());
+      const succeeded = stripeEvent('checkout.session.async_payment_succeeded', session, h.clock.now());
+      const answers = await Promise.all([deliver(h, completed), deliver(other, completed), deliver(h, completed), deliver(h, succeeded), deliver(other, succeeded)]);
+      for (const res of answers) await ok(res);
+    } finally {
+      await other.close();
+    }
+    expect((await balance(t)).purchased_balance).toBe(1000);
+    expect(await f.ledgerKinds(t.deploymentId, 'grant')).toHaveLength(1);
+    const purchased = await outbox(t, 'credits.purchased');
+    expect(purchased.map((e) => [e.data.amount, e.data.pack, e.data.checkout_session_id])).toEqual([[1000, 'small', session.id]]);
+    await f.expectLedgerConsistent(t);
+  });
+
+  it('an unpaid session grants nothing; a session naming another organization’s deployment grants nothing', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    const other = await createTenant(h, { tier: 'trial' });
+    const customer = unique('cus');
+    await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [t.organizationId, customer]);
+    const unpaid = stripeEvent(
+      'checkout.session.completed',
+      checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: t.deploymentId, pack: 'small', credits: 1000, paymentIntent: unique('pi'), paymentStatus: 'unpaid' }),
+      h.clock.now(),
+    );
+    await ok(await deliver(h, unpaid));
+    const crossed = stripeEvent(
+      'checkout.session.completed',
+      checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: other.deploymentId, pack: 'small', credits: 1000, paymentIntent: unique('pi') }),
+      h.clock.now(),
+    );
+    await ok(await deliver(h, crossed));
+    expect((await balance(t)).purchased_balance).toBe(0);
+    expect((await balance(other)).purchased_balance).toBe(0);
+    expect(await storedEvent(crossed.id)).toMatchObject({ status: 'ignored' });
+  });
+
+  it('a refund takes back the refunded share as far as it is unspent, never below zero, once', async () => {
+    const t = await f.tenantWith(0);
+    const customer = unique('cus');
+    await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [t.organizationId, customer]);
+    const paymentIntent = unique('pi');
+    const session = checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: t.deploymentId, pack: 'small', credits: 1000, paymentIntent, amountTotal: 500 });
+    await ok(await deliver(h, stripeEvent('checkout.session.completed', session, h.clock.now())));
+    // 700 of the 1,000 credits are spent.
+    const action = unique('act').replace(/-/g, '_');
+    expect((await h.request({ method: 'PUT', url: `/api/v1/admin/credit-costs/${action}`, headers: { 'x-admin-key': h.config.adminApiKey }, payload: { credits: 700 } })).statusCode).toBe(200);
+    const tool = await f.toolFor(action);
+    const used = await h.request({ method: 'POST', url: '/api/v1/mcp/stdio/record-usage', headers: bearer(t.apiKey), payload: { tool_name: tool } });
+    expect(json(used)).toMatchObject({ success: true, credits_used: 700 });
+
+    const charge = (refunded: number) => ({ id: unique('ch'), object: 'charge', amount: 500, amount_refunded: refunded, refunded: refunded === 500, payment_intent: paymentIntent, customer, currency: 'usd' });
+    // Half refunded: 500 credits are due back, 300 are unspent.
+    const half = stripeEvent('charge.refunded', charge(250), h.clock.now());
+    await ok(await deliver(h, half));
+    expect((await balance(t)).purchased_balance).toBe(0);
+    // The rest refunded: 500 more due, nothing left to take.
+    await ok(await deliver(h, stripeEvent('charge.refunded', charge(500), h.clock.now())));
+    // The first refund's event again, under a new id (Stripe resends state, not deltas): nothing.
+    await ok(await deliver(h, stripeEvent('charge.refunded', charge(250), h.clock.now())));
+    expect((await balance(t)).purchased_balance).toBe(0);
+    const adjusts = await f.ledgerKinds(t.deploymentId, 'adjust');
+    expect(adjusts.filter((r) => r.purchased_delta !== 0).map((r) => r.purchased_delta)).toEqual([-300]);
+    const row = (await q<{ refund_share: number; credits_taken_back: number }>('SELECT refund_share, credits_taken_back FROM credit_purchases WHERE stripe_payment_intent_id = $1', [paymentIntent]))[0];
+    expect(row).toEqual({ refund_share: 1000, credits_taken_back: 300 });
+    await f.expectLedgerConsistent(t);
+  });
+});
+
+describe('invoices (SPEC §9)', () => {
+  it('are stored for /billing/invoices; a late older status does not win; payment_failed makes the subscription past_due', async () => {
+    const t = await createTenant(h, { tier: 'sandbox' });
+    const customer = unique('cus');
+    const subId = unique('sub');
+    const start = h.clock.now();
+    await ok(
+      await deliver(h, stripeEvent('customer.subscription.created', subscriptionObject({ id: subId, customer, price: 'price_launch', start, end: addMonths(start, 1), organizationId: t.organizationId }), start)),
+    );
+    const invoice = (id: string, status: string) => ({
+      id,
+      object: 'invoice',
+      customer,
+      status,
+      amount_due: 4900,
+      amount_paid: status === 'paid' ? 4900 : 0,
+      currency: 'usd',
+      hosted_invoice_url: `https://invoice.example/${id}`,
+      period_start: Math.floor(start.getTime() / 1000),
+      period_end: Math.floor(addMonths(start, 1).getTime() / 1000),
+      created: Math.floor(start.getTime() / 1000),
+      parent: { type: 'subscription_details', subscription_details: { subscription: subId } },
+    });
+    const paidId = unique('in');
+    await ok(await deliver(h, stripeEvent('invoice.paid', invoice(paidId, 'paid'), h.clock.now())));
+    await ok(await deliver(h, stripeEvent('invoice.created', invoice(paidId, 'draft'), h.clock.now())));
+    const failedId = unique('in');
+    h.clock.advance(60_000);
+    await ok(await deliver(h, stripeEvent('invoice.payment_failed', invoice(failedId, 'open'), h.clock.now())));
+    const listed = json<{ data: Array<{ stripe_invoice_id: string; status: string; amount_paid: number }> }>(
+      await h.request({ method: 'GET', url: '/billing/invoices', headers: bearer(t.apiKey) }),
+    ).data;
+    expect(listed.map((i) => [i.stripe_invoice_id, i.status]).sort()).toEqual([[failedId, 'open'], [paidId, 'paid']].sort());
+    expect(await orgOf(t)).toMatchObject({ subscription_status: 'past_due' });
+    // Past due keeps the tier while Stripe retries the payment.
+    expect(await tierOf(t)).toBe('launch');
+    expect((await outbox(t, 'subscription.updated')).map((e) => e.data.status)).toEqual(['active', 'past_due']);
+  });
+});

@@ -1,0 +1,197 @@
+import type Stripe from 'stripe';
+import { type Deps, systemCtx } from '../../context.js';
+import { AppError, ValidationError } from '../../errors.js';
+import { findInputFault } from '../../http/input-guard.js';
+import { tierCachesChanged } from '../deployments/service.js';
+import { stripeClient, verifyStripeEvent } from './stripe-client.js';
+import { handleChargeRefunded, handleCheckoutSession, handleInvoice } from './stripe-handlers.js';
+import type { EventOutcome } from './stripe-objects.js';
+import { applySubscription, subscriptionState } from './subscriptions.js';
+
+/**
+ * Inbound Stripe events (SPEC §9). Each verified event is stored by its id before anything acts on it;
+ * a duplicate id is acknowledged and not acted on again. The receiver then handles it at once; if that
+ * fails, the event stays `pending` and the `stripe-events` worker retries it with backoff — it is never
+ * lost. Handling runs in one transaction that first re-reads the event row FOR UPDATE and checks it is
+ * still pending, so an event has its effect once even when the receiver and the worker meet.
+ */
+
+/** How long the receiver has to handle an event before the worker may take it over. */
+const RECEIVER_LEASE_MS = 60_000;
+const MAX_BACKOFF_MS = 60 * 60_000;
+
+export const HANDLED_EVENT_TYPES = [
+  'customer.subscription.created',
+  'customer.subscription.updated',
+  'customer.subscription.deleted',
+  'checkout.session.completed',
+  'checkout.session.async_payment_succeeded',
+  'charge.refunded',
+  'invoice.created',
+  'invoice.finalized',
+  'invoice.paid',
+  'invoice.payment_failed',
+  'invoice.voided',
+] as const;
+
+export async function receiveStripeEvent(deps: Deps, rawBody: string, signature: string | undefined): Promise<{ duplicate: boolean }> {
+  // What is wrong with the request itself is 400 whether or not the installation is configured. The
+  // body is kept raw for the signature, so the input guard (docs/input.md) runs here: a value
+  // PostgreSQL cannot store (NUL in jsonb) is refused before anything is stored.
+  checkedJson(rawBody);
+  if (!signature) throw new ValidationError('Missing Stripe-Signature header', [{ field: 'stripe-signature', message: 'required' }]);
+  const secret = deps.config.stripeWebhookSecret;
+  if (!secret) throw new AppError('BILLING_NOT_CONFIGURED', 'Stripe events are not accepted: STRIPE_WEBHOOK_SECRET is not set');
+  const now = deps.clock.now();
+  const event = verifyStripeEvent(rawBody, signature, secret, now);
+  const stored = await deps.db.query<{ id: string }>(
+    `INSERT INTO stripe_events (id, type, created_at, payload, status, attempts, next_attempt_at, received_at)
+     VALUES ($1, $2, $3, $4, 'pending', 0, $5, $6) ON CONFLICT (id) DO NOTHING RETURNING id`,
+    [event.id, event.type, new Date(event.created * 1000), rawBody, new Date(now.getTime() + RECEIVER_LEASE_MS), now],
+  );
+  if (!stored[0]) return { duplicate: true };
+  try {
+    await handleStoredEvent(deps, event.id);
+  } catch (error) {
+    // Stored and acknowledged: the worker takes it from here.
+    deps.log.warn({ err: error, stripeEvent: event.id, type: event.type }, 'stripe event handling failed; the worker retries it');
+  }
+  return { duplicate: false };
+}
+
+const notJson = () => new ValidationError('The body is not JSON (or carries __proto__)', [{ field: 'body', message: 'must be the JSON event Stripe sent' }]);
+
+/**
+ * The body as JSON, checked as the input guard checks every other body (values PostgreSQL cannot
+ * store, depth) and, like Fastify's own parser, refusing `__proto__` and `constructor.prototype` keys
+ * (that walk is recursive, so it runs once the depth is known to be small).
+ */
+function checkedJson(text: string): void {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw notJson();
+  }
+  const fault = findInputFault(parsed, '');
+  if (fault) throw new ValidationError(`Invalid request: ${fault.field} ${fault.message}`, [fault]);
+  try {
+    JSON.parse(text, (key, value) => {
+      if (key === '__proto__' || (key === 'constructor' && value !== null && typeof value === 'object' && 'prototype' in value)) throw notJson();
+      return value;
+    });
+  } catch {
+    throw notJson();
+  }
+}
+
+interface StoredEvent {
+  id: string;
+  type: string;
+  created_at: Date;
+  payload: Stripe.Event;
+  status: string;
+  attempts: number;
+}
+
+/** Handle one stored event if it is still pending; on failure record the error and when to try again, then rethrow. */
+export async function handleStoredEvent(deps: Deps, id: string): Promise<void> {
+  const rows = await deps.db.query<StoredEvent>("SELECT * FROM stripe_events WHERE id = $1 AND status = 'pending'", [id]);
+  const stored = rows[0];
+  if (!stored) return;
+  const ctx = systemCtx(deps);
+  try {
+    // The API read happens before the transaction, so no lock waits on the network.
+    const readBack = await readBackSubscription(deps, stored);
+    const outcome = await deps.db.transaction(async (tx) => {
+      const locked = await tx.query<{ status: string }>('SELECT status FROM stripe_events WHERE id = $1 FOR UPDATE', [id]);
+      if (locked[0]?.status !== 'pending') return null;
+      const result = await actOn(tx, ctx, stored, readBack);
+      await tx.query(
+        `UPDATE stripe_events SET status = $2, processed_at = $3, organization_id = $4, last_error = $5, attempts = attempts + 1,
+           next_attempt_at = NULL WHERE id = $1`,
+        [id, result.ignored ? 'ignored' : 'processed', ctx.clock.now(), result.organizationId ?? null, result.ignored ?? null],
+      );
+      return result;
+    });
+    if (outcome?.tierChanged) tierCachesChanged(ctx);
+    if (outcome?.planChanged) ctx.bus.publish('plan-cache');
+  } catch (error) {
+    const now = deps.clock.now();
+    const delay = Math.min(MAX_BACKOFF_MS, 30_000 * 2 ** Math.min(stored.attempts, 10));
+    await deps.db.query(
+      `UPDATE stripe_events SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3 WHERE id = $1 AND status = 'pending'`,
+      [id, new Date(now.getTime() + delay), String((error as Error).message ?? error).slice(0, 1000)],
+    );
+    throw error;
+  }
+}
+
+type Tx = Parameters<Parameters<Deps['db']['transaction']>[0]>[0];
+
+async function actOn(tx: Tx, ctx: ReturnType<typeof systemCtx>, stored: StoredEvent, readBack: Stripe.Subscription | null): Promise<EventOutcome> {
+  const object = stored.payload.data.object as unknown;
+  switch (stored.type) {
+    case 'customer.subscription.created':
+    case 'customer.subscription.updated':
+    case 'customer.subscription.deleted':
+      return applySubscription(tx, ctx, {
+        state: subscriptionState(readBack ?? (object as Stripe.Subscription)),
+        eventAt: stored.created_at,
+        readBack: readBack !== null,
+      });
+    case 'checkout.session.completed':
+    case 'checkout.session.async_payment_succeeded':
+      return handleCheckoutSession(tx, ctx, object as Stripe.Checkout.Session);
+    case 'charge.refunded':
+      return handleChargeRefunded(tx, ctx, object as Stripe.Charge);
+    case 'invoice.created':
+    case 'invoice.finalized':
+    case 'invoice.paid':
+    case 'invoice.payment_failed':
+    case 'invoice.voided':
+      return handleInvoice(tx, ctx, stored.type, object as Stripe.Invoice);
+    default:
+      return { ignored: `event type ${stored.type} is not handled` };
+  }
+}
+
+/**
+ * Order is not trusted (SPEC §9): with a secret key, the subscription is read back from the API and its
+ * current state applied, whatever the event's age. A subscription Stripe no longer knows falls back to
+ * the event's own object; any other failure leaves the event for the worker.
+ */
+async function readBackSubscription(deps: Deps, stored: StoredEvent): Promise<Stripe.Subscription | null> {
+  if (!stored.type.startsWith('customer.subscription.')) return null;
+  const stripe = stripeClient(deps.config);
+  if (!stripe) return null;
+  const id = (stored.payload.data.object as { id?: unknown }).id;
+  if (typeof id !== 'string') return null;
+  try {
+    return await stripe.subscriptions.retrieve(id);
+  } catch (error) {
+    if ((error as { code?: string }).code === 'resource_missing') return null;
+    throw error;
+  }
+}
+
+/** The `stripe-events` worker: handle due pending events, oldest Stripe `created` first. */
+export async function retryStripeEvents(deps: Deps, limit: number): Promise<number> {
+  const now = deps.clock.now();
+  const due = await deps.db.query<{ id: string }>(
+    `UPDATE stripe_events SET next_attempt_at = $2
+     WHERE id IN (SELECT id FROM stripe_events WHERE status = 'pending' AND next_attempt_at <= $1
+                  ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
+     RETURNING id, created_at`,
+    [now, new Date(now.getTime() + RECEIVER_LEASE_MS), limit],
+  );
+  const ordered = (due as Array<{ id: string; created_at?: Date }>).sort((a, b) => (a.created_at?.getTime() ?? 0) - (b.created_at?.getTime() ?? 0));
+  for (const { id } of ordered) {
+    try {
+      await handleStoredEvent(deps, id);
+    } catch (error) {
+      deps.log.warn({ err: error, stripeEvent: id }, 'stripe event handling failed again');
+    }
+  }
+  return due.length;
+}

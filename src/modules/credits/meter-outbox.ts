@@ -1,0 +1,90 @@
+import type { Queryable } from '../../db/client.js';
+
+/**
+ * The outbox of usage on its way to a Stripe meter (SPEC §9), owned here because it is written with
+ * the deduction and marks the usage record reported. Rows are made only for organizations with a
+ * Stripe customer and a subscription in force; the sender is billing/meter-events.ts.
+ */
+
+/** Organizations whose usage is reported: a customer and a subscription in force. */
+const SUBSCRIBED = `o.stripe_customer_id IS NOT NULL AND o.subscription_status IN ('active', 'past_due')`;
+
+/**
+ * A CTE for the deduction statement (credits/deduct.ts): `upd` is the updated balance row, $2 the
+ * credits, $3 the time, $11 the usage record id, $15 whether reporting is on.
+ */
+export const METER_OUTBOX_CTE = `met AS (
+  INSERT INTO meter_event_outbox (identifier, organization_id, deployment_id, stripe_customer_id, value, event_at, next_attempt_at)
+  SELECT $11::uuid, upd.organization_id, upd.deployment_id, o.stripe_customer_id, $2::bigint, $3::timestamptz, $3::timestamptz
+  FROM upd JOIN organizations o ON o.id = upd.organization_id
+  WHERE $15::boolean AND $2::bigint > 0 AND ${SUBSCRIBED}
+  ON CONFLICT (identifier) DO NOTHING
+  RETURNING identifier
+)`;
+
+/** The same for a deduction made outside that statement (AI tokens past the limit). */
+export async function enqueueMeterEvent(
+  tx: Queryable,
+  input: { usageId: string; organizationId: string; deploymentId: string; value: number; at: Date },
+): Promise<void> {
+  if (input.value <= 0) return;
+  await tx.query(
+    `INSERT INTO meter_event_outbox (identifier, organization_id, deployment_id, stripe_customer_id, value, event_at, next_attempt_at)
+     SELECT $1, o.id, $3, o.stripe_customer_id, $4, $5, $5 FROM organizations o WHERE o.id = $2 AND ${SUBSCRIBED}
+     ON CONFLICT (identifier) DO NOTHING`,
+    [input.usageId, input.organizationId, input.deploymentId, input.value, input.at],
+  );
+}
+
+export interface MeterEventRow {
+  identifier: string;
+  organization_id: string;
+  stripe_customer_id: string;
+  value: number;
+  event_at: Date;
+  attempts: number;
+}
+
+/**
+ * Claim up to `limit` due events by moving next_attempt_at past the lease: a worker that dies
+ * mid-batch leaves them to be claimed again when the lease ends, and the resend carries the same
+ * identifiers, which Stripe deduplicates.
+ */
+export async function claimMeterEvents(db: Queryable, now: Date, limit: number, leaseMs: number): Promise<MeterEventRow[]> {
+  return db.query<MeterEventRow>(
+    `UPDATE meter_event_outbox SET next_attempt_at = $2, attempts = attempts + 1
+     WHERE identifier IN (SELECT identifier FROM meter_event_outbox WHERE status = 'pending' AND next_attempt_at <= $1
+                          ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+     RETURNING identifier, organization_id, stripe_customer_id, value, event_at, attempts`,
+    [now, new Date(now.getTime() + leaseMs), limit],
+  );
+}
+
+/** Stripe took it: the outbox row and the usage record (seed: reported flag and the processor's reference). */
+export async function markMeterReported(db: Queryable, identifier: string, reference: string, now: Date): Promise<void> {
+  await db.query(
+    `WITH out AS (
+       UPDATE meter_event_outbox SET status = 'reported', processor_ref = $2, reported_at = $3, last_error = NULL
+       WHERE identifier = $1 AND status = 'pending' RETURNING identifier
+     )
+     UPDATE usage_records SET reported = true, processor_ref = $2 WHERE id = (SELECT identifier FROM out)`,
+    [identifier, reference, now],
+  );
+}
+
+/** A transient failure: try again at `retryAt`. */
+export async function markMeterRetry(db: Queryable, identifier: string, retryAt: Date, error: string): Promise<void> {
+  await db.query(`UPDATE meter_event_outbox SET next_attempt_at = $2, last_error = $3 WHERE identifier = $1 AND status = 'pending'`, [
+    identifier,
+    retryAt,
+    error.slice(0, 1000),
+  ]);
+}
+
+/** Stripe refused it for good (too old, unknown customer): kept with the reason, not retried. */
+export async function markMeterFailed(db: Queryable, identifier: string, error: string): Promise<void> {
+  await db.query(`UPDATE meter_event_outbox SET status = 'failed', last_error = $2 WHERE identifier = $1 AND status = 'pending'`, [
+    identifier,
+    error.slice(0, 1000),
+  ]);
+}
