@@ -34,6 +34,7 @@ const DESCRIPTIONS: Record<number, string> = {
   403: 'FORBIDDEN or FEATURE_NOT_AVAILABLE',
   404: 'NOT_FOUND (also for another organization\'s rows)',
   409: 'CONFLICT',
+  422: 'IDEMPOTENCY_KEY_REUSED (the key was used for a different request)',
   429: 'RATE_LIMITED',
   502: 'PAYMENT_PROVIDER_ERROR (Stripe refused a request the service made)',
   503: 'SERVICE_UNAVAILABLE (a dependency such as Stripe) or BILLING_NOT_CONFIGURED',

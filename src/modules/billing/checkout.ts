@@ -1,10 +1,9 @@
-import type Stripe from 'stripe';
 import type { Ctx } from '../../context.js';
 import { AppError, ValidationError } from '../../errors.js';
 import { recordPackCheckout } from '../credits/purchases.js';
 import type { DeploymentRow } from '../deployments/service.js';
 import { TIERS, type Tier } from '../entitlements/tiers.js';
-import { isTransientStripeError, requireStripe } from './stripe-client.js';
+import { isTransientStripeError, requireStripe, Stripe } from './stripe-client.js';
 
 /**
  * Selling through Stripe (SPEC §9): one customer per organization, made on first need; Checkout for a
@@ -23,6 +22,9 @@ export async function callStripe<T>(what: string, fn: () => Promise<T>): Promise
   try {
     return await fn();
   } catch (error) {
+    if (error instanceof Stripe.errors.StripeIdempotencyError) {
+      throw new AppError('IDEMPOTENCY_KEY_REUSED', `This Idempotency-Key was used for a different ${what}`);
+    }
     if (isTransientStripeError(error)) {
       throw new AppError('SERVICE_UNAVAILABLE', `Stripe is not reachable (${what}); try again shortly`, {}, { 'retry-after': '5' });
     }
@@ -46,7 +48,8 @@ export function checkReturnUrl(ctx: Pick<Ctx, 'config'>, field: string, value: s
     throw new ValidationError(`${field} must use https (http only on loopback in development)`, [{ field, message: 'must be https' }]);
   }
   if (url.username || url.password) throw new ValidationError(`${field} must not carry credentials`, [{ field, message: 'no user:password@' }]);
-  return url.toString();
+  // As given: normalising would encode Stripe's {CHECKOUT_SESSION_ID} template.
+  return value;
 }
 
 function defaultUrls(ctx: Ctx, urls: ReturnUrls): { success: string; cancel: string } {

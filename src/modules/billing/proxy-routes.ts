@@ -56,7 +56,7 @@ const CatalogReply = Type.Object({
 });
 
 const security = [{ deploymentId: [], deploymentSecret: [] }];
-const errors = flatErrors(400, 401, 403, 409, 502, 503);
+const errors = flatErrors(400, 401, 403, 409, 422, 502, 503);
 
 /** SPEC §9: the billing proxy and pack purchases need `billing_enabled` (seed's 403 body otherwise). */
 function assertBillingEnabled(ctx: Ctx, deployment: DeploymentRow): void {

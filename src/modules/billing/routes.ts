@@ -137,7 +137,7 @@ export async function billingRoutes(fastify: FastifyInstance): Promise<void> {
         querystring: SelectionQuery,
         headers: SelectionHeaders,
         body: SubscribeBody,
-        response: { 200: Envelope(Type.Union([CheckoutSchema, Nullable(SubscriptionSchema)])), ...envelopeErrors(400, 401, 403, 404, 409, 502) },
+        response: { 200: Envelope(Type.Union([CheckoutSchema, Nullable(SubscriptionSchema)])), ...envelopeErrors(400, 401, 403, 404, 409, 422, 502) },
       },
     },
     async (request) => {

@@ -275,6 +275,15 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
+                /** @description Idempotency key reused with a different request */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
                 /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
                 429: {
                     headers: {
@@ -1610,6 +1619,15 @@ export interface paths {
                         "application/json": components["schemas"]["FlatError"];
                     };
                 };
+                /** @description Idempotency key reused with a different request */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
                 /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
                 429: {
                     headers: {
@@ -1727,6 +1745,15 @@ export interface paths {
                 };
                 /** @description Conflict */
                 409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FlatError"];
+                    };
+                };
+                /** @description Idempotency key reused with a different request */
+                422: {
                     headers: {
                         [name: string]: unknown;
                     };

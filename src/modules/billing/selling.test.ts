@@ -1,0 +1,323 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { addMonths, DAY } from '../../clock.js';
+import { creditFixtures } from '../../../test/credit-fixtures.js';
+import {
+  bearer,
+  createHarness,
+  createKeyOverHttp,
+  createTenant,
+  type Harness,
+  json,
+  signUpWithOrganization,
+  type Tenant,
+} from '../../../test/harness.js';
+import { type StripeStandIn, startStripeStandIn } from '../../../test/stripe-stand-in/server.js';
+import { Stripe } from './stripe-client.js';
+import { WORKERS } from '../../workers/catalog.js';
+
+/**
+ * Selling end to end (SPEC §9): the product reaches a stateful Stripe stand-in through
+ * STRIPE_API_BASE with the official SDK, and the stand-in's signed events reach POST /webhooks/stripe.
+ */
+let h: Harness;
+let standIn: StripeStandIn;
+let stripe: Stripe;
+const f = creditFixtures(() => h);
+const price: Record<string, string> = {};
+
+beforeAll(async () => {
+  const start = new Date('2026-03-01T10:00:00.000Z');
+  standIn = await startStripeStandIn({
+    now: () => (h ? h.clock.now() : start),
+    deliver: async (payload, headers) => ({ status: (await h.request({ method: 'POST', url: '/webhooks/stripe', headers, payload })).statusCode }),
+  });
+  price.launch = standIn.createPrice({ productName: 'Launch', unitAmount: 4900, interval: 'month' }).id;
+  price.growth = standIn.createPrice({ productName: 'Growth', unitAmount: 19_900, interval: 'month' }).id;
+  price.small = standIn.createPrice({ productName: '1,000 credits', unitAmount: 500 }).id;
+  price.large = standIn.createPrice({ productName: '10,000 credits', unitAmount: 4000 }).id;
+  h = await createHarness(
+    {
+      stripeSecretKey: standIn.secretKey,
+      stripeApiBase: standIn.url,
+      stripeWebhookSecret: standIn.webhookSecret,
+      stripePriceTiers: { [price.launch]: 'launch', [price.growth]: 'growth' },
+      creditPacks: { small: { credits: 1000, priceId: price.small }, large: { credits: 10_000, priceId: price.large } },
+    },
+    start.toISOString(),
+  );
+  stripe = new Stripe(standIn.secretKey, { host: '127.0.0.1', port: standIn.port, protocol: 'http', maxNetworkRetries: 0 });
+});
+afterAll(async () => {
+  await h?.close();
+  await standIn?.close();
+});
+
+const q = <T>(sql: string, params: unknown[]) => h.deps.db.query<T>(sql, params);
+const deploymentHeaders = (t: { deploymentId: string; deploymentSecret: string }) => ({ 'x-deployment-id': t.deploymentId, 'x-deployment-secret': t.deploymentSecret });
+const post = (url: string, headers: Record<string, string>, payload: unknown) => h.request({ method: 'POST', url, headers, payload: payload as Record<string, unknown> });
+const purchased = async (t: { deploymentId: string }) =>
+  (await q<{ purchased_balance: number }>('SELECT purchased_balance FROM credit_balances WHERE deployment_id = $1', [t.deploymentId]))[0]!.purchased_balance;
+const tierOf = async (deploymentId: string) => (await q<{ tier: string }>('SELECT tier FROM deployments WHERE id = $1', [deploymentId]))[0]!.tier;
+const customerOf = async (organizationId: string) =>
+  (await q<{ stripe_customer_id: string | null }>('SELECT stripe_customer_id FROM organizations WHERE id = $1', [organizationId]))[0]!.stripe_customer_id;
+const runWorker = (name: string) => WORKERS.find((w) => w.name === name)!.run(h.deps);
+
+async function flushAll(): Promise<void> {
+  const results = await standIn.flush();
+  for (const r of results) expect(r.ok, `${r.type}: ${r.status} ${r.error ?? ''}`).toBe(true);
+}
+
+describe('credit packs through Checkout', () => {
+  it('purchase → pay → the pack is granted once; a refund takes back the refunded share', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    const res = await post('/api/v1/credits/purchase', deploymentHeaders(t), { pack: 'small', success_url: 'https://app.example.com/thanks' });
+    expect(res.statusCode, res.body).toBe(200);
+    const { url, checkout_session_id: session } = json<{ url: string; checkout_session_id: string }>(res);
+    expect(url).toContain(`/checkout/${session}`);
+    // One customer per organization, made on first need, carrying the organization id.
+    const customer = await customerOf(t.organizationId);
+    expect(standIn.state.customers.get(customer!)?.metadata).toMatchObject({ organization_id: t.organizationId });
+    expect(await purchased(t)).toBe(0);
+
+    standIn.completeCheckout(session);
+    await flushAll();
+    expect(await purchased(t)).toBe(1000);
+    // Stripe delivers the completion again, three times at once: nothing more.
+    const [completed] = standIn.events('checkout.session.completed').filter((e) => (e.data.object as { id: string }).id === session);
+    await standIn.deliverEvent(completed!.id, { times: 3, concurrently: true });
+    expect(await purchased(t)).toBe(1000);
+    expect(await f.ledgerKinds(t.deploymentId, 'grant')).toHaveLength(1);
+
+    // A second purchase reuses the customer.
+    const again = json<{ checkout_session_id: string }>(await post('/api/v1/credits/purchase', deploymentHeaders(t), { pack: 'large' }));
+    expect(await customerOf(t.organizationId)).toBe(customer);
+    expect(standIn.state.checkoutSessions.get(again.checkout_session_id)?.customer).toBe(customer);
+
+    // Half the small pack's payment is refunded: 500 credits come back out.
+    const paymentIntent = standIn.state.checkoutSessions.get(session)!.payment_intent as string;
+    await stripe.refunds.create({ payment_intent: paymentIntent, amount: 250 });
+    await flushAll();
+    expect(await purchased(t)).toBe(500);
+    await f.expectLedgerConsistent(t);
+  });
+
+  it('an async payment grants when it settles, and not when it fails', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    const ok = json<{ checkout_session_id: string }>(await post('/api/v1/credits/purchase', deploymentHeaders(t), { pack: 'small' }));
+    standIn.completeCheckout(ok.checkout_session_id, { asyncPayment: true });
+    await flushAll();
+    expect(await purchased(t)).toBe(0);
+    standIn.settleAsyncPayment(ok.checkout_session_id);
+    await flushAll();
+    expect(await purchased(t)).toBe(1000);
+    const failed = json<{ checkout_session_id: string }>(await post('/api/v1/credits/purchase', deploymentHeaders(t), { pack: 'large' }));
+    standIn.completeCheckout(failed.checkout_session_id, { asyncPayment: true, fail: true });
+    standIn.settleAsyncPayment(failed.checkout_session_id);
+    await flushAll();
+    expect(await purchased(t)).toBe(1000);
+  });
+});
+
+describe('retries of a purchase', () => {
+  it('the same Idempotency-Key returns the same Checkout Session; with another pack it is 422; the return URL reaches Stripe as given', async () => {
+    const t = await createTenant(h, { tier: 'launch' });
+    const headers = { ...deploymentHeaders(t), 'idempotency-key': 'buy-1' };
+    const body = { pack: 'small', success_url: 'https://app.example.com/done?session={CHECKOUT_SESSION_ID}' };
+    const first = json<{ checkout_session_id: string }>(await post('/api/v1/credits/purchase', headers, body));
+    const again = json<{ checkout_session_id: string }>(await post('/api/v1/credits/purchase', headers, body));
+    expect(again.checkout_session_id).toBe(first.checkout_session_id);
+    expect(standIn.state.checkoutSessions.get(first.checkout_session_id)?.success_url).toBe(body.success_url);
+    expect(await q('SELECT 1 FROM credit_purchases WHERE deployment_id = $1', [t.deploymentId])).toHaveLength(1);
+    const other = await post('/api/v1/credits/purchase', headers, { ...body, pack: 'large' });
+    expect(other.statusCode, other.body).toBe(422);
+    expect(json(other)).toMatchObject({ code: 'IDEMPOTENCY_KEY_REUSED' });
+  });
+});
+
+describe('subscriptions through Checkout and the API', () => {
+  it('first subscription by Checkout, a plan change through the API, renewals, a failed renewal, cancellation', async () => {
+    const owner = await signUpWithOrganization(h);
+    const key = await createKeyOverHttp(h, bearer(owner.accessToken), owner.organizationId, { scopes: ['read', 'write', 'admin'] });
+    const auth = { 'x-api-key': key.key };
+    const start = h.clock.now();
+
+    const first = await post('/billing/subscription', auth, { tier: 'launch' });
+    expect(first.statusCode, first.body).toBe(200);
+    const checkout = json<{ data: { url: string; checkout_session_id: string } }>(first).data;
+    const completed = standIn.completeCheckout(checkout.checkout_session_id);
+    await flushAll();
+    expect(await tierOf(owner.deploymentId)).toBe('launch');
+    const subscriptionId = completed.subscription as string;
+    expect(json<{ data: { stripe_subscription_id: string; status: string } }>(await h.request({ method: 'GET', url: '/billing/subscription', headers: auth })).data).toMatchObject({
+      stripe_subscription_id: subscriptionId,
+      status: 'active',
+    });
+    // A deployment secret cannot start a second subscription (that is the owners' call).
+    const proxy = await post('/api/v1/proxy/billing/checkout', deploymentHeaders(owner), { tier: 'growth' });
+    expect(proxy.statusCode).toBe(409);
+
+    // The owner upgrades: the price changes through the API and applies at once.
+    h.clock.advance(DAY);
+    const upgraded = await post('/billing/subscription', auth, { tier: 'growth' });
+    expect(upgraded.statusCode, upgraded.body).toBe(200);
+    expect(json<{ data: { stripe_price_id: string } }>(upgraded).data.stripe_price_id).toBe(price.growth);
+    expect(await tierOf(owner.deploymentId)).toBe('growth');
+    await flushAll();
+    expect(await tierOf(owner.deploymentId)).toBe('growth');
+
+    // Two renewals: each resets the period once; invoices are listed.
+    for (let i = 1; i <= 2; i++) {
+      h.clock.set(addMonths(start, i).getTime() + 60_000);
+      standIn.advanceSubscription(subscriptionId);
+      await flushAll();
+    }
+    const resets = await q<{ reason: string }>(`SELECT reason FROM credit_ledger WHERE deployment_id = $1 AND kind = 'period_reset' ORDER BY id`, [owner.deploymentId]);
+    expect(resets.map((r) => r.reason)).toEqual([
+      'first period',
+      `period ${addMonths(start, 1).toISOString()}`,
+      `period ${addMonths(start, 2).toISOString()}`,
+    ]);
+    const invoices = json<{ data: Array<{ status: string }> }>(await h.request({ method: 'GET', url: '/billing/invoices', headers: auth })).data;
+    expect(invoices.length).toBeGreaterThanOrEqual(3);
+    expect(invoices.every((i) => i.status === 'paid')).toBe(true);
+
+    // A declined renewal: past due, the tier is kept while Stripe retries.
+    h.clock.set(addMonths(start, 3).getTime() + 60_000);
+    standIn.failRenewal(subscriptionId);
+    await flushAll();
+    expect((await q<{ subscription_status: string }>('SELECT subscription_status FROM organizations WHERE id = $1', [owner.organizationId]))[0]).toEqual({
+      subscription_status: 'past_due',
+    });
+    expect(await tierOf(owner.deploymentId)).toBe('growth');
+
+    // Canceled in the portal: back to the tier of a new organization, plan free.
+    standIn.cancelSubscription(subscriptionId);
+    await flushAll();
+    expect(await tierOf(owner.deploymentId)).toBe(h.config.newOrgTier);
+    expect((await q<{ plan: string; subscription_status: string }>('SELECT plan, subscription_status FROM organizations WHERE id = $1', [owner.organizationId]))[0]).toEqual({
+      plan: 'free',
+      subscription_status: 'canceled',
+    });
+  });
+
+  it('with a secret key, events delivered in reverse order still end in Stripe’s current state', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    const res = await post('/api/v1/proxy/billing/checkout', deploymentHeaders(t), { price_id: price.launch });
+    expect(res.statusCode, res.body).toBe(200);
+    const session = standIn.completeCheckout(json<{ checkout_session_id: string }>(res).checkout_session_id);
+    const subscription = await stripe.subscriptions.retrieve(session.subscription as string);
+    await stripe.subscriptions.update(subscription.id, { items: [{ id: subscription.items.data[0]!.id, price: price.growth }] });
+    const results = await standIn.flush({ order: 'reverse' });
+    expect(results.every((r) => r.ok)).toBe(true);
+    expect(await tierOf(t.deploymentId)).toBe('growth');
+  });
+
+  it('the portal answers a Stripe Billing Portal URL', async () => {
+    const t = await createTenant(h, { tier: 'launch' });
+    const res = await post('/api/v1/proxy/billing/portal', deploymentHeaders(t), { return_url: 'https://app.example.com/account' });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(json<{ url: string }>(res).url).toMatch(/\/portal\/bps_/);
+  });
+});
+
+describe('refusals write nothing', () => {
+  it('a sandbox deployment gets the seed’s feature_disabled 403 on purchase, checkout and portal', async () => {
+    const t = await createTenant(h, { tier: 'sandbox' });
+    for (const [url, body] of [
+      ['/api/v1/credits/purchase', { pack: 'small' }],
+      ['/api/v1/proxy/billing/checkout', { tier: 'launch' }],
+      ['/api/v1/proxy/billing/portal', {}],
+    ] as const) {
+      const res = await post(url, deploymentHeaders(t), body);
+      expect(res.statusCode, url).toBe(403);
+      expect(json(res)).toEqual({ error: 'feature_disabled', code: 'FEATURE_NOT_AVAILABLE', message: expect.any(String), upgrade_url: expect.stringContaining('/billing/upgrade') });
+    }
+    expect(await customerOf(t.organizationId)).toBeNull();
+  });
+
+  it('an unknown pack, an unknown price, a return URL that is not https: 400 naming the field; no customer, no sale', async () => {
+    const t = await createTenant(h, { tier: 'launch' });
+    const customers = standIn.state.customers.size;
+    const cases: Array<[string, Record<string, unknown>, string]> = [
+      ['/api/v1/credits/purchase', { pack: 'huge' }, 'pack'],
+      ['/api/v1/credits/purchase', { pack: 'small', success_url: 'http://app.example.com/x' }, 'success_url'],
+      ['/api/v1/credits/purchase', { pack: 'small', cancel_url: 'javascript:alert(1)' }, 'cancel_url'],
+      ['/api/v1/proxy/billing/checkout', { price_id: 'price_unknown' }, 'price_id'],
+      ['/api/v1/proxy/billing/checkout', { tier: 'enterprise' }, 'tier'],
+      ['/api/v1/proxy/billing/checkout', { pack: 'small', tier: 'launch' }, 'pack'],
+      ['/api/v1/proxy/billing/portal', { return_url: 'ftp://example.com' }, 'return_url'],
+    ];
+    for (const [url, body, field] of cases) {
+      const res = await post(url, deploymentHeaders(t), body);
+      expect(res.statusCode, `${url} ${JSON.stringify(body)}: ${res.body}`).toBe(400);
+      expect(json<{ fields: Array<{ field: string; message: string }> }>(res).fields.map((x) => x.field)).toContain(field);
+    }
+    const unknownPack = json<{ fields: Array<{ message: string }> }>(await post('/api/v1/credits/purchase', deploymentHeaders(t), { pack: 'huge' }));
+    expect(unknownPack.fields[0]!.message).toContain('small, large');
+    expect(standIn.state.customers.size).toBe(customers);
+    expect(await q('SELECT 1 FROM credit_purchases WHERE deployment_id = $1', [t.deploymentId])).toHaveLength(0);
+    // http on loopback is fine outside production.
+    const local = await post('/api/v1/credits/purchase', deploymentHeaders(t), { pack: 'small', success_url: 'http://127.0.0.1:3000/done' });
+    expect(local.statusCode, local.body).toBe(200);
+  });
+});
+
+describe('a Stripe that answers 500 for a while loses nothing', () => {
+  it('selling answers 503 with Retry-After and writes nothing; a retry works', async () => {
+    const t = await createTenant(h, { tier: 'launch' });
+    // The SDK tries twice (maxNetworkRetries 1): both fail.
+    standIn.failNext(2, { path: /\/v1\/customers/ });
+    const res = await post('/api/v1/credits/purchase', deploymentHeaders(t), { pack: 'small' });
+    expect(res.statusCode, res.body).toBe(503);
+    expect(res.headers['retry-after']).toBeDefined();
+    expect(json(res)).toMatchObject({ code: 'SERVICE_UNAVAILABLE' });
+    expect(await q('SELECT 1 FROM credit_purchases WHERE deployment_id = $1', [t.deploymentId])).toHaveLength(0);
+    expect(await customerOf(t.organizationId)).toBeNull();
+    const retried = await post('/api/v1/credits/purchase', deploymentHeaders(t), { pack: 'small' });
+    expect(retried.statusCode, retried.body).toBe(200);
+  });
+
+  it('events whose read-back fails are acknowledged, kept and applied by the worker later', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    const res = await post('/api/v1/proxy/billing/checkout', deploymentHeaders(t), { tier: 'launch' });
+    const session = standIn.completeCheckout(json<{ checkout_session_id: string }>(res).checkout_session_id);
+    // Every read-back of the subscription fails (two tries each) while its events arrive and at the worker's first retry.
+    const reads = 2 * standIn.queue().filter((e) => e.type.startsWith('customer.subscription.')).length;
+    expect(reads).toBeGreaterThan(0);
+    standIn.failNext(2 * reads, { path: /\/v1\/subscriptions\// });
+    await flushAll();
+    expect(await tierOf(t.deploymentId)).toBe('trial');
+    const pending = await q<{ attempts: number; next_attempt_at: Date }>(
+      "SELECT attempts, next_attempt_at FROM stripe_events WHERE status = 'pending' AND payload->'data'->'object'->>'id' = $1",
+      [session.subscription],
+    );
+    expect(pending.length).toBe(reads / 2);
+    expect(pending.every((p) => p.attempts === 1 && p.next_attempt_at.getTime() > h.clock.now().getTime())).toBe(true);
+    h.clock.advance(61_000);
+    await runWorker('stripe-events');
+    expect(await tierOf(t.deploymentId)).toBe('trial');
+    // The stand-in answers again; after the longer wait the worker applies them.
+    h.clock.advance(10 * 60_000);
+    await runWorker('stripe-events');
+    expect(await tierOf(t.deploymentId)).toBe('launch');
+    expect(await q("SELECT 1 FROM stripe_events WHERE status = 'pending' AND payload->'data'->'object'->>'id' = $1", [session.subscription])).toHaveLength(0);
+  });
+});
+
+describe('what is sold', () => {
+  it('GET /api/v1/credits/packs lists the packs and the subscription prices', async () => {
+    const t: Tenant = await createTenant(h, { tier: 'sandbox' });
+    const res = await h.request({ method: 'GET', url: '/api/v1/credits/packs', headers: deploymentHeaders(t) });
+    expect(json(res)).toEqual({
+      configured: true,
+      packs: [
+        { pack: 'small', credits: 1000, price_id: price.small },
+        { pack: 'large', credits: 10_000, price_id: price.large },
+      ],
+      subscription_prices: [
+        { price_id: price.launch, tier: 'launch' },
+        { price_id: price.growth, tier: 'growth' },
+      ],
+    });
+  });
+});
