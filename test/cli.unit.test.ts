@@ -3,6 +3,7 @@ import { existsSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { startStripeStandIn } from './stripe-stand-in/server.js';
 
 /**
  * The service as a user starts it: `creditgate serve` on the embedded default, `creditgate demo`
@@ -99,6 +100,7 @@ describe('embedded quick start', () => {
 
     const demo = await run(['demo'], env);
     expect(demo.code, demo.stderr).toBe(0);
+    expect(demo.stdout).toContain('Billing: Stripe is not configured');
     const key = /API key:\s+(cg_[0-9A-Za-z]{36})/.exec(demo.stdout)?.[1];
     expect(key).toBeDefined();
     const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
@@ -125,5 +127,51 @@ describe('embedded quick start', () => {
     server.child.kill('SIGTERM');
     expect(await exited).toBe(0);
     expect(existsSync(join(dataDir, 'creditgate.lock'))).toBe(false);
+  }, 120_000);
+});
+
+describe('selling with Stripe, as the README tells it', () => {
+  it('with the stand-in: demo prints the purchase call; paying the Checkout page brings the credits', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'cg-cli-stripe-'));
+    let webhook = '';
+    const standIn = await startStripeStandIn({
+      delivery: 'auto',
+      retryDelaysMs: [50, 100, 200],
+      deliver: async (payload, headers) => {
+        const res = await fetch(webhook, { method: 'POST', headers, body: payload });
+        return { status: res.status };
+      },
+    });
+    try {
+      const pack = standIn.createPrice({ productName: 'Small pack', unitAmount: 500 });
+      const server = await startServer({
+        DATA_DIR: dataDir,
+        PORT: '0',
+        STRIPE_SECRET_KEY: standIn.secretKey,
+        STRIPE_WEBHOOK_SECRET: standIn.webhookSecret,
+        STRIPE_API_BASE: standIn.url,
+        CREDIT_PACKS: `small=1000:${pack.id}`,
+      });
+      const base = /creditgate listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(server.output())![1]!;
+      webhook = `${base}/webhooks/stripe`;
+      const demo = await run(['demo'], { DATA_DIR: dataDir, CREDITGATE_URL: base });
+      expect(demo.code, demo.stderr).toBe(0);
+      expect(demo.stdout).toContain('Billing (Stripe): packs small (1000 credits)');
+      const purchase = /curl -s (\S+\/api\/v1\/credits\/purchase) -H 'X-Deployment-ID: ([0-9a-f-]{36})' -H 'X-Deployment-Secret: (\S+)'/.exec(demo.stdout);
+      expect(purchase, demo.stdout).not.toBeNull();
+      const [, url, deploymentId, secret] = purchase as unknown as [string, string, string, string];
+      const headers = { 'x-deployment-id': deploymentId, 'x-deployment-secret': secret, 'content-type': 'application/json' };
+      const bought = (await (await fetch(url, { method: 'POST', headers, body: '{"pack":"small"}' })).json()) as { checkout_session_id: string };
+      standIn.completeCheckout(bought.checkout_session_id);
+      await standIn.idle();
+      const quota = (await (await fetch(`${base}/api/v1/proxy/webhooks/quota`, { headers })).json()) as { creditsAvailable: number };
+      // The demo deployment is on launch (2,000 a period); the pack adds 1,000 purchased credits.
+      expect(quota.creditsAvailable).toBe(3000);
+      const exited = new Promise<number | null>((resolve) => server.child.on('exit', resolve));
+      server.child.kill('SIGTERM');
+      expect(await exited).toBe(0);
+    } finally {
+      await standIn.close();
+    }
   }, 120_000);
 });
