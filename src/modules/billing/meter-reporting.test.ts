@@ -5,7 +5,8 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { DAY } from '../../clock.js';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
-import { bearer, createHarness, createTenant, dbKind, type Harness, json, type Tenant } from '../../../test/harness.js';
+import { bearer, createHarness, createTenant, dbKind, grant, type Harness, json, type Tenant } from '../../../test/harness.js';
+import { accountAiTokens } from '../quotas/ai-tokens.js';
 import { type StripeStandIn, startStripeStandIn } from '../../../test/stripe-stand-in/server.js';
 import { WORKERS } from '../../workers/catalog.js';
 
@@ -192,6 +193,20 @@ describe('usage reaches the Stripe meter once', () => {
     h.clock.advance(DAY);
     await report();
     expect((await outbox(t.organizationId))[0]).toMatchObject({ status: 'failed', attempts: row!.attempts });
+  });
+
+  it('AI tokens past the limit, paid with purchased credits, are reported too', async () => {
+    const t = await subscribed('trial');
+    await f.admin('PUT', `/api/v1/admin/deployments/${t.deploymentId}/overrides`, { ai_tokens_limit: 0 });
+    await grant(h, t.deploymentId, 100);
+    const charged = await accountAiTokens({ ...h.ctx, actor: { type: 'system' } }, { id: t.deploymentId, organization_id: t.organizationId }, {
+      inputTokens: 4000,
+      outputTokens: 1000,
+      model: 'gpt-4o-mini',
+    });
+    expect(charged.creditsCharged).toBe(5);
+    await drain(t.organizationId);
+    expect(eventsOf(t.customer).map((e) => [e.identifier, e.payload.value])).toEqual([[charged.usageId, '5']]);
   });
 
   it('a resend of events Stripe already took is deduplicated by their identifiers', async () => {
