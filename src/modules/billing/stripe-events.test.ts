@@ -191,6 +191,27 @@ describe('signatures and bodies (SPEC §9: 400, nothing stored)', () => {
     await ok(await deliver(h, event));
   });
 
+  it('signed events with odd contents are acknowledged and settled (handled or ignored), never left failing', async () => {
+    const t = await createTenant(h, { tier: 'sandbox' });
+    const customer = unique('cus');
+    await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [t.organizationId, customer]);
+    const now = h.clock.now();
+    const odd = [
+      stripeEvent('customer.subscription.updated', { id: unique('sub'), object: 'subscription', customer, status: 42, items: null }, now),
+      stripeEvent('customer.subscription.created', { id: unique('sub'), object: 'subscription' }, now),
+      stripeEvent('charge.refunded', { id: unique('ch'), object: 'charge', payment_intent: unique('pi'), amount: '500', amount_refunded: 1e300 }, now),
+      stripeEvent('invoice.paid', { id: unique('in'), object: 'invoice', customer, status: 'paid', amount_due: 1.5, created: 'yesterday', period_start: -5 }, now),
+      stripeEvent('checkout.session.completed', { id: unique('cs'), object: 'checkout.session', mode: 'payment', payment_status: 'paid', metadata: { creditgate_pack: 'x', creditgate_credits: '1e20' } }, now),
+      stripeEvent('customer.created', { id: customer, object: 'customer' }, now),
+    ];
+    for (const event of odd) {
+      await ok(await deliver(h, event));
+      expect((await storedEvent(event.id))?.status, event.body).not.toBe('pending');
+    }
+    expect((await balance(t)).purchased_balance).toBe(0);
+    expect(await tierOf(t)).toBe('sandbox');
+  });
+
   it('without STRIPE_WEBHOOK_SECRET the route answers 503 BILLING_NOT_CONFIGURED', async () => {
     const bare = await createHarness();
     try {

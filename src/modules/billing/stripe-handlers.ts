@@ -4,7 +4,7 @@ import type { Queryable } from '../../db/client.js';
 import { grantPack, type PackSale, takeBackRefund } from '../credits/purchases.js';
 import { emitEvent } from '../events/outbox.js';
 import { isUuid } from '../metering/state.js';
-import { type EventOutcome, organizationOfCustomer, stripeId, toDate } from './stripe-objects.js';
+import { type EventOutcome, organizationOfCustomer, stripeId, toDate, wholeNumber } from './stripe-objects.js';
 
 /**
  * Handlers of the non-subscription events of SPEC §9, each inside the transaction that marks the
@@ -15,7 +15,7 @@ import { type EventOutcome, organizationOfCustomer, stripeId, toDate } from './s
 export function packSaleOf(session: Stripe.Checkout.Session): PackSale | null {
   const m = session.metadata ?? {};
   const credits = Number(m.creditgate_credits);
-  if (session.mode !== 'payment' || !m.creditgate_pack || !Number.isSafeInteger(credits) || credits <= 0) return null;
+  if (session.mode !== 'payment' || !m.creditgate_pack || !Number.isSafeInteger(credits) || credits <= 0 || credits > 1_000_000_000) return null;
   if (!isUuid(m.organization_id ?? '') || !isUuid(m.deployment_id ?? '')) return null;
   return {
     organizationId: m.organization_id!,
@@ -51,8 +51,8 @@ export async function handleCheckoutSession(tx: Queryable, ctx: Ctx, session: St
   const result = await grantPack(tx, {
     sale,
     paymentIntentId: stripeId(session.payment_intent),
-    amountTotal: session.amount_total ?? null,
-    currency: session.currency ?? null,
+    amountTotal: wholeNumber(session.amount_total),
+    currency: typeof session.currency === 'string' ? session.currency.slice(0, 10) : null,
     now: ctx.clock.now(),
   });
   return result.granted ? { organizationId: sale.organizationId } : { organizationId: sale.organizationId, ignored: 'pack already granted for this session' };
@@ -62,7 +62,10 @@ export async function handleCheckoutSession(tx: Queryable, ctx: Ctx, session: St
 export async function handleChargeRefunded(tx: Queryable, ctx: Ctx, charge: Stripe.Charge): Promise<EventOutcome> {
   const paymentIntent = stripeId(charge.payment_intent);
   if (!paymentIntent) return { ignored: 'charge without a payment intent' };
-  const result = await takeBackRefund(tx, { paymentIntentId: paymentIntent, amount: charge.amount, amountRefunded: charge.amount_refunded, now: ctx.clock.now() });
+  const amount = wholeNumber(charge.amount);
+  const amountRefunded = wholeNumber(charge.amount_refunded);
+  if (amount === null || amountRefunded === null || amount < 0 || amountRefunded < 0) return { ignored: 'charge without whole amounts' };
+  const result = await takeBackRefund(tx, { paymentIntentId: paymentIntent, amount, amountRefunded, now: ctx.clock.now() });
   if (!result.found) return { ignored: 'not the charge of a credit pack' };
   return { organizationId: result.organizationId! };
 }
@@ -89,13 +92,13 @@ export async function handleInvoice(tx: Queryable, ctx: Ctx, type: string, invoi
      WHERE invoices.organization_id = EXCLUDED.organization_id
        AND ${INVOICE_RANK} >= CASE invoices.status WHEN 'draft' THEN 0 WHEN 'open' THEN 1 ELSE 2 END`,
     [
-      invoice.status ?? null,
+      typeof invoice.status === 'string' ? invoice.status.slice(0, 40) : null,
       organizationId,
       invoice.id,
-      invoice.amount_due ?? null,
-      invoice.amount_paid ?? null,
-      invoice.currency ?? null,
-      invoice.hosted_invoice_url ?? null,
+      wholeNumber(invoice.amount_due),
+      wholeNumber(invoice.amount_paid),
+      typeof invoice.currency === 'string' ? invoice.currency.slice(0, 10) : null,
+      typeof invoice.hosted_invoice_url === 'string' ? invoice.hosted_invoice_url.slice(0, 2048) : null,
       toDate(invoice.period_start),
       toDate(invoice.period_end),
       JSON.stringify(stored),

@@ -16,9 +16,15 @@ export function stripeId(value: string | { id: string } | null | undefined): str
   return value && typeof value.id === 'string' ? value.id : null;
 }
 
+/** A whole number as Stripe sends amounts; anything else (missing, fractional, huge) as null. */
+export function wholeNumber(value: unknown): number | null {
+  return typeof value === 'number' && Number.isSafeInteger(value) ? value : null;
+}
+
 /** Stripe's Unix seconds as a Date; anything else as null. */
 export function toDate(seconds: unknown): Date | null {
-  return typeof seconds === 'number' && Number.isFinite(seconds) ? new Date(seconds * 1000) : null;
+  const whole = wholeNumber(seconds);
+  return whole !== null && whole >= 0 && whole < 32_503_680_000 ? new Date(whole * 1000) : null;
 }
 
 /**
