@@ -1,7 +1,7 @@
 import type { Deps } from '../context.js';
 import { retryOutbox } from '../lib/mailer.js';
 import { reportMeterEvents } from '../modules/billing/meter-events.js';
-import { retryStripeEvents } from '../modules/billing/stripe-events.js';
+import { pruneStripeEvents, retryStripeEvents } from '../modules/billing/stripe-events.js';
 import { expireReservations, pruneInvocations } from '../modules/credits/reservations.js';
 import { dispatchPending } from '../modules/events/outbox.js';
 import { deliverDue } from '../modules/webhooks/organization.js';
@@ -62,6 +62,13 @@ export const WORKERS: WorkerDefinition[] = [
     batchSize: 20,
     intervalMs: 5_000,
     run: (deps) => retryStripeEvents(deps, 20),
+  },
+  {
+    name: 'stripe-event-retention',
+    table: 'stripe_events',
+    batchSize: 1000,
+    intervalMs: 60 * 60_000,
+    run: (deps) => pruneStripeEvents(deps, 1000),
   },
   {
     // Usage to the Stripe meter when STRIPE_METER_EVENT_NAME is set (SPEC §9).

@@ -3,6 +3,7 @@ import { addMonths, DAY } from '../../clock.js';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { bearer, createHarness, createTenant, type Harness, json, type Tenant, unique } from '../../../test/harness.js';
 import { checkoutSessionObject, deliver, stripeConfig, stripeEvent, subscriptionObject } from '../../../test/stripe-events-fixtures.js';
+import { WORKERS } from '../../workers/catalog.js';
 
 /**
  * POST /webhooks/stripe without a Stripe API (SPEC §9: "works with only STRIPE_WEBHOOK_SECRET set"):
@@ -167,6 +168,29 @@ describe('subscriptions drive tier, plan and period (SPEC §9)', () => {
     );
     expect(await tierOf(owner)).toBe('growth');
     expect(await tierOf(victim)).toBe('sandbox');
+  });
+});
+
+describe('retention', () => {
+  it('settled events go after 30 days (a duplicate within them is still recognised); pending ones stay', async () => {
+    const now = h.clock.now();
+    const settled = stripeEvent('customer.created', { id: unique('cus'), object: 'customer' }, now);
+    await ok(await deliver(h, settled));
+    const pending = unique('evt');
+    await q(`INSERT INTO stripe_events (id, type, created_at, payload, status, next_attempt_at, received_at) VALUES ($1, 'invoice.paid', $2, '{}', 'pending', $3, $2)`, [
+      pending,
+      now,
+      new Date(now.getTime() + 3_600_000),
+    ]);
+    const prune = WORKERS.find((w) => w.name === 'stripe-event-retention')!;
+    h.clock.advance(29 * DAY);
+    await prune.run(h.deps);
+    expect(await storedEvent(settled.id)).toBeDefined();
+    h.clock.advance(2 * DAY);
+    await prune.run(h.deps);
+    expect(await storedEvent(settled.id)).toBeUndefined();
+    expect(await storedEvent(pending)).toMatchObject({ status: 'pending' });
+    await q('DELETE FROM stripe_events WHERE id = $1', [pending]);
   });
 });
 

@@ -195,3 +195,19 @@ export async function retryStripeEvents(deps: Deps, limit: number): Promise<numb
   }
   return due.length;
 }
+
+/**
+ * Settled events are kept 30 days — far past Stripe's three days of redelivery, so a duplicate is
+ * still recognised — and then deleted by the `stripe-event-retention` worker. Pending ones stay.
+ */
+export const STRIPE_EVENT_RETENTION_MS = 30 * 24 * 60 * 60_000;
+
+export async function pruneStripeEvents(deps: Deps, limit: number): Promise<number> {
+  const cutoff = new Date(deps.clock.now().getTime() - STRIPE_EVENT_RETENTION_MS);
+  const rows = await deps.db.query<{ id: string }>(
+    `DELETE FROM stripe_events WHERE id IN (SELECT id FROM stripe_events WHERE status <> 'pending' AND received_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)
+     RETURNING id`,
+    [cutoff, limit],
+  );
+  return rows.length;
+}
