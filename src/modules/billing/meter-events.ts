@@ -1,5 +1,5 @@
 import type { Deps } from '../../context.js';
-import { claimMeterEvents, markMeterFailed, markMeterReported, markMeterRetry, type MeterEventRow } from '../credits/meter-outbox.js';
+import { claimMeterEvents, markMeterFailed, markMeterReported, markMeterRetry, markMeterSkipped, type MeterEventRow } from '../credits/meter-outbox.js';
 import { Stripe, stripeClient } from './stripe-client.js';
 
 /**
@@ -32,6 +32,11 @@ export async function reportMeterEvents(deps: Deps, limit: number): Promise<numb
 }
 
 async function send(deps: Deps, stripe: Stripe, eventName: string, e: MeterEventRow): Promise<void> {
+  if (e.value <= 0) {
+    // Refunded in full before it was reported: there is nothing to bill.
+    await markMeterSkipped(deps.db, e.identifier, 'refunded in full before it was reported: nothing sent', deps.clock.now());
+    return;
+  }
   try {
     const sent = await stripe.billing.meterEvents.create(
       {

@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { DAY } from '../../clock.js';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
-import { bearer, createHarness, createTenant, dbKind, grant, type Harness, json, type Tenant } from '../../../test/harness.js';
+import { bearer, createHarness, createTenant, dbKind, grant, type Harness, json, serviceHeaders, type Tenant } from '../../../test/harness.js';
 import { accountAiTokens } from '../quotas/ai-tokens.js';
 import { type StripeStandIn, startStripeStandIn } from '../../../test/stripe-stand-in/server.js';
 import { WORKERS } from '../../workers/catalog.js';
@@ -207,6 +207,25 @@ describe('usage reaches the Stripe meter once', () => {
     expect(charged.creditsCharged).toBe(5);
     await drain(t.organizationId);
     expect(eventsOf(t.customer).map((e) => [e.identifier, e.payload.value])).toEqual([[charged.usageId, '5']]);
+  });
+
+  it('usage refunded before it is reported is reported net, or not at all', async () => {
+    const t = await subscribed();
+    const action = `meter_${Date.now().toString(36)}`;
+    await f.admin('PUT', `/api/v1/admin/credit-costs/${action}`, { credits: 10 });
+    const tool = await f.toolFor(action);
+    const part = (await record(t, tool)).usage_id;
+    const whole = (await record(t, tool)).usage_id;
+    const refund = (usageId: string, amount?: number) =>
+      h.request({ method: 'POST', url: `/api/v1/mcp/usage/${usageId}/refund`, headers: serviceHeaders(h), payload: { reason: 'tool failed', ...(amount ? { amount } : {}) } });
+    expect((await refund(part, 4)).statusCode).toBe(200);
+    expect((await refund(whole)).statusCode).toBe(200);
+    await drain(t.organizationId);
+    expect(eventsOf(t.customer).map((e) => [e.identifier, e.payload.value])).toEqual([[part, '6']]);
+    expect(proxy.sent.get(whole)).toBeUndefined();
+    expect((await outbox(t.organizationId)).every((r) => r.status === 'reported')).toBe(true);
+    const marks = await q<{ id: string; reported: boolean }>('SELECT id, reported FROM usage_records WHERE id = ANY($1::uuid[])', [[part, whole]]);
+    expect(Object.fromEntries(marks.map((m) => [m.id, m.reported]))).toEqual({ [part]: true, [whole]: false });
   });
 
   it('a resend of events Stripe already took is deduplicated by their identifiers', async () => {

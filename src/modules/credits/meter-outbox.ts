@@ -51,11 +51,15 @@ export interface MeterEventRow {
  * identifiers, which Stripe deduplicates.
  */
 export async function claimMeterEvents(db: Queryable, now: Date, limit: number, leaseMs: number): Promise<MeterEventRow[]> {
+  // What was refunded before the report is not reported (the value is the usage's net credits then).
   return db.query<MeterEventRow>(
-    `UPDATE meter_event_outbox SET next_attempt_at = $2, attempts = attempts + 1
-     WHERE identifier IN (SELECT identifier FROM meter_event_outbox WHERE status = 'pending' AND next_attempt_at <= $1
-                          ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-     RETURNING identifier, organization_id, stripe_customer_id, value, event_at, attempts`,
+    `UPDATE meter_event_outbox m SET next_attempt_at = $2, attempts = m.attempts + 1
+     FROM (SELECT o.identifier, GREATEST(0, o.value - COALESCE(u.refunded, 0)) AS net
+           FROM meter_event_outbox o LEFT JOIN usage_records u ON u.id = o.identifier
+           WHERE o.status = 'pending' AND o.next_attempt_at <= $1
+           ORDER BY o.next_attempt_at LIMIT $3 FOR UPDATE OF o SKIP LOCKED) due
+     WHERE m.identifier = due.identifier
+     RETURNING m.identifier, m.organization_id, m.stripe_customer_id, due.net AS value, m.event_at, m.attempts`,
     [now, new Date(now.getTime() + leaseMs), limit],
   );
 }
@@ -70,6 +74,15 @@ export async function markMeterReported(db: Queryable, identifier: string, refer
      UPDATE usage_records SET reported = true, processor_ref = $2 WHERE id = (SELECT identifier FROM out)`,
     [identifier, reference, now],
   );
+}
+
+/** Nothing to send (refunded in full before it was reported): settled without a report; the usage record stays unreported. */
+export async function markMeterSkipped(db: Queryable, identifier: string, reason: string, now: Date): Promise<void> {
+  await db.query(`UPDATE meter_event_outbox SET status = 'reported', reported_at = $2, last_error = $3 WHERE identifier = $1 AND status = 'pending'`, [
+    identifier,
+    now,
+    reason,
+  ]);
 }
 
 /** A transient failure: try again at `retryAt`. */
