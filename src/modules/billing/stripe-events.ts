@@ -20,20 +20,6 @@ import { applySubscription, subscriptionState } from './subscriptions.js';
 const RECEIVER_LEASE_MS = 60_000;
 const MAX_BACKOFF_MS = 60 * 60_000;
 
-export const HANDLED_EVENT_TYPES = [
-  'customer.subscription.created',
-  'customer.subscription.updated',
-  'customer.subscription.deleted',
-  'checkout.session.completed',
-  'checkout.session.async_payment_succeeded',
-  'charge.refunded',
-  'invoice.created',
-  'invoice.finalized',
-  'invoice.paid',
-  'invoice.payment_failed',
-  'invoice.voided',
-] as const;
-
 export async function receiveStripeEvent(deps: Deps, rawBody: string, signature: string | undefined): Promise<{ duplicate: boolean }> {
   // What is wrong with the request itself is 400 whether or not the installation is configured. The
   // body is kept raw for the signature, so the input guard (docs/input.md) runs here: a value

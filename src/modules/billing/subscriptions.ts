@@ -63,6 +63,7 @@ export function subscriptionState(s: Stripe.Subscription): SubscriptionState {
 
 interface SubscriptionRow {
   id: string;
+  organization_id: string;
   status: string;
   stripe_price_id: string | null;
   current_period_start: Date | null;
@@ -91,6 +92,9 @@ export async function applySubscription(
   await tx.query('SELECT id FROM organizations WHERE id = $1 FOR UPDATE', [organizationId]);
   const existing = await tx.query<SubscriptionRow>('SELECT * FROM subscriptions WHERE stripe_subscription_id = $1 FOR UPDATE', [state.id]);
   const before = existing[0];
+  if (before && before.organization_id !== organizationId) {
+    return { ignored: `subscription ${state.id} belongs to another organization than its customer's` };
+  }
   if (!input.readBack && before?.last_event_at && eventAt.getTime() < before.last_event_at.getTime()) {
     return { organizationId, ignored: `older than the last applied event (${before.last_event_at.toISOString()})` };
   }
