@@ -1,5 +1,6 @@
 import type Stripe from 'stripe';
-import { type Deps, systemCtx } from '../../context.js';
+import { type Ctx, type Deps, systemCtx } from '../../context.js';
+import type { Queryable } from '../../db/client.js';
 import { AppError, ValidationError } from '../../errors.js';
 import { findInputFault } from '../../http/input-guard.js';
 import { tierCachesChanged } from '../deployments/service.js';
@@ -113,9 +114,7 @@ export async function handleStoredEvent(deps: Deps, id: string): Promise<void> {
   }
 }
 
-type Tx = Parameters<Parameters<Deps['db']['transaction']>[0]>[0];
-
-async function actOn(tx: Tx, ctx: ReturnType<typeof systemCtx>, stored: StoredEvent, readBack: Stripe.Subscription | null): Promise<EventOutcome> {
+async function actOn(tx: Queryable, ctx: Ctx, stored: StoredEvent, readBack: Stripe.Subscription | null): Promise<EventOutcome> {
   const object = stored.payload.data.object as unknown;
   switch (stored.type) {
     case 'customer.subscription.created':
