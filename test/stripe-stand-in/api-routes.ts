@@ -184,12 +184,15 @@ export const API_ROUTES: readonly ApiRoute[] = [
       items: { '0': { id: true, price: true, quantity: true } },
       cancel_at_period_end: true,
       proration_behavior: true,
+      payment_behavior: true,
       metadata: 'hash',
       expand: 'hash',
     },
     handle: (ctx, form, id) => {
       const current = findOrThrow(ctx.state.subscriptions, id, 'subscription');
       oneOf(form, 'proration_behavior', ['create_prorations', 'none', 'always_invoice']);
+      // The simulated card always pays, so every payment_behavior applies the update at once.
+      oneOf(form, 'payment_behavior', ['allow_incomplete', 'default_incomplete', 'error_if_incomplete', 'pending_if_incomplete']);
       return updateSubscription(ctx, id, {
         itemId: text(form, 'items[0][id]'),
         price: text(form, 'items[0][price]'),

@@ -3,6 +3,7 @@ import { AppError, ValidationError } from '../../errors.js';
 import { recordPackCheckout } from '../credits/purchases.js';
 import type { DeploymentRow } from '../deployments/service.js';
 import { TIERS, type Tier } from '../entitlements/tiers.js';
+import { sha256Hex } from '../../lib/secrets.js';
 import { isTransientStripeError, requireStripe, Stripe } from './stripe-client.js';
 
 /**
@@ -90,7 +91,7 @@ export function subscriptionPrice(ctx: Pick<Ctx, 'config'>, input: { price_id?: 
     throw new ValidationError('Give price_id or tier, not both', [{ field: 'price_id', message: 'give price_id or tier, not both' }]);
   }
   if (input.price_id !== undefined) {
-    if (!prices[input.price_id]) throw new ValidationError(`Unknown price ${input.price_id}`, [{ field: 'price_id', message: `one of ${listed.join(', ')}` }]);
+    if (!Object.hasOwn(prices, input.price_id)) throw new ValidationError(`Unknown price ${input.price_id}`, [{ field: 'price_id', message: `one of ${listed.join(', ')}` }]);
     return input.price_id;
   }
   if (input.tier !== undefined) {
@@ -124,7 +125,7 @@ export async function subscriptionCheckout(ctx: Ctx, organizationId: string, pri
         metadata: { organization_id: organizationId },
         subscription_data: { metadata: { organization_id: organizationId } },
       },
-      idempotencyKey ? { idempotencyKey: `creditgate-subscribe-${organizationId}-${idempotencyKey}` } : undefined,
+      idempotencyKey ? { idempotencyKey: `creditgate-subscribe-${organizationId}-${sha256Hex(idempotencyKey)}` } : undefined,
     ),
   );
   return answerOf(session);
@@ -159,7 +160,7 @@ export async function packCheckout(ctx: Ctx, deployment: DeploymentRow, pack: st
         metadata,
         payment_intent_data: { metadata },
       },
-      idempotencyKey ? { idempotencyKey: `creditgate-pack-${deployment.id}-${idempotencyKey}` } : undefined,
+      idempotencyKey ? { idempotencyKey: `creditgate-pack-${deployment.id}-${sha256Hex(idempotencyKey)}` } : undefined,
     ),
   );
   await recordPackCheckout(
@@ -179,7 +180,7 @@ export async function portalSession(ctx: Ctx, organizationId: string, returnUrl:
   return { url: session.url };
 }
 
-/** The subscription in force, if any: the one a price change acts on. */
+/** The organization's subscription not ended (active, past due or unpaid), if any: there is no second Checkout then. */
 export async function subscriptionInForce(ctx: Ctx, organizationId: string): Promise<string | null> {
   const rows = await ctx.db.query<{ stripe_subscription_id: string }>(
     `SELECT stripe_subscription_id FROM subscriptions WHERE organization_id = $1 AND status IN ('active', 'past_due', 'unpaid')
@@ -196,8 +197,14 @@ export async function changeSubscriptionPrice(ctx: Ctx, subscriptionId: string, 
   const item = current.items.data[0];
   if (!item) throw new AppError('CONFLICT', 'The subscription has no item to change');
   if (item.price.id === priceId) return current;
+  // The difference is invoiced and charged now, and Stripe applies the new price only once that invoice
+  // is paid (a declined card leaves the old price): an upgrade is never in force before it is paid.
   return callStripe('the price change', () =>
-    stripe.subscriptions.update(subscriptionId, { items: [{ id: item.id, price: priceId }], proration_behavior: 'create_prorations' }),
+    stripe.subscriptions.update(subscriptionId, {
+      items: [{ id: item.id, price: priceId }],
+      proration_behavior: 'always_invoice',
+      payment_behavior: 'pending_if_incomplete',
+    }),
   );
 }
 

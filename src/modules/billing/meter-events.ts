@@ -45,7 +45,9 @@ async function send(deps: Deps, stripe: Stripe, eventName: string, e: MeterEvent
         identifier: e.identifier,
         timestamp: Math.floor(e.event_at.getTime() / 1000),
       },
-      { idempotencyKey: `creditgate-meter-${e.identifier}` },
+      // The value can shrink between tries (a refund before the report): a key per value keeps a retry
+      // from being refused as a different request; the identifier is what Stripe deduplicates on.
+      { idempotencyKey: `creditgate-meter-${e.identifier}-${e.value}` },
     );
     await markMeterReported(deps.db, e.identifier, sent.identifier ?? e.identifier, deps.clock.now());
   } catch (error) {

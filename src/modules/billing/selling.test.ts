@@ -189,6 +189,9 @@ describe('subscriptions through Checkout and the API', () => {
       subscription_status: 'past_due',
     });
     expect(await tierOf(owner.deploymentId)).toBe('growth');
+    // While the card fails, no plan change (it would add credits nobody pays for).
+    const blocked = await post('/billing/subscription', auth, { tier: 'launch' });
+    expect(blocked.statusCode, blocked.body).toBe(409);
 
     // Canceled in the portal: back to the tier of a new organization, plan free.
     standIn.cancelSubscription(subscriptionId);

@@ -148,6 +148,66 @@ describe('subscriptions drive tier, plan and period (SPEC §9)', () => {
     }
   });
 
+  it('a canceled subscription stays canceled: an active state of the same second (or a stale read) changes nothing', async () => {
+    const t = await createTenant(h, { tier: 'sandbox' });
+    h.clock.advance(DAY);
+    const customer = unique('cus');
+    const id = unique('sub');
+    const start = h.clock.now();
+    const sub = (status: string) => subscriptionObject({ id, customer, price: 'price_growth', status, start, end: addMonths(start, 1), organizationId: t.organizationId });
+    await ok(await deliver(h, stripeEvent('customer.subscription.created', sub('active'), start)));
+    h.clock.advance(60_000);
+    const at = h.clock.now();
+    await ok(await deliver(h, stripeEvent('customer.subscription.deleted', sub('canceled'), at)));
+    const revived = stripeEvent('customer.subscription.updated', sub('active'), at);
+    await ok(await deliver(h, revived));
+    expect(await tierOf(t)).toBe('sandbox');
+    expect(await storedEvent(revived.id)).toMatchObject({ status: 'ignored', last_error: expect.stringContaining('canceled') });
+  });
+
+  it('with two subscriptions in force, toggling one of them does not refill the allocation again and again', async () => {
+    const t = await createTenant(h, { tier: 'sandbox' });
+    h.clock.advance(DAY);
+    const customer = unique('cus');
+    const start = h.clock.now();
+    const yearly = subscriptionObject({ id: unique('sub'), customer, price: 'price_launch', start, end: addMonths(start, 12), organizationId: t.organizationId });
+    await ok(await deliver(h, stripeEvent('customer.subscription.created', yearly, start)));
+    h.clock.advance(DAY);
+    const bStart = h.clock.now();
+    const monthly = (cancel: boolean) =>
+      subscriptionObject({ id: `${yearly.id}-b`, customer, price: 'price_launch', start: bStart, end: addMonths(bStart, 1), organizationId: t.organizationId, cancelAtPeriodEnd: cancel });
+    await ok(await deliver(h, stripeEvent('customer.subscription.created', monthly(false), bStart)));
+    const before = (await resets(t)).length;
+    for (let i = 0; i < 3; i++) {
+      h.clock.advance(60_000);
+      await ok(await deliver(h, stripeEvent('customer.subscription.updated', monthly(i % 2 === 0), h.clock.now())));
+      await ok(await deliver(h, stripeEvent('customer.subscription.updated', yearly, h.clock.now())));
+    }
+    expect((await resets(t)).length).toBe(before);
+  });
+
+  it('a refund handled before its pack’s grant waits for it, then takes the credits back', async () => {
+    const t = await f.tenantWith(0);
+    const customer = unique('cus');
+    await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [t.organizationId, customer]);
+    const paymentIntent = unique('pi');
+    const session = checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: t.deploymentId, pack: 'small', credits: 1000, paymentIntent, amountTotal: 500 });
+    const refund = stripeEvent(
+      'charge.refunded',
+      { id: unique('ch'), object: 'charge', amount: 500, amount_refunded: 500, payment_intent: paymentIntent, customer, metadata: { creditgate_pack: 'small' } },
+      h.clock.now(),
+    );
+    await ok(await deliver(h, refund));
+    expect(await storedEvent(refund.id)).toMatchObject({ status: 'pending' });
+    await ok(await deliver(h, stripeEvent('checkout.session.completed', session, h.clock.now())));
+    expect((await balance(t)).purchased_balance).toBe(1000);
+    h.clock.advance(61_000);
+    await WORKERS.find((w) => w.name === 'stripe-events')!.run(h.deps);
+    expect(await storedEvent(refund.id)).toMatchObject({ status: 'processed' });
+    expect((await balance(t)).purchased_balance).toBe(0);
+    await f.expectLedgerConsistent(t);
+  });
+
   it('a customer no organization knows is acknowledged and ignored', async () => {
     const now = h.clock.now();
     const event = stripeEvent('customer.subscription.created', subscriptionObject({ id: unique('sub'), customer: unique('cus'), price: 'price_launch', start: now, end: addMonths(now, 1) }), now);

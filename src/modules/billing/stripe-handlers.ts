@@ -66,7 +66,12 @@ export async function handleChargeRefunded(tx: Queryable, ctx: Ctx, charge: Stri
   const amountRefunded = wholeNumber(charge.amount_refunded);
   if (amount === null || amountRefunded === null || amount < 0 || amountRefunded < 0) return { ignored: 'charge without whole amounts' };
   const result = await takeBackRefund(tx, { paymentIntentId: paymentIntent, amount, amountRefunded, now: ctx.clock.now() });
-  if (!result.found) return { ignored: 'not the charge of a credit pack' };
+  if (!result.found) {
+    // A pack's charge (its payment intent carries our metadata) refunded before the grant was handled:
+    // fail, so the event stays pending and the worker retries it once the grant has landed.
+    if (charge.metadata?.creditgate_pack) throw new Error(`charge ${charge.id}: its credit pack is not granted yet; retried later`);
+    return { ignored: 'not the charge of a credit pack' };
+  }
   return { organizationId: result.organizationId! };
 }
 

@@ -1,5 +1,6 @@
 import type Stripe from 'stripe';
 import type { Ctx } from '../../context.js';
+import { AppError } from '../../errors.js';
 import { tierCachesChanged } from '../deployments/service.js';
 import { authorize } from '../organizations/rbac.js';
 import { type CheckoutAnswer, changeSubscriptionPrice, type ReturnUrls, subscriptionCheckout, subscriptionInForce, subscriptionPrice } from './checkout.js';
@@ -25,6 +26,11 @@ export async function subscribe(
   const current = await subscriptionInForce(ctx, organizationId);
   if (!current) {
     return { kind: 'checkout', checkout: await subscriptionCheckout(ctx, organizationId, price, input, idempotencyKey) };
+  }
+  const status = await ctx.db.query<{ status: string }>('SELECT status FROM subscriptions WHERE stripe_subscription_id = $1', [current]);
+  if (status[0]?.status !== 'active') {
+    // Past due or unpaid: a plan change would add credits that the failing card does not pay for.
+    throw new AppError('CONFLICT', `The subscription is ${status[0]?.status ?? 'not active'}: pay the open invoice (Billing Portal) before changing the plan`);
   }
   const updated = await changeSubscriptionPrice(ctx, current, price);
   await applyFromApi(ctx, updated);

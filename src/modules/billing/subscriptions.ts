@@ -89,11 +89,16 @@ export async function applySubscription(
   const organizationId = await organizationOfCustomer(tx, state.customer, state.organizationId);
   if (!organizationId) return { ignored: `no organization for customer ${state.customer}` };
   // One subscription event at a time per organization, whichever instance received it.
-  await tx.query('SELECT id FROM organizations WHERE id = $1 FOR UPDATE', [organizationId]);
+  // NO KEY UPDATE: foreign-key checks of concurrent money writes (their events) take KEY SHARE on this row.
+  await tx.query('SELECT id FROM organizations WHERE id = $1 FOR NO KEY UPDATE', [organizationId]);
   const existing = await tx.query<SubscriptionRow>('SELECT * FROM subscriptions WHERE stripe_subscription_id = $1 FOR UPDATE', [state.id]);
   const before = existing[0];
   if (before && before.organization_id !== organizationId) {
     return { ignored: `subscription ${state.id} belongs to another organization than its customer's` };
+  }
+  if (before?.status === 'canceled' && state.status !== 'canceled') {
+    // Stripe never revives a canceled subscription: this is a stale read or a same-second reordering.
+    return { organizationId, ignored: 'the subscription is canceled, which is final' };
   }
   if (!input.readBack && before?.last_event_at && eventAt.getTime() < before.last_event_at.getTime()) {
     return { organizationId, ignored: `older than the last applied event (${before.last_event_at.toISOString()})` };

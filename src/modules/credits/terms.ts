@@ -56,10 +56,14 @@ export function periodFor(d: DeploymentTerms, now: Date, subscription: Subscript
   return monthlyPeriod(d.billing_anchor, now);
 }
 
-/** The subscription that sets an organization's periods: the latest one that is not canceled. */
-export const SUBSCRIPTION_PERIOD_SQL = `SELECT current_period_start, current_period_end FROM subscriptions
-  WHERE organization_id = $1 AND status <> 'canceled' AND current_period_start IS NOT NULL
-  ORDER BY current_period_end DESC NULLS LAST LIMIT 1`;
+/**
+ * The subscription that sets an organization's periods: the one the organization names (the last one
+ * Stripe reported in force, billing/subscriptions.ts), else the latest one that is not canceled.
+ */
+export const SUBSCRIPTION_PERIOD_SQL = `SELECT s.current_period_start, s.current_period_end
+  FROM subscriptions s JOIN organizations o ON o.id = s.organization_id
+  WHERE s.organization_id = $1 AND s.status <> 'canceled' AND s.current_period_start IS NOT NULL
+  ORDER BY (s.stripe_subscription_id = o.stripe_subscription_id) DESC NULLS LAST, s.current_period_end DESC NULLS LAST LIMIT 1`;
 
 /** When a balance row must next be brought up to date: its period end, or an override expiring sooner. */
 export function syncBeforeFor(periodEnd: Date, terms: EffectiveTerms): Date {
