@@ -2,6 +2,7 @@ import type { Deps } from '../context.js';
 import { retryOutbox } from '../lib/mailer.js';
 import { reportMeterEvents } from '../modules/billing/meter-events.js';
 import { pruneStripeEvents, retryStripeEvents } from '../modules/billing/stripe-events.js';
+import { expireAiHolds, pruneAiHolds } from '../modules/credits/ai-usage.js';
 import { expireReservations, pruneInvocations } from '../modules/credits/reservations.js';
 import { dispatchPending } from '../modules/events/outbox.js';
 import { deliverDue } from '../modules/webhooks/organization.js';
@@ -33,6 +34,21 @@ export const WORKERS: WorkerDefinition[] = [
     batchSize: 1000,
     intervalMs: 10 * 60_000,
     run: (deps) => pruneInvocations(deps.db, deps.clock.now(), 1000),
+  },
+  {
+    // AI calls whose process died mid-call: their holds go back (SPEC §6 AI proxy, docs/ai-proxy.md).
+    name: 'ai-hold-expiry',
+    table: 'ai_reservations',
+    batchSize: 500,
+    intervalMs: 15_000,
+    run: (deps) => expireAiHolds(deps.db, deps.clock.now(), 500),
+  },
+  {
+    name: 'ai-hold-retention',
+    table: 'ai_reservations',
+    batchSize: 1000,
+    intervalMs: 10 * 60_000,
+    run: (deps) => pruneAiHolds(deps.db, deps.clock.now(), 1000),
   },
   {
     name: 'mail-retry',

@@ -41,6 +41,12 @@ export const creditBalances = pgTable(
     purchasedBalance: bigint('purchased_balance', { mode: 'number' }).notNull().default(0),
     reserved: bigint('reserved', { mode: 'number' }).notNull().default(0),
     aiTokensUsed: bigint('ai_tokens_used', { mode: 'number' }).notNull().default(0),
+    /** Of ai_tokens_used, the tokens past the quota (paid with purchased credits, or short): quota used = the difference. */
+    aiTokensOverLimit: bigint('ai_tokens_over_limit', { mode: 'number' }).notNull().default(0),
+    /** Quota tokens held by AI calls in flight (ai_reservations); not available to another call. */
+    aiTokensReserved: bigint('ai_tokens_reserved', { mode: 'number' }).notNull().default(0),
+    /** The part of `reserved` held by AI calls in flight: purchased credits only (AI never spends the monthly bucket). */
+    aiCreditsReserved: bigint('ai_credits_reserved', { mode: 'number' }).notNull().default(0),
     /** Running total of purchased credits ever spent; positions expiring grants in the spending order (credit_grants). */
     purchasedConsumed: bigint('purchased_consumed', { mode: 'number' }).notNull().default(0),
     updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
@@ -50,6 +56,9 @@ export const creditBalances = pgTable(
     check('credit_balances_used_nonneg', sql`${t.monthlyUsed} >= 0`),
     check('credit_balances_reserved_nonneg', sql`${t.reserved} >= 0`),
     check('credit_balances_allocation_nonneg', sql`${t.monthlyAllocation} IS NULL OR ${t.monthlyAllocation} >= 0`),
+    check('credit_balances_ai_reserved_nonneg', sql`${t.aiTokensReserved} >= 0 AND ${t.aiCreditsReserved} >= 0`),
+    check('credit_balances_ai_credits_within_reserved', sql`${t.aiCreditsReserved} <= ${t.reserved}`),
+    check('credit_balances_ai_over_bound', sql`${t.aiTokensOverLimit} >= 0 AND ${t.aiTokensOverLimit} <= ${t.aiTokensUsed}`),
   ],
 );
 
@@ -207,5 +216,41 @@ export const creditGrants = pgTable(
       .on(t.deploymentId, t.expiresAt)
       .where(sql`${t.expiredAt} IS NULL`),
     check('credit_grants_remaining_bound', sql`${t.remaining} >= 0 AND ${t.remaining} <= ${t.amount}`),
+  ],
+);
+
+/**
+ * An AI call in flight (SPEC §6 AI proxy): what it holds from the period's AI tokens and from purchased
+ * credits until it settles to the provider's usage. A hold left by a process that died is released by
+ * the `ai-holds` worker once `expires_at` passes. status: held | settled | released | expired
+ */
+export const aiReservations = pgTable(
+  'ai_reservations',
+  {
+    id: uuid('id').primaryKey(),
+    organizationId: uuid('organization_id').notNull(),
+    deploymentId: uuid('deployment_id')
+      .notNull()
+      .references(() => deployments.id),
+    model: text('model').notNull(),
+    modelClass: text('model_class').notNull(),
+    promptTokens: bigint('prompt_tokens', { mode: 'number' }).notNull(),
+    /** Output tokens the call may produce (all choices together); sent upstream as its max tokens per choice. */
+    outputAllowance: bigint('output_allowance', { mode: 'number' }).notNull(),
+    tokensHeld: bigint('tokens_held', { mode: 'number' }).notNull(),
+    creditsHeld: bigint('credits_held', { mode: 'number' }).notNull(),
+    status: text('status').notNull(),
+    usageId: uuid('usage_id'),
+    expiresAt: timestamp('expires_at', { withTimezone: true }).notNull(),
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
+    updatedAt: timestamp('updated_at', { withTimezone: true }).notNull(),
+  },
+  (t) => [
+    index('ai_reservations_held_expiry_idx')
+      .on(t.expiresAt)
+      .where(sql`${t.status} = 'held'`),
+    index('ai_reservations_created_idx').on(t.createdAt),
+    check('ai_reservations_status', sql`${t.status} IN ('held', 'settled', 'released', 'expired')`),
+    check('ai_reservations_nonneg', sql`${t.tokensHeld} >= 0 AND ${t.creditsHeld} >= 0`),
   ],
 );

@@ -25,6 +25,9 @@ export interface BalanceRow {
   purchased_balance: number;
   reserved: number;
   ai_tokens_used: number;
+  ai_tokens_over_limit: number;
+  ai_tokens_reserved: number;
+  ai_credits_reserved: number;
   purchased_consumed: number;
 }
 
@@ -39,6 +42,10 @@ export interface BalanceView {
   periodStart: Date;
   periodEnd: Date;
   aiTokensUsed: number;
+  /** Of aiTokensUsed, tokens past the quota (paid with purchased credits). */
+  aiTokensOverLimit: number;
+  /** Quota tokens held by AI calls in flight. */
+  aiTokensHeld: number;
 }
 
 export function viewBalance(b: BalanceRow): BalanceView {
@@ -53,6 +60,8 @@ export function viewBalance(b: BalanceRow): BalanceView {
     periodStart: b.period_start,
     periodEnd: b.period_end,
     aiTokensUsed: b.ai_tokens_used,
+    aiTokensOverLimit: b.ai_tokens_over_limit,
+    aiTokensHeld: b.ai_tokens_reserved,
   };
 }
 
@@ -112,7 +121,7 @@ export async function syncBalance(tx: Queryable, deploymentId: string, now: Date
   const row = rows[0];
   if (!row) throw new Error(`no balance row for deployment ${deploymentId}`);
   const terms = effectiveTerms(row, now);
-  let { period_start, period_end, monthly_allocation: allocation, monthly_used: used, ai_tokens_used: aiUsed } = row;
+  let { period_start, period_end, monthly_allocation: allocation, monthly_used: used, ai_tokens_used: aiUsed, ai_tokens_over_limit: aiOver } = row;
   const ledger = { organizationId: row.organization_id, deploymentId, purchasedDelta: 0, actor, at: now };
   const purchasedAfter = row.purchased_balance;
 
@@ -125,6 +134,7 @@ export async function syncBalance(tx: Queryable, deploymentId: string, now: Date
     allocation = terms.monthlyCredits;
     used = 0;
     aiUsed = 0;
+    aiOver = 0;
     await appendLedger(tx, {
       ...ledger,
       kind: 'period_reset',
@@ -166,9 +176,9 @@ export async function syncBalance(tx: Queryable, deploymentId: string, now: Date
   if (lots.nextExpiry && lots.nextExpiry.getTime() < syncBefore.getTime()) syncBefore = lots.nextExpiry;
   const updated = await tx.query<BalanceRow>(
     `UPDATE credit_balances SET period_start = $2, period_end = $3, sync_before = $4, monthly_allocation = $5,
-       monthly_used = $6, ai_tokens_used = $7, purchased_balance = $8, updated_at = $9
+       monthly_used = $6, ai_tokens_used = $7, ai_tokens_over_limit = $10, purchased_balance = $8, updated_at = $9
      WHERE deployment_id = $1 RETURNING *`,
-    [deploymentId, period_start, period_end, syncBefore, allocation, used, aiUsed, purchased, now],
+    [deploymentId, period_start, period_end, syncBefore, allocation, used, aiUsed, purchased, now, aiOver],
   );
   return updated[0]!;
 }
@@ -273,12 +283,16 @@ export async function changePurchased(
 }
 
 /**
- * Purchased credits an adjustment may take now: what open reservations do not need from them
- * (SPEC §4: a reservation keeps what it was promised). The row must be current (syncBalance).
+ * Purchased credits an adjustment (or an AI call) may take now: what open holds do not need from them
+ * (SPEC §4: a reservation keeps what it was promised). AI holds are purchased credits only; MCP
+ * reservations take the monthly bucket first. The row must be current (syncBalance).
  */
-export function purchasedFloor(b: Pick<BalanceRow, 'monthly_allocation' | 'monthly_used' | 'purchased_balance' | 'reserved'>): number {
+export function purchasedFloor(
+  b: Pick<BalanceRow, 'monthly_allocation' | 'monthly_used' | 'purchased_balance' | 'reserved' | 'ai_credits_reserved'>,
+): number {
   const monthly = monthlyRemaining(b.monthly_allocation, b.monthly_used);
-  const heldFromPurchased = monthly === null ? 0 : Math.max(0, b.reserved - monthly);
+  const mcpHeld = b.reserved - b.ai_credits_reserved;
+  const heldFromPurchased = b.ai_credits_reserved + (monthly === null ? 0 : Math.max(0, mcpHeld - monthly));
   return Math.max(0, b.purchased_balance - heldFromPurchased);
 }
 
@@ -290,10 +304,11 @@ export async function resetUsage(
   const current = await syncBalance(tx, input.deploymentId, input.now, input.actor);
   const used = input.monthlyCredits ? 0 : current.monthly_used;
   const aiUsed = input.aiTokens ? 0 : current.ai_tokens_used;
+  const aiOver = input.aiTokens ? 0 : current.ai_tokens_over_limit;
   const rows = await tx.query<BalanceRow>(
-    `UPDATE credit_balances SET monthly_used = $2, ai_tokens_used = $3, updated_at = $4
+    `UPDATE credit_balances SET monthly_used = $2, ai_tokens_used = $3, ai_tokens_over_limit = $5, updated_at = $4
      WHERE deployment_id = $1 RETURNING *`,
-    [input.deploymentId, used, aiUsed, input.now],
+    [input.deploymentId, used, aiUsed, input.now, aiOver],
   );
   const row = rows[0]!;
   const delta =

@@ -1,5 +1,6 @@
 import type { Ctx } from '../../context.js';
 import { AppError } from '../../errors.js';
+import { aiTokensFree } from '../credits/ai-usage.js';
 import { readBalance, viewBalance } from '../credits/service.js';
 import { effectiveTerms } from '../credits/terms.js';
 import { authenticateDeployment, type DeploymentRow } from '../deployments/service.js';
@@ -40,7 +41,8 @@ export async function snapshotOf(ctx: Ctx, deployment: DeploymentRow): Promise<E
   const now = ctx.clock.now();
   const tier = deployment.tier as Tier;
   const terms = effectiveTerms(deployment, now);
-  const balance = viewBalance(await readBalance(ctx.db, deployment.id, now, 'system'));
+  const row = await readBalance(ctx.db, deployment.id, now, 'system');
+  const balance = viewBalance(row);
   const active = deployment.status === 'active';
   const flags = active
     ? effectiveFlags(tier, deployment.flag_overrides)
@@ -59,7 +61,7 @@ export async function snapshotOf(ctx: Ctx, deployment: DeploymentRow): Promise<E
       ai_tokens: {
         used: balance.aiTokensUsed,
         limit,
-        remaining: limit === null ? null : Math.max(0, limit - balance.aiTokensUsed),
+        remaining: aiTokensFree(row, limit),
         resets_at: balance.periodEnd.toISOString(),
       },
     },
@@ -84,12 +86,13 @@ export interface AiQuota {
 export async function aiQuota(ctx: Ctx, deployment: DeploymentRow): Promise<AiQuota> {
   const now = ctx.clock.now();
   const terms = effectiveTerms(deployment, now);
-  const balance = viewBalance(await readBalance(ctx.db, deployment.id, now, 'system'));
+  const row = await readBalance(ctx.db, deployment.id, now, 'system');
+  const balance = viewBalance(row);
   const limit = terms.aiTokensLimit;
   return {
     used: balance.aiTokensUsed,
     limit,
-    remaining: limit === null ? null : Math.max(0, limit - balance.aiTokensUsed),
+    remaining: aiTokensFree(row, limit),
     resets_at: balance.periodEnd.toISOString(),
     tier: deployment.tier as Tier,
     credits_available: balance.available,

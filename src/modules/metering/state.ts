@@ -25,7 +25,8 @@ export interface ApiKeyPrincipal {
 const DEPLOYMENT_COLUMNS = `d.id AS deployment_id, d.organization_id AS d_organization_id, d.tier, d.status, d.flag_overrides,
   d.billing_anchor, d.override_monthly_credits, d.override_api_rate_limit, d.override_ai_tokens_limit, d.override_expires_at,
   b.deployment_id AS b_deployment_id, b.period_start, b.period_end, b.sync_before, b.monthly_allocation, b.monthly_used,
-  b.purchased_balance, b.reserved, b.ai_tokens_used, b.purchased_consumed`;
+  b.purchased_balance, b.reserved, b.ai_tokens_used, b.ai_tokens_over_limit, b.ai_tokens_reserved, b.ai_credits_reserved,
+  b.purchased_consumed`;
 
 interface JoinedRow extends DeploymentTerms {
   deployment_id: string | null;
@@ -41,6 +42,9 @@ interface JoinedRow extends DeploymentTerms {
   purchased_balance: number;
   reserved: number;
   ai_tokens_used: number;
+  ai_tokens_over_limit: number;
+  ai_tokens_reserved: number;
+  ai_credits_reserved: number;
   purchased_consumed: number;
 }
 
@@ -70,6 +74,9 @@ function toState(r: JoinedRow, orgDeleted: boolean): DeploymentState | null {
           purchased_balance: r.purchased_balance,
           reserved: r.reserved,
           ai_tokens_used: r.ai_tokens_used,
+          ai_tokens_over_limit: r.ai_tokens_over_limit,
+          ai_tokens_reserved: r.ai_tokens_reserved,
+          ai_credits_reserved: r.ai_credits_reserved,
           purchased_consumed: r.purchased_consumed,
         }
       : null,

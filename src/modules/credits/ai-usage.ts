@@ -1,0 +1,400 @@
+import type { ModelClass } from '../../config.js';
+import { type Ctx, actorLabel } from '../../context.js';
+import type { Queryable } from '../../db/client.js';
+import { AppError, ValidationError } from '../../errors.js';
+import { AI_CREDIT_RATES } from '../entitlements/tiers.js';
+import { emitThresholds } from '../quotas/thresholds.js';
+import { appendLedger } from './ledger.js';
+import { enqueueMeterEvent } from './meter-outbox.js';
+import { type BalanceRow, purchasedFloor, syncBalance } from './service.js';
+import { effectiveTerms, monthlyRemaining } from './terms.js';
+import type { DeploymentTerms } from './terms.js';
+
+/**
+ * SPEC §6 AI tokens, the money side (docs/ai-proxy.md). Tokens count per period against the tier's (or
+ * override's) limit; tokens past it are paid from purchased credits at the model class's rate per 1,000
+ * tokens, rounded up per call. An AI call first *holds* what it may spend (prompt + output allowance:
+ * quota tokens, then purchased credits) in one guarded write under the balance row's lock, then *settles*
+ * to the provider's usage and gives the rest back, or *releases* the hold when nothing was produced.
+ *
+ * Counters on credit_balances: ai_tokens_used (all tokens of the period), ai_tokens_over_limit (the part
+ * past the quota), ai_tokens_reserved (quota tokens held), ai_credits_reserved (purchased credits held,
+ * also counted in `reserved` so every other spender sees them as taken). The invariant kept by holds and
+ * settles: (used − over_limit) + tokens_reserved ≤ limit, and held credits are always still purchased.
+ */
+
+const RATE: Record<ModelClass, number> = {
+  standard: AI_CREDIT_RATES.credits_per_standard,
+  advanced: AI_CREDIT_RATES.credits_per_advanced,
+  premium: AI_CREDIT_RATES.credits_per_premium,
+};
+
+/** Credits for tokens past the limit: rate per 1,000 tokens, rounded up. */
+export function creditsForTokens(tokens: number, cls: ModelClass): number {
+  return tokens <= 0 ? 0 : Math.ceil((tokens * RATE[cls]) / 1000);
+}
+
+/** The most tokens `credits` pay for (the inverse of creditsForTokens). */
+export function tokensForCredits(credits: number, cls: ModelClass): number {
+  return credits <= 0 ? 0 : Math.floor((credits * 1000) / RATE[cls]);
+}
+
+type AiBalance = Pick<
+  BalanceRow,
+  'ai_tokens_used' | 'ai_tokens_over_limit' | 'ai_tokens_reserved' | 'monthly_allocation' | 'monthly_used' | 'purchased_balance' | 'reserved' | 'ai_credits_reserved'
+>;
+
+/** Quota tokens a new call may still hold: the limit less quota tokens used and held (null = unlimited). */
+export function aiTokensFree(b: AiBalance, limit: number | null): number | null {
+  if (limit === null) return null;
+  return Math.max(0, limit - (b.ai_tokens_used - b.ai_tokens_over_limit) - b.ai_tokens_reserved);
+}
+
+/** SPEC §6: neither tokens nor credits left → 429 with Retry-After up to the period's end. */
+export function aiQuotaExceeded(ctx: Pick<Ctx, 'config'>, limit: number, periodEnd: Date, now: Date, detail = ''): AppError {
+  const seconds = Math.max(1, Math.ceil((periodEnd.getTime() - now.getTime()) / 1000));
+  return new AppError(
+    'AI_QUOTA_EXCEEDED',
+    `The AI token quota of ${limit} tokens for this period is used up and no purchased credits are left${detail}; it resets at ${periodEnd.toISOString()}`,
+    { quota_exceeded: true, upgrade_url: `${ctx.config.publicBaseUrl}/billing/upgrade`, resets_at: periodEnd.toISOString() },
+    { 'retry-after': String(seconds) },
+  );
+}
+
+export interface AiHoldInput {
+  model: string;
+  modelClass: ModelClass;
+  /** The prompt's tokens as our tokenizer counts them (inputs of an embedding). */
+  promptTokens: number;
+  /** Output tokens asked for per choice (max_tokens, or the default allowance); 0 for embeddings. */
+  outputPerChoice: number;
+  /** Choices asked for (`n`); the allowance applies to each. */
+  choices: number;
+  /** When a hold left by a dead process is given back (the `ai-holds` worker). */
+  expiresAt: Date;
+}
+
+export interface AiHold {
+  id: string;
+  /** Output tokens per choice the call may produce: what goes upstream as its max tokens. */
+  outputPerChoice: number;
+  tokensHeld: number;
+  creditsHeld: number;
+}
+
+/**
+ * Hold prompt + output allowance for one AI call, in one transaction under the balance row's lock: quota
+ * tokens first, then purchased credits at the model class's rate. The allowance shrinks to what the
+ * deployment can pay for; when not even the prompt and one output token (the prompt alone for an
+ * embedding) can be paid, 429 AI_QUOTA_EXCEEDED and nothing is held.
+ */
+export async function holdAiTokens(ctx: Ctx, deployment: { id: string; organization_id: string }, input: AiHoldInput): Promise<AiHold> {
+  const now = ctx.clock.now();
+  const actor = actorLabel(ctx.actor);
+  return ctx.db.transaction(async (tx) => {
+    const balance = await syncBalance(tx, deployment.id, now, actor);
+    const limit = (await termsOf(tx, deployment.id, now)).aiTokensLimit;
+    let perChoice = input.outputPerChoice;
+    let tokensHeld = 0;
+    let creditsHeld = 0;
+    if (limit !== null) {
+      const free = aiTokensFree(balance, limit) ?? 0;
+      const capacity = free + tokensForCredits(purchasedFloor(balance), input.modelClass);
+      const minimum = input.outputPerChoice > 0 ? 1 : 0;
+      perChoice = Math.min(input.outputPerChoice, Math.floor((capacity - input.promptTokens) / input.choices));
+      if (capacity < input.promptTokens || perChoice < minimum) {
+        throw aiQuotaExceeded(ctx, limit, balance.period_end, now, capacity > 0 ? ` (this call needs ${input.promptTokens + minimum} tokens, ${capacity} can be paid)` : '');
+      }
+      const total = input.promptTokens + perChoice * input.choices;
+      tokensHeld = Math.min(total, free);
+      creditsHeld = creditsForTokens(total - tokensHeld, input.modelClass);
+    }
+    const id = crypto.randomUUID();
+    if (tokensHeld > 0 || creditsHeld > 0) {
+      await tx.query(
+        `UPDATE credit_balances SET ai_tokens_reserved = ai_tokens_reserved + $2, ai_credits_reserved = ai_credits_reserved + $3,
+           reserved = reserved + $3, updated_at = $4
+         WHERE deployment_id = $1`,
+        [deployment.id, tokensHeld, creditsHeld, now],
+      );
+    }
+    await tx.query(
+      `INSERT INTO ai_reservations (id, organization_id, deployment_id, model, model_class, prompt_tokens, output_allowance,
+         tokens_held, credits_held, status, expires_at, created_at, updated_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'held', $10, $11, $11)`,
+      [
+        id,
+        deployment.organization_id,
+        deployment.id,
+        input.model,
+        input.modelClass,
+        input.promptTokens,
+        perChoice * input.choices,
+        tokensHeld,
+        creditsHeld,
+        input.expiresAt,
+        now,
+      ],
+    );
+    return { id, outputPerChoice: perChoice, tokensHeld, creditsHeld };
+  });
+}
+
+/** Give a hold back untouched (refusal, upstream fault, nothing produced). False when it was no longer held. */
+export async function releaseAiHold(db: Queryable, deploymentId: string, holdId: string, now: Date): Promise<boolean> {
+  const rows = await db.query<{ id: string }>(
+    `WITH rel AS (
+       UPDATE ai_reservations SET status = 'released', updated_at = $3::timestamptz
+       WHERE id = $2::uuid AND deployment_id = $1::uuid AND status = 'held'
+       RETURNING id, tokens_held, credits_held
+     ), upd AS (
+       UPDATE credit_balances b SET ai_tokens_reserved = b.ai_tokens_reserved - rel.tokens_held,
+         ai_credits_reserved = b.ai_credits_reserved - rel.credits_held, reserved = b.reserved - rel.credits_held,
+         updated_at = $3::timestamptz
+       FROM rel WHERE b.deployment_id = $1::uuid
+       RETURNING b.deployment_id
+     )
+     SELECT id FROM rel`,
+    [deploymentId, holdId, now],
+  );
+  return rows.length > 0;
+}
+
+/**
+ * Give back holds whose call can no longer settle (its process died): all deployments in one statement,
+ * SKIP LOCKED so instances sweep side by side and a hold being settled right now is left alone.
+ */
+export async function expireAiHolds(db: Queryable, now: Date, limit = 500): Promise<number> {
+  const rows = await db.query<{ n: number }>(
+    `WITH due AS (
+       SELECT id FROM ai_reservations WHERE status = 'held' AND expires_at <= $1::timestamptz
+       ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
+     ), exp AS (
+       UPDATE ai_reservations r SET status = 'expired', updated_at = $1::timestamptz
+       FROM due WHERE r.id = due.id
+       RETURNING r.deployment_id, r.tokens_held, r.credits_held
+     ), sums AS (
+       SELECT deployment_id, SUM(tokens_held)::bigint AS tokens, SUM(credits_held)::bigint AS credits FROM exp GROUP BY deployment_id
+     ), upd AS (
+       UPDATE credit_balances b SET ai_tokens_reserved = b.ai_tokens_reserved - sums.tokens,
+         ai_credits_reserved = b.ai_credits_reserved - sums.credits, reserved = b.reserved - sums.credits,
+         updated_at = $1::timestamptz
+       FROM sums WHERE b.deployment_id = sums.deployment_id
+       RETURNING b.deployment_id
+     )
+     SELECT (SELECT count(*) FROM exp)::int AS n`,
+    [now, limit],
+  );
+  return rows[0]?.n ?? 0;
+}
+
+/** Settled and released holds are kept this long for reconciliation, then pruned with the invocations. */
+export const AI_HOLD_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
+
+export async function pruneAiHolds(db: Queryable, now: Date, limit = 1000): Promise<number> {
+  const rows = await db.query<{ n: number }>(
+    `WITH old AS (
+       SELECT id FROM ai_reservations WHERE created_at < $1::timestamptz AND status <> 'held'
+       LIMIT $2 FOR UPDATE SKIP LOCKED
+     ), del AS (DELETE FROM ai_reservations r USING old WHERE r.id = old.id RETURNING 1)
+     SELECT count(*)::int AS n FROM del`,
+    [new Date(now.getTime() - AI_HOLD_RETENTION_MS), limit],
+  );
+  return rows[0]?.n ?? 0;
+}
+
+export interface AiUsageInput {
+  inputTokens: number;
+  outputTokens: number;
+  model: string;
+  modelClass: ModelClass;
+  /** The hold this call made; its tokens and credits are given back in the same transaction. */
+  holdId?: string | undefined;
+  /** Makes the accounting idempotent per deployment (the hold's id, or a provider's response id). */
+  requestId?: string | undefined;
+  /** The provider reported no usage: the tokens were counted by our tokenizer. */
+  estimated?: boolean;
+}
+
+export interface AiUsageResult {
+  usageId: string;
+  tokens: number;
+  tokensOverLimit: number;
+  modelClass: ModelClass;
+  /** Credits the tokens past the limit cost. */
+  creditsDue: number;
+  /** Credits taken from purchased credits (less than due only when more tokens came than were held and nothing paid for them). */
+  creditsCharged: number;
+  used: number;
+  limit: number | null;
+  remaining: number | null;
+  resetsAt: string;
+  estimated: boolean;
+  /** True when the same requestId was accounted before; nothing was counted again. */
+  replayed: boolean;
+}
+
+interface AiUsageRow {
+  id: string;
+  quantity: number;
+  metadata: { tokens: number; tokens_over_limit: number; model_class: ModelClass; credits_due: number; estimated?: boolean };
+}
+
+/**
+ * Settle one AI call (or account one without a hold): in one transaction under the balance row's lock
+ * (which also rolls the period, once, whichever instance comes first) give the hold back, count the
+ * tokens, spend quota first and purchased credits for the rest. The ledger row, the usage record, the
+ * meter outbox row and any `quota.threshold` events are written in the same transaction.
+ */
+export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organization_id: string }, input: AiUsageInput): Promise<AiUsageResult> {
+  for (const field of ['inputTokens', 'outputTokens'] as const) {
+    if (!Number.isSafeInteger(input[field]) || input[field] < 0) {
+      throw new ValidationError(`${field} must be a whole number of tokens, 0 or more`, [{ field, message: 'must be an integer ≥ 0' }]);
+    }
+  }
+  const now = ctx.clock.now();
+  const actor = actorLabel(ctx.actor);
+  const modelClass = input.modelClass;
+  const tokens = input.inputTokens + input.outputTokens;
+  const requestId = input.requestId ?? input.holdId;
+  const estimated = input.estimated === true;
+  return ctx.db.transaction(async (tx) => {
+    const before = await syncBalance(tx, deployment.id, now, actor);
+    const limit = (await termsOf(tx, deployment.id, now)).aiTokensLimit;
+    const view = (b: AiBalance) => ({
+      used: b.ai_tokens_used,
+      limit,
+      remaining: aiTokensFree(b, limit),
+      resetsAt: before.period_end.toISOString(),
+    });
+    if (requestId !== undefined) {
+      const seen = await tx.query<AiUsageRow>(
+        `SELECT id, quantity, metadata FROM usage_records
+         WHERE deployment_id = $1 AND metric = 'ai_tokens' AND invocation_id = $2`,
+        [deployment.id, requestId],
+      );
+      const row = seen[0];
+      if (row) {
+        return {
+          usageId: row.id,
+          tokens: row.metadata.tokens,
+          tokensOverLimit: row.metadata.tokens_over_limit,
+          modelClass: row.metadata.model_class,
+          creditsDue: row.metadata.credits_due,
+          creditsCharged: row.quantity,
+          ...view(before),
+          estimated: row.metadata.estimated === true,
+          replayed: true,
+        };
+      }
+    }
+    const usageId = crypto.randomUUID();
+    // The hold is given back in the update below; a hold the sweeper already expired gives back nothing.
+    let heldTokens = 0;
+    let heldCredits = 0;
+    if (input.holdId !== undefined) {
+      const held = await tx.query<{ tokens_held: number; credits_held: number }>(
+        `UPDATE ai_reservations SET status = 'settled', usage_id = $3, updated_at = $4
+         WHERE id = $2 AND deployment_id = $1 AND status = 'held'
+         RETURNING tokens_held, credits_held`,
+        [deployment.id, input.holdId, usageId, now],
+      );
+      heldTokens = held[0]?.tokens_held ?? 0;
+      heldCredits = held[0]?.credits_held ?? 0;
+    }
+    const released: AiBalance = {
+      ...before,
+      ai_tokens_reserved: before.ai_tokens_reserved - heldTokens,
+      ai_credits_reserved: before.ai_credits_reserved - heldCredits,
+      reserved: before.reserved - heldCredits,
+    };
+    // Quota tokens free now include this call's own hold, so a call that stayed within its hold always fits.
+    const free = aiTokensFree(released, limit);
+    const inQuota = free === null ? tokens : Math.min(tokens, free);
+    const overLimit = tokens - inQuota;
+    const creditsDue = creditsForTokens(overLimit, modelClass);
+    const charged = Math.min(creditsDue, purchasedFloor(released));
+    const updated = await tx.query<BalanceRow>(
+      `UPDATE credit_balances SET ai_tokens_used = ai_tokens_used + $2, ai_tokens_over_limit = ai_tokens_over_limit + $3,
+         ai_tokens_reserved = ai_tokens_reserved - $4, ai_credits_reserved = ai_credits_reserved - $5, reserved = reserved - $5,
+         purchased_balance = purchased_balance - $6, purchased_consumed = purchased_consumed + $6, updated_at = $7
+       WHERE deployment_id = $1 RETURNING *`,
+      [deployment.id, tokens, overLimit, heldTokens, heldCredits, charged, now],
+    );
+    const after = updated[0]!;
+    let ledgerId: number | null = null;
+    if (charged > 0) {
+      ledgerId = await appendLedger(tx, {
+        organizationId: deployment.organization_id,
+        deploymentId: deployment.id,
+        kind: 'deduct',
+        amount: -charged,
+        monthlyDelta: 0,
+        purchasedDelta: -charged,
+        monthlyAfter: monthlyRemaining(after.monthly_allocation, after.monthly_used),
+        purchasedAfter: after.purchased_balance,
+        actor,
+        usageId,
+        reason: `AI tokens past the limit: ${overLimit} ${modelClass} tokens (${input.model})`,
+        at: now,
+      });
+    }
+    await tx.query(
+      `INSERT INTO usage_records (id, organization_id, deployment_id, metric, quantity, tool_name, metadata, success, error,
+         ledger_id, invocation_id, purchased_taken, period_start, "timestamp")
+       VALUES ($1, $2, $3, 'ai_tokens', $4, $5, $6, true, $7, $8, $9, $4, $10, $11)`,
+      [
+        usageId,
+        deployment.organization_id,
+        deployment.id,
+        charged,
+        input.model,
+        JSON.stringify({
+          input_tokens: input.inputTokens,
+          output_tokens: input.outputTokens,
+          tokens,
+          tokens_over_limit: overLimit,
+          model_class: modelClass,
+          credits_due: creditsDue,
+          credits_short: creditsDue - charged,
+          estimated,
+        }),
+        charged < creditsDue ? 'insufficient_credits' : null,
+        ledgerId,
+        requestId ?? null,
+        after.period_start,
+        now,
+      ],
+    );
+    if (charged > 0 && ctx.config.stripeMeterEventName !== undefined) {
+      await enqueueMeterEvent(tx, { usageId, organizationId: deployment.organization_id, deploymentId: deployment.id, value: charged, at: now });
+    }
+    await emitThresholds(tx, {
+      organizationId: deployment.organization_id,
+      deploymentId: deployment.id,
+      quota: 'ai_tokens',
+      before: before.ai_tokens_used,
+      after: after.ai_tokens_used,
+      limit,
+      periodStart: after.period_start,
+      periodEnd: after.period_end,
+      now,
+    });
+    return {
+      usageId,
+      tokens,
+      tokensOverLimit: overLimit,
+      modelClass,
+      creditsDue,
+      creditsCharged: charged,
+      ...view(after),
+      estimated,
+      replayed: false,
+    };
+  });
+}
+
+async function termsOf(tx: Queryable, deploymentId: string, now: Date) {
+  const rows = await tx.query<DeploymentTerms>('SELECT * FROM deployments WHERE id = $1', [deploymentId]);
+  return effectiveTerms(rows[0]!, now);
+}
