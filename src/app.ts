@@ -14,6 +14,7 @@ import { requestSerializer, SecretRoutes } from './lib/log-redaction.js';
 import { Metrics } from './lib/metrics.js';
 import { LocalRateLimiter, type RateLimiter, RedisRateLimiter } from './lib/rate-limiter.js';
 import { registerRateLimits } from './http/rate-limit.js';
+import { aiRoutes } from './modules/ai/routes.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
 import { auditRoutes } from './modules/audit/routes.js';
 import { billingProxyRoutes } from './modules/billing/proxy-routes.js';
@@ -113,6 +114,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(healthRoutes);
   await app.register(meteringRoutes);
   await app.register(entitlementRoutes);
+  await app.register(aiRoutes);
   await app.register(adminRoutes);
   await app.register(adminOrganizationRoutes);
   await app.register(authRoutes);

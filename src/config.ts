@@ -37,8 +37,19 @@ export interface Config {
   creditPacks: Record<string, CreditPack>;
   /** SPEC §9: when set, successful deductions of subscribed organizations are reported to this Stripe meter. */
   stripeMeterEventName: string | undefined;
+  /** SPEC §6 AI proxy: the OpenAI-compatible upstream, as an OpenAI SDK's baseURL (https://api.openai.com/v1). */
   aiBaseUrl: string | undefined;
   aiApiKey: string | undefined;
+  /** The model of /api/ai/generate. */
+  aiDefaultModel: string;
+  /** When non-empty, the only models the proxy accepts (and lists); else any model, listing the class map's. */
+  aiModels: string[];
+  /** Output allowance of a call that names no max_tokens (SPEC §6: default 4,096). */
+  aiMaxOutputTokens: number;
+  /** An upstream that sends no headers, or no bytes of a stream, this long is cut (502). */
+  aiTimeoutMs: number;
+  /** Connections to the upstream at most (a bounded pool); calls past it wait for one. */
+  aiMaxConnections: number;
   smtpUrl: string | undefined;
   webhookAllowPrivateNetworks: boolean;
   /** SPEC §7: 10 s per webhook attempt. Not an environment variable; tests shorten it. */
@@ -291,6 +302,11 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     stripeMeterEventName: meterEventName(env, 'STRIPE_METER_EVENT_NAME'),
     aiBaseUrl: url(env, 'AI_BASE_URL', ['http:', 'https:']),
     aiApiKey: str(env, 'AI_API_KEY'),
+    aiDefaultModel: str(env, 'AI_DEFAULT_MODEL') ?? 'gpt-4o-mini',
+    aiModels: list(env, 'AI_MODELS'),
+    aiMaxOutputTokens: int(env, 'AI_MAX_OUTPUT_TOKENS', 4096, 1, 1_000_000),
+    aiTimeoutMs: int(env, 'AI_TIMEOUT_MS', 600_000, 100, 3_600_000),
+    aiMaxConnections: int(env, 'AI_MAX_CONNECTIONS', 64, 1, 10_000),
     smtpUrl: url(env, 'SMTP_URL', ['smtp:', 'smtps:']),
     webhookAllowPrivateNetworks: bool(env, 'WEBHOOK_ALLOW_PRIVATE_NETWORKS', false),
     webhookAttemptTimeoutMs: 10_000,
@@ -350,6 +366,11 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     stripeMeterEventName: undefined,
     aiBaseUrl: undefined,
     aiApiKey: undefined,
+    aiDefaultModel: 'gpt-4o-mini',
+    aiModels: [],
+    aiMaxOutputTokens: 4096,
+    aiTimeoutMs: 30_000,
+    aiMaxConnections: 16,
     smtpUrl: undefined,
     webhookAllowPrivateNetworks: false,
     webhookAttemptTimeoutMs: 10_000,

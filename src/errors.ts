@@ -21,9 +21,13 @@ export const ERROR_STATUS = {
   INTERNAL_ERROR: 500,
   /** Stripe refused a request the service made (a price or customer Stripe does not know: configuration). */
   PAYMENT_PROVIDER_ERROR: 502,
+  /** SPEC §6 AI proxy: the upstream answered 5xx, timed out or could not be reached. */
+  AI_UPSTREAM_ERROR: 502,
   SERVICE_UNAVAILABLE: 503,
   /** Selling needs STRIPE_SECRET_KEY (and prices/packs) configured. */
   BILLING_NOT_CONFIGURED: 503,
+  /** SPEC §6 AI proxy: no AI_BASE_URL. */
+  AI_NOT_CONFIGURED: 503,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
@@ -36,6 +40,8 @@ const FLAT_ERROR_WORD: Partial<Record<ErrorCode, string>> = {
   AI_QUOTA_EXCEEDED: 'quota_exceeded',
   RATE_LIMITED: 'rate_limit_exceeded',
   VALIDATION_ERROR: 'invalid_request',
+  AI_UPSTREAM_ERROR: 'upstream_error',
+  AI_NOT_CONFIGURED: 'ai_not_configured',
 };
 
 /** The flat shape calls a validation failure INVALID_REQUEST (SPEC §7); the envelope calls it VALIDATION_ERROR (§8). */
@@ -105,6 +111,23 @@ export function envelopeErrorBody(err: AppError, now: Date): Record<string, unkn
     success: false,
     error: { code: err.code, message: err.message },
     details: { timestamp: now.toISOString(), ...err.extra },
+  };
+}
+
+/**
+ * The OpenAI error shape `{error:{message, type, param, code}}`, which the AI proxy's routes answer a bad
+ * request with so the OpenAI SDKs raise their BadRequestError (docs/ai-proxy.md).
+ */
+export function openAiErrorBody(err: AppError): Record<string, unknown> {
+  const fields = (err.extra.fields as FieldError[] | undefined) ?? [];
+  return {
+    error: {
+      message: err.message,
+      type: 'invalid_request_error',
+      param: fields[0]?.field ?? null,
+      code: FLAT_CODE[err.code] ?? err.code,
+      ...(fields.length > 0 ? { fields } : {}),
+    },
   };
 }
 

@@ -33,6 +33,7 @@ const WRONG: Record<string, Record<string, string>> = {
   apiKeyOrService: { 'x-mcp-service-key': 'wrong-service-key-0123456789' },
   admin: { 'x-admin-key': 'wrong-admin-key-0123456789' },
   deployment: { 'x-deployment-id': '6f1c3d2e-0000-4000-8000-000000000000', 'x-deployment-secret': 'cgds_nope' },
+  deploymentOrApiKey: bearer('cg_000000000000000000000000000000000000'),
   user: bearer('eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl'),
   account: { 'x-api-key': 'cg_000000000000000000000000000000000000' },
 };
@@ -60,13 +61,17 @@ describe('authorization table', () => {
   it('a read-only key is refused on every route that changes state (403 INSUFFICIENT_SCOPE)', async () => {
     const t = await createTenant(h, { scopes: ['read'] });
     const writes = h.app.routeList.filter(
-      (r) => (r.auth === 'apiKey' || r.auth === 'apiKeyOrService') && r.method !== 'GET' && !r.url.includes('check-entitlement'),
+      (r) =>
+        (r.auth === 'apiKey' || r.auth === 'apiKeyOrService' || r.auth === 'deploymentOrApiKey') &&
+        r.method !== 'GET' &&
+        !r.url.includes('check-entitlement'),
     );
     expect(writes.length).toBeGreaterThanOrEqual(3);
     for (const r of writes) {
       const res = await h.request({ method: r.method as 'POST', url: fill(r.url), headers: bearer(t.apiKey), payload: {} });
       expect(res.statusCode, `${r.method} ${r.url}`).toBe(403);
-      expect(json(res)).toMatchObject({ error: 'forbidden', code: 'INSUFFICIENT_SCOPE' });
+      if (r.url.startsWith('/api/v1/')) expect(json(res)).toMatchObject({ error: 'forbidden', code: 'INSUFFICIENT_SCOPE' });
+      else expect(json(res)).toMatchObject({ success: false, error: { code: 'INSUFFICIENT_SCOPE' } });
     }
   });
 

@@ -70,6 +70,7 @@ beforeAll(async () => {
     apiKeyOrService: [bearer(key), serviceHeaders(h)],
     admin: [adminHeaders(h)],
     deployment: [deploymentCreds],
+    deploymentOrApiKey: [bearer(key), deploymentCreds],
     user: [bearer(owner.accessToken)],
     account: [bearer(owner.accessToken), bearer(key), { 'x-api-key': key }],
   };
@@ -112,6 +113,8 @@ async function snapshot(): Promise<string> {
 /** What no answer may carry: stack frames, paths of the code, SQL or the database's words. */
 const LEAK = /\n\s+at |\bat [\w$.<>]+ \(|node_modules|\.ts:\d+|syntax error|relation "|violates|invalid input syntax|duplicate key|SQLSTATE|invalid byte sequence|unsupported Unicode|stack depth/i;
 
+const OPENAI_SHAPED = /^\/api\/v1\/ai\/(chat\/completions|embeddings|models)(\?|$)/;
+
 function judge(poison: Poison, url: string, res: { statusCode: number; body: string }): void {
   const what = `${poison.kind} in ${poison.part}.${poison.name}: ${res.statusCode} ${res.body.slice(0, 400)}`;
   expect(res.statusCode, what).toBeLessThan(500);
@@ -120,7 +123,11 @@ function judge(poison: Poison, url: string, res: { statusCode: number; body: str
   // A request with a defect is invalid, so it may not succeed; a 429 is a fair answer but the fuzz tier avoids most.
   expect(res.statusCode, what).toBeGreaterThanOrEqual(400);
   const body = JSON.parse(res.body) as Record<string, unknown>;
-  if (usesFlatShape(url)) {
+  // The AI proxy's routes answer a bad request in the OpenAI error shape (docs/ai-proxy.md), for the OpenAI SDKs.
+  const openAi = res.statusCode === 400 && OPENAI_SHAPED.test(url);
+  if (openAi) {
+    expect(body, what).toMatchObject({ error: { message: expect.any(String), type: 'invalid_request_error', code: expect.any(String) } });
+  } else if (usesFlatShape(url)) {
     expect(body, what).toMatchObject({ error: expect.any(String), code: expect.any(String), message: expect.any(String) });
     expect(body, what).not.toHaveProperty('success');
   } else {
@@ -130,7 +137,8 @@ function judge(poison: Poison, url: string, res: { statusCode: number; body: str
   if (res.statusCode === 429 || poison.status === undefined) return;
   expect(res.statusCode, what).toBe(poison.status);
   if (poison.field) {
-    const fields = ((usesFlatShape(url) ? body.fields : (body.details as { fields?: unknown }).fields) ?? []) as Array<{ field: string }>;
+    const where = openAi ? (body.error as { fields?: unknown }) : usesFlatShape(url) ? body : (body.details as { fields?: unknown });
+    const fields = (where.fields ?? []) as Array<{ field: string }>;
     expect(fields.map((f) => f.field), what).toContain(poison.field);
   }
 }

@@ -16,11 +16,13 @@ import { refuseThrottledClient, registerFailedAuthCounting } from './auth-thrott
  *   apiKeyOrService either of the two (the service key wins when sent)
  *   admin           X-Admin-Key (SPEC §11)
  *   deployment      X-Deployment-ID + X-Deployment-Secret
+ *   deploymentOrApiKey  the deployment headers when X-Deployment-ID is sent, else an organization API key
+ *                   (Bearer, as the OpenAI SDKs send it, or X-API-Key) acting for its primary deployment
  *   user            a signed-in user's access token (Bearer JWT)
  *   account         the application API: a user's access token, or an organization API key as
  *                   Bearer cg_… or X-API-Key (its scope is judged per permission, SPEC §8)
  */
-export type AuthMode = 'public' | 'apiKey' | 'service' | 'apiKeyOrService' | 'admin' | 'deployment' | 'user' | 'account';
+export type AuthMode = 'public' | 'apiKey' | 'service' | 'apiKeyOrService' | 'admin' | 'deployment' | 'deploymentOrApiKey' | 'user' | 'account';
 export type KeyScope = 'read' | 'write' | 'admin';
 
 type AuthResult =
@@ -85,6 +87,13 @@ async function authenticate(request: FastifyRequest, mode: AuthMode, scope: KeyS
       const apiKey = header(request, 'x-api-key') ?? (token?.startsWith(API_KEY_PREFIX) ? token : undefined);
       if (apiKey === undefined) return authenticate(request, 'user', scope);
       const principal = await loadApiKeyPrincipal(request.server.deps, apiKey);
+      const actor: Actor = { type: 'api_key', apiKeyId: principal.apiKeyId, organizationId: principal.organizationId };
+      return { kind: 'apiKey', ctx: ctxFor(request, actor), principal };
+    }
+    case 'deploymentOrApiKey': {
+      if (header(request, 'x-deployment-id') !== undefined) return authenticate(request, 'deployment', scope);
+      const principal = await loadApiKeyPrincipal(request.server.deps, header(request, 'x-api-key') ?? bearerToken(request));
+      if (scope) requireScope(principal, scope);
       const actor: Actor = { type: 'api_key', apiKeyId: principal.apiKeyId, organizationId: principal.organizationId };
       return { kind: 'apiKey', ctx: ctxFor(request, actor), principal };
     }

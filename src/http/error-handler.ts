@@ -7,6 +7,7 @@ import {
   type FieldError,
   flatErrorBody,
   NotFoundError,
+  openAiErrorBody,
   ServiceUnavailableError,
   usesFlatShape,
   ValidationError,
@@ -104,7 +105,8 @@ export function toAppError(err: unknown): AppError {
 
 export function sendError(reply: FastifyReply, request: FastifyRequest, appError: AppError, clock: Clock): FastifyReply {
   for (const [name, value] of Object.entries(appError.headers)) reply.header(name, value);
-  const body = usesFlatShape(request.url) ? flatErrorBody(appError) : envelopeErrorBody(appError, clock.now());
+  const openAi = appError.code === 'VALIDATION_ERROR' && (request.routeOptions.config as { errorShape?: string } | undefined)?.errorShape === 'openai';
+  const body = openAi ? openAiErrorBody(appError) : usesFlatShape(request.url) ? flatErrorBody(appError) : envelopeErrorBody(appError, clock.now());
   if (appError.code === 'INTERNAL_ERROR') {
     if (usesFlatShape(request.url)) body.request_id = request.id;
     else (body.details as Record<string, unknown>).request_id = request.id;

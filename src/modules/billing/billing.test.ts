@@ -29,7 +29,7 @@ type Usage = {
   period_end: string;
   metrics: Array<{ metric: string; count: number; quantity: number; refunded: number }>;
   credits: Record<string, number | null>;
-  ai_tokens: Record<string, number | null>;
+  ai_tokens: Record<string, unknown>;
 };
 
 const get = (path: string, headers: Record<string, string>, query = '') => h.request({ method: 'GET', url: `/billing/${path}${query}`, headers });
@@ -162,7 +162,7 @@ describe('GET /billing/usage', () => {
       { metric: 'rag_query', count: 2, quantity: 4, refunded: 0 },
     ]);
     expect(usage.credits).toEqual({ monthly_allocation: 2000, monthly_used: 7, monthly_remaining: 1993, purchased: 0, reserved: 0, available: 1993 });
-    expect(usage.ai_tokens).toEqual({ used: 0, limit: 10000, remaining: 10000 });
+    expect(usage.ai_tokens).toEqual({ used: 0, limit: 10000, remaining: 10000, by_model: [] });
 
     // A failed call is not usage; the next period starts from nothing.
     await setTierOverHttp(h, u.deploymentId, 'sandbox');
@@ -183,7 +183,7 @@ describe('GET /billing/usage', () => {
     const usage = json<{ data: Usage }>(await get('usage', bearer(u.accessToken))).data;
     expect(usage.metrics).toEqual([]);
     expect(usage.credits).toMatchObject({ monthly_allocation: 0, available: 0 });
-    expect(usage.ai_tokens).toEqual({ used: 0, limit: 0, remaining: 0 });
+    expect(usage.ai_tokens).toEqual({ used: 0, limit: 0, remaining: 0, by_model: [] });
   });
 });
 

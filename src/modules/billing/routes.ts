@@ -62,6 +62,17 @@ const UsageSchema = Type.Object({
     used: Int('AI tokens used this period', 0),
     limit: NullableInt('AI tokens per period; null = unlimited', 10000),
     remaining: NullableInt('AI tokens left; null = unlimited', 10000),
+    by_model: Type.Array(
+      Type.Object({
+        model: Type.String({ description: 'The model the calls named', examples: ['gpt-4o-mini'] }),
+        calls: Int('AI calls this period', 3),
+        input_tokens: Int('Prompt tokens', 420),
+        output_tokens: Int('Completion tokens', 180),
+        credits: Int('Purchased credits paid for tokens past the quota', 0),
+        estimated_calls: Int('Calls counted by the tokenizer because the provider reported no usage', 0),
+      }),
+      { description: 'AI tokens of the period by model (the organization\'s usage records)' },
+    ),
   }),
 });
 

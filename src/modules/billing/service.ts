@@ -2,6 +2,7 @@ import { type Ctx, actorLabel } from '../../context.js';
 import { NotFoundError, ValidationError } from '../../errors.js';
 import { pageOf } from '../../http/envelope.js';
 import type { KeysetPosition } from '../../http/envelope.js';
+import { aiTokensFree } from '../credits/ai-usage.js';
 import { readBalance, viewBalance } from '../credits/service.js';
 import { effectiveTerms } from '../credits/terms.js';
 import type { DeploymentRow } from '../deployments/service.js';
@@ -106,7 +107,18 @@ export interface UsageView {
     reserved: number;
     available: number | null;
   };
-  ai_tokens: { used: number; limit: number | null; remaining: number | null };
+  ai_tokens: { used: number; limit: number | null; remaining: number | null; by_model: AiModelUsage[] };
+}
+
+/** AI tokens of the period by model (SPEC §6 AI proxy: every call is a usage record with its model). */
+export interface AiModelUsage {
+  model: string;
+  calls: number;
+  input_tokens: number;
+  output_tokens: number;
+  credits: number;
+  /** Calls whose tokens were counted by our tokenizer because the provider reported none. */
+  estimated_calls: number;
 }
 
 /**
@@ -123,12 +135,24 @@ export async function getUsage(ctx: Ctx, sel: BillingSelection): Promise<UsageVi
   const d = deployments[0];
   if (!d) throw new NotFoundError('Primary deployment');
   const now = ctx.clock.now();
-  const b = viewBalance(await readBalance(ctx.db, d.id, now, actorLabel(ctx.actor)));
+  const row = await readBalance(ctx.db, d.id, now, actorLabel(ctx.actor));
+  const b = viewBalance(row);
   const metrics = await ctx.db.query<{ metric: string; count: number; quantity: number; refunded: number }>(
     `SELECT metric, count(*)::int AS count, COALESCE(sum(quantity), 0)::bigint AS quantity, COALESCE(sum(refunded), 0)::bigint AS refunded
      FROM usage_records
      WHERE organization_id = $1 AND success AND "timestamp" >= $2 AND "timestamp" < $3
      GROUP BY metric ORDER BY metric`,
+    [organizationId, b.periodStart, b.periodEnd],
+  );
+  const byModel = await ctx.db.query<AiModelUsage>(
+    `SELECT tool_name AS model, count(*)::int AS calls,
+       COALESCE(sum((metadata->>'input_tokens')::bigint), 0)::bigint AS input_tokens,
+       COALESCE(sum((metadata->>'output_tokens')::bigint), 0)::bigint AS output_tokens,
+       COALESCE(sum(quantity), 0)::bigint AS credits,
+       count(*) FILTER (WHERE metadata->>'estimated' = 'true')::int AS estimated_calls
+     FROM usage_records
+     WHERE organization_id = $1 AND metric = 'ai_tokens' AND "timestamp" >= $2 AND "timestamp" < $3
+     GROUP BY tool_name ORDER BY tool_name`,
     [organizationId, b.periodStart, b.periodEnd],
   );
   const aiLimit = effectiveTerms(d, now).aiTokensLimit;
@@ -147,7 +171,7 @@ export async function getUsage(ctx: Ctx, sel: BillingSelection): Promise<UsageVi
       reserved: b.reserved,
       available: b.available,
     },
-    ai_tokens: { used: b.aiTokensUsed, limit: aiLimit, remaining: aiLimit === null ? null : Math.max(0, aiLimit - b.aiTokensUsed) },
+    ai_tokens: { used: b.aiTokensUsed, limit: aiLimit, remaining: aiTokensFree(row, aiLimit), by_model: byModel },
   };
 }
 

@@ -1,0 +1,89 @@
+/**
+ * Server-sent events of an OpenAI-compatible stream, split as they arrive (SPEC §6 AI proxy: chunk by
+ * chunk, never the whole answer). Each event is handed on as the exact text received, with its data
+ * parsed once so the proxy can find the usage chunk and count streamed text.
+ */
+
+export interface SseEvent {
+  /** The event as received, including its terminating blank line. */
+  raw: string;
+  /** The joined `data:` lines, or null for an event without data (a comment, a keep-alive). */
+  data: string | null;
+}
+
+const BOUNDARY = /\r\n\r\n|\n\n|\r\r/;
+
+export class SseSplitter {
+  private buffer = '';
+  private readonly decoder = new TextDecoder();
+
+  /** Feed bytes; returns the events completed by them. */
+  push(chunk: Uint8Array): SseEvent[] {
+    this.buffer += this.decoder.decode(chunk, { stream: true });
+    const events: SseEvent[] = [];
+    for (;;) {
+      const match = BOUNDARY.exec(this.buffer);
+      if (!match) break;
+      const end = match.index + match[0].length;
+      const raw = this.buffer.slice(0, end);
+      this.buffer = this.buffer.slice(end);
+      events.push({ raw, data: dataOf(raw.slice(0, match.index)) });
+    }
+    return events;
+  }
+
+  /** What is left when the stream ends: an event without its blank line (a cut stream), if any. */
+  rest(): string {
+    return this.buffer + this.decoder.decode();
+  }
+}
+
+function dataOf(block: string): string | null {
+  const lines: string[] = [];
+  for (const line of block.split(/\r\n|\n|\r/)) {
+    if (line.startsWith('data:')) lines.push(line.slice(line.startsWith('data: ') ? 6 : 5));
+  }
+  return lines.length === 0 ? null : lines.join('\n');
+}
+
+export interface ProviderUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+}
+
+/** The provider's usage object when it is one (whole numbers ≥ 0), else null. */
+export function usageOf(value: unknown): ProviderUsage | null {
+  if (!value || typeof value !== 'object') return null;
+  const u = value as Record<string, unknown>;
+  const prompt = u.prompt_tokens;
+  const completion = u.completion_tokens ?? 0;
+  if (!isCount(prompt) || !isCount(completion)) return null;
+  return { prompt_tokens: prompt, completion_tokens: completion };
+}
+
+function isCount(v: unknown): v is number {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+}
+
+/** The text a chat chunk or completion carries (content, refusals, reasoning, tool-call arguments). */
+export function textOfChoices(choices: unknown, key: 'delta' | 'message'): string {
+  if (!Array.isArray(choices)) return '';
+  let text = '';
+  for (const choice of choices) {
+    const part = (choice as Record<string, unknown> | null)?.[key] as Record<string, unknown> | undefined;
+    if (!part || typeof part !== 'object') continue;
+    for (const field of ['content', 'refusal', 'reasoning_content', 'reasoning']) {
+      if (typeof part[field] === 'string') text += part[field];
+    }
+    const calls = part.tool_calls;
+    if (Array.isArray(calls)) {
+      for (const call of calls) {
+        const args = (call as { function?: { arguments?: unknown } } | null)?.function?.arguments;
+        if (typeof args === 'string') text += args;
+      }
+    }
+    const fn = (part.function_call as { arguments?: unknown } | undefined)?.arguments;
+    if (typeof fn === 'string') text += fn;
+  }
+  return text;
+}
