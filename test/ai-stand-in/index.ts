@@ -30,7 +30,9 @@ export type Fault =
   | { kind: 'no_usage_json' }
   | { kind: 'slow_first_byte'; ms: number }
   /** Never answers (until the client goes away or close()). */
-  | { kind: 'hang' };
+  | { kind: 'hang' }
+  /** Stream: that many content chunks, then nothing until resume() (proves chunks are not held back). */
+  | { kind: 'pause'; afterChunks: number };
 
 export interface RecordedRequest {
   method: string;
@@ -58,6 +60,8 @@ export interface StandIn {
   /** Requests whose client closed the connection before the answer was complete. */
   aborted: number;
   failNext(fault: Fault, times?: number): void;
+  /** Lets paused streams go on. */
+  resume(): void;
   setOptions(options: Partial<StandInOptions>): void;
   /** Resolves once no request is in progress (bounded: rejects after 10 s). */
   idle(): Promise<void>;
@@ -107,6 +111,7 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
     ...initial,
   };
   const faults: Fault[] = [];
+  const paused: Array<() => void> = [];
   const sockets = new Set<Socket>();
   let inFlight = 0;
   const state: StandIn = {
@@ -114,6 +119,9 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
     requests: [],
     usages: [],
     aborted: 0,
+    resume() {
+      for (const go of paused.splice(0)) go();
+    },
     failNext(fault, times = 1) {
       for (let i = 0; i < times; i++) faults.push(fault);
     },
@@ -230,7 +238,7 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
     const reported = wantsUsage && fault?.kind !== 'no_usage';
     const record: RecordedUsage = { id, model, prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, stream: true, reported };
     state.usages.push(record);
-    void stream(res, { id, created, model, n, pieces, finish, usage, wantsUsage, reported, cutAfter: fault?.kind === 'cut' ? fault.afterChunks : undefined, record });
+    void stream(res, { id, created, model, n, pieces, finish, usage, wantsUsage, reported, cutAfter: fault?.kind === 'cut' ? fault.afterChunks : undefined, pauseAfter: fault?.kind === 'pause' ? fault.afterChunks : undefined, record });
   }
 
   async function stream(
@@ -246,6 +254,7 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
       wantsUsage: boolean;
       reported: boolean;
       cutAfter: number | undefined;
+      pauseAfter: number | undefined;
       record: RecordedUsage;
     },
   ): Promise<void> {
@@ -263,6 +272,7 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
     let sent = 0;
     for (const piece of s.pieces) {
       for (let index = 0; index < s.n; index++) {
+        if (s.pauseAfter !== undefined && sent === s.pauseAfter) await new Promise<void>((go) => paused.push(go));
         if (s.cutAfter !== undefined && sent >= s.cutAfter) {
           s.record.reported = false;
           res.socket?.destroy();

@@ -144,6 +144,36 @@ describe('the OpenAI SDK pointed at creditgate', () => {
     await expectNothingHeld(t);
   });
 
+  it('never holds a stream back: chunks reach the client while the provider is still answering', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    standIn.failNext({ kind: 'pause', afterChunks: 3 });
+    const stream = await client(t).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'go' }], stream: true, max_tokens: 8 });
+    const iterator = stream[Symbol.asyncIterator]();
+    const pieces: string[] = [];
+    // The provider stops after 3 pieces until resumed: were the proxy to buffer, this loop would never end.
+    while (pieces.length < 3) {
+      const next = await iterator.next();
+      expect(next.done).toBe(false);
+      const piece = next.value.choices[0]?.delta.content;
+      if (piece) pieces.push(piece);
+    }
+    expect(pieces.join('')).toBe(' w0 w1 w2');
+    expect(await usageRecords(t)).toEqual([]);
+    standIn.resume();
+    for (let next = await iterator.next(); !next.done; next = await iterator.next()) pieces.push(next.value.choices[0]?.delta.content ?? '');
+    expect(pieces.join('')).toBe(' w0 w1 w2 w3 w4 w5 w6 w7');
+    expect(await usageRecords(t)).toHaveLength(1);
+  });
+
+  it('the §6 rate limit applies and is announced', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    const { response } = await client(t)
+      .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 })
+      .withResponse();
+    expect(response.headers.get('x-ratelimit-limit')).toBe('500');
+    expect(Number(response.headers.get('x-ratelimit-remaining'))).toBeLessThan(500);
+  });
+
   it('a stream whose client asked for usage gets the usage chunk', async () => {
     const t = await createTenant(h, { tier: 'trial' });
     const stream = await client(t).chat.completions.create({
@@ -329,6 +359,18 @@ describe('faults release the hold and charge nothing', () => {
     await expectNothingHeld(t);
   });
 
+  it('an answer without usage is settled from our count of the prompt and the answer, marked estimated', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    standIn.failNext({ kind: 'no_usage_json' });
+    const answer = await client(t).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 });
+    expect(answer.usage).toBeUndefined();
+    const [record] = await usageRecords(t);
+    // The prompt as our tokenizer counts it (the stand-in uses the same formula); the answer " w0 w1 w2 w3" is
+    // 8 tokens in o200k_base, capped at the 4 the call was allowed (it cannot have produced more).
+    expect(record!.metadata).toMatchObject({ estimated: true, input_tokens: last(standIn.usages).prompt_tokens, output_tokens: 4 });
+    await expectNothingHeld(t);
+  });
+
   it('a slow first byte within the timeout is waited for', async () => {
     const t = await createTenant(h, { tier: 'trial' });
     standIn.failNext({ kind: 'slow_first_byte', ms: 150 });
@@ -417,6 +459,9 @@ describe('refusals that never reach the provider', () => {
       expect(err, JSON.stringify(body)).toBeInstanceOf(OpenAI.BadRequestError);
       expect(err.type).toBe('invalid_request_error');
     }
+    const huge = await caught(c.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'x'.repeat(1024 * 1024 + 1) }] }));
+    expect(huge).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(huge.param).toBe('body');
     const embed = await caught(c.embeddings.create({ model: 'text-embedding-3-small', input: [] as string[] }));
     expect(embed.param).toBe('input');
     expect(standIn.requests.length).toBe(before);

@@ -1,0 +1,53 @@
+import { describe, expect, it } from 'vitest';
+import { SseSplitter, textOfChoices, usageOf } from './sse.js';
+
+/** The proxy hands events on as they complete, whatever the byte boundaries of the provider's writes. */
+describe('SseSplitter', () => {
+  const bytes = (s: string) => new TextEncoder().encode(s);
+
+  it('hands on each complete event, byte for byte, however the bytes are cut', () => {
+    const stream = 'data: {"a":1}\n\n: keep-alive\n\ndata: line one\ndata: line two\n\ndata: [DONE]\n\n';
+    for (let cut = 1; cut < stream.length; cut++) {
+      const splitter = new SseSplitter();
+      const events = [...splitter.push(bytes(stream.slice(0, cut))), ...splitter.push(bytes(stream.slice(cut)))];
+      expect(events.map((e) => e.raw).join('')).toBe(stream);
+      expect(events.map((e) => e.data)).toEqual(['{"a":1}', null, 'line one\nline two', '[DONE]']);
+      expect(splitter.rest()).toBe('');
+    }
+  });
+
+  it('understands CRLF line ends and keeps a multi-byte character cut between writes whole', () => {
+    const splitter = new SseSplitter();
+    const all = bytes('data: {"t":"é"}\r\n\r\n');
+    const events = [...splitter.push(all.slice(0, 13)), ...splitter.push(all.slice(13))];
+    expect(events).toEqual([{ raw: 'data: {"t":"é"}\r\n\r\n', data: '{"t":"é"}' }]);
+  });
+
+  it('leaves an unfinished event as the rest (a cut stream)', () => {
+    const splitter = new SseSplitter();
+    expect(splitter.push(bytes('data: {"a":1}\n\ndata: {"b"'))).toHaveLength(1);
+    expect(splitter.rest()).toBe('data: {"b"');
+  });
+});
+
+describe('usageOf and textOfChoices', () => {
+  it('takes only whole, non-negative token counts as usage', () => {
+    expect(usageOf({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 })).toEqual({ prompt_tokens: 3, completion_tokens: 4 });
+    expect(usageOf({ prompt_tokens: 5 })).toEqual({ prompt_tokens: 5, completion_tokens: 0 });
+    for (const bad of [null, 'x', {}, { prompt_tokens: -1 }, { prompt_tokens: 1.5 }, { prompt_tokens: 1, completion_tokens: '2' }]) {
+      expect(usageOf(bad)).toBeNull();
+    }
+  });
+
+  it('collects content, refusals, reasoning and tool-call arguments of every choice', () => {
+    const choices = [
+      { delta: { content: 'a', reasoning_content: 'r' } },
+      { delta: { refusal: 'no', tool_calls: [{ function: { arguments: '{"x"' } }, { function: { arguments: ':1}' } }] } },
+      { delta: {} },
+      null,
+    ];
+    expect(textOfChoices(choices, 'delta')).toBe('arno{"x":1}');
+    expect(textOfChoices([{ message: { content: 'whole' } }], 'message')).toBe('whole');
+    expect(textOfChoices('nope', 'delta')).toBe('');
+  });
+});
