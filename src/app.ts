@@ -15,6 +15,7 @@ import { Metrics } from './lib/metrics.js';
 import { LocalRateLimiter, type RateLimiter, RedisRateLimiter } from './lib/rate-limiter.js';
 import { registerRateLimits } from './http/rate-limit.js';
 import { aiRoutes } from './modules/ai/routes.js';
+import { DeductionBatcher } from './modules/credits/batcher.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
 import { auditRoutes } from './modules/audit/routes.js';
 import { billingProxyRoutes } from './modules/billing/proxy-routes.js';
@@ -90,7 +91,17 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   const metrics = new Metrics();
   const limiter = createLimiter(config, clock, app, metrics);
   const outbound = new OutboundHttp(config.webhookAllowPrivateNetworks, config.webhookAttemptTimeoutMs);
-  const deps: Deps = { config, db, clock, bus, caches: new Caches(clock, bus), limiter, metrics, outbound, log: app.log };
+  const deductions = new DeductionBatcher(
+    { db, config },
+    {
+      windowMs: config.deductBatchWindowMs,
+      maxBatch: config.deductBatchMax,
+      // PGlite has one connection: batches would only queue behind each other.
+      maxInFlight: db.kind === 'pglite' ? 1 : config.deductBatchInFlight,
+    },
+    (err, size) => app.log.warn({ err, size }, 'deduction batch failed; its requests run one by one'),
+  );
+  const deps: Deps = { config, db, clock, bus, caches: new Caches(clock, bus), limiter, metrics, outbound, deductions, log: app.log };
   app.decorate('deps', deps);
   // Every route registered, so a test can prove the OpenAPI document lists them all.
   const routeList: Array<{ method: string; url: string; auth: string; hidden: boolean }> = [];
@@ -134,6 +145,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
     await limiter.ready(2_000);
   });
   app.addHook('onClose', async () => {
+    await deductions.drain();
     if (!options.bus) await bus.close();
     await limiter.close();
     await outbound.close();

@@ -58,6 +58,10 @@ export interface Config {
   logLevel: string;
   /** Size of the pg pool (PostgreSQL only). */
   databasePoolSize: number;
+  /** Group commit of deductions (docs/adr/0004-group-commit.md): wait for company, batch size, batches in flight. */
+  deductBatchWindowMs: number;
+  deductBatchMax: number;
+  deductBatchInFlight: number;
   /** scrypt cost as log2(N); 17 is the OWASP recommendation and the production minimum. */
   passwordHashLogN: number;
   /** SPEC §6: model name → class for AI tokens paid with purchased credits; unlisted models use aiDefaultModelClass. */
@@ -313,6 +317,9 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     newOrgTier: newOrgTier as Tier,
     logLevel: str(env, 'LOG_LEVEL') ?? (nodeEnv === 'test' ? 'silent' : 'info'),
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 20, 1, 1000),
+    deductBatchWindowMs: int(env, 'DEDUCT_BATCH_WINDOW_MS', 0, 0, 100),
+    deductBatchMax: int(env, 'DEDUCT_BATCH_MAX', 256, 1, 10_000),
+    deductBatchInFlight: int(env, 'DEDUCT_BATCH_IN_FLIGHT', 4, 1, 1000),
     passwordHashLogN: int(env, 'PASSWORD_HASH_LOG_N', 17, nodeEnv === 'production' ? 17 : 10, 20),
     aiModelClasses: modelClasses(env, 'AI_MODEL_CLASSES') ?? DEFAULT_MODEL_CLASSES,
     aiDefaultModelClass: modelClass(env, 'AI_DEFAULT_MODEL_CLASS'),
@@ -377,6 +384,9 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     newOrgTier: 'sandbox',
     logLevel: 'silent',
     databasePoolSize: 10,
+    deductBatchWindowMs: 0,
+    deductBatchMax: 256,
+    deductBatchInFlight: 4,
     // Cheap hashes keep the suite fast; the scrypt code path is the same.
     passwordHashLogN: 10,
     aiModelClasses: DEFAULT_MODEL_CLASSES,

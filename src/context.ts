@@ -5,6 +5,7 @@ import type { Database } from './db/client.js';
 import type { Bus } from './lib/bus.js';
 import type { Caches } from './lib/caches.js';
 import type { Metrics } from './lib/metrics.js';
+import type { DeductionBatcher } from './modules/credits/batcher.js';
 import type { RateLimiter } from './lib/rate-limiter.js';
 import type { OutboundHttp } from './modules/webhooks/deliver.js';
 
@@ -19,6 +20,8 @@ export interface Deps {
   metrics: Metrics;
   /** Outbound HTTP for webhooks, with the SSRF guard (SPEC §7). */
   outbound: OutboundHttp;
+  /** Group commit of deductions: every deduction of the hot paths goes through it (credits/batcher.ts). */
+  deductions: DeductionBatcher;
   log: FastifyBaseLogger;
 }
 

@@ -1,7 +1,11 @@
 import { randomUUID } from 'node:crypto';
+import type { Deps } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { MONTHLY_THRESHOLD_CTE } from '../quotas/thresholds.js';
 import { METER_OUTBOX_CTE } from './meter-outbox.js';
+import { expireReservations } from './reservations.js';
+import { syncBalance } from './service.js';
+import { monthlyRemaining } from './terms.js';
 
 /**
  * The hot path of record-usage: one statement, so one round trip and one implicit transaction.
@@ -145,6 +149,39 @@ export async function deduct(db: Queryable, input: DeductInput): Promise<DeductR
     purchased_balance: row.purchased_balance ?? 0,
     reserved: row.reserved ?? 0,
   };
+}
+
+/**
+ * The deduction with its two slow paths: a stale row is synced first; when other reservations hold
+ * credits, overdue ones are released before a refusal is final (the first attempt then keeps no
+ * failed usage record, so a refusal is recorded once).
+ */
+export async function deductWithRetry(
+  ctx: Pick<Deps, 'config' | 'db'>,
+  db: Queryable,
+  input: Omit<DeductInput, 'recordFailure'>,
+  heldByOthers: boolean,
+): Promise<DeductResult> {
+  const reportToMeter = ctx.config.stripeMeterEventName !== undefined;
+  const attempt = { ...input, reportToMeter, recordFailure: !heldByOthers };
+  let result = await deduct(db, attempt);
+  if (!result.found) {
+    if (db === ctx.db) await ctx.db.transaction((tx) => syncBalance(tx, input.deploymentId, input.now, input.actor));
+    else await syncBalance(db, input.deploymentId, input.now, input.actor);
+    result = await deduct(db, attempt);
+    if (!result.found) throw new Error(`balance of deployment ${input.deploymentId} could not be brought up to date`);
+  }
+  if (!result.deducted && heldByOthers) {
+    await expireReservations(db, input.now, input.deploymentId);
+    result = await deduct(db, { ...input, reportToMeter, recordFailure: true });
+  }
+  return result;
+}
+
+/** What a deduction leaves spendable (monthly remaining + purchased − reservations); null = unlimited. */
+export function remainingAfter(r: DeductResult): number | null {
+  const monthly = monthlyRemaining(r.monthly_allocation, r.monthly_used);
+  return monthly === null ? null : Math.max(0, monthly + r.purchased_balance - r.reserved);
 }
 
 /** A usage record for a call that was refused before any balance was looked at (sandbox, MCP disabled…). */

@@ -7,7 +7,7 @@ import type { Queryable } from '../../db/client.js';
  */
 
 /** Organizations whose usage is reported: a customer and a subscription in force. */
-const SUBSCRIBED = `o.stripe_customer_id IS NOT NULL AND o.subscription_status IN ('active', 'past_due')`;
+export const SUBSCRIBED = `o.stripe_customer_id IS NOT NULL AND o.subscription_status IN ('active', 'past_due')`;
 
 /**
  * A CTE for the deduction statement (credits/deduct.ts): `upd` is the updated balance row, $2 the

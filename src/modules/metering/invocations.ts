@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { AppError, NotFoundError } from '../../errors.js';
 import { expireReservations, releaseReservation } from '../credits/reservations.js';
-import type { InvocationRow } from './service.js';
+import type { InvocationRow } from '../credits/invocations.js';
 
 /** Who may act on a deployment's invocations: an API key's organization, or the service key (any). */
 export interface Scope {

@@ -99,7 +99,7 @@ describe('organization events', () => {
     expect((await deliveriesOf(keysWebhookId)).map((d) => d.event_type)).toEqual(['api_key.created']);
   });
 
-  it('quota.threshold from a deduction reaches the webhooks through the dispatcher; metering itself emits nothing', async () => {
+  it('quota.threshold from a deduction reaches the webhooks once, with its data', async () => {
     const owner = await signUpWithOrganization(h);
     const headers = bearer(owner.accessToken);
     await h.request({ method: 'PUT', url: `/api/v1/admin/deployments/${owner.deploymentId}`, headers: adminHeaders(h), payload: { tier: 'trial' } });
@@ -114,8 +114,8 @@ describe('organization events', () => {
     for (let i = 0; i < 80; i++) {
       await h.request({ method: 'POST', url: '/api/v1/mcp/stdio/record-usage', headers: bearer(key.key), payload: { tool_name: 'search' } });
     }
-    expect(await deliveriesOf(webhookId)).toEqual([]);
-    expect(await dispatchPending(h.deps.db, h.clock.now(), 100)).toBeGreaterThanOrEqual(1);
+    // The batched deduction fans the event out in its own transaction; the dispatcher finds nothing left to do for it.
+    await dispatchPending(h.deps.db, h.clock.now(), 100);
     const after = await deliveriesOf(webhookId);
     expect(after.map((d) => d.payload.data)).toEqual([
       expect.objectContaining({ deployment_id: owner.deploymentId, quota: 'monthly_credits', threshold: 80, used: 80, limit: 100 }),

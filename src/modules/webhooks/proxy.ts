@@ -6,7 +6,8 @@ import { requestHash } from '../../lib/canonical-json.js';
 import { refundUsage } from '../credits/refunds.js';
 import { readBalance, viewBalance } from '../credits/service.js';
 import type { DeploymentRow } from '../deployments/service.js';
-import { deductWithRetry, IDEMPOTENCY_WINDOW_MS, remainingAfter } from '../metering/service.js';
+import { remainingAfter } from '../credits/deduct.js';
+import { IDEMPOTENCY_WINDOW_MS } from '../credits/invocations.js';
 import { isUuid } from '../metering/state.js';
 import { forwardableHeaders, sendWithRetries } from './deliver.js';
 import { type DeliveryRow, type DeliveryView, deliveryViewOf } from './organization.js';
@@ -83,23 +84,21 @@ export async function sendWebhook(
   // Charge once, before the first attempt.
   const now = ctx.clock.now();
   const actor = actorLabel(ctx.actor);
-  const charge = await deductWithRetry(
-    ctx,
-    ctx.db,
-    {
-      deploymentId: deployment.id,
-      cost: CREDITS_PER_WEBHOOK,
-      now,
-      action: 'webhook_send',
-      toolName: 'webhook_send',
-      mcpUserId: null,
-      metadata: { webhook_id: webhookId, host: url.host },
-      actor,
-      invocationId: null,
-      releaseReserved: 0,
-    },
-    true,
-  );
+  const charged = await ctx.deductions.submit({
+    deploymentId: deployment.id,
+    organizationId: deployment.organization_id,
+    cost: CREDITS_PER_WEBHOOK,
+    now,
+    action: 'webhook_send',
+    toolName: 'webhook_send',
+    mcpUserId: null,
+    metadata: { webhook_id: webhookId, host: url.host },
+    actor,
+    invocationId: null,
+    releaseReserved: 0,
+  });
+  if (!charged.claimed) throw new Error('a charge without an invocation id claims nothing');
+  const charge = charged.result;
   if (!charge.deducted) {
     await abandon(ctx, webhookId, 'insufficient credits');
     throw new AppError('INSUFFICIENT_CREDITS', `Sending a webhook costs ${CREDITS_PER_WEBHOOK} credit; the deployment has ${remainingAfter(charge) ?? 0}`, {

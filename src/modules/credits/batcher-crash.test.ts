@@ -1,0 +1,86 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { creditFixtures } from '../../../test/credit-fixtures.js';
+import { bearer, createHarness, dbKind, type Harness, json, unique } from '../../../test/harness.js';
+
+/**
+ * Issue 14: a process killed with SIGKILL while batches are in flight (PostgreSQL, a real child
+ * process). Every deduction it answered is in the ledger; a client retrying every call it made (with
+ * the same invocation ids) is charged once per call, never twice.
+ */
+let h: Harness;
+beforeAll(async () => {
+  h = await createHarness();
+});
+afterAll(async () => {
+  await h.close();
+});
+const f = creditFixtures(() => h);
+
+describe.runIf(dbKind === 'postgres')('group commit under SIGKILL (PostgreSQL)', () => {
+  const childScript = fileURLToPath(new URL('../../../test/deduct-batcher-child.ts', import.meta.url));
+  const root = fileURLToPath(new URL('../../../', import.meta.url));
+
+  it('every answered deduction is durable; retrying every call charges each exactly once', async () => {
+    const t = await f.tenantWith(100_000);
+    const tool = unique('crash-tool');
+    const prefix = unique('inv');
+    const total = 3000;
+    const child: ChildProcess = spawn(
+      process.execPath,
+      ['--import', 'tsx', childScript, inject('postgresUrl'), h.clock.now().toISOString(), t.deploymentId, t.organizationId, tool, prefix, String(total)],
+      { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    const acked = new Set<string>();
+    let stderr = '';
+    child.stdout!.on('data', (d: Buffer) => {
+      for (const line of d.toString().split('\n')) if (line.startsWith('ack ')) acked.add(line.slice(4));
+    });
+    child.stderr!.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    try {
+      for (let waited = 0; acked.size < 200; waited += 20) {
+        if (waited > 60_000) throw new Error(`the child did not answer in time: ${stderr}`);
+        if (child.exitCode !== null) throw new Error(`the child exited (${child.exitCode}) before it was killed: ${stderr}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const exited = new Promise<NodeJS.Signals | null>((resolve) => child.once('exit', (_code, signal) => resolve(signal)));
+      expect(child.kill('SIGKILL')).toBe(true);
+      expect(await exited).toBe('SIGKILL');
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+    // PostgreSQL rolls back what the dead process had not committed once its connections drop.
+    const recorded = async () =>
+      h.deps.db.query<{ invocation_id: string; n: number }>(
+        `SELECT invocation_id, count(*)::int AS n FROM usage_records WHERE deployment_id = $1 AND success GROUP BY invocation_id`,
+        [t.deploymentId],
+      );
+    const before = new Map((await recorded()).map((r) => [r.invocation_id, r.n]));
+    for (const id of acked) expect(before.get(id), `answered ${id} is not in the ledger`).toBe(1);
+    expect(before.size).toBeLessThan(total);
+
+    // The client retries every call it made, answered or not (the same invocation ids, the HTTP path).
+    const attempted = new Set([...acked, ...before.keys()]);
+    let replays = 0;
+    for (const id of attempted) {
+      const res = await h.request({
+        method: 'POST',
+        url: '/api/v1/mcp/stdio/record-usage',
+        headers: bearer(t.apiKey),
+        payload: { tool_name: tool, invocation_id: id },
+      });
+      expect(res.statusCode, res.body).toBe(200);
+      expect(json(res)).toMatchObject({ success: true });
+      if (res.headers['idempotent-replayed'] === 'true') replays++;
+    }
+    expect(replays).toBe(before.size);
+    const after = await recorded();
+    expect(after.every((r) => r.n === 1)).toBe(true);
+    expect(after.length).toBe(attempted.size);
+    expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: attempted.size });
+    await f.expectLedgerConsistent(t);
+  }, 120_000);
+});

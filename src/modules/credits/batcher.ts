@@ -1,0 +1,478 @@
+import { randomUUID } from 'node:crypto';
+import type { Deps } from '../../context.js';
+import type { Database, Queryable } from '../../db/client.js';
+import { emitThresholds } from '../quotas/thresholds.js';
+import { type DeductInput, type DeductResult, deductWithRetry } from './deduct.js';
+import { SUBSCRIBED } from './meter-outbox.js';
+import { expireReservations } from './reservations.js';
+import { type BalanceRow, syncBalance } from './service.js';
+
+/**
+ * Group commit for deductions (issue 14, docs/adr/0004-group-commit.md). Requests that arrive while a
+ * batch is in flight (or within `windowMs`) are applied together in ONE transaction: the balance rows
+ * of the batch are locked once (in deployment order, so batches of several instances never deadlock),
+ * each deployment's requests are applied in arrival order by the same rule as DEDUCT_SQL (monthly first,
+ * then purchased, never past what other holders reserved), and the ledger rows, usage records,
+ * invocation answers, meter events and threshold events are written by one set-based statement each.
+ * A request is answered only after its batch committed. A batch whose statements fail is rolled back
+ * and its requests run one by one through the single-request path, so one bad request fails alone.
+ */
+
+export interface BatchSettings {
+  /** How long the first request of a batch waits for company when no batch is in flight (0: none). */
+  windowMs: number;
+  /** Requests per batch at most. */
+  maxBatch: number;
+  /** Batches (connections) in flight at once, per instance. */
+  maxInFlight: number;
+}
+
+/** A deduction for the batcher. With `claimInvocation` the request's invocation row is created in the batch. */
+export interface BatchDeduction extends Omit<DeductInput, 'recordFailure' | 'recordInvocation'> {
+  organizationId: string;
+  /** A fresh idempotent record: claim (deployment, invocationId) and mark it recorded with the answer. */
+  claimInvocation?: { requestHash: string };
+}
+
+/** `claimed: false`: the invocation id exists already; the caller takes the full idempotent path. */
+export type BatchOutcome = { claimed: false } | { claimed: true; result: DeductResult };
+
+interface Pending {
+  item: BatchDeduction;
+  resolve: (outcome: BatchOutcome) => void;
+  reject: (err: unknown) => void;
+}
+
+interface Change {
+  deploymentId: string;
+  organizationId: string;
+  index: number;
+  deducted: boolean;
+  usageId: string;
+  monthlyTaken: number;
+  purchasedTaken: number;
+  after: Pick<BalanceRow, 'monthly_allocation' | 'monthly_used' | 'purchased_balance' | 'reserved'>;
+  periodStart: Date;
+}
+
+export class DeductionBatcher {
+  private queue: Pending[] = [];
+  private inFlight = 0;
+  private timer: NodeJS.Timeout | null = null;
+  private idleWaiters: Array<() => void> = [];
+  /** Batches committed and requests in them, for the metrics and the benchmark. */
+  readonly stats = { batches: 0, requests: 0, fallbacks: 0 };
+
+  private readonly db: Database;
+  private readonly reportToMeter: boolean;
+
+  constructor(
+    private readonly deps: Pick<Deps, 'db' | 'config'>,
+    private readonly settings: BatchSettings,
+    private readonly onFallback: (err: unknown, size: number) => void = () => {},
+  ) {
+    this.db = deps.db;
+    this.reportToMeter = deps.config.stripeMeterEventName !== undefined;
+  }
+
+  submit(item: BatchDeduction): Promise<BatchOutcome> {
+    return new Promise<BatchOutcome>((resolve, reject) => {
+      this.queue.push({ item, resolve, reject });
+      this.schedule();
+    });
+  }
+
+  /** Resolves once every submitted request is answered (shutdown, tests). */
+  async drain(): Promise<void> {
+    if (this.queue.length === 0 && this.inFlight === 0) return;
+    await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  private schedule(): void {
+    if (this.inFlight >= this.settings.maxInFlight || this.queue.length === 0) return;
+    if (this.queue.length >= this.settings.maxBatch || this.settings.windowMs === 0 || this.inFlight > 0) {
+      this.flush();
+      return;
+    }
+    this.timer ??= setTimeout(() => {
+      this.timer = null;
+      this.flush();
+    }, this.settings.windowMs);
+  }
+
+  private flush(): void {
+    if (this.timer) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
+    while (this.inFlight < this.settings.maxInFlight && this.queue.length > 0) {
+      const batch = this.queue.splice(0, this.settings.maxBatch);
+      this.inFlight++;
+      void this.run(batch).finally(() => {
+        this.inFlight--;
+        if (this.queue.length > 0) this.schedule();
+        else if (this.inFlight === 0) for (const wake of this.idleWaiters.splice(0)) wake();
+      });
+    }
+  }
+
+  private async run(batch: Pending[]): Promise<void> {
+    let written = false;
+    let outcomes: BatchOutcome[];
+    try {
+      outcomes = await this.db.transaction(async (tx) => {
+        const out = await applyBatch(tx, batch.map((p) => p.item), this.reportToMeter);
+        written = true;
+        return out;
+      });
+    } catch (err) {
+      if (written) {
+        // COMMIT itself failed: whether it happened is unknown, so nothing is retried here (a request
+        // with an invocation id is safe for its client to retry; it replays if the batch did commit).
+        for (const p of batch) p.reject(err);
+        return;
+      }
+      this.stats.fallbacks++;
+      this.onFallback(err, batch.length);
+      await this.oneByOne(batch);
+      return;
+    }
+    this.stats.batches++;
+    this.stats.requests += batch.length;
+    for (const [i, p] of batch.entries()) p.resolve(outcomes[i]!);
+  }
+
+  /** The single-request path for each request of a failed batch: a bad request fails alone. */
+  private async oneByOne(batch: Pending[]): Promise<void> {
+    for (const p of batch) {
+      try {
+        p.resolve(await deductOne(this.deps, p.item));
+      } catch (err) {
+        p.reject(err);
+      }
+    }
+  }
+}
+
+/** One request on its own: its own transaction when it claims an invocation. */
+async function deductOne(deps: Pick<Deps, 'db' | 'config'>, item: BatchDeduction): Promise<BatchOutcome> {
+  const db = deps.db;
+  const input = { ...item, recordInvocation: item.claimInvocation };
+  if (!item.claimInvocation || item.invocationId === null) return { claimed: true, result: await deductWithRetry(deps, db, input, true) };
+  return db.transaction(async (tx) => {
+    const claimed = await tx.query(
+      `INSERT INTO invocations (deployment_id, invocation_id, organization_id, tool_name, request_hash, status, created_at, updated_at)
+       VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6)
+       ON CONFLICT (deployment_id, invocation_id) DO NOTHING RETURNING invocation_id`,
+      [item.deploymentId, item.invocationId, item.organizationId, item.toolName, item.claimInvocation!.requestHash, item.now],
+    );
+    if (claimed.length === 0) return { claimed: false } as const;
+    const result = await deductWithRetry(deps, tx, input, true);
+    if (!result.deducted) {
+      await tx.query(`UPDATE invocations SET status = 'denied', updated_at = $3 WHERE deployment_id = $1 AND invocation_id = $2`, [
+        item.deploymentId,
+        item.invocationId,
+        item.now,
+      ]);
+    }
+    return { claimed: true, result } as const;
+  });
+}
+
+const latest = (a: Date, b: Date) => (a.getTime() >= b.getTime() ? a : b);
+
+/**
+ * Apply a batch inside the caller's transaction. Returns one outcome per item, in order. Throws only on
+ * a database error (the batch is then rolled back and retried one by one).
+ */
+export async function applyBatch(tx: Queryable, items: BatchDeduction[], reportToMeter: boolean): Promise<BatchOutcome[]> {
+  const outcomes: Array<BatchOutcome | undefined> = new Array(items.length);
+
+  // 1. Claim fresh invocation ids in one statement; the first of duplicates wins, the others take the full path.
+  const claims = items.map((it, index) => ({ it, index })).filter(({ it }) => it.claimInvocation && it.invocationId !== null);
+  if (claims.length > 0) {
+    const won = await tx.query<{ deployment_id: string; invocation_id: string }>(
+      `INSERT INTO invocations (deployment_id, invocation_id, organization_id, tool_name, request_hash, status, created_at, updated_at)
+       SELECT d, i, o, t, h, 'pending', a, a
+       FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[]) AS u(d, i, o, t, h, a)
+       ON CONFLICT (deployment_id, invocation_id) DO NOTHING
+       RETURNING deployment_id, invocation_id`,
+      [
+        claims.map(({ it }) => it.deploymentId),
+        claims.map(({ it }) => it.invocationId),
+        claims.map(({ it }) => it.organizationId),
+        claims.map(({ it }) => it.toolName),
+        claims.map(({ it }) => it.claimInvocation!.requestHash),
+        claims.map(({ it }) => it.now),
+      ],
+    );
+    const free = new Set(won.map((r) => `${r.deployment_id}\u0000${r.invocation_id}`));
+    for (const { it, index } of claims) {
+      const key = `${it.deploymentId}\u0000${it.invocationId}`;
+      if (free.has(key)) free.delete(key);
+      else outcomes[index] = { claimed: false };
+    }
+  }
+
+  // 2. Lock the balance rows once, in deployment order; bring stale ones up to date.
+  const byDeployment = new Map<string, number[]>();
+  for (const [index, it] of items.entries()) {
+    if (outcomes[index]) continue;
+    const list = byDeployment.get(it.deploymentId) ?? [];
+    list.push(index);
+    byDeployment.set(it.deploymentId, list);
+  }
+  const deployments = [...byDeployment.keys()].sort();
+  if (deployments.length === 0) return outcomes as BatchOutcome[];
+  const rows = new Map<string, BalanceRow>();
+  const locked = await tx.query<BalanceRow>(
+    'SELECT * FROM credit_balances WHERE deployment_id = ANY($1::uuid[]) ORDER BY deployment_id FOR UPDATE',
+    [deployments],
+    'credits_batch_lock',
+  );
+  for (const row of locked) rows.set(row.deployment_id, row);
+  for (const id of deployments) {
+    const indexes = byDeployment.get(id)!;
+    const now = indexes.map((i) => items[i]!.now).reduce(latest);
+    const row = rows.get(id);
+    if (!row) throw new Error(`no balance row for deployment ${id}`);
+    if (row.sync_before.getTime() <= now.getTime()) rows.set(id, await syncBalance(tx, id, now, items[indexes[0]!]!.actor));
+  }
+
+  // 3. Each deployment's requests in arrival order, by DEDUCT_SQL's rule; a refusal while other
+  //    reservations hold credits first releases the overdue ones (deductWithRetry's slow path).
+  const changes: Change[] = [];
+  for (const id of deployments) {
+    const indexes = byDeployment.get(id)!;
+    let applied = applyDeployment(rows.get(id)!, indexes, items);
+    const refusedWhileHeld = applied.changes.some((c) => !c.deducted) && rows.get(id)!.reserved > 0;
+    if (refusedWhileHeld) {
+      const now = indexes.map((i) => items[i]!.now).reduce(latest);
+      if ((await expireReservations(tx, now, id)) > 0) {
+        const fresh = await tx.query<BalanceRow>('SELECT * FROM credit_balances WHERE deployment_id = $1', [id]);
+        rows.set(id, fresh[0]!);
+        applied = applyDeployment(fresh[0]!, indexes, items);
+      }
+    }
+    changes.push(...applied.changes);
+    rows.set(id, applied.row);
+  }
+
+  await writeBatch(tx, items, changes, rows, reportToMeter);
+  for (const c of changes) {
+    outcomes[c.index] = {
+      claimed: true,
+      result: { found: true, deducted: c.deducted, usageId: c.usageId, ...c.after },
+    };
+  }
+  return outcomes as BatchOutcome[];
+}
+
+/** DEDUCT_SQL's arithmetic for one deployment's requests, in order, on a copy of its locked row. */
+function applyDeployment(start: BalanceRow, indexes: number[], items: BatchDeduction[]): { row: BalanceRow; changes: Change[] } {
+  const row = { ...start };
+  const changes: Change[] = [];
+  for (const index of indexes) {
+    const it = items[index]!;
+    const allocation = row.monthly_allocation;
+    const monthlyLeft = allocation === null ? null : Math.max(0, allocation - row.monthly_used);
+    const spendable = monthlyLeft === null ? Number.POSITIVE_INFINITY : monthlyLeft + row.purchased_balance - (row.reserved - it.releaseReserved);
+    const deducted = spendable >= it.cost;
+    let monthlyTaken = 0;
+    let purchasedTaken = 0;
+    if (deducted) {
+      monthlyTaken = monthlyLeft === null ? it.cost : Math.min(it.cost, monthlyLeft);
+      purchasedTaken = it.cost - monthlyTaken;
+      row.monthly_used += monthlyTaken;
+      row.purchased_balance -= purchasedTaken;
+      row.purchased_consumed += purchasedTaken;
+      row.reserved -= it.releaseReserved;
+    }
+    changes.push({
+      deploymentId: row.deployment_id,
+      organizationId: row.organization_id,
+      index,
+      deducted,
+      usageId: randomUUID(),
+      monthlyTaken,
+      purchasedTaken,
+      after: {
+        monthly_allocation: row.monthly_allocation,
+        monthly_used: row.monthly_used,
+        purchased_balance: row.purchased_balance,
+        reserved: row.reserved,
+      },
+      periodStart: row.period_start,
+    });
+  }
+  return { row, changes };
+}
+
+/** The batch's writes: one statement per table. */
+async function writeBatch(
+  tx: Queryable,
+  items: BatchDeduction[],
+  changes: Change[],
+  rows: Map<string, BalanceRow>,
+  reportToMeter: boolean,
+): Promise<void> {
+  const touched = [...new Set(changes.filter((c) => c.deducted).map((c) => c.deploymentId))];
+  if (touched.length > 0) {
+    const updatedAt = (id: string) =>
+      changes
+        .filter((c) => c.deploymentId === id)
+        .map((c) => items[c.index]!.now)
+        .reduce(latest);
+    await tx.query(
+      `UPDATE credit_balances b
+       SET monthly_used = u.used, purchased_balance = u.purchased, purchased_consumed = u.consumed, reserved = u.reserved, updated_at = u.at
+       FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::timestamptz[]) AS u(id, used, purchased, consumed, reserved, at)
+       WHERE b.deployment_id = u.id`,
+      [
+        touched,
+        touched.map((id) => rows.get(id)!.monthly_used),
+        touched.map((id) => rows.get(id)!.purchased_balance),
+        touched.map((id) => rows.get(id)!.purchased_consumed),
+        touched.map((id) => rows.get(id)!.reserved),
+        touched.map(updatedAt),
+      ],
+      'credits_batch_update',
+    );
+  }
+
+  const done = changes.filter((c) => c.deducted);
+  const ledgerIds = new Map<string, number>();
+  if (done.length > 0) {
+    const ledger = await tx.query<{ id: number; usage_id: string }>(
+      `INSERT INTO credit_ledger (organization_id, deployment_id, kind, amount, monthly_delta, purchased_delta,
+                                 monthly_after, purchased_after, actor, usage_id, created_at)
+       SELECT o, d, 'deduct', -c, md, -pt, ma, pa, a, u, t
+       FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[], $9::uuid[], $10::timestamptz[])
+         AS x(o, d, c, md, pt, ma, pa, a, u, t)
+       RETURNING id, usage_id`,
+      [
+        done.map((c) => c.organizationId),
+        done.map((c) => c.deploymentId),
+        done.map((c) => items[c.index]!.cost),
+        done.map((c) => (c.after.monthly_allocation === null ? 0 : -c.monthlyTaken)),
+        done.map((c) => c.purchasedTaken),
+        done.map((c) => (c.after.monthly_allocation === null ? null : Math.max(0, c.after.monthly_allocation - c.after.monthly_used))),
+        done.map((c) => c.after.purchased_balance),
+        done.map((c) => items[c.index]!.actor),
+        done.map((c) => c.usageId),
+        done.map((c) => items[c.index]!.now),
+      ],
+      'credits_batch_ledger',
+    );
+    for (const r of ledger) ledgerIds.set(r.usage_id, r.id);
+  }
+
+  // Usage records: every deduction, and every final refusal (SPEC §4 keeps a record either way).
+  await tx.query(
+    `INSERT INTO usage_records (id, organization_id, deployment_id, metric, quantity, tool_name, mcp_user_id, metadata,
+                               success, error, ledger_id, invocation_id, monthly_taken, purchased_taken, period_start, "timestamp")
+     SELECT id, o, d, m, q, tn, mu, md::jsonb, s, e, l, i, mt, pt, ps, t
+     FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::boolean[],
+                 $10::text[], $11::bigint[], $12::text[], $13::bigint[], $14::bigint[], $15::timestamptz[], $16::timestamptz[])
+       AS x(id, o, d, m, q, tn, mu, md, s, e, l, i, mt, pt, ps, t)`,
+    [
+      changes.map((c) => c.usageId),
+      changes.map((c) => c.organizationId),
+      changes.map((c) => c.deploymentId),
+      changes.map((c) => items[c.index]!.action),
+      changes.map((c) => (c.deducted ? items[c.index]!.cost : 0)),
+      changes.map((c) => items[c.index]!.toolName),
+      changes.map((c) => items[c.index]!.mcpUserId),
+      changes.map((c) => {
+        const m = items[c.index]!.metadata;
+        return m === undefined || m === null ? null : JSON.stringify(m);
+      }),
+      changes.map((c) => c.deducted),
+      changes.map((c) => (c.deducted ? null : 'insufficient_credits')),
+      changes.map((c) => (c.deducted ? (ledgerIds.get(c.usageId) ?? null) : null)),
+      changes.map((c) => items[c.index]!.invocationId),
+      changes.map((c) => c.monthlyTaken),
+      changes.map((c) => c.purchasedTaken),
+      changes.map((c) => c.periodStart),
+      changes.map((c) => items[c.index]!.now),
+    ],
+    'credits_batch_usage',
+  );
+
+  // Claimed invocations: recorded with their answer, or denied.
+  const claimed = changes.filter((c) => items[c.index]!.claimInvocation);
+  if (claimed.length > 0) {
+    await tx.query(
+      `UPDATE invocations i
+       SET status = CASE WHEN x.ok THEN 'recorded' ELSE 'denied' END,
+           usage_id = CASE WHEN x.ok THEN x.u ELSE NULL END,
+           request_hash = x.h, reserved_amount = 0, reservation_expires_at = NULL, updated_at = x.t,
+           response = CASE WHEN x.ok THEN x.r::jsonb ELSE NULL END
+       FROM unnest($1::uuid[], $2::text[], $3::boolean[], $4::uuid[], $5::text[], $6::timestamptz[], $7::text[]) AS x(d, inv, ok, u, h, t, r)
+       WHERE i.deployment_id = x.d AND i.invocation_id = x.inv`,
+      [
+        claimed.map((c) => c.deploymentId),
+        claimed.map((c) => items[c.index]!.invocationId),
+        claimed.map((c) => c.deducted),
+        claimed.map((c) => c.usageId),
+        claimed.map((c) => items[c.index]!.claimInvocation!.requestHash),
+        claimed.map((c) => items[c.index]!.now),
+        claimed.map((c) =>
+          JSON.stringify({
+            success: true,
+            credits_used: items[c.index]!.cost,
+            credits_remaining: remaining(c.after),
+            error: null,
+            usage_id: c.usageId,
+            invocation_id: items[c.index]!.invocationId,
+          }),
+        ),
+      ],
+      'credits_batch_invocations',
+    );
+  }
+
+  // Meter events of subscribed organizations (SPEC §9), as DEDUCT_SQL's met step.
+  const metered = reportToMeter ? done.filter((c) => items[c.index]!.cost > 0) : [];
+  if (metered.length > 0) {
+    await tx.query(
+      `INSERT INTO meter_event_outbox (identifier, organization_id, deployment_id, stripe_customer_id, value, event_at, next_attempt_at)
+       SELECT x.u, x.o, x.d, o.stripe_customer_id, x.v, x.t, x.t
+       FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::bigint[], $5::timestamptz[]) AS x(u, o, d, v, t)
+       JOIN organizations o ON o.id = x.o
+       WHERE ${SUBSCRIBED}
+       ON CONFLICT (identifier) DO NOTHING`,
+      [
+        metered.map((c) => c.usageId),
+        metered.map((c) => c.organizationId),
+        metered.map((c) => c.deploymentId),
+        metered.map((c) => items[c.index]!.cost),
+        metered.map((c) => items[c.index]!.now),
+      ],
+    );
+  }
+
+  // quota.threshold for monthly credits, once per deployment per batch (the dedupe key makes it once per period).
+  for (const id of touched) {
+    const mine = changes.filter((c) => c.deploymentId === id && c.deducted);
+    const last = mine[mine.length - 1]!;
+    const first = mine[0]!;
+    const row = rows.get(id)!;
+    await emitThresholds(tx, {
+      organizationId: row.organization_id,
+      deploymentId: id,
+      quota: 'monthly_credits',
+      before: first.after.monthly_used - first.monthlyTaken,
+      after: last.after.monthly_used,
+      limit: row.monthly_allocation,
+      periodStart: row.period_start,
+      periodEnd: row.period_end,
+      now: items[last.index]!.now,
+    });
+  }
+}
+
+function remaining(b: Pick<BalanceRow, 'monthly_allocation' | 'monthly_used' | 'purchased_balance' | 'reserved'>): number | null {
+  if (b.monthly_allocation === null) return null;
+  return Math.max(0, Math.max(0, b.monthly_allocation - b.monthly_used) + b.purchased_balance - b.reserved);
+}

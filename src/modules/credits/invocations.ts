@@ -1,0 +1,200 @@
+import type { Ctx } from '../../context.js';
+import { actorLabel } from '../../context.js';
+import type { Queryable } from '../../db/client.js';
+import { AppError } from '../../errors.js';
+import { type DeductInput, type DeductResult, deductWithRetry } from './deduct.js';
+import { RESERVATION_TTL_MS, expireReservations, holdCredits } from './reservations.js';
+import { syncBalance, viewBalance } from './service.js';
+
+/**
+ * Invocations (SPEC §4): the idempotency and reservation rows of metered calls. Written only here
+ * (docs/adr/0003-credits-owns-money.md); metering decides and shapes answers, this module keeps the
+ * rows and the balance moving together.
+ */
+
+/** SPEC §4: an invocation id deduplicates for this long. */
+export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000;
+
+export interface InvocationRow {
+  deployment_id: string;
+  invocation_id: string;
+  organization_id: string;
+  tool_name: string;
+  request_hash: string | null;
+  status: 'pending' | 'reserved' | 'recorded' | 'released' | 'expired' | 'refunded' | 'denied';
+  reserved_amount: number;
+  reservation_expires_at: Date | null;
+  usage_id: string | null;
+  response: StoredRecordAnswer | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+/** The answer a recorded invocation keeps for replays (written by DEDUCT_SQL's inv step). */
+export interface StoredRecordAnswer {
+  success: boolean;
+  credits_used: number;
+  credits_remaining: number | null;
+  error: string | null;
+  usage_id: string | null;
+  invocation_id: string | null;
+}
+
+async function lockInvocation(tx: Queryable, deploymentId: string, invocationId: string): Promise<InvocationRow> {
+  const rows = await tx.query<InvocationRow>(
+    'SELECT * FROM invocations WHERE deployment_id = $1 AND invocation_id = $2 FOR UPDATE',
+    [deploymentId, invocationId],
+  );
+  return rows[0]!;
+}
+
+export function reusedInvocation(): AppError {
+  return new AppError(
+    'IDEMPOTENCY_KEY_REUSED',
+    'This invocation id was already used with a different request; use a new id for a new call',
+  );
+}
+
+async function releaseHeld(tx: Queryable, deploymentId: string, amount: number, now: Date): Promise<void> {
+  await tx.query('UPDATE credit_balances SET reserved = reserved - $2, updated_at = $3 WHERE deployment_id = $1', [
+    deploymentId,
+    amount,
+    now,
+  ]);
+}
+
+export type ReserveOutcome =
+  | { held: true; amount: number; available: number | null; expiresAt: Date }
+  | { held: false };
+
+class Denied extends Error {}
+
+/**
+ * Hold `cost` credits for an invocation for 5 minutes (check-entitlement with reserve:true). A fresh
+ * reservation of the same id answers what it holds; a recorded one is 422; an old or finished one
+ * starts over. The hold is one guarded update, so reservations never promise more than the balance.
+ */
+export async function reserveInvocation(
+  ctx: Ctx,
+  deployment: { deployment_id: string; organization_id: string },
+  input: { cost: number; toolName: string; invocationId: string },
+): Promise<ReserveOutcome> {
+  const { cost, toolName, invocationId } = input;
+  const now = ctx.clock.now();
+  const expiresAt = new Date(now.getTime() + RESERVATION_TTL_MS);
+  const deploymentId = deployment.deployment_id;
+  try {
+    return await ctx.db.transaction(async (tx): Promise<ReserveOutcome> => {
+      const inserted = await tx.query(
+        `INSERT INTO invocations (deployment_id, invocation_id, organization_id, tool_name, status, reserved_amount,
+           reservation_expires_at, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, 'reserved', $5, $6, $7, $7)
+         ON CONFLICT (deployment_id, invocation_id) DO NOTHING RETURNING invocation_id`,
+        [deploymentId, invocationId, deployment.organization_id, toolName, cost, expiresAt, now],
+      );
+      if (inserted.length === 0) {
+        const existing = await lockInvocation(tx, deploymentId, invocationId);
+        const fresh = existing.created_at.getTime() > now.getTime() - IDEMPOTENCY_WINDOW_MS;
+        if (fresh && existing.tool_name !== toolName) throw reusedInvocation();
+        if (fresh && existing.status === 'reserved') {
+          const balance = viewBalance(await syncBalance(tx, deploymentId, now, actorLabel(ctx.actor)));
+          return { held: true, amount: existing.reserved_amount, available: balance.available, expiresAt: existing.reservation_expires_at! };
+        }
+        if (fresh && (existing.status === 'recorded' || existing.status === 'refunded')) {
+          throw new AppError('IDEMPOTENCY_KEY_REUSED', `Invocation ${invocationId} was already recorded`);
+        }
+        if (existing.status === 'reserved') await releaseHeld(tx, deploymentId, existing.reserved_amount, now);
+        // Released, expired, denied, or older than the idempotency window: this is a new reservation.
+        await tx.query(
+          `UPDATE invocations SET status = 'reserved', tool_name = $3, reserved_amount = $4, reservation_expires_at = $5,
+             request_hash = NULL, usage_id = NULL, response = NULL, created_at = $6, updated_at = $6
+           WHERE deployment_id = $1 AND invocation_id = $2`,
+          [deploymentId, invocationId, toolName, cost, expiresAt, now],
+        );
+      }
+      let hold = await holdCredits(tx, deploymentId, cost, now);
+      if (hold.stale) {
+        await syncBalance(tx, deploymentId, now, actorLabel(ctx.actor));
+        hold = await holdCredits(tx, deploymentId, cost, now);
+      }
+      if (!hold.held && (await expireReservations(tx, now, deploymentId)) > 0) {
+        hold = await holdCredits(tx, deploymentId, cost, now);
+      }
+      // Rolls the transaction back: the invocation row goes with the refusal.
+      if (!hold.held) throw new Denied();
+      // The hold is the last statement before COMMIT: the balance row stays locked one round trip.
+      return { held: true, amount: cost, available: hold.available, expiresAt };
+    });
+  } catch (err) {
+    if (err instanceof Denied) return { held: false };
+    throw err;
+  }
+}
+
+export type RecordedInvocation =
+  | { replayed: true; answer: StoredRecordAnswer }
+  | { replayed: false; cost: number; deducted: DeductResult };
+
+/**
+ * Record an idempotent call (SPEC §4): one transaction in which a concurrent request with the same id
+ * waits on the invocation row and then replays. A reservation of this call fixes its price and is
+ * spent by the deduction; a refusal is not final (the same id may be recorded once the balance allows).
+ */
+export async function recordInvocation(
+  ctx: Ctx,
+  deployment: { deployment_id: string; organization_id: string; reservedByAll: number },
+  base: Omit<DeductInput, 'recordFailure' | 'releaseReserved' | 'invocationId'> & { invocationId: string },
+  requestHash: string,
+): Promise<RecordedInvocation> {
+  const invocationId = base.invocationId;
+  const deploymentId = deployment.deployment_id;
+  const now = base.now;
+  return ctx.db.transaction(async (tx): Promise<RecordedInvocation> => {
+    const inserted = await tx.query(
+      `INSERT INTO invocations (deployment_id, invocation_id, organization_id, tool_name, request_hash, status, created_at, updated_at)
+       VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6)
+       ON CONFLICT (deployment_id, invocation_id) DO NOTHING RETURNING invocation_id`,
+      [deploymentId, invocationId, deployment.organization_id, base.toolName, requestHash, now],
+      'invocation_insert',
+    );
+    let cost = base.cost;
+    let releaseReserved = 0;
+    if (inserted.length === 0) {
+      const existing = await lockInvocation(tx, deploymentId, invocationId);
+      const fresh = existing.created_at.getTime() > now.getTime() - IDEMPOTENCY_WINDOW_MS;
+      if (!fresh) {
+        if (existing.status === 'reserved') await releaseHeld(tx, deploymentId, existing.reserved_amount, now);
+      } else if (existing.status === 'recorded' || existing.status === 'refunded') {
+        if (existing.request_hash !== requestHash) throw reusedInvocation();
+        return { replayed: true, answer: existing.response! };
+      } else if (existing.tool_name !== base.toolName) {
+        throw reusedInvocation();
+      } else if (existing.status === 'reserved') {
+        // The price was fixed when the credits were held.
+        cost = existing.reserved_amount;
+        releaseReserved = existing.reserved_amount;
+      }
+      // A held reservation of this call (the common path) needs no reset: the deduction marks it recorded.
+      if (!(fresh && existing.status === 'reserved')) {
+        await tx.query(
+          `UPDATE invocations SET status = 'pending', tool_name = $3, request_hash = $4, updated_at = $5,
+             created_at = CASE WHEN created_at > $6 THEN created_at ELSE $5 END
+           WHERE deployment_id = $1 AND invocation_id = $2`,
+          [deploymentId, invocationId, base.toolName, requestHash, now, new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS)],
+        );
+      }
+    }
+    const heldByOthers = deployment.reservedByAll - releaseReserved > 0;
+    const deducted = await deductWithRetry(ctx, tx, { ...base, cost, releaseReserved, recordInvocation: { requestHash } }, heldByOthers);
+    // A deduction marked the invocation recorded with its answer itself (DEDUCT_SQL's inv step).
+    if (!deducted.deducted) {
+      await tx.query(`UPDATE invocations SET status = $3, updated_at = $4 WHERE deployment_id = $1 AND invocation_id = $2`, [
+        deploymentId,
+        invocationId,
+        releaseReserved === 0 ? 'denied' : 'reserved',
+        now,
+      ]);
+    }
+    return { replayed: false, cost, deducted };
+  });
+}

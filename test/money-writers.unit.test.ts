@@ -1,0 +1,49 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+/**
+ * ADR 0003 (docs/adr/0003-credits-owns-money.md): only src/modules/credits/ writes the money tables.
+ * A statement that inserts into, updates or deletes from one of them anywhere else fails this test.
+ */
+const MONEY_TABLES = [
+  'credit_balances',
+  'credit_ledger',
+  'usage_records',
+  'usage_refunds',
+  'invocations',
+  'credit_grants',
+  'credit_purchases',
+  'ai_reservations',
+  'meter_event_outbox',
+];
+const WRITE = new RegExp(`\\b(INSERT\\s+INTO|UPDATE|DELETE\\s+FROM)\\s+(${MONEY_TABLES.join('|')})\\b`, 'i');
+
+function sources(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const path = join(dir, e.name);
+    if (e.isDirectory()) return sources(path);
+    return e.name.endsWith('.ts') && !e.name.endsWith('.test.ts') ? [path] : [];
+  });
+}
+
+describe('one owner of the money tables', () => {
+  it('no module but credits writes credit_balances, credit_ledger, usage_records, invocations and the rest', () => {
+    const root = join(import.meta.dirname, '..', 'src');
+    const offenders: string[] = [];
+    for (const file of sources(root)) {
+      const rel = relative(root, file);
+      if (rel.startsWith(join('modules', 'credits'))) continue;
+      const text = readFileSync(file, 'utf8');
+      for (const [i, line] of text.split('\n').entries()) if (WRITE.test(line)) offenders.push(`${rel}:${i + 1}: ${line.trim()}`);
+    }
+    expect(offenders).toEqual([]);
+  });
+
+  it('the check would see a writer (it matches the statements the credits module uses)', () => {
+    const credits = sources(join(import.meta.dirname, '..', 'src', 'modules', 'credits')).map((f) => readFileSync(f, 'utf8'));
+    expect(credits.some((t) => WRITE.test(t))).toBe(true);
+    expect(WRITE.test('UPDATE credit_balances b SET reserved = 0')).toBe(true);
+    expect(WRITE.test('INSERT INTO usage_records (id) VALUES ($1)')).toBe(true);
+  });
+});
