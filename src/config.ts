@@ -319,7 +319,7 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 20, 1, 1000),
     deductBatchWindowMs: int(env, 'DEDUCT_BATCH_WINDOW_MS', 0, 0, 100),
     deductBatchMax: int(env, 'DEDUCT_BATCH_MAX', 256, 1, 10_000),
-    deductBatchInFlight: int(env, 'DEDUCT_BATCH_IN_FLIGHT', 4, 1, 1000),
+    deductBatchInFlight: int(env, 'DEDUCT_BATCH_IN_FLIGHT', 1, 1, 1000),
     passwordHashLogN: int(env, 'PASSWORD_HASH_LOG_N', 17, nodeEnv === 'production' ? 17 : 10, 20),
     aiModelClasses: modelClasses(env, 'AI_MODEL_CLASSES') ?? DEFAULT_MODEL_CLASSES,
     aiDefaultModelClass: modelClass(env, 'AI_DEFAULT_MODEL_CLASS'),

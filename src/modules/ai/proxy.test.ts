@@ -226,6 +226,16 @@ describe('the OpenAI SDK pointed at creditgate', () => {
     expect(ids).toEqual(['gpt-4o-mini', 'gpt-4o', 'text-embedding-3-small']);
   });
 
+  it('a deployment without an AI token limit holds nothing before the call and is still counted', async () => {
+    const t = await createTenant(h, { tier: 'enterprise' });
+    await client(t).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] });
+    expect(last(standIn.requests).body.max_tokens).toBe(4096);
+    expect(await h.deps.db.query('SELECT id FROM ai_reservations WHERE deployment_id = $1', [t.deploymentId])).toEqual([]);
+    const [record] = await usageRecords(t);
+    expect(record!.metadata).toMatchObject({ input_tokens: last(standIn.usages).prompt_tokens, output_tokens: 20, estimated: false });
+    expect((await balance(t)).ai_tokens_used).toBe(last(standIn.usages).prompt_tokens + 20);
+  });
+
   it('deployment headers work as well as an API key', async () => {
     const t = await createTenant(h, { tier: 'trial' });
     const viaHeaders = new OpenAI({

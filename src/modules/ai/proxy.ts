@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { PassThrough } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
@@ -5,6 +6,7 @@ import type { ModelClass } from '../../config.js';
 import type { Ctx } from '../../context.js';
 import { AppError, ValidationError } from '../../errors.js';
 import { type AiHold, type AiUsageResult, holdAiTokens, releaseAiHold, settleAiTokens } from '../credits/ai-usage.js';
+import { type DeploymentTerms, effectiveTerms } from '../credits/terms.js';
 import { assertAiEnabled, modelClassOf } from '../quotas/ai-tokens.js';
 import { type ProviderUsage, SseSplitter, textOfChoices, usageOf } from './sse.js';
 import { countChatPrompt, countEmbeddingInput, countText, loadEncodingFor } from './tokens.js';
@@ -17,10 +19,9 @@ import { type AiUpstream, readBody } from './upstream.js';
  */
 
 /** The deployment an AI call spends for: the deployment headers' or the API key's primary deployment. */
-export interface AiDeployment {
+export interface AiDeployment extends DeploymentTerms {
   id: string;
   organization_id: string;
-  tier: string;
   status: string;
   flag_overrides: unknown;
 }
@@ -61,7 +62,18 @@ interface CallPlan {
   choices: number;
 }
 
-async function hold(ctx: Ctx, deployment: AiDeployment, plan: CallPlan): Promise<AiHold> {
+/** A hold, or (`skipped`) none: a deployment without an AI token limit has nothing to hold. */
+type CallHold = AiHold & { skipped?: true };
+
+/**
+ * Hold what the call may spend. An unlimited deployment (its terms as authenticated) holds nothing and
+ * skips the transaction, so its calls reach the provider without a database round trip; the settle
+ * still counts them against the limit in force then, should one have been set meanwhile.
+ */
+async function hold(ctx: Ctx, deployment: AiDeployment, plan: CallPlan): Promise<CallHold> {
+  if (effectiveTerms(deployment, ctx.clock.now()).aiTokensLimit === null) {
+    return { id: randomUUID(), outputPerChoice: plan.outputPerChoice, tokensHeld: 0, creditsHeld: 0, skipped: true };
+  }
   return holdAiTokens(ctx, deployment, {
     model: plan.model,
     modelClass: plan.modelClass,
@@ -90,7 +102,7 @@ function abortOnDisconnect(reply: FastifyReply): AbortController {
  */
 async function send(
   call: ChatCall,
-  held: AiHold,
+  held: CallHold,
   upstream: AiUpstream,
   path: string,
   body: unknown,
@@ -142,7 +154,7 @@ async function settle(
   ctx: Ctx,
   deployment: AiDeployment,
   plan: CallPlan,
-  held: AiHold,
+  held: CallHold,
   usage: ProviderUsage | null,
   estimate: () => number,
 ): Promise<AiUsageResult> {
@@ -150,7 +162,7 @@ async function settle(
   return settleAiTokens(ctx, deployment, {
     model: plan.model,
     modelClass: plan.modelClass,
-    holdId: held.id,
+    ...(held.skipped ? { requestId: held.id } : { holdId: held.id }),
     inputTokens: usage ? usage.prompt_tokens : plan.promptTokens,
     outputTokens: usage ? usage.completion_tokens : Math.min(estimate(), held.outputPerChoice * plan.choices),
     estimated,
@@ -158,7 +170,7 @@ async function settle(
 }
 
 /** Settle where there is no one left to answer (a stream under way, a client gone): a failure is logged. */
-async function settleQuietly(call: ChatCall, plan: CallPlan, held: AiHold, usage: ProviderUsage | null, estimate: () => number): Promise<void> {
+async function settleQuietly(call: ChatCall, plan: CallPlan, held: CallHold, usage: ProviderUsage | null, estimate: () => number): Promise<void> {
   try {
     await settle(call.ctx, call.deployment, plan, held, usage, estimate);
   } catch (err) {
@@ -166,7 +178,8 @@ async function settleQuietly(call: ChatCall, plan: CallPlan, held: AiHold, usage
   }
 }
 
-async function release(ctx: Ctx, deployment: AiDeployment, held: AiHold): Promise<void> {
+async function release(ctx: Ctx, deployment: AiDeployment, held: CallHold): Promise<void> {
+  if (held.skipped) return;
   try {
     await releaseAiHold(ctx.db, deployment.id, held.id, ctx.clock.now());
   } catch (err) {
@@ -225,7 +238,7 @@ export interface ChatCall {
 }
 
 /** Everything before the upstream call: gate, model, tokens, hold. */
-async function prepareChat(call: ChatCall, body: ChatBody): Promise<{ plan: CallPlan; held: AiHold; upstream: AiUpstream }> {
+async function prepareChat(call: ChatCall, body: ChatBody): Promise<{ plan: CallPlan; held: CallHold; upstream: AiUpstream }> {
   const { ctx, deployment } = call;
   assertAiEnabled(ctx, deployment);
   checkModel(ctx, body.model);
@@ -259,7 +272,7 @@ export async function chatCompletions(call: ChatCall, body: ChatBody): Promise<F
 async function answerWhole(
   call: ChatCall,
   plan: CallPlan,
-  held: AiHold,
+  held: CallHold,
   res: Dispatcher.ResponseData,
   controller: AbortController,
   textOf: (answer: Record<string, unknown>) => string,
@@ -300,7 +313,7 @@ function cutEvent(): string {
 async function streamChat(
   call: ChatCall,
   plan: CallPlan,
-  held: AiHold,
+  held: CallHold,
   res: Dispatcher.ResponseData,
   controller: AbortController,
   clientWantsUsage: boolean,
@@ -359,7 +372,7 @@ async function streamChat(
 async function finishStream(
   call: ChatCall,
   plan: CallPlan,
-  held: AiHold,
+  held: CallHold,
   usage: ProviderUsage | null,
   streamed: string[],
   out: PassThrough,
@@ -507,7 +520,7 @@ export async function generate(call: ChatCall, input: GenerateBody): Promise<Gen
 }
 
 /** `stream: true` on /api/ai/generate: a text/plain chunked stream of the text alone. */
-async function streamText(call: ChatCall, plan: CallPlan, held: AiHold, res: Dispatcher.ResponseData, controller: AbortController): Promise<FastifyReply> {
+async function streamText(call: ChatCall, plan: CallPlan, held: CallHold, res: Dispatcher.ResponseData, controller: AbortController): Promise<FastifyReply> {
   const { reply } = call;
   const out = new PassThrough();
   reply.code(200).header('content-type', 'text/plain; charset=utf-8').header('cache-control', 'no-cache').header('x-accel-buffering', 'no');

@@ -29,7 +29,21 @@ function aiDeploymentOf(request: FastifyRequest): { ctx: Ctx; deployment: AiDepl
     if (d.status !== 'active') {
       throw new AppError('DEPLOYMENT_SUSPENDED', 'This deployment is suspended: it can read its quotas and entitlements, but not spend or send');
     }
-    return { ctx: auth.ctx, deployment: { id: d.deployment_id, organization_id: d.organization_id, tier: d.tier, status: d.status, flag_overrides: d.flag_overrides } };
+    return {
+      ctx: auth.ctx,
+      deployment: {
+        id: d.deployment_id,
+        organization_id: d.organization_id,
+        status: d.status,
+        flag_overrides: d.flag_overrides,
+        tier: d.tier,
+        billing_anchor: d.billing_anchor,
+        override_monthly_credits: d.override_monthly_credits,
+        override_api_rate_limit: d.override_api_rate_limit,
+        override_ai_tokens_limit: d.override_ai_tokens_limit,
+        override_expires_at: d.override_expires_at,
+      },
+    };
   }
   throw new Error(`route ${request.url} is not an AI route`);
 }

@@ -92,8 +92,7 @@ export async function holdAiTokens(ctx: Ctx, deployment: { id: string; organizat
   const now = ctx.clock.now();
   const actor = actorLabel(ctx.actor);
   return ctx.db.transaction(async (tx) => {
-    const balance = await syncBalance(tx, deployment.id, now, actor);
-    const limit = (await termsOf(tx, deployment.id, now)).aiTokensLimit;
+    const { balance, limit } = await lockForAi(tx, deployment.id, now, actor);
     let perChoice = input.outputPerChoice;
     let tokensHeld = 0;
     let creditsHeld = 0;
@@ -110,16 +109,15 @@ export async function holdAiTokens(ctx: Ctx, deployment: { id: string; organizat
       creditsHeld = creditsForTokens(total - tokensHeld, input.modelClass);
     }
     const id = crypto.randomUUID();
-    if (tokensHeld > 0 || creditsHeld > 0) {
-      await tx.query(
-        `UPDATE credit_balances SET ai_tokens_reserved = ai_tokens_reserved + $2, ai_credits_reserved = ai_credits_reserved + $3,
-           reserved = reserved + $3, updated_at = $4
-         WHERE deployment_id = $1`,
-        [deployment.id, tokensHeld, creditsHeld, now],
-      );
-    }
+    // The balance and the hold's row in one statement: the row lock is held one round trip less.
     await tx.query(
-      `INSERT INTO ai_reservations (id, organization_id, deployment_id, model, model_class, prompt_tokens, output_allowance,
+      `WITH upd AS (
+         UPDATE credit_balances SET ai_tokens_reserved = ai_tokens_reserved + $8, ai_credits_reserved = ai_credits_reserved + $9,
+           reserved = reserved + $9, updated_at = $11
+         WHERE deployment_id = $3 AND ($8::bigint > 0 OR $9::bigint > 0)
+         RETURNING deployment_id
+       )
+       INSERT INTO ai_reservations (id, organization_id, deployment_id, model, model_class, prompt_tokens, output_allowance,
          tokens_held, credits_held, status, expires_at, created_at, updated_at)
        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'held', $10, $11, $11)`,
       [
@@ -259,15 +257,33 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
   const requestId = input.requestId ?? input.holdId;
   const estimated = input.estimated === true;
   return ctx.db.transaction(async (tx) => {
-    const before = await syncBalance(tx, deployment.id, now, actor);
-    const limit = (await termsOf(tx, deployment.id, now)).aiTokensLimit;
+    const { balance: before, limit } = await lockForAi(tx, deployment.id, now, actor);
     const view = (b: AiBalance) => ({
       used: b.ai_tokens_used,
       limit,
       remaining: aiTokensFree(b, limit),
       resetsAt: before.period_end.toISOString(),
     });
-    if (requestId !== undefined) {
+    const usageId = crypto.randomUUID();
+    // The hold is given back in the balance update below. Its row turning `settled` is also the
+    // idempotency check of the common case; only a hold that is no longer held (settled before, or
+    // given back by the sweeper) looks for an earlier usage record.
+    let heldTokens = 0;
+    let heldCredits = 0;
+    let claimed = false;
+    if (input.holdId !== undefined) {
+      const held = await tx.query<{ tokens_held: number; credits_held: number }>(
+        `UPDATE ai_reservations SET status = 'settled', usage_id = $3, updated_at = $4
+         WHERE id = $2 AND deployment_id = $1 AND status = 'held'
+         RETURNING tokens_held, credits_held`,
+        [deployment.id, input.holdId, usageId, now],
+        'ai_hold_settle',
+      );
+      claimed = held.length > 0;
+      heldTokens = held[0]?.tokens_held ?? 0;
+      heldCredits = held[0]?.credits_held ?? 0;
+    }
+    if (!claimed && requestId !== undefined) {
       const seen = await tx.query<AiUsageRow>(
         `SELECT id, quantity, metadata FROM usage_records
          WHERE deployment_id = $1 AND metric = 'ai_tokens' AND invocation_id = $2`,
@@ -287,20 +303,6 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
           replayed: true,
         };
       }
-    }
-    const usageId = crypto.randomUUID();
-    // The hold is given back in the update below; a hold the sweeper already expired gives back nothing.
-    let heldTokens = 0;
-    let heldCredits = 0;
-    if (input.holdId !== undefined) {
-      const held = await tx.query<{ tokens_held: number; credits_held: number }>(
-        `UPDATE ai_reservations SET status = 'settled', usage_id = $3, updated_at = $4
-         WHERE id = $2 AND deployment_id = $1 AND status = 'held'
-         RETURNING tokens_held, credits_held`,
-        [deployment.id, input.holdId, usageId, now],
-      );
-      heldTokens = held[0]?.tokens_held ?? 0;
-      heldCredits = held[0]?.credits_held ?? 0;
     }
     const released: AiBalance = {
       ...before,
@@ -394,7 +396,22 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
   });
 }
 
-async function termsOf(tx: Queryable, deploymentId: string, now: Date) {
-  const rows = await tx.query<DeploymentTerms>('SELECT * FROM deployments WHERE id = $1', [deploymentId]);
-  return effectiveTerms(rows[0]!, now);
+/**
+ * Lock the balance row with the deployment's terms in one round trip; only a row past its sync_before
+ * (a period or override boundary) takes syncBalance's slow path, as the deduction statement does.
+ */
+async function lockForAi(tx: Queryable, deploymentId: string, now: Date, actor: string): Promise<{ balance: BalanceRow; limit: number | null }> {
+  const rows = await tx.query<BalanceRow & DeploymentTerms>(
+    `SELECT b.*, d.tier, d.billing_anchor, d.override_monthly_credits, d.override_api_rate_limit, d.override_ai_tokens_limit,
+            d.override_expires_at
+     FROM credit_balances b JOIN deployments d ON d.id = b.deployment_id
+     WHERE b.deployment_id = $1 FOR UPDATE OF b`,
+    [deploymentId],
+    'ai_balance_lock',
+  );
+  const row = rows[0];
+  if (!row) throw new Error(`no balance row for deployment ${deploymentId}`);
+  const limit = effectiveTerms(row, now).aiTokensLimit;
+  if (row.sync_before.getTime() > now.getTime()) return { balance: row, limit };
+  return { balance: await syncBalance(tx, deploymentId, now, actor), limit };
 }
