@@ -107,14 +107,24 @@ async function send(
   path: string,
   body: unknown,
   signal: AbortSignal,
-): Promise<Dispatcher.ResponseData | null> {
+): Promise<Dispatcher.ResponseData | UpstreamRefusal | null> {
+  let res: Dispatcher.ResponseData;
   try {
-    return await upstream.post(path, body, signal);
+    res = await upstream.post(path, body, signal);
   } catch (err) {
     await release(call.ctx, call.deployment, held);
     if (signal.aborted) return null;
     throw upstreamError(describeFault(err));
   }
+  if (res.statusCode >= 200 && res.statusCode < 300) return res;
+  await release(call.ctx, call.deployment, held);
+  const refusal = await refusalOf(res);
+  if (refusal instanceof AppError) throw refusal;
+  return refusal;
+}
+
+function isRefusal(res: Dispatcher.ResponseData | UpstreamRefusal): res is UpstreamRefusal {
+  return !('statusCode' in res);
 }
 
 function describeFault(err: unknown): string {
@@ -251,16 +261,11 @@ async function prepareChat(call: ChatCall, body: ChatBody): Promise<{ plan: Call
 /** POST /api/v1/ai/chat/completions: the OpenAI answer, or its SSE stream passed through chunk by chunk. */
 export async function chatCompletions(call: ChatCall, body: ChatBody): Promise<FastifyReply> {
   const { plan, held, upstream } = await prepareChat(call, body);
-  const { ctx, deployment, reply } = call;
+  const { reply } = call;
   const controller = abortOnDisconnect(reply);
   const res = await send(call, held, upstream, '/chat/completions', upstreamChatBody(body, held.outputPerChoice), controller.signal);
   if (!res) return reply;
-  if (res.statusCode < 200 || res.statusCode >= 300) {
-    await release(ctx, deployment, held);
-    const refusal = await refusalOf(res);
-    if (refusal instanceof AppError) throw refusal;
-    return sendRefusal(reply, refusal);
-  }
+  if (isRefusal(res)) return sendRefusal(reply, res);
   if (body.stream === true) return streamChat(call, plan, held, res, controller, body.stream_options?.include_usage === true);
   return answerWhole(call, plan, held, res, controller, (answer) => textOfChoices(answer.choices, 'message'));
 }
@@ -277,25 +282,39 @@ async function answerWhole(
   controller: AbortController,
   textOf: (answer: Record<string, unknown>) => string,
 ): Promise<FastifyReply> {
-  const { ctx, deployment, reply } = call;
-  let raw: Buffer | null;
-  let answer: Record<string, unknown>;
+  const read = await readAnswer(call, plan, held, res, controller);
+  if (!read) return call.reply;
+  const { raw, answer } = read;
+  await settle(call.ctx, call.deployment, plan, held, usageOf(answer.usage), () => countText(plan.model, textOf(answer)));
+  return call.reply.code(200).type('application/json').send(raw);
+}
+
+/**
+ * Read a non-streamed answer whole. A client gone meanwhile: the provider answered (it has the prompt),
+ * so the prompt is charged and null returned. An answer that is too large or not a JSON object: the
+ * hold is released and 502.
+ */
+async function readAnswer(
+  call: ChatCall,
+  plan: CallPlan,
+  held: CallHold,
+  res: Dispatcher.ResponseData,
+  controller: AbortController,
+): Promise<{ raw: Buffer; answer: Record<string, unknown> } | null> {
   try {
-    raw = await readBody(res.body, MAX_ANSWER_BYTES);
+    const raw = await readBody(res.body, MAX_ANSWER_BYTES);
     if (raw === null) throw upstreamError('its answer was larger than 64 MiB');
-    answer = JSON.parse(raw.toString('utf8')) as Record<string, unknown>;
+    const answer = JSON.parse(raw.toString('utf8')) as Record<string, unknown>;
     if (!answer || typeof answer !== 'object') throw upstreamError('its answer was not a JSON object');
+    return { raw, answer };
   } catch (err) {
     if (controller.signal.aborted) {
-      // The provider answered (it has the prompt); the client left while the answer was read: the prompt is charged.
       await settleQuietly(call, plan, held, null, () => 0);
-      return reply;
+      return null;
     }
-    await release(ctx, deployment, held);
-    throw err instanceof AppError ? err : err instanceof SyntaxError ? upstreamError('its answer was not JSON') : upstreamError(describeFault(err));
+    await release(call.ctx, call.deployment, held);
+    throw err instanceof AppError ? err : upstreamError(err instanceof SyntaxError ? 'its answer was not JSON' : describeFault(err));
   }
-  await settle(ctx, deployment, plan, held, usageOf(answer.usage), () => countText(plan.model, textOf(answer)));
-  return reply.code(200).type('application/json').send(raw);
 }
 
 /** The SSE event that tells a client the provider's stream broke (the OpenAI SDKs raise it as an APIError). */
@@ -441,12 +460,7 @@ export async function embeddings(call: ChatCall, body: EmbeddingsBody): Promise<
   const controller = abortOnDisconnect(reply);
   const res = await send(call, held, call.upstream, '/embeddings', body, controller.signal);
   if (!res) return reply;
-  if (res.statusCode < 200 || res.statusCode >= 300) {
-    await release(ctx, deployment, held);
-    const refusal = await refusalOf(res);
-    if (refusal instanceof AppError) throw refusal;
-    return sendRefusal(reply, refusal);
-  }
+  if (isRefusal(res)) return sendRefusal(reply, res);
   return answerWhole(call, plan, held, res, controller, () => '');
 }
 
@@ -484,10 +498,8 @@ export async function generate(call: ChatCall, input: GenerateBody): Promise<Gen
   const controller = abortOnDisconnect(reply);
   const res = await send(call, held, upstream, '/chat/completions', upstreamChatBody(chat, held.outputPerChoice), controller.signal);
   if (!res) return reply;
-  if (res.statusCode < 200 || res.statusCode >= 300) {
-    await release(ctx, deployment, held);
-    const refusal = await refusalOf(res);
-    if (refusal instanceof AppError) throw refusal;
+  if (isRefusal(res)) {
+    const refusal = res;
     if (refusal.status === 429) {
       const seconds = Math.max(1, Number.parseInt(refusal.retryAfter ?? '1', 10) || 1);
       throw new AppError('RATE_LIMITED', `The AI provider is limiting requests; retry in ${seconds} seconds`, {}, { 'retry-after': String(seconds) });
@@ -495,20 +507,9 @@ export async function generate(call: ChatCall, input: GenerateBody): Promise<Gen
     throw upstreamError(`it refused the request (${refusal.status}): ${refusal.body.toString('utf8').slice(0, 300)}`);
   }
   if (input.stream === true) return streamText(call, plan, held, res, controller);
-  let answer: Record<string, unknown>;
-  try {
-    const raw = await readBody(res.body, MAX_ANSWER_BYTES);
-    if (raw === null) throw upstreamError('its answer was larger than 64 MiB');
-    answer = JSON.parse(raw.toString('utf8')) as Record<string, unknown>;
-    if (!answer || typeof answer !== 'object') throw upstreamError('its answer was not a JSON object');
-  } catch (err) {
-    if (controller.signal.aborted) {
-      await settleQuietly(call, plan, held, null, () => 0);
-      return reply;
-    }
-    await release(ctx, deployment, held);
-    throw err instanceof AppError ? err : upstreamError(err instanceof SyntaxError ? 'its answer was not JSON' : describeFault(err));
-  }
+  const read = await readAnswer(call, plan, held, res, controller);
+  if (!read) return reply;
+  const { answer } = read;
   const text = textOfChoices(Array.isArray(answer.choices) ? answer.choices.slice(0, 1) : [], 'message');
   const result = await settle(ctx, deployment, plan, held, usageOf(answer.usage), () => countText(plan.model, text));
   const inputTokens = usageOf(answer.usage)?.prompt_tokens ?? plan.promptTokens;

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { type Ctx, actorLabel } from '../../context.js';
 import { requestHash } from '../../lib/canonical-json.js';
 import { type DeductInput, type DeductResult, recordDeniedUsage, remainingAfter } from '../credits/deduct.js';
-import { recordInvocation, reserveInvocation } from '../credits/invocations.js';
+import { recordInvocation, reserveInvocation, type StoredRecordAnswer } from '../credits/invocations.js';
 import { costOfTool } from './costs.js';
 import { type DenialReason, decide, gate } from './decide.js';
 import type { DeploymentState } from './state.js';
@@ -31,14 +31,8 @@ export interface RecordInput {
   invocationId?: string | undefined;
 }
 
-export interface RecordResult {
-  success: boolean;
-  credits_used: number;
-  credits_remaining: number | null;
-  error: string | null;
-  usage_id: string | null;
-  invocation_id: string | null;
-}
+/** The answer of record-usage; a recorded invocation keeps it for replays (credits/invocations.ts). */
+export type RecordResult = StoredRecordAnswer;
 
 export interface RecordOutcome {
   result: RecordResult;
