@@ -1,9 +1,12 @@
 /**
  * creditgate for the AI proxy benchmark (bench/ai.ts): the production start path (AI_BASE_URL from the
- * environment, pointing at the stand-in) with two IPC calls:
- *   seed    an enterprise deployment (unlimited AI tokens: nothing to hold) and a launch one with an AI
- *           token limit of 10⁹ (every call holds and settles), no per-minute limit; a write key each
- *   verify  their AI usage records, holds still held, and findLedgerMismatches
+ * environment, pointing at the stand-in) with these IPC calls:
+ *   seed        an enterprise deployment (unlimited AI tokens: nothing to hold) and a launch one with an
+ *               AI token limit of 10⁹ (every call holds and settles), no per-minute limit; a write key each
+ *   verify      their AI usage records, holds still held, and findLedgerMismatches
+ *   statements  SQL statements the service has run so far, by name or first characters (app.deps.db
+ *               wrapped, as bench/lib/server-stats.ts does for the other benchmarks): the runner takes
+ *               the difference over a known number of calls to get statements per call
  */
 import type { AddressInfo } from 'node:net';
 import { systemCtx } from '../../src/context.js';
@@ -13,12 +16,31 @@ import { findLedgerMismatches } from '../../src/modules/credits/ledger.js';
 import { setOverrides } from '../../src/modules/deployments/service.js';
 import { createOrganization } from '../../src/modules/organizations/service.js';
 import { serveParent } from './child.js';
+import { countStatements } from './server-stats.js';
+
+/** The parent imports only types from this file: importing it starts a server. */
+export interface AiSeed {
+  unlimitedKey: string;
+  limitedKey: string;
+}
+
+export interface AiVerification {
+  /** usage_records of metric ai_tokens of the two seeded deployments, and how many of them are estimates. */
+  usageRecords: number;
+  estimated: number;
+  /** ai_reservations still held. */
+  held: number;
+  /** findLedgerMismatches(db) over every deployment. */
+  mismatches: number;
+}
 
 const app = await serve(process.env);
+const statements = countStatements(app.deps.db);
 const deploymentIds: string[] = [];
 
 serveParent((app.server.address() as AddressInfo).port, {
-  seed: async () => {
+  statements: async () => statements(),
+  seed: async (): Promise<AiSeed> => {
     const ctx = { ...systemCtx(app.deps), actor: { type: 'operator' as const } };
     const suffix = Date.now().toString(36);
     const tenant = async (tier: 'enterprise' | 'launch') => {
@@ -30,7 +52,7 @@ serveParent((app.server.address() as AddressInfo).port, {
     };
     return { unlimitedKey: await tenant('enterprise'), limitedKey: await tenant('launch') };
   },
-  verify: async () => {
+  verify: async (): Promise<AiVerification> => {
     const db = app.deps.db;
     const [usage] = await db.query<{ n: number; estimated: number }>(
       `SELECT count(*)::int AS n, count(*) FILTER (WHERE metadata->>'estimated' = 'true')::int AS estimated
