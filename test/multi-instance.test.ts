@@ -75,4 +75,26 @@ describe('two instances, one PostgreSQL/PGlite and one Redis', () => {
     expect(results.filter((r) => json(r).success === true)).toHaveLength(100);
     expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
   });
+
+  it('the same invocation ids sent to both instances at once: each is charged once, and the balance is never overspent', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    const ids = Array.from({ length: 120 }, (_, i) => `both-${Date.now().toString(36)}-${i}`);
+    // Every id goes to both instances in the same moment; their batches interleave on one database.
+    const results = await Promise.all(
+      ids.flatMap((id) =>
+        [a, b].map((app) =>
+          app.inject({ method: 'POST', url: '/api/v1/mcp/stdio/record-usage', headers: bearer(t.apiKey), payload: { tool_name: 'x', invocation_id: id } }),
+        ),
+      ),
+    );
+    for (const r of results) expect([200, 409]).toContain(r.statusCode);
+    const charged = await h.deps.db.query<{ invocation_id: string; n: number }>(
+      'SELECT invocation_id, count(*)::int AS n FROM usage_records WHERE deployment_id = $1 AND success GROUP BY invocation_id',
+      [t.deploymentId],
+    );
+    // 100 monthly credits: 100 ids charged once each, the other 20 refused; no id charged twice.
+    expect(charged.every((c) => c.n === 1)).toBe(true);
+    expect(charged).toHaveLength(100);
+    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
 });
