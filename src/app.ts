@@ -91,8 +91,9 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   const metrics = new Metrics();
   const limiter = createLimiter(config, clock, app, metrics);
   const outbound = new OutboundHttp(config.webhookAllowPrivateNetworks, config.webhookAttemptTimeoutMs);
+  const caches = new Caches(clock, bus, { principalTtlMs: config.principalCacheMs, balanceTtlMs: config.balanceCacheMs });
   const deductions = new DeductionBatcher(
-    { db, config },
+    { db, config, caches },
     {
       windowMs: config.deductBatchWindowMs,
       maxBatch: config.deductBatchMax,
@@ -101,7 +102,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
     },
     (err, size) => app.log.warn({ err, size }, 'deduction batch failed; its requests run one by one'),
   );
-  const deps: Deps = { config, db, clock, bus, caches: new Caches(clock, bus), limiter, metrics, outbound, deductions, log: app.log };
+  const deps: Deps = { config, db, clock, bus, caches, limiter, metrics, outbound, deductions, log: app.log };
   app.decorate('deps', deps);
   // Every route registered, so a test can prove the OpenAPI document lists them all.
   const routeList: Array<{ method: string; url: string; auth: string; hidden: boolean }> = [];

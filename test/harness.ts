@@ -9,6 +9,7 @@ import { runMigrations } from '../src/db/migrate.js';
 import type { Scope } from '../src/modules/api-keys/service.js';
 import { createApiKey } from '../src/modules/api-keys/service.js';
 import { startEmailVerification } from '../src/modules/auth/email-verification.js';
+import { forgetBalance } from '../src/modules/credits/balance-cache.js';
 import { changePurchased } from '../src/modules/credits/service.js';
 import { updateDeployment } from '../src/modules/deployments/service.js';
 import type { Tier } from '../src/modules/entitlements/tiers.js';
@@ -107,6 +108,7 @@ export async function grant(h: Harness, deploymentId: string, amount: number): P
   await h.deps.db.transaction((tx) =>
     changePurchased(tx, { deploymentId, amount, reason: 'test grant', actor: 'operator', now: h.clock.now() }),
   );
+  forgetBalance(h.deps, deploymentId, true);
 }
 
 export async function setTier(h: Harness, deploymentId: string, tier: Tier): Promise<void> {

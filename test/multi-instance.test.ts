@@ -2,7 +2,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { testConfig } from '../src/config.js';
 import type { FastifyInstance } from 'fastify';
+import { systemCtx } from '../src/context.js';
+import type { BusChannel } from '../src/lib/bus.js';
+import { revokeApiKey } from '../src/modules/api-keys/service.js';
 import { findLedgerMismatches } from '../src/modules/credits/ledger.js';
+import { rotateDeploymentSecret } from '../src/modules/deployments/service.js';
 import { adminHeaders, bearer, createHarness, createTenant, type Harness, json, serviceHeaders, testDatabase } from './harness.js';
 
 /**
@@ -97,4 +101,103 @@ describe('two instances, one PostgreSQL/PGlite and one Redis', () => {
     expect(charged).toHaveLength(100);
     expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
   });
+
+  /** Resolves when `app` has heard `channel` on the bus; its caches subscribed first, so they are cleared by then. */
+  function heard(app: FastifyInstance, channel: BusChannel): Promise<void> {
+    return new Promise((resolve) => app.deps.bus.subscribe(channel, (message) => message !== 'resync' && resolve()));
+  }
+
+  const checkOn = (app: FastifyInstance, apiKey: string) =>
+    app.inject({ method: 'POST', url: '/api/v1/mcp/stdio/check-entitlement', headers: bearer(apiKey), payload: { tool_name: 'x' } });
+
+  it('a key revoked on one instance is refused by the other within one bus delivery', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    // B has the key in its principal cache: its second request reads no key row.
+    expect((await checkOn(b, t.apiKey)).statusCode).toBe(200);
+    const reads = countStatements(b, 'api_keys');
+    expect((await checkOn(b, t.apiKey)).statusCode).toBe(200);
+    expect(reads.stop()).toBe(0);
+    const [key] = await h.deps.db.query<{ id: string }>('SELECT id FROM api_keys WHERE organization_id = $1', [t.organizationId]);
+    const delivered = heard(b, 'principal-cache');
+    await revokeApiKey({ ...systemCtx(a.deps), actor: { type: 'operator' } }, t.organizationId, key!.id);
+    await delivered;
+    const res = await checkOn(b, t.apiKey);
+    expect(res.statusCode).toBe(401);
+    expect(json(res).code).toBe('UNAUTHORIZED');
+  });
+
+  it("a deployment secret rotated on one instance stops working on the other within one bus delivery", async () => {
+    const t = await createTenant(h, { tier: 'launch' });
+    const quotaOn = (app: FastifyInstance, secret: string) =>
+      app.inject({ method: 'GET', url: '/api/v1/ai/quota', headers: { 'x-deployment-id': t.deploymentId, 'x-deployment-secret': secret } });
+    expect((await quotaOn(b, t.deploymentSecret)).statusCode).toBe(200);
+    const delivered = heard(b, 'principal-cache');
+    const { secret } = await rotateDeploymentSecret({ ...systemCtx(a.deps), actor: { type: 'operator' } }, t.deploymentId);
+    await delivered;
+    expect((await quotaOn(b, t.deploymentSecret)).statusCode).toBe(401);
+    expect((await quotaOn(b, secret)).statusCode).toBe(200);
+  });
+
+  it('a suspension and a flag override on one instance reach the checks of the other within one bus delivery', async () => {
+    const t = await createTenant(h, { tier: 'launch' });
+    expect(json(await checkOn(b, t.apiKey)).allowed).toBe(true);
+    let delivered = heard(b, 'principal-cache');
+    const flags = await a.inject({
+      method: 'PUT',
+      url: `/api/v1/admin/deployments/${t.deploymentId}/flags`,
+      headers: adminHeaders(h),
+      payload: { mcp_enabled: false },
+    });
+    expect(flags.statusCode, flags.body).toBe(200);
+    await delivered;
+    expect(json(await checkOn(b, t.apiKey))).toMatchObject({ allowed: false, reason: 'mcp_disabled' });
+    delivered = heard(b, 'terms-cache');
+    await a.inject({ method: 'PUT', url: `/api/v1/admin/deployments/${t.deploymentId}/flags`, headers: adminHeaders(h), payload: { mcp_enabled: null } });
+    const suspend = await a.inject({ method: 'PUT', url: `/api/v1/admin/deployments/${t.deploymentId}`, headers: adminHeaders(h), payload: { status: 'suspended' } });
+    expect(suspend.statusCode).toBe(200);
+    await delivered;
+    expect(json(await checkOn(b, t.apiKey))).toMatchObject({ allowed: false, reason: 'deployment_not_found' });
+  });
+
+  it('credits granted on one instance show in the checks of the other within one bus delivery', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    const serviceCheckOnB = async () =>
+      json(
+        await b.inject({
+          method: 'POST',
+          url: '/api/v1/mcp/check-entitlement',
+          headers: serviceHeaders(h),
+          payload: { deployment_id: t.deploymentId, tool_name: 'x' },
+        }),
+      ).credits_available;
+    expect(await serviceCheckOnB()).toBe(100);
+    const delivered = heard(b, 'balance-cache');
+    const grant = await a.inject({
+      method: 'POST',
+      url: `/api/v1/admin/deployments/${t.deploymentId}/credits`,
+      headers: adminHeaders(h),
+      payload: { amount: 50, reason: 'goodwill' },
+    });
+    expect(grant.statusCode, grant.body).toBe(200);
+    await delivered;
+    expect(await serviceCheckOnB()).toBe(150);
+  });
 });
+
+/** Statements `app` sends whose text mentions `table`, from now until stop(); the real driver still runs them. */
+function countStatements(app: FastifyInstance, table: string): { stop: () => number } {
+  const db = app.deps.db;
+  const original = db.query.bind(db);
+  let n = 0;
+  db.query = ((text: string, params?: readonly unknown[], name?: string) => {
+    if (text.includes(table)) n++;
+    return original(text, params, name);
+  }) as typeof db.query;
+  return {
+    stop: () => {
+      db.query = original;
+      return n;
+    },
+  };
+}
+

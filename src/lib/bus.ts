@@ -13,7 +13,7 @@ export interface Bus {
   close(): Promise<void>;
 }
 
-export type BusChannel = 'resolve-cache' | 'cost-cache' | 'terms-cache' | 'plan-cache';
+export type BusChannel = 'resolve-cache' | 'cost-cache' | 'terms-cache' | 'plan-cache' | 'principal-cache' | 'balance-cache';
 
 const PREFIX = 'creditgate:bus:';
 

@@ -2,8 +2,10 @@ import type { Clock } from '../clock.js';
 import { MINUTE, SECOND } from '../clock.js';
 import type { Bus } from './bus.js';
 import { TtlCache } from './cache.js';
+import type { BalanceRow } from '../modules/credits/service.js';
 import type { DeploymentTerms } from '../modules/credits/terms.js';
 import type { Plan } from '../modules/entitlements/tiers.js';
+import type { CachedApiKey, CachedDeployment } from '../modules/metering/state.js';
 
 export interface ResolvedDeployment {
   deployment_id: string | null;
@@ -34,7 +36,23 @@ export class Caches {
   /** Client IPs that failed authentication on /api/v1 lately: only they are checked against the failure window (http/auth-throttle.ts). */
   readonly authFailures: TtlCache<true>;
 
-  constructor(clock: Clock, bus: Bus) {
+  /**
+   * Principals (docs/adr/0005-cached-checks.md): API keys by the hash of the key, deployments (with
+   * their secret hash, terms, status and flags) by id, null for an unknown id. Dropped on every instance
+   * by 'principal-cache' (a key revoked, a secret rotated, flags, a member's power taken back, an
+   * organization deleted) and 'terms-cache' (tier, status, overrides). New keys and deployments need no
+   * message: nobody can have cached an id that did not exist.
+   */
+  readonly apiKeys: TtlCache<CachedApiKey>;
+  readonly deployments: TtlCache<CachedDeployment | null>;
+  /**
+   * Balance rows an advisory check may read without a round trip, for at most `balanceTtlMs`; written
+   * through by this instance's deductions, dropped on every instance by grants, refunds and adjustments
+   * ('balance-cache', message: a deployment id, or empty for all). A check never refuses on a cached row.
+   */
+  readonly balances: TtlCache<BalanceRow>;
+
+  constructor(clock: Clock, bus: Bus, ttl: { principalTtlMs: number; balanceTtlMs: number } = { principalTtlMs: MINUTE, balanceTtlMs: SECOND }) {
     this.resolve = new TtlCache(clock, 5 * MINUTE);
     this.costs = new TtlCache(clock, MINUTE, 1);
     bus.subscribe('resolve-cache', () => this.resolve.clear());
@@ -43,7 +61,24 @@ export class Caches {
     // Two windows: the sliding counter still weighs the previous minute's failures.
     this.authFailures = new TtlCache(clock, 2 * MINUTE);
     bus.subscribe('cost-cache', () => this.costs.clear());
-    bus.subscribe('terms-cache', () => this.terms.clear());
+    this.apiKeys = new TtlCache(clock, ttl.principalTtlMs, 100_000);
+    this.deployments = new TtlCache(clock, ttl.principalTtlMs, 100_000);
+    this.balances = new TtlCache(clock, ttl.balanceTtlMs, 100_000);
+    const dropPrincipals = () => {
+      this.apiKeys.clear();
+      this.deployments.clear();
+    };
+    bus.subscribe('principal-cache', dropPrincipals);
+    bus.subscribe('terms-cache', () => {
+      this.terms.clear();
+      dropPrincipals();
+      // A tier or override change moves the allocation: cached balances are stale with it.
+      this.balances.clear();
+    });
+    bus.subscribe('balance-cache', (deploymentId) => {
+      if (/^[0-9a-f-]{36}$/i.test(deploymentId)) this.balances.delete(deploymentId);
+      else this.balances.clear();
+    });
     bus.subscribe('plan-cache', () => this.plans.clear());
   }
 }

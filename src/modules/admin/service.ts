@@ -1,3 +1,4 @@
+import { forgetBalance } from '../credits/balance-cache.js';
 import { type Ctx, actorLabel } from '../../context.js';
 import { NotFoundError, ValidationError } from '../../errors.js';
 import { createApiKey } from '../api-keys/service.js';
@@ -115,6 +116,7 @@ export async function adminResetUsage(
     });
     return deployment;
   });
+  forgetBalance(ctx, id, true);
   return viewOf(ctx, d);
 }
 
@@ -146,6 +148,7 @@ export async function adminChangeCredits(
     });
     return deployment;
   });
+  forgetBalance(ctx, id, true);
   return viewOf(ctx, d);
 }
 

@@ -1,3 +1,4 @@
+import { principalsChanged } from '../deployments/service.js';
 import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { AppError, NotFoundError, ValidationError } from '../../errors.js';
@@ -76,10 +77,13 @@ export async function createApiKey(
   return { apiKey, key };
 }
 
-/** Revoke: the key stops working with this commit (every request reads the key row). */
+/**
+ * Revoke: the key stops working with this commit; every instance drops its cached principals when the
+ * commit is done (docs/adr/0005-cached-checks.md).
+ */
 export async function revokeApiKey(ctx: Ctx, organizationId: string, id: string): Promise<ApiKeyRow> {
   if (!isUuid(id)) throw new NotFoundError('API key');
-  return ctx.db.transaction(async (tx) => {
+  const row = await ctx.db.transaction(async (tx) => {
     const revoked = await tx.query<ApiKeyRow>(
       `UPDATE api_keys SET revoked_at = $3 WHERE id = $1 AND organization_id = $2 AND revoked_at IS NULL RETURNING ${COLUMNS}`,
       [id, organizationId, ctx.clock.now()],
@@ -99,6 +103,8 @@ export async function revokeApiKey(ctx: Ctx, organizationId: string, id: string)
     if (!existing[0]) throw new NotFoundError('API key');
     return existing[0];
   });
+  principalsChanged(ctx);
+  return row;
 }
 
 // ---- Verbs of the application API (SPEC §8): authorization first, then the transaction above. ----

@@ -103,6 +103,8 @@ export async function handleStoredEvent(deps: Deps, id: string): Promise<void> {
     });
     if (outcome?.tierChanged) tierCachesChanged(ctx);
     if (outcome?.planChanged) ctx.bus.publish('plan-cache');
+    // Packs granted or taken back, periods moved: rare, so every instance drops every cached balance.
+    if (outcome && !outcome.ignored) ctx.bus.publish('balance-cache');
   } catch (error) {
     const now = deps.clock.now();
     const delay = Math.min(MAX_BACKOFF_MS, 30_000 * 2 ** Math.min(stored.attempts, 10));

@@ -1,3 +1,4 @@
+import { forgetBalance } from './balance-cache.js';
 import type { ModelClass } from '../../config.js';
 import { type Ctx, actorLabel } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
@@ -91,6 +92,8 @@ export interface AiHold {
 export async function holdAiTokens(ctx: Ctx, deployment: { id: string; organization_id: string }, input: AiHoldInput): Promise<AiHold> {
   const now = ctx.clock.now();
   const actor = actorLabel(ctx.actor);
+  // Held credits count in `reserved`: this instance's cached balance for checks is stale with them.
+  forgetBalance(ctx, deployment.id);
   return ctx.db.transaction(async (tx) => {
     const { balance, limit } = await lockForAi(tx, deployment.id, now, actor);
     let perChoice = input.outputPerChoice;
@@ -250,6 +253,7 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
       throw new ValidationError(`${field} must be a whole number of tokens, 0 or more`, [{ field, message: 'must be an integer ≥ 0' }]);
     }
   }
+  forgetBalance(ctx, deployment.id);
   const now = ctx.clock.now();
   const actor = actorLabel(ctx.actor);
   const modelClass = input.modelClass;

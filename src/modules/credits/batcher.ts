@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Deps } from '../../context.js';
 import type { Database, Queryable } from '../../db/client.js';
 import { emitThresholds } from '../quotas/thresholds.js';
+import { noteDeduction } from './balance-cache.js';
 import { type DeductInput, type DeductResult, deductWithRetry } from './deduct.js';
 import { SUBSCRIBED } from './meter-outbox.js';
 import { expireReservations } from './reservations.js';
@@ -67,7 +68,8 @@ export class DeductionBatcher {
   private readonly reportToMeter: boolean;
 
   constructor(
-    private readonly deps: Pick<Deps, 'db' | 'config'>,
+    /** With `caches`, each answer writes through to the balance an advisory check reads (credits/balance-cache.ts). */
+    private readonly deps: Pick<Deps, 'db' | 'config'> & Partial<Pick<Deps, 'caches'>>,
     private readonly settings: BatchSettings,
     private readonly onFallback: (err: unknown, size: number) => void = () => {},
   ) {
@@ -139,14 +141,19 @@ export class DeductionBatcher {
     }
     this.stats.batches++;
     this.stats.requests += batch.length;
-    for (const [i, p] of batch.entries()) p.resolve(outcomes[i]!);
+    for (const [i, p] of batch.entries()) this.answer(p, outcomes[i]!);
+  }
+
+  private answer(p: Pending, outcome: BatchOutcome): void {
+    if (this.deps.caches && outcome.claimed) noteDeduction({ caches: this.deps.caches }, p.item.deploymentId, outcome.result);
+    p.resolve(outcome);
   }
 
   /** The single-request path for each request of a failed batch: a bad request fails alone. */
   private async oneByOne(batch: Pending[]): Promise<void> {
     for (const p of batch) {
       try {
-        p.resolve(await deductOne(this.deps, p.item));
+        this.answer(p, await deductOne(this.deps, p.item));
       } catch (err) {
         p.reject(err);
       }

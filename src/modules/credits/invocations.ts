@@ -1,3 +1,4 @@
+import { forgetBalance } from './balance-cache.js';
 import type { Ctx } from '../../context.js';
 import { actorLabel } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
@@ -128,6 +129,9 @@ export async function reserveInvocation(
   } catch (err) {
     if (err instanceof Denied) return { held: false };
     throw err;
+  } finally {
+    // A hold moves what a check may promise: this instance reads the row again next time.
+    forgetBalance(ctx, deploymentId);
   }
 }
 

@@ -1,3 +1,4 @@
+import { forgetBalance } from './balance-cache.js';
 import { type Ctx, actorLabel } from '../../context.js';
 import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { appendLedger } from './ledger.js';
@@ -64,13 +65,15 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
   }
   const now = ctx.clock.now();
   const actor = actorLabel(ctx.actor);
-  return ctx.db.transaction(async (tx) => {
+  let touched: string | null = null;
+  const result = await ctx.db.transaction(async (tx) => {
     const usages = await tx.query<UsageRow>(
       `SELECT id, organization_id, deployment_id, quantity, refunded, monthly_taken, purchased_taken, period_start, success, invocation_id
        FROM usage_records WHERE id = $1 FOR UPDATE`,
       [input.usageId],
     );
     const usage = usages[0];
+    touched = usage?.deployment_id ?? null;
     if (!usage) throw new NotFoundError('Usage record');
     if (input.idempotencyKey) {
       const previous = await tx.query<{ id: string; amount: number; reason: string; forfeited: number }>(
@@ -164,4 +167,6 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
       credits_remaining: remaining === null ? null : Math.max(0, remaining + after.purchased_balance - after.reserved),
     };
   });
+  if (touched) forgetBalance(ctx, touched, true);
+  return result;
 }

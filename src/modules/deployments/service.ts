@@ -8,7 +8,7 @@ import { openBalance, syncBalance } from '../credits/service.js';
 import type { DeploymentTerms } from '../credits/terms.js';
 import type { Tier } from '../entitlements/tiers.js';
 import { invalidateResolveCache } from '../metering/resolve.js';
-import { isUuid } from '../metering/state.js';
+import { isUuid, loadDeployment } from '../metering/state.js';
 
 export interface DeploymentRow extends DeploymentTerms {
   id: string;
@@ -74,24 +74,26 @@ export async function listDeployments(db: Queryable, organizationId?: string): P
 
 /**
  * Deployment credentials (X-Deployment-ID / X-Deployment-Secret, or the entitlement check's body).
- * Unknown id, wrong secret, deleted organization: one answer, so ids cannot be probed.
+ * Unknown id, wrong secret, deleted organization: one answer, so ids cannot be probed. The row comes
+ * from the instance's cache, which every instance drops when a secret is rotated or the deployment or
+ * its organization changes (docs/adr/0005-cached-checks.md); `fresh` reads the database.
  */
 export async function authenticateDeployment(
-  ctx: Pick<Ctx, 'db'>,
+  ctx: Pick<Ctx, 'db' | 'caches'>,
   id: string | undefined,
   secret: string | undefined,
   error: () => AppError = () => new UnauthorizedError('Invalid deployment credentials'),
+  fresh = false,
 ): Promise<DeploymentRow> {
   if (!id || !secret || !isUuid(id) || !isWellFormedToken(secret, DEPLOYMENT_SECRET_PREFIX)) throw error();
-  const rows = await ctx.db.query<DeploymentRow>(
-    `SELECT d.* FROM deployments d JOIN organizations o ON o.id = d.organization_id AND o.deleted_at IS NULL
-     WHERE d.id = $1`,
-    [id],
-    'deployment_auth',
-  );
-  const row = rows[0];
-  if (!row || !safeEqual(row.secret_hash, sha256Hex(secret))) throw error();
-  return row;
+  const found = await loadDeployment(ctx, id, fresh);
+  if (!found || found.orgDeleted || !safeEqual(found.row.secret_hash, sha256Hex(secret))) throw error();
+  return found.row;
+}
+
+/** After a change to deployments, secrets, keys or organizations has committed: every instance drops its principals. */
+export function principalsChanged(ctx: Pick<Ctx, 'bus'>): void {
+  ctx.bus.publish('principal-cache');
 }
 
 /** Operator: change tier and/or status. A tier change applies the new allocation at once (SPEC §3). */
@@ -242,6 +244,7 @@ export async function setFlagOverrides(ctx: Ctx, id: string, input: Record<strin
     return rows[0]!;
   });
   invalidateResolveCache(ctx);
+  principalsChanged(ctx);
   return result;
 }
 
@@ -263,5 +266,6 @@ export async function rotateDeploymentSecret(ctx: Ctx, id: string, organizationI
       resourceId: id,
     });
   });
+  principalsChanged(ctx);
   return { secret };
 }

@@ -4,6 +4,7 @@ import { adminHeaders, createHarness, createTenant, type Harness, json, mistyped
 import { addMonths } from '../../clock.js';
 import { rotateDeploymentSecret } from '../deployments/service.js';
 import type { Tier } from './tiers.js';
+import { deleteOrganization } from '../organizations/service.js';
 
 /**
  * Seed part C and SPEC §5: the entitlement snapshot (credentials in the body) and the AI quota
@@ -233,8 +234,8 @@ describe('POST /api/v1/entitlements/check', () => {
   it("an organization's deletion stops its deployment secret at once", async () => {
     const t = await createTenant(h, { tier: 'launch' });
     expect((await check(t.deploymentId, t.deploymentSecret)).statusCode).toBe(200);
-    // Until the accounts API exists, deletion is the soft-delete column it will set.
-    await h.deps.db.query('UPDATE organizations SET deleted_at = now() WHERE id = $1', [t.organizationId]);
+    // Through the owner's deletion, which also drops every instance's cached credentials.
+    await deleteOrganization({ ...h.ctx, actor: { type: 'user', userId: t.userId } }, t.organizationId);
     const res = await check(t.deploymentId, t.deploymentSecret);
     expect(res.statusCode).toBe(401);
     expect(json(res)).toEqual(INVALID_CREDENTIALS);

@@ -73,7 +73,7 @@ export async function entitlementRoutes(fastify: FastifyInstance): Promise<void>
     async (request, reply) => {
       const ctx = ctxOf(request);
       const forced = request.query.force === true || /no-cache/i.test(request.headers['cache-control'] ?? '');
-      const deployment = await authenticateEntitlementCheck(ctx, request.body.deployment_id, request.body.deployment_secret);
+      const deployment = await authenticateEntitlementCheck(ctx, request.body.deployment_id, request.body.deployment_secret, forced);
       await limitDeployment(request, reply, deployment);
       const snapshot = await snapshotOf(ctx, deployment);
       reply.header('cache-control', forced ? 'no-store' : `private, max-age=${NEXT_CHECK_SECONDS}`);

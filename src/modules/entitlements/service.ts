@@ -29,12 +29,12 @@ const invalidCredentials = () =>
   new AppError('INVALID_DEPLOYMENT_CREDENTIALS', 'Unknown deployment or wrong deployment secret');
 
 /**
- * POST /api/v1/entitlements/check. The server keeps no snapshot cache: every answer is computed from
- * the database, so `force` has nothing to bypass here and only changes the answer's caching headers.
+ * POST /api/v1/entitlements/check's body credentials; one answer for an unknown id and a wrong secret.
+ * The snapshot itself is computed from the database on every call; `fresh` (the caller's `force`) also
+ * reads the deployment from the database instead of the instance's principal cache.
  */
-/** The entitlement check's body credentials; one answer for an unknown id and a wrong secret. */
-export function authenticateEntitlementCheck(ctx: Ctx, deploymentId: string, secret: string): Promise<DeploymentRow> {
-  return authenticateDeployment(ctx, deploymentId, secret, invalidCredentials);
+export function authenticateEntitlementCheck(ctx: Ctx, deploymentId: string, secret: string, fresh = false): Promise<DeploymentRow> {
+  return authenticateDeployment(ctx, deploymentId, secret, invalidCredentials, fresh);
 }
 
 export async function snapshotOf(ctx: Ctx, deployment: DeploymentRow): Promise<EntitlementSnapshot> {

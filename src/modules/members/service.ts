@@ -1,3 +1,4 @@
+import { principalsChanged } from '../deployments/service.js';
 import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import type { KeysetPosition } from '../../http/envelope.js';
@@ -154,7 +155,7 @@ export interface MemberUpdate {
 export async function updateMember(ctx: Ctx, organizationId: string, userId: string, input: MemberUpdate): Promise<MemberView> {
   const caller = await authorize(ctx, organizationId, 'members.update');
   if (!isUuid(userId)) throw new NotFoundError('Member');
-  return ctx.db.transaction(async (tx) => {
+  const member = await ctx.db.transaction(async (tx) => {
     const owners = await lockOwners(tx, organizationId);
     const target = await lockMember(tx, organizationId, userId);
     const callerIsOwner = caller.userId !== null && owners.includes(caller.userId);
@@ -187,6 +188,9 @@ export async function updateMember(ctx: Ctx, organizationId: string, userId: str
     });
     return loadMember(tx, organizationId, userId);
   });
+  // Keys taken back above must stop working on every instance.
+  principalsChanged(ctx);
+  return member;
 }
 
 /**
@@ -229,4 +233,5 @@ export async function removeMember(ctx: Ctx, organizationId: string, userId: str
     });
   });
   ctx.bus.publish('resolve-cache');
+  principalsChanged(ctx);
 }

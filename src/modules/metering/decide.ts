@@ -1,5 +1,6 @@
 import type { Deps } from '../../context.js';
 import { expireReservations } from '../credits/reservations.js';
+import { rememberBalance } from '../credits/balance-cache.js';
 import { readBalance, viewBalance } from '../credits/service.js';
 import { effectiveFlags } from '../entitlements/flags.js';
 import type { DeploymentState } from './state.js';
@@ -50,14 +51,23 @@ export async function decide(
   if (denied) return denied;
   const s = state!;
   const now = deps.clock.now();
-  let balance = s.balance;
-  if (!balance || balance.sync_before.getTime() <= now.getTime()) {
-    balance = await readBalance(deps.db, s.deployment_id, now, 'system');
-  }
+  const read = async () => {
+    const row = await readBalance(deps.db, s.deployment_id, now, 'system');
+    rememberBalance(deps, row);
+    return row;
+  };
+  // A recent copy of this instance may answer "allowed" (SPEC §4: the check is advisory; record-usage
+  // deducts under the row lock); a refusal is always judged on the row of record.
+  const cached = s.balance !== null && s.balance.sync_before.getTime() > now.getTime();
+  let balance = cached ? s.balance! : await read();
   let available = viewBalance(balance).available;
+  if (available !== null && available < cost && cached) {
+    balance = await read();
+    available = viewBalance(balance).available;
+  }
   if (available !== null && available < cost && balance.reserved > 0 && (await expireReservations(deps.db, now, s.deployment_id)) > 0) {
     // Holds past their 5 minutes are not the deployment's to lose: release them before refusing.
-    available = viewBalance(await readBalance(deps.db, s.deployment_id, now, 'system')).available;
+    available = viewBalance(await read()).available;
   }
   if (available !== null && available < cost) {
     return { allowed: false, reason: 'insufficient_credits', tier: s.tier, available, state: s };

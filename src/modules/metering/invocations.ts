@@ -1,3 +1,4 @@
+import { forgetBalance } from '../credits/balance-cache.js';
 import type { Ctx } from '../../context.js';
 import { AppError, NotFoundError } from '../../errors.js';
 import { expireReservations, releaseReservation } from '../credits/reservations.js';
@@ -61,6 +62,7 @@ export async function releaseInvocation(
   const now = ctx.clock.now();
   await assertInvocationInScope(ctx, scope, invocationId);
   const released = await releaseReservation(ctx.db, scope.deploymentId, invocationId, now);
+  if (released !== null) forgetBalance(ctx, scope.deploymentId);
   if (released !== null) return { invocation_id: invocationId, status: 'released', released_credits: released };
   const view = await getInvocation(ctx, scope, invocationId);
   if (view.status === 'recorded' || view.status === 'refunded') {

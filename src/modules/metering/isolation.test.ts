@@ -3,6 +3,7 @@ import { bearer, createHarness, createTenant, type Harness, json, serviceHeaders
 import { HOUR, SECOND } from '../../clock.js';
 import { createApiKey, revokeApiKey } from '../api-keys/service.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
+import { deleteOrganization } from '../organizations/service.js';
 
 /**
  * Tenant isolation of the metering paths (STYLE rule 4): organization A's key never meters, reads,
@@ -239,7 +240,8 @@ describe('keys that no longer work', () => {
 
   it("a key of a soft-deleted organization → 401; its deployment is not found in service mode", async () => {
     const { t, usageId } = await tenantWithActivity();
-    await h.deps.db.query('UPDATE organizations SET deleted_at = now() WHERE id = $1', [t.organizationId]);
+    // Through the owner's deletion, which also drops every instance's cached credentials.
+    await deleteOrganization({ ...h.ctx, actor: { type: 'user', userId: t.userId } }, t.organizationId);
     const before = await snapshot(t);
     await expectAllUnauthorized(t.apiKey, usageId);
     expect(json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: 'x' }))).toMatchObject({

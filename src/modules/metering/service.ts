@@ -135,9 +135,11 @@ async function recordIdempotent(
   // being spent) takes the full path, which replays, spends the reservation or refuses.
   const fresh = await ctx.deductions.submit({ ...base, organizationId: state.organization_id, invocationId, releaseReserved: 0, claimInvocation: { requestHash: hash } });
   if (fresh.claimed) return { replayed: false, result: toRecordResult(fresh.result, base.cost, invocationId) };
+  // The balance this instance holds may be a cached copy: assume others hold credits, so a refusal
+  // first releases expired holds (one more statement, on a refusal only).
   const recorded = await recordInvocation(
     ctx,
-    { ...state, reservedByAll: state.balance?.reserved ?? 0 },
+    { ...state, reservedByAll: Number.MAX_SAFE_INTEGER },
     { ...base, invocationId },
     hash,
   );

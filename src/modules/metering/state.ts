@@ -1,8 +1,10 @@
 import type { Deps } from '../../context.js';
 import { AppError, UnauthorizedError } from '../../errors.js';
 import { API_KEY_PREFIX, isWellFormedToken, sha256Hex } from '../../lib/secrets.js';
+import { cachedBalance } from '../credits/balance-cache.js';
 import type { BalanceRow } from '../credits/service.js';
 import type { DeploymentTerms } from '../credits/terms.js';
+import type { DeploymentRow } from '../deployments/service.js';
 
 /** A deployment as the metering paths see it: its terms and its balance row, read in one query. */
 export interface DeploymentState extends DeploymentTerms {
@@ -22,37 +24,50 @@ export interface ApiKeyPrincipal {
   deployment: DeploymentState | null;
 }
 
-const DEPLOYMENT_COLUMNS = `d.id AS deployment_id, d.organization_id AS d_organization_id, d.tier, d.status, d.flag_overrides,
-  d.billing_anchor, d.override_monthly_credits, d.override_api_rate_limit, d.override_ai_tokens_limit, d.override_expires_at,
-  b.deployment_id AS b_deployment_id, b.period_start, b.period_end, b.sync_before, b.monthly_allocation, b.monthly_used,
-  b.purchased_balance, b.reserved, b.ai_tokens_used, b.ai_tokens_over_limit, b.ai_tokens_reserved, b.ai_credits_reserved,
-  b.purchased_consumed`;
-
-interface JoinedRow extends DeploymentTerms {
-  deployment_id: string | null;
-  d_organization_id: string;
-  status: string;
-  flag_overrides: unknown;
-  b_deployment_id: string | null;
-  period_start: Date;
-  period_end: Date;
-  sync_before: Date;
-  monthly_allocation: number | null;
-  monthly_used: number;
-  purchased_balance: number;
-  reserved: number;
-  ai_tokens_used: number;
-  ai_tokens_over_limit: number;
-  ai_tokens_reserved: number;
-  ai_credits_reserved: number;
-  purchased_consumed: number;
+/** A deployment as credentials and gates see it, cached per instance (lib/caches.ts). */
+export interface CachedDeployment {
+  row: DeploymentRow;
+  orgDeleted: boolean;
 }
 
-function toState(r: JoinedRow, orgDeleted: boolean): DeploymentState | null {
-  if (!r.deployment_id) return null;
+/** An API key as cached per instance: the key row and its organization's primary deployment id. */
+export interface CachedApiKey {
+  apiKeyId: string;
+  organizationId: string;
+  scopes: string[];
+  expiresAt: Date | null;
+  lastUsedAt: Date | null;
+  deploymentId: string | null;
+}
+
+/**
+ * A deployment with its organization's deletion, from the instance's cache or one query (`fresh`
+ * skips the cache, for callers that ask to bypass it). Null for an unknown id.
+ */
+export async function loadDeployment(deps: Pick<Deps, 'db' | 'caches'>, deploymentId: string, fresh = false): Promise<CachedDeployment | null> {
+  if (!isUuid(deploymentId)) return null;
+  const read = async (): Promise<CachedDeployment | null> => {
+    const rows = await deps.db.query<DeploymentRow & { org_deleted: boolean }>(
+      `SELECT d.*, o.deleted_at IS NOT NULL AS org_deleted
+       FROM deployments d JOIN organizations o ON o.id = d.organization_id
+       WHERE d.id = $1`,
+      [deploymentId],
+      'deployment_state',
+    );
+    const r = rows[0];
+    if (!r) return null;
+    const { org_deleted, ...row } = r;
+    return { row, orgDeleted: org_deleted };
+  };
+  if (fresh) return read();
+  return deps.caches.deployments.load(deploymentId, read);
+}
+
+function stateOf(deps: Deps, d: CachedDeployment): DeploymentState {
+  const r = d.row;
   return {
-    deployment_id: r.deployment_id,
-    organization_id: r.d_organization_id,
+    deployment_id: r.id,
+    organization_id: r.organization_id,
     tier: r.tier,
     status: r.status,
     flag_overrides: r.flag_overrides,
@@ -61,64 +76,59 @@ function toState(r: JoinedRow, orgDeleted: boolean): DeploymentState | null {
     override_api_rate_limit: r.override_api_rate_limit,
     override_ai_tokens_limit: r.override_ai_tokens_limit,
     override_expires_at: r.override_expires_at,
-    org_deleted: orgDeleted,
-    balance: r.b_deployment_id
-      ? {
-          deployment_id: r.deployment_id,
-          organization_id: r.d_organization_id,
-          period_start: r.period_start,
-          period_end: r.period_end,
-          sync_before: r.sync_before,
-          monthly_allocation: r.monthly_allocation,
-          monthly_used: r.monthly_used,
-          purchased_balance: r.purchased_balance,
-          reserved: r.reserved,
-          ai_tokens_used: r.ai_tokens_used,
-          ai_tokens_over_limit: r.ai_tokens_over_limit,
-          ai_tokens_reserved: r.ai_tokens_reserved,
-          ai_credits_reserved: r.ai_credits_reserved,
-          purchased_consumed: r.purchased_consumed,
-        }
-      : null,
+    org_deleted: d.orgDeleted,
+    // Null when this instance holds no recent copy: the paths that need it read it (metering/decide.ts).
+    balance: cachedBalance(deps, r.id),
   };
 }
 
 /**
- * Authenticate an organization API key and load its organization's primary deployment with the
- * balance, in one round trip. Malformed keys are refused before any database read (checksum).
+ * Authenticate an organization API key and attach its organization's primary deployment. Malformed
+ * keys are refused before any lookup (checksum); known keys are served from the instance's cache,
+ * which every instance drops when a key is revoked (docs/adr/0005-cached-checks.md). Expiry is judged
+ * on every request.
  */
 export async function loadApiKeyPrincipal(deps: Deps, key: string | undefined): Promise<ApiKeyPrincipal> {
   if (!key || !isWellFormedToken(key, API_KEY_PREFIX)) throw new UnauthorizedError('Missing or invalid API key');
-  const rows = await deps.db.query<
-    JoinedRow & {
-      api_key_id: string;
-      organization_id: string;
-      scopes: string[];
-      expires_at: Date | null;
-      revoked_at: Date | null;
-      last_used_at: Date | null;
-    }
-  >(
-    `SELECT k.id AS api_key_id, k.organization_id, k.scopes, k.expires_at, k.revoked_at, k.last_used_at, ${DEPLOYMENT_COLUMNS}
-     FROM api_keys k
-     JOIN organizations o ON o.id = k.organization_id AND o.deleted_at IS NULL
-     LEFT JOIN deployments d ON d.organization_id = k.organization_id AND d.is_primary
-     LEFT JOIN credit_balances b ON b.deployment_id = d.id
-     WHERE k.key_hash = $1`,
-    [sha256Hex(key)],
-    'api_key_principal',
-  );
-  const row = rows[0];
+  const hash = sha256Hex(key);
+  // Unknown and revoked keys are not cached: they are refused from the database every time.
+  const cached = await deps.caches.apiKeys.load(hash, async () => {
+      const rows = await deps.db.query<{
+        api_key_id: string;
+        organization_id: string;
+        scopes: string[];
+        expires_at: Date | null;
+        last_used_at: Date | null;
+        deployment_id: string | null;
+      }>(
+        `SELECT k.id AS api_key_id, k.organization_id, k.scopes, k.expires_at, k.last_used_at,
+           (SELECT d.id FROM deployments d WHERE d.organization_id = k.organization_id AND d.is_primary LIMIT 1) AS deployment_id
+         FROM api_keys k
+         JOIN organizations o ON o.id = k.organization_id AND o.deleted_at IS NULL
+         WHERE k.key_hash = $1 AND k.revoked_at IS NULL`,
+        [hash],
+        'api_key_principal',
+      );
+      const row = rows[0];
+      if (!row) throw new UnauthorizedError('Missing or invalid API key');
+      return {
+        apiKeyId: row.api_key_id,
+        organizationId: row.organization_id,
+        scopes: row.scopes,
+        expiresAt: row.expires_at,
+        lastUsedAt: row.last_used_at,
+        deploymentId: row.deployment_id,
+      };
+  });
   const now = deps.clock.now();
-  if (!row || row.revoked_at || (row.expires_at && row.expires_at.getTime() <= now.getTime())) {
-    throw new UnauthorizedError('Missing or invalid API key');
-  }
-  touchApiKey(deps, row.api_key_id, row.last_used_at, now);
+  if (cached.expiresAt && cached.expiresAt.getTime() <= now.getTime()) throw new UnauthorizedError('Missing or invalid API key');
+  touchApiKey(deps, cached.apiKeyId, cached.lastUsedAt, now);
+  const deployment = cached.deploymentId ? await loadDeployment(deps, cached.deploymentId) : null;
   return {
-    apiKeyId: row.api_key_id,
-    organizationId: row.organization_id,
-    scopes: row.scopes,
-    deployment: toState(row, false),
+    apiKeyId: cached.apiKeyId,
+    organizationId: cached.organizationId,
+    scopes: cached.scopes,
+    deployment: deployment ? stateOf(deps, deployment) : null,
   };
 }
 
@@ -150,18 +160,8 @@ export function requireScope(principal: ApiKeyPrincipal, scope: 'read' | 'write'
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const isUuid = (value: string): boolean => UUID_RE.test(value);
 
-/** A deployment by id with its balance, in one round trip; null when unknown (or not a UUID). */
+/** A deployment by id (cached per instance), with its balance when this instance holds a recent copy; null when unknown. */
 export async function loadDeploymentState(deps: Deps, deploymentId: string): Promise<DeploymentState | null> {
-  if (!isUuid(deploymentId)) return null;
-  const rows = await deps.db.query<JoinedRow & { org_deleted: boolean }>(
-    `SELECT ${DEPLOYMENT_COLUMNS}, o.deleted_at IS NOT NULL AS org_deleted
-     FROM deployments d
-     JOIN organizations o ON o.id = d.organization_id
-     LEFT JOIN credit_balances b ON b.deployment_id = d.id
-     WHERE d.id = $1`,
-    [deploymentId],
-    'deployment_state',
-  );
-  const row = rows[0];
-  return row ? toState(row, row.org_deleted) : null;
+  const deployment = await loadDeployment(deps, deploymentId);
+  return deployment ? stateOf(deps, deployment) : null;
 }

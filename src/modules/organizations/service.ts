@@ -2,7 +2,7 @@ import type { Ctx } from '../../context.js';
 import { AppError, NotFoundError } from '../../errors.js';
 import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
-import { createDeployment, type DeploymentRow } from '../deployments/service.js';
+import { createDeployment, type DeploymentRow, principalsChanged } from '../deployments/service.js';
 import type { Plan, Tier } from '../entitlements/tiers.js';
 import { authorize } from './rbac.js';
 
@@ -265,4 +265,5 @@ export async function deleteOrganization(ctx: Ctx, id: string): Promise<void> {
     await writeAudit(tx, ctx, { organizationId: id, action: 'delete', resourceType: 'organization', resourceId: id });
   });
   ctx.bus.publish('resolve-cache');
+  principalsChanged(ctx);
 }
