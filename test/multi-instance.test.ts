@@ -102,6 +102,36 @@ describe('two instances, one PostgreSQL/PGlite and one Redis', () => {
     expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
   });
 
+  it('reservations and records split across both instances never promise more than the balance', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    const tag = Date.now().toString(36);
+    // 100 credits, 160 calls of 1 credit: 80 holds and 80 records, alternating instances, all at once.
+    const results = await Promise.all(
+      Array.from({ length: 160 }, (_, i) =>
+        (i % 2 === 0 ? a : b).inject(
+          i % 4 < 2
+            ? { method: 'POST', url: '/api/v1/mcp/stdio/check-entitlement', headers: bearer(t.apiKey), payload: { tool_name: 'x', reserve: true, invocation_id: `hold-${tag}-${i}` } }
+            : { method: 'POST', url: '/api/v1/mcp/stdio/record-usage', headers: bearer(t.apiKey), payload: { tool_name: 'x' } },
+        ),
+      ),
+    );
+    for (const r of results) expect(r.statusCode, r.body).toBe(200);
+    const holds = results.filter((_, i) => i % 4 < 2 && json(results[i]!).allowed === true).length;
+    const records = results.filter((_, i) => i % 4 >= 2 && json(results[i]!).success === true).length;
+    const [row] = await h.deps.db.query<{ monthly_used: number; reserved: number }>(
+      'SELECT monthly_used, reserved FROM credit_balances WHERE deployment_id = $1',
+      [t.deploymentId],
+    );
+    expect(row).toEqual({ monthly_used: records, reserved: holds });
+    expect(records + holds).toBe(100);
+    const [held] = await h.deps.db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM invocations WHERE deployment_id = $1 AND status = 'reserved'`,
+      [t.deploymentId],
+    );
+    expect(held!.n).toBe(holds);
+    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
+
   /** Resolves when `app` has heard `channel` on the bus; its caches subscribed first, so they are cleared by then. */
   function heard(app: FastifyInstance, channel: BusChannel): Promise<void> {
     return new Promise((resolve) => app.deps.bus.subscribe(channel, (message) => message !== 'resync' && resolve()));

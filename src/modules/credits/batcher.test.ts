@@ -164,3 +164,65 @@ describe('one batch', () => {
     await f.expectLedgerConsistent(t);
   });
 });
+
+describe('reservations in a batch', () => {
+  const expiresAt = () => new Date(h.clock.now().getTime() + 5 * 60 * 1000);
+  const hold = (t: Tenant, cost: number, invocationId: string) => request(t, cost, { invocationId, hold: { expiresAt: expiresAt() } });
+  const invocationsOf = (t: Tenant) =>
+    h.deps.db.query<{ invocation_id: string; status: string; reserved_amount: number }>(
+      'SELECT invocation_id, status, reserved_amount FROM invocations WHERE deployment_id = $1 ORDER BY invocation_id',
+      [t.deploymentId],
+    );
+
+  it('holds and deductions of one deployment are applied in arrival order in one transaction', async () => {
+    const t = await f.tenantWith(10);
+    const b = batcher();
+    const outcomes = await Promise.all([
+      b.submit(hold(t, 4, 'r1')), // 10 spendable → holds 4
+      b.submit(request(t, 3)), // 6 → deducts 3
+      b.submit(hold(t, 4, 'r2')), // 3 → refused
+      b.submit(request(t, 2)), // 3 → deducts 2
+      b.submit(hold(t, 1, 'r3')), // 1 → holds 1
+      b.submit(request(t, 1)), // 0 → refused
+    ]);
+    expect(b.stats).toMatchObject({ batches: 1, requests: 6, fallbacks: 0 });
+    expect(outcomes.map((o) => resultOf(o).deducted)).toEqual([true, true, false, true, true, false]);
+    // A hold's answer carries the balance right after it, like a deduction's.
+    expect(resultOf(outcomes[0]!)).toMatchObject({ monthly_used: 0, reserved: 4, usageId: null });
+    expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 5, reserved: 5 });
+    // A refused hold leaves no invocation behind; holds write no ledger or usage rows.
+    expect(await invocationsOf(t)).toEqual([
+      { invocation_id: 'r1', status: 'reserved', reserved_amount: 4 },
+      { invocation_id: 'r3', status: 'reserved', reserved_amount: 1 },
+    ]);
+    expect((await usageOf(t)).map((u) => [u.success, u.quantity]).sort()).toEqual([
+      [false, 0],
+      [true, 2],
+      [true, 3],
+    ]);
+    await f.expectLedgerConsistent(t);
+  });
+
+  it('the same reservation id twice in one batch holds once; the second takes the full path', async () => {
+    const t = await f.tenantWith(10);
+    const b = batcher();
+    const [first, second] = await Promise.all([b.submit(hold(t, 3, 'same')), b.submit(hold(t, 3, 'same'))]);
+    expect(resultOf(first!).deducted).toBe(true);
+    expect(second).toEqual({ claimed: false });
+    expect(await f.balanceOf(t.deploymentId)).toMatchObject({ reserved: 3 });
+  });
+
+  it('a hold in a batch that fails is handed back untouched to the single-request path', async () => {
+    const t = await f.tenantWith(10);
+    const b = batcher();
+    const outcomes = await Promise.allSettled([
+      b.submit(hold(t, 3, 'fallback')),
+      b.submit(request(t, 1, { metadata: { note: 'bad\u0000value' } })),
+    ]);
+    expect(b.stats).toMatchObject({ batches: 0, fallbacks: 1 });
+    expect(outcomes[0]).toEqual({ status: 'fulfilled', value: { claimed: false } });
+    expect(outcomes[1]!.status).toBe('rejected');
+    expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 0, reserved: 0 });
+    expect(await invocationsOf(t)).toEqual([]);
+  });
+});

@@ -33,9 +33,19 @@ export interface BatchDeduction extends Omit<DeductInput, 'recordFailure' | 'rec
   organizationId: string;
   /** A fresh idempotent record: claim (deployment, invocationId) and mark it recorded with the answer. */
   claimInvocation?: { requestHash: string };
+  /**
+   * A reservation (check with `reserve: true`, SPEC §4) instead of a deduction: claim the invocation
+   * as `reserved` until `expiresAt` and hold `cost` by the same rule and in the same arrival order as
+   * the deductions; no ledger or usage row. A refused hold leaves no invocation row. `result.deducted`
+   * says whether the credits are held.
+   */
+  hold?: { expiresAt: Date };
 }
 
-/** `claimed: false`: the invocation id exists already; the caller takes the full idempotent path. */
+/**
+ * `claimed: false`: the invocation id exists already (or, for a hold, the batch failed); the caller
+ * takes the full single-request path.
+ */
 export type BatchOutcome = { claimed: false } | { claimed: true; result: DeductResult };
 
 interface Pending {
@@ -45,6 +55,8 @@ interface Pending {
 }
 
 interface Change {
+  /** A reservation held (deducted: true) or refused, not a deduction. */
+  hold: boolean;
   deploymentId: string;
   organizationId: string;
   index: number;
@@ -163,6 +175,9 @@ export class DeductionBatcher {
 
 /** One request on its own: its own transaction when it claims an invocation. */
 async function deductOne(deps: Pick<Deps, 'db' | 'config'>, item: BatchDeduction): Promise<BatchOutcome> {
+  // A hold's single-request path is the caller's (credits/invocations.ts reserveInvocation), which
+  // also handles every existing-id case.
+  if (item.hold) return { claimed: false };
   const db = deps.db;
   const input = { ...item, recordInvocation: item.claimInvocation };
   if (!item.claimInvocation || item.invocationId === null) return { claimed: true, result: await deductWithRetry(deps, db, input, true) };
@@ -196,12 +211,15 @@ export async function applyBatch(tx: Queryable, items: BatchDeduction[], reportT
   const outcomes: Array<BatchOutcome | undefined> = new Array(items.length);
 
   // 1. Claim fresh invocation ids in one statement; the first of duplicates wins, the others take the full path.
-  const claims = items.map((it, index) => ({ it, index })).filter(({ it }) => it.claimInvocation && it.invocationId !== null);
+  //    Records are claimed `pending` (step 4 marks them), holds `reserved` (a refused hold's row is deleted in step 4).
+  const claims = items.map((it, index) => ({ it, index })).filter(({ it }) => (it.claimInvocation || it.hold) && it.invocationId !== null);
   if (claims.length > 0) {
     const won = await tx.query<{ deployment_id: string; invocation_id: string }>(
-      `INSERT INTO invocations (deployment_id, invocation_id, organization_id, tool_name, request_hash, status, created_at, updated_at)
-       SELECT d, i, o, t, h, 'pending', a, a
-       FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[]) AS u(d, i, o, t, h, a)
+      `INSERT INTO invocations (deployment_id, invocation_id, organization_id, tool_name, request_hash, status, reserved_amount,
+                                reservation_expires_at, created_at, updated_at)
+       SELECT d, i, o, t, h, CASE WHEN x IS NULL THEN 'pending' ELSE 'reserved' END, CASE WHEN x IS NULL THEN 0 ELSE c END, x, a, a
+       FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[], $7::bigint[], $8::timestamptz[])
+         AS u(d, i, o, t, h, a, c, x)
        ON CONFLICT (deployment_id, invocation_id) DO NOTHING
        RETURNING deployment_id, invocation_id`,
       [
@@ -209,9 +227,12 @@ export async function applyBatch(tx: Queryable, items: BatchDeduction[], reportT
         claims.map(({ it }) => it.invocationId),
         claims.map(({ it }) => it.organizationId),
         claims.map(({ it }) => it.toolName),
-        claims.map(({ it }) => it.claimInvocation!.requestHash),
+        claims.map(({ it }) => it.claimInvocation?.requestHash ?? null),
         claims.map(({ it }) => it.now),
+        claims.map(({ it }) => it.cost),
+        claims.map(({ it }) => it.hold?.expiresAt ?? null),
       ],
+      'credits_batch_claim',
     );
     const free = new Set(won.map((r) => `${r.deployment_id}\u0000${r.invocation_id}`));
     for (const { it, index } of claims) {
@@ -269,7 +290,7 @@ export async function applyBatch(tx: Queryable, items: BatchDeduction[], reportT
   for (const c of changes) {
     outcomes[c.index] = {
       claimed: true,
-      result: { found: true, deducted: c.deducted, usageId: c.usageId, ...c.after },
+      result: { found: true, deducted: c.deducted, usageId: c.hold ? null : c.usageId, ...c.after },
     };
   }
   return outcomes as BatchOutcome[];
@@ -287,7 +308,10 @@ function applyDeployment(start: BalanceRow, indexes: number[], items: BatchDeduc
     const deducted = spendable >= it.cost;
     let monthlyTaken = 0;
     let purchasedTaken = 0;
-    if (deducted) {
+    if (it.hold) {
+      // reservations.ts holdCredits' rule: held only while what is spendable covers it.
+      if (deducted) row.reserved += it.cost;
+    } else if (deducted) {
       monthlyTaken = monthlyLeft === null ? it.cost : Math.min(it.cost, monthlyLeft);
       purchasedTaken = it.cost - monthlyTaken;
       row.monthly_used += monthlyTaken;
@@ -296,6 +320,7 @@ function applyDeployment(start: BalanceRow, indexes: number[], items: BatchDeduc
       row.reserved -= it.releaseReserved;
     }
     changes.push({
+      hold: it.hold !== undefined,
       deploymentId: row.deployment_id,
       organizationId: row.organization_id,
       index,
@@ -319,14 +344,17 @@ function applyDeployment(start: BalanceRow, indexes: number[], items: BatchDeduc
 async function writeBatch(
   tx: Queryable,
   items: BatchDeduction[],
-  changes: Change[],
+  all: Change[],
   rows: Map<string, BalanceRow>,
   reportToMeter: boolean,
 ): Promise<void> {
-  const touched = [...new Set(changes.filter((c) => c.deducted).map((c) => c.deploymentId))];
+  // Balance rows: every deployment a deduction or a hold moved.
+  const touched = [...new Set(all.filter((c) => c.deducted).map((c) => c.deploymentId))];
+  const refusedHolds = all.filter((c) => c.hold && !c.deducted);
+  const changes = all.filter((c) => !c.hold);
   if (touched.length > 0) {
     const updatedAt = (id: string) =>
-      changes
+      all
         .filter((c) => c.deploymentId === id)
         .map((c) => items[c.index]!.now)
         .reduce(latest);
@@ -344,6 +372,16 @@ async function writeBatch(
         touched.map(updatedAt),
       ],
       'credits_batch_update',
+    );
+  }
+
+  if (refusedHolds.length > 0) {
+    // As the single path's rollback: a refused reservation leaves no invocation behind.
+    await tx.query(
+      `DELETE FROM invocations i USING unnest($1::uuid[], $2::text[]) AS x(d, inv)
+       WHERE i.deployment_id = x.d AND i.invocation_id = x.inv AND i.status = 'reserved'`,
+      [refusedHolds.map((c) => c.deploymentId), refusedHolds.map((c) => items[c.index]!.invocationId)],
+      'credits_batch_refused_holds',
     );
   }
 
@@ -375,6 +413,7 @@ async function writeBatch(
   }
 
   // Usage records: every deduction, and every final refusal (SPEC §4 keeps a record either way).
+  if (changes.length === 0) return;
   await tx.query(
     `INSERT INTO usage_records (id, organization_id, deployment_id, metric, quantity, tool_name, mcp_user_id, metadata,
                                success, error, ledger_id, invocation_id, monthly_taken, purchased_taken, period_start, "timestamp")
@@ -460,8 +499,8 @@ async function writeBatch(
   }
 
   // quota.threshold for monthly credits, once per deployment per batch (the dedupe key makes it once per period).
-  for (const id of touched) {
-    const mine = changes.filter((c) => c.deploymentId === id && c.deducted);
+  for (const id of new Set(done.map((c) => c.deploymentId))) {
+    const mine = done.filter((c) => c.deploymentId === id);
     const last = mine[mine.length - 1]!;
     const first = mine[0]!;
     const row = rows.get(id)!;

@@ -3,7 +3,7 @@ import type { Ctx } from '../../context.js';
 import { actorLabel } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { AppError } from '../../errors.js';
-import { type DeductInput, type DeductResult, deductWithRetry } from './deduct.js';
+import { type DeductInput, type DeductResult, deductWithRetry, remainingAfter } from './deduct.js';
 import { RESERVATION_TTL_MS, expireReservations, holdCredits } from './reservations.js';
 import { syncBalance, viewBalance } from './service.js';
 
@@ -84,6 +84,26 @@ export async function reserveInvocation(
   const now = ctx.clock.now();
   const expiresAt = new Date(now.getTime() + RESERVATION_TTL_MS);
   const deploymentId = deployment.deployment_id;
+  // A fresh id goes through the batcher (credits/batcher.ts): held or refused in arrival order with
+  // the deductions of its batch, in one commit with them. An id seen before takes the path below.
+  const batched = await ctx.deductions.submit({
+    deploymentId,
+    organizationId: deployment.organization_id,
+    invocationId,
+    toolName,
+    cost,
+    hold: { expiresAt },
+    releaseReserved: 0,
+    action: 'reservation',
+    mcpUserId: null,
+    metadata: null,
+    actor: actorLabel(ctx.actor),
+    now,
+  });
+  if (batched.claimed) {
+    const r = batched.result;
+    return r.deducted ? { held: true, amount: cost, available: remainingAfter(r), expiresAt } : { held: false };
+  }
   try {
     return await ctx.db.transaction(async (tx): Promise<ReserveOutcome> => {
       const inserted = await tx.query(
