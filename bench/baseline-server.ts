@@ -2,8 +2,9 @@
  * The baselines: a tiny Fastify 5 server doing the least a metering route could do, in the same
  * shape as creditgate's routes (POST, JSON body validated by a schema, JSON answer serialized by a
  * schema). Modes: hello (no database), select (one primary-key SELECT), update (one conditional
- * UPDATE … WHERE … RETURNING), each on a random row of a 10,000-row table.
- * Usage: tsx bench/baseline-server.ts <hello|select|update> <postgres|pglite>   (BENCH_DATABASE_URL for postgres)
+ * UPDATE … WHERE … RETURNING), each on a random row of a 10,000-row table, and hot (the naive hot-row
+ * route: the same UPDATE, always on row 1, so every request waits for the previous one's lock and commit).
+ * Usage: tsx bench/baseline-server.ts <hello|select|update|hot> <postgres|pglite>   (BENCH_DATABASE_URL for postgres)
  */
 import type { AddressInfo } from 'node:net';
 import { PGlite } from '@electric-sql/pglite';
@@ -14,13 +15,13 @@ import { serveParent } from './lib/child.js';
 export const BASELINE_ROWS = 10_000;
 const POOL_SIZE = Number(process.env.BENCH_POOL_SIZE ?? 20);
 
-type Mode = 'hello' | 'select' | 'update';
+type Mode = 'hello' | 'select' | 'update' | 'hot';
 type Run = (sql: string, params: unknown[], name: string) => Promise<Array<Record<string, unknown>>>;
 
 const mode = process.argv[2] as Mode;
 const storage = process.argv[3] as 'postgres' | 'pglite';
-if (!['hello', 'select', 'update'].includes(mode) || !['postgres', 'pglite'].includes(storage)) {
-  process.stderr.write('usage: baseline-server.ts <hello|select|update> <postgres|pglite>\n');
+if (!['hello', 'select', 'update', 'hot'].includes(mode) || !['postgres', 'pglite'].includes(storage)) {
+  process.stderr.write('usage: baseline-server.ts <hello|select|update|hot> <postgres|pglite>\n');
   process.exit(2);
 }
 
@@ -77,7 +78,7 @@ app.post('/baseline', { schema: { body, response: answer } }, async () => {
   const rows =
     mode === 'select'
       ? await db.run(SELECT_SQL, [randomRow()], 'baseline_select')
-      : await db.run(UPDATE_SQL, [randomRow(), 1], 'baseline_update');
+      : await db.run(UPDATE_SQL, [mode === 'hot' ? 1 : randomRow(), 1], 'baseline_update');
   const row = rows[0];
   return { ok: row !== undefined, id: Number(row?.id ?? 0), balance: Number(row?.balance ?? 0) };
 });

@@ -18,6 +18,7 @@ const BASELINE_LABEL: Record<BaselineName, string> = {
   hello: 'baseline: hello world',
   select: 'baseline: one primary-key SELECT',
   update: 'baseline: one conditional UPDATE … RETURNING',
+  hot: 'baseline: the naive hot-row route (the same UPDATE, always one row)',
 };
 const STORAGE_LABEL = { postgres: 'PostgreSQL', pglite: 'PGlite (in-memory, in the server process)' } as const;
 
@@ -27,6 +28,7 @@ const pct = (v: number) => `${Math.round(v * 100)} %`;
 const cpu = (m: Measurement, pg: boolean) => `${m.cpu.loadgen} / ${m.cpu.server}${pg ? ` / ${m.cpu.postgres}` : ''} / ${m.cpu.machine}`;
 const pgCols = (p: PgPerRequest | undefined) => (p ? `${p.xacts} | ${p.walSyncs} | ${n(p.walBytes)}` : '— | — | —');
 const scenarioLabel = (s: ScenarioResult) => `${ENDPOINTS[s.endpoint].label}, ${SPREADS[s.spread]}`;
+const SHORT: Record<BaselineName, string> = { hello: 'hello', select: 'SELECT', update: 'UPDATE', hot: 'hot-row UPDATE' };
 const ratio = (s: ScenarioResult) => (s.baselineRps > 0 ? s.throughput.rps / s.baselineRps : 0);
 const yes = (ok: boolean) => (ok ? 'yes' : '**no**');
 /** † marks a measurement during which a test suite ran on the machine. */
@@ -49,7 +51,7 @@ function throughputTable(results: Results, r: StorageResult): string[] {
     const t = s.throughput;
     const pgPart = isPg ? ` ≥ ${pct(s.targetRatio)} | ${yes(ratio(s) >= s.targetRatio)} | ${pgCols(s.pg)} |` : '';
     lines.push(
-      `| ${scenarioLabel(s)}${mark(t)} | ${n(t.rps)} | ${ms(t.latency.p50)} | ${ms(t.latency.p99)} | ${pct(ratio(s))} of ${s.baseline.toUpperCase()} |${pgPart} ${cpu(t, isPg)} |`,
+      `| ${scenarioLabel(s)}${mark(t)} | ${n(t.rps)} | ${ms(t.latency.p50)} | ${ms(t.latency.p99)} | ${pct(ratio(s))} of ${SHORT[s.baseline]} |${pgPart} ${cpu(t, isPg)} |`,
     );
   }
   return lines;
@@ -100,7 +102,7 @@ function targetSummary(results: Results): string[] {
     const share = ratio(s);
     const p99 = s.fixed.latency.p99;
     lines.push(
-      `- ${scenarioLabel(s)}: ${n(s.throughput.rps)} req/s = ${pct(share)} of the ${s.baseline.toUpperCase()} baseline (target ${pct(s.targetRatio)}: ${share >= s.targetRatio ? 'met' : 'missed'}); p99 ${ms(p99)} ms at ${n(s.fixed.offered ?? 0)} req/s offered (target < ${TARGET_P99_MS} ms: ${p99 < TARGET_P99_MS ? 'met' : 'missed'}${s.fixed.rps < (s.fixed.offered ?? 0) * 0.95 ? `; only ${n(s.fixed.rps)} req/s achieved, the server is past saturation` : ''}).`,
+      `- ${scenarioLabel(s)}: ${n(s.throughput.rps)} req/s = ${pct(share)} of the ${SHORT[s.baseline]} baseline (target ${pct(s.targetRatio)}: ${share >= s.targetRatio ? 'met' : 'missed'}); p99 ${ms(p99)} ms at ${n(s.fixed.offered ?? 0)} req/s offered (target < ${TARGET_P99_MS} ms: ${p99 < TARGET_P99_MS ? 'met' : 'missed'}${s.fixed.rps < (s.fixed.offered ?? 0) * 0.95 ? `; only ${n(s.fixed.rps)} req/s achieved, the server is past saturation` : ''}).`,
     );
   }
   return lines;

@@ -133,7 +133,7 @@ async function runCreditgate(storage: Storage, db: BenchDatabase | undefined, ba
     for (const endpoint of Object.keys(ENDPOINTS) as Endpoint[]) {
       for (const spread of Object.keys(SPREADS) as Spread[]) {
         const target = creditgateTarget(server.url, endpoint, spread, seeded, serviceKey);
-        const baseline = MATCHING_BASELINE[endpoint];
+        const baseline = MATCHING_BASELINE[endpoint][spread];
         const baselineRps = baselines.find((b) => b.name === baseline)?.throughput.rps ?? 0;
         const warm = await runLoad(target, { connections: settings.connections, seconds: settings.warmupSeconds });
         const from = await db?.stats();
@@ -168,7 +168,7 @@ async function runCreditgate(storage: Storage, db: BenchDatabase | undefined, ba
           runs.every((m) => m.drained);
         if (now.mismatches > 0) log(`  ledger mismatches: ${JSON.stringify(now.sample)}`);
         last = now;
-        scenarios.push({ endpoint, spread, baseline, baselineRps, targetRatio: TARGET_RATIO[endpoint], throughput, fixed, accounting, pg });
+        scenarios.push({ endpoint, spread, baseline, baselineRps, targetRatio: TARGET_RATIO[endpoint][spread], throughput, fixed, accounting, pg });
         log(`[${storage}] ${ENDPOINTS[endpoint].label}, ${SPREADS[spread]}: ${fmt(throughput)}`);
         log(`[${storage}]   @ ${rate} req/s: ${fmt(fixed)}`);
         log(
@@ -219,7 +219,7 @@ async function main(): Promise<void> {
     for (const storage of storages) {
       const sdb = storage === 'postgres' ? db : undefined;
       hello ??= await runBaseline('hello', storage, undefined);
-      const baselines = [hello, await runBaseline('select', storage, sdb), await runBaseline('update', storage, sdb)];
+      const baselines = [hello, await runBaseline('select', storage, sdb), await runBaseline('update', storage, sdb), await runBaseline('hot', storage, sdb)];
       await sdb?.exec('DROP TABLE IF EXISTS bench_baseline_rows');
       results.storages.push(await runCreditgate(storage, sdb, baselines));
     }
