@@ -132,6 +132,53 @@ describe('two instances, one PostgreSQL/PGlite and one Redis', () => {
     expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
   });
 
+  it('a held call recorded on one instance while released on the other settles once, and the balance stays exact', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    const tag = Date.now().toString(36);
+    const ids = Array.from({ length: 40 }, (_, i) => `race-${tag}-${i}`);
+    const held = await Promise.all(
+      ids.map((id, i) =>
+        (i % 2 === 0 ? a : b).inject({ method: 'POST', url: '/api/v1/mcp/stdio/check-entitlement', headers: bearer(t.apiKey), payload: { tool_name: 'x', reserve: true, invocation_id: id } }),
+      ),
+    );
+    expect(held.every((r) => json(r).allowed === true)).toBe(true);
+    // Each held call is recorded on one instance and released on the other at the same moment, while
+    // 80 calls without a reservation compete for the 60 credits left: 120 credits asked of 100.
+    const record = (app: FastifyInstance, id?: string) =>
+      app.inject({ method: 'POST', url: '/api/v1/mcp/stdio/record-usage', headers: bearer(t.apiKey), payload: id ? { tool_name: 'x', invocation_id: id } : { tool_name: 'x' } });
+    const release = (app: FastifyInstance, id: string) =>
+      app.inject({ method: 'POST', url: `/api/v1/mcp/reservations/${id}/release`, headers: bearer(t.apiKey), payload: {} });
+    const [records, releases, fresh] = await Promise.all([
+      Promise.all(ids.map((id, i) => record(i % 2 === 0 ? a : b, id))),
+      Promise.all(ids.map((id, i) => release(i % 2 === 0 ? b : a, id))),
+      Promise.all(Array.from({ length: 80 }, (_, i) => record(i % 2 === 0 ? a : b))),
+    ]);
+    for (const r of [...records, ...fresh]) expect(r.statusCode, r.body).toBe(200);
+    for (const [i, r] of releases.entries()) {
+      // Released first (200), or recorded first: then the release is a conflict.
+      expect([200, 409], r.body).toContain(r.statusCode);
+      if (r.statusCode === 409) expect(json(records[i]!).success).toBe(true);
+    }
+    const successes = [...records, ...fresh].filter((r) => json(r).success === true).length;
+    const [row] = await h.deps.db.query<{ monthly_used: number; reserved: number }>(
+      'SELECT monthly_used, reserved FROM credit_balances WHERE deployment_id = $1',
+      [t.deploymentId],
+    );
+    expect(row).toEqual({ monthly_used: successes, reserved: 0 });
+    expect(successes).toBeLessThanOrEqual(100);
+    const charged = await h.deps.db.query<{ invocation_id: string; n: number }>(
+      'SELECT invocation_id, count(*)::int AS n FROM usage_records WHERE deployment_id = $1 AND success AND invocation_id IS NOT NULL GROUP BY invocation_id',
+      [t.deploymentId],
+    );
+    expect(charged.every((c) => c.n === 1)).toBe(true);
+    const [open] = await h.deps.db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM invocations WHERE deployment_id = $1 AND status = 'reserved'`,
+      [t.deploymentId],
+    );
+    expect(open!.n).toBe(0);
+    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
+
   /** Resolves when `app` has heard `channel` on the bus; its caches subscribed first, so they are cleared by then. */
   function heard(app: FastifyInstance, channel: BusChannel): Promise<void> {
     return new Promise((resolve) => app.deps.bus.subscribe(channel, (message) => message !== 'resync' && resolve()));

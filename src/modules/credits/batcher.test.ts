@@ -225,4 +225,79 @@ describe('reservations in a batch', () => {
     expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 0, reserved: 0 });
     expect(await invocationsOf(t)).toEqual([]);
   });
+
+  const record = (t: Tenant, cost: number, invocationId: string, toolName = 'batch-tool') =>
+    request(t, cost, { invocationId, toolName, claimInvocation: { requestHash: `h-${invocationId}` } });
+  const release = (t: Tenant, invocationId: string) => request(t, 0, { invocationId, release: true, toolName: '' });
+
+  it('a record spends its own reservation at the held price and releases give holds back, in arrival order in one batch', async () => {
+    const t = await f.tenantWith(10);
+    const b = batcher();
+    await Promise.all([b.submit(hold(t, 4, 'r1')), b.submit(hold(t, 3, 'r2'))]);
+    expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 0, reserved: 7 });
+    const outcomes = await Promise.all([
+      b.submit(record(t, 1, 'r1')), // spends r1's hold: 4 credits, the price when it was held
+      b.submit(release(t, 'r2')), // gives back 3
+      b.submit(request(t, 6)), // 10 − 4 spent, nothing held → 6 spendable: deducted
+      b.submit(release(t, 'never-held')), // nothing held
+      b.submit(record(t, 1, 'r1')), // the same id again: after the batch, the full path replays it
+      b.submit(release(t, 'r2')), // released already: nothing held
+    ]);
+    expect(b.stats).toMatchObject({ batches: 2, requests: 8, fallbacks: 0 });
+    expect(outcomes[0]).toMatchObject({ claimed: true, cost: 4, result: { deducted: true, monthly_used: 4, reserved: 3 } });
+    expect(outcomes[1]).toMatchObject({ claimed: true, cost: 3, result: { deducted: true, reserved: 0, usageId: null } });
+    expect(outcomes[2]).toMatchObject({ claimed: true, cost: 6, result: { deducted: true, monthly_used: 10, reserved: 0 } });
+    expect(outcomes[3]).toMatchObject({ claimed: true, cost: 0, result: { deducted: false } });
+    expect(outcomes[4]).toEqual({ claimed: false });
+    expect(outcomes[5]).toMatchObject({ claimed: true, cost: 0, result: { deducted: false } });
+    expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 10, reserved: 0 });
+    const rows = await h.deps.db.query<{ invocation_id: string; status: string; reserved_amount: number; response: { credits_used: number } | null }>(
+      'SELECT invocation_id, status, reserved_amount, response FROM invocations WHERE deployment_id = $1 ORDER BY invocation_id',
+      [t.deploymentId],
+    );
+    expect(rows).toMatchObject([
+      { invocation_id: 'r1', status: 'recorded', reserved_amount: 0, response: { credits_used: 4 } },
+      { invocation_id: 'r2', status: 'released', reserved_amount: 3 },
+    ]);
+    expect((await usageOf(t)).map((u) => [u.success, u.quantity, u.invocation_id]).sort()).toEqual([
+      [true, 4, 'r1'],
+      [true, 6, null],
+    ]);
+    await f.expectLedgerConsistent(t);
+  });
+
+  it('an overdue reservation, another tool under a held id, and a release of a hold made in the same batch take the full path', async () => {
+    const t = await f.tenantWith(20);
+    const b = batcher();
+    await Promise.all([b.submit(hold(t, 2, 'overdue'))]);
+    h.clock.advance(6 * 60 * 1000);
+    await Promise.all([b.submit(hold(t, 2, 'other-tool'))]);
+    const outcomes = await Promise.all([
+      b.submit(record(t, 1, 'overdue')),
+      b.submit(record(t, 1, 'other-tool', 'another-tool')),
+      b.submit(hold(t, 2, 'same-batch')),
+      b.submit(release(t, 'same-batch')),
+    ]);
+    expect(outcomes[0]).toEqual({ claimed: false });
+    expect(outcomes[1]).toEqual({ claimed: false });
+    expect(outcomes[2]).toMatchObject({ claimed: true, result: { deducted: true } });
+    expect(outcomes[3]).toEqual({ claimed: false });
+    // Nothing was spent or released by the batch: the three holds are still held.
+    expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 0, reserved: 6 });
+    await f.expectLedgerConsistent(t);
+  });
+
+  it('a record whose reservation the balance no longer covers is refused and leaves the reservation held', async () => {
+    const t = await f.tenantWith(10);
+    const b = batcher();
+    await Promise.all([b.submit(hold(t, 5, 'squeezed'))]);
+    // An operator's adjustment took credits away after the hold was granted.
+    await h.deps.db.query('UPDATE credit_balances SET monthly_used = 8 WHERE deployment_id = $1', [t.deploymentId]);
+    const [spent] = await Promise.all([b.submit(record(t, 1, 'squeezed'))]);
+    expect(spent).toMatchObject({ claimed: true, cost: 5, result: { deducted: false } });
+    expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 8, reserved: 5 });
+    const [row] = await h.deps.db.query<{ status: string }>('SELECT status FROM invocations WHERE deployment_id = $1', [t.deploymentId]);
+    expect(row!.status).toBe('reserved');
+    expect((await usageOf(t)).map((u) => [u.success, u.quantity])).toEqual([[false, 0]]);
+  });
 });

@@ -5,6 +5,7 @@ import { emitThresholds } from '../quotas/thresholds.js';
 import { noteDeduction } from './balance-cache.js';
 import { type DeductInput, type DeductResult, deductWithRetry } from './deduct.js';
 import { SUBSCRIBED } from './meter-outbox.js';
+import { IDEMPOTENCY_WINDOW_MS } from './invocations.js';
 import { expireReservations } from './reservations.js';
 import { type BalanceRow, syncBalance } from './service.js';
 
@@ -40,13 +41,21 @@ export interface BatchDeduction extends Omit<DeductInput, 'recordFailure' | 'rec
    * says whether the credits are held.
    */
   hold?: { expiresAt: Date };
+  /**
+   * A release of this invocation's reservation (SPEC §4) instead of a deduction: its held credits go
+   * back (`reserved` shrinks) in arrival order with the batch. `cost` is ignored; the outcome's `cost` is
+   * what was given back, and `result.deducted` false means nothing was held.
+   */
+  release?: true;
 }
 
 /**
- * `claimed: false`: the invocation id exists already (or, for a hold, the batch failed); the caller
- * takes the full single-request path.
+ * `claimed: false`: the invocation id exists already in a state the batch does not settle (a replay,
+ * a reuse, an overdue reservation…), or the batch failed; the caller takes the full single-request path.
+ * `cost`: what the request deducted or would have (a spent reservation's price was fixed when it was
+ * held), or for a release what was given back.
  */
-export type BatchOutcome = { claimed: false } | { claimed: true; result: DeductResult };
+export type BatchOutcome = { claimed: false } | { claimed: true; result: DeductResult; cost: number };
 
 interface Pending {
   item: BatchDeduction;
@@ -54,9 +63,18 @@ interface Pending {
   reject: (err: unknown) => void;
 }
 
+type Kind = 'deduct' | 'spend' | 'hold' | 'release';
+
 interface Change {
-  /** A reservation held (deducted: true) or refused, not a deduction. */
-  hold: boolean;
+  /**
+   * deduct: a deduction (fresh invocation or none); spend: a record that spends its own reservation;
+   * hold: a reservation held (deducted: true) or refused; release: a reservation given back.
+   */
+  kind: Kind;
+  /** Credits deducted, held or given back. */
+  cost: number;
+  /** Of this deployment's `reserved`, what the change frees (a spend's own hold). */
+  release: number;
   deploymentId: string;
   organizationId: string;
   index: number;
@@ -177,10 +195,12 @@ export class DeductionBatcher {
 async function deductOne(deps: Pick<Deps, 'db' | 'config'>, item: BatchDeduction): Promise<BatchOutcome> {
   // A hold's single-request path is the caller's (credits/invocations.ts reserveInvocation), which
   // also handles every existing-id case.
-  if (item.hold) return { claimed: false };
+  if (item.hold || item.release) return { claimed: false };
   const db = deps.db;
   const input = { ...item, recordInvocation: item.claimInvocation };
-  if (!item.claimInvocation || item.invocationId === null) return { claimed: true, result: await deductWithRetry(deps, db, input, true) };
+  if (!item.claimInvocation || item.invocationId === null) {
+    return { claimed: true, result: await deductWithRetry(deps, db, input, true), cost: item.cost };
+  }
   return db.transaction(async (tx) => {
     const claimed = await tx.query(
       `INSERT INTO invocations (deployment_id, invocation_id, organization_id, tool_name, request_hash, status, created_at, updated_at)
@@ -197,11 +217,22 @@ async function deductOne(deps: Pick<Deps, 'db' | 'config'>, item: BatchDeduction
         item.now,
       ]);
     }
-    return { claimed: true, result } as const;
+    return { claimed: true, result, cost: item.cost } as const;
   });
 }
 
 const latest = (a: Date, b: Date) => (a.getTime() >= b.getTime() ? a : b);
+const keyOf = (deploymentId: string, invocationId: string) => `${deploymentId}\u0000${invocationId}`;
+
+/** An existing invocation row the batch settles: a reservation being spent by its record, or released. */
+interface HeldRow {
+  deployment_id: string;
+  invocation_id: string;
+  tool_name: string;
+  reserved_amount: number;
+  reservation_expires_at: Date;
+  created_at: Date;
+}
 
 /**
  * Apply a batch inside the caller's transaction. Returns one outcome per item, in order. Throws only on
@@ -209,10 +240,15 @@ const latest = (a: Date, b: Date) => (a.getTime() >= b.getTime() ? a : b);
  */
 export async function applyBatch(tx: Queryable, items: BatchDeduction[], reportToMeter: boolean): Promise<BatchOutcome[]> {
   const outcomes: Array<BatchOutcome | undefined> = new Array(items.length);
+  const batchNow = items.map((it) => it.now).reduce(latest);
+  /** Per item: what it deducts, holds or gives back, and what of `reserved` it frees. */
+  const terms = items.map((it) => ({ kind: (it.hold ? 'hold' : it.release ? 'release' : 'deduct') as Kind, cost: it.cost, release: it.releaseReserved }));
 
   // 1. Claim fresh invocation ids in one statement; the first of duplicates wins, the others take the full path.
   //    Records are claimed `pending` (step 4 marks them), holds `reserved` (a refused hold's row is deleted in step 4).
   const claims = items.map((it, index) => ({ it, index })).filter(({ it }) => (it.claimInvocation || it.hold) && it.invocationId !== null);
+  const claimedHere = new Set<string>();
+  const losers: number[] = [];
   if (claims.length > 0) {
     const won = await tx.query<{ deployment_id: string; invocation_id: string }>(
       `INSERT INTO invocations (deployment_id, invocation_id, organization_id, tool_name, request_hash, status, reserved_amount,
@@ -234,10 +270,57 @@ export async function applyBatch(tx: Queryable, items: BatchDeduction[], reportT
       ],
       'credits_batch_claim',
     );
-    const free = new Set(won.map((r) => `${r.deployment_id}\u0000${r.invocation_id}`));
+    const free = new Set(won.map((r) => keyOf(r.deployment_id, r.invocation_id)));
+    for (const key of free) claimedHere.add(key);
     for (const { it, index } of claims) {
-      const key = `${it.deploymentId}\u0000${it.invocationId}`;
+      const key = keyOf(it.deploymentId, it.invocationId!);
       if (free.has(key)) free.delete(key);
+      else if (it.claimInvocation && !claimedHere.has(key)) losers.push(index);
+      else outcomes[index] = { claimed: false };
+    }
+  }
+
+  // 1b. Reservations this batch settles: the record of a held call spends its hold (the price was fixed
+  //     when it was held), a release gives it back. Their rows are locked in key order (as every batch
+  //     does, so batches never deadlock on them) before any balance row, as the single path locks them.
+  //     Only a reservation still inside its hold is spent here (an overdue one may be expired by a
+  //     sweep of this very batch); every other existing id (a replay, a reuse, another tool) takes the
+  //     full path after the batch.
+  const settling = [
+    ...losers,
+    ...items.map((it, index) => ({ it, index })).filter(({ it }) => it.release && it.invocationId !== null).map(({ index }) => index),
+  ].sort((a, b) => a - b);
+  if (settling.length > 0) {
+    const keys = settling.filter((i) => !claimedHere.has(keyOf(items[i]!.deploymentId, items[i]!.invocationId!)));
+    const held = keys.length === 0 ? [] : await tx.query<HeldRow>(
+      `SELECT i.deployment_id, i.invocation_id, i.tool_name, i.reserved_amount, i.reservation_expires_at, i.created_at
+       FROM invocations i JOIN unnest($1::uuid[], $2::text[]) AS k(d, inv) ON i.deployment_id = k.d AND i.invocation_id = k.inv
+       WHERE i.status = 'reserved'
+       ORDER BY i.deployment_id, i.invocation_id
+       FOR UPDATE OF i`,
+      [keys.map((i) => items[i]!.deploymentId), keys.map((i) => items[i]!.invocationId)],
+      'credits_batch_lock_held',
+    );
+    const rowsByKey = new Map(held.map((r) => [keyOf(r.deployment_id, r.invocation_id), r]));
+    const idempotencyFloor = batchNow.getTime() - IDEMPOTENCY_WINDOW_MS;
+    for (const index of settling) {
+      const it = items[index]!;
+      const key = keyOf(it.deploymentId, it.invocationId!);
+      const row = claimedHere.has(key) ? undefined : rowsByKey.get(key);
+      // The first request of a key settles its row; the others see what it left, after the batch.
+      rowsByKey.delete(key);
+      if (it.release) {
+        if (claimedHere.has(key)) outcomes[index] = { claimed: false };
+        else if (row) terms[index] = { kind: 'release', cost: row.reserved_amount, release: 0 };
+        else outcomes[index] = { claimed: true, result: { ...NOTHING_HELD }, cost: 0 };
+        continue;
+      }
+      const spendable =
+        row !== undefined &&
+        row.tool_name === it.toolName &&
+        row.created_at.getTime() > idempotencyFloor &&
+        row.reservation_expires_at.getTime() > batchNow.getTime();
+      if (spendable) terms[index] = { kind: 'spend', cost: row.reserved_amount, release: row.reserved_amount };
       else outcomes[index] = { claimed: false };
     }
   }
@@ -272,14 +355,14 @@ export async function applyBatch(tx: Queryable, items: BatchDeduction[], reportT
   const changes: Change[] = [];
   for (const id of deployments) {
     const indexes = byDeployment.get(id)!;
-    let applied = applyDeployment(rows.get(id)!, indexes, items);
+    let applied = applyDeployment(rows.get(id)!, indexes, terms);
     const refusedWhileHeld = applied.changes.some((c) => !c.deducted) && rows.get(id)!.reserved > 0;
     if (refusedWhileHeld) {
       const now = indexes.map((i) => items[i]!.now).reduce(latest);
       if ((await expireReservations(tx, now, id)) > 0) {
         const fresh = await tx.query<BalanceRow>('SELECT * FROM credit_balances WHERE deployment_id = $1', [id]);
         rows.set(id, fresh[0]!);
-        applied = applyDeployment(fresh[0]!, indexes, items);
+        applied = applyDeployment(fresh[0]!, indexes, terms);
       }
     }
     changes.push(...applied.changes);
@@ -290,37 +373,59 @@ export async function applyBatch(tx: Queryable, items: BatchDeduction[], reportT
   for (const c of changes) {
     outcomes[c.index] = {
       claimed: true,
-      result: { found: true, deducted: c.deducted, usageId: c.hold ? null : c.usageId, ...c.after },
+      result: { found: true, deducted: c.deducted, usageId: c.kind === 'deduct' || c.kind === 'spend' ? c.usageId : null, ...c.after },
+      cost: c.cost,
     };
   }
   return outcomes as BatchOutcome[];
 }
 
+/** A release of an id that holds nothing: no balance row was read. */
+const NOTHING_HELD: DeductResult = {
+  found: false,
+  deducted: false,
+  usageId: null,
+  monthly_allocation: null,
+  monthly_used: 0,
+  purchased_balance: 0,
+  reserved: 0,
+};
+
 /** DEDUCT_SQL's arithmetic for one deployment's requests, in order, on a copy of its locked row. */
-function applyDeployment(start: BalanceRow, indexes: number[], items: BatchDeduction[]): { row: BalanceRow; changes: Change[] } {
+function applyDeployment(
+  start: BalanceRow,
+  indexes: number[],
+  terms: Array<{ kind: Kind; cost: number; release: number }>,
+): { row: BalanceRow; changes: Change[] } {
   const row = { ...start };
   const changes: Change[] = [];
   for (const index of indexes) {
-    const it = items[index]!;
+    const { kind, cost, release } = terms[index]!;
     const allocation = row.monthly_allocation;
     const monthlyLeft = allocation === null ? null : Math.max(0, allocation - row.monthly_used);
-    const spendable = monthlyLeft === null ? Number.POSITIVE_INFINITY : monthlyLeft + row.purchased_balance - (row.reserved - it.releaseReserved);
-    const deducted = spendable >= it.cost;
+    const spendable = monthlyLeft === null ? Number.POSITIVE_INFINITY : monthlyLeft + row.purchased_balance - (row.reserved - release);
+    let deducted = spendable >= cost;
     let monthlyTaken = 0;
     let purchasedTaken = 0;
-    if (it.hold) {
+    if (kind === 'release') {
+      // Always possible: the row was locked as held, so `reserved` counts it.
+      deducted = true;
+      row.reserved -= cost;
+    } else if (kind === 'hold') {
       // reservations.ts holdCredits' rule: held only while what is spendable covers it.
-      if (deducted) row.reserved += it.cost;
+      if (deducted) row.reserved += cost;
     } else if (deducted) {
-      monthlyTaken = monthlyLeft === null ? it.cost : Math.min(it.cost, monthlyLeft);
-      purchasedTaken = it.cost - monthlyTaken;
+      monthlyTaken = monthlyLeft === null ? cost : Math.min(cost, monthlyLeft);
+      purchasedTaken = cost - monthlyTaken;
       row.monthly_used += monthlyTaken;
       row.purchased_balance -= purchasedTaken;
       row.purchased_consumed += purchasedTaken;
-      row.reserved -= it.releaseReserved;
+      row.reserved -= release;
     }
     changes.push({
-      hold: it.hold !== undefined,
+      kind,
+      cost,
+      release,
       deploymentId: row.deployment_id,
       organizationId: row.organization_id,
       index,
@@ -348,10 +453,11 @@ async function writeBatch(
   rows: Map<string, BalanceRow>,
   reportToMeter: boolean,
 ): Promise<void> {
-  // Balance rows: every deployment a deduction or a hold moved.
+  // Balance rows: every deployment a deduction, a hold or a release moved.
   const touched = [...new Set(all.filter((c) => c.deducted).map((c) => c.deploymentId))];
-  const refusedHolds = all.filter((c) => c.hold && !c.deducted);
-  const changes = all.filter((c) => !c.hold);
+  const refusedHolds = all.filter((c) => c.kind === 'hold' && !c.deducted);
+  const releases = all.filter((c) => c.kind === 'release');
+  const changes = all.filter((c) => c.kind === 'deduct' || c.kind === 'spend');
   if (touched.length > 0) {
     const updatedAt = (id: string) =>
       all
@@ -385,6 +491,17 @@ async function writeBatch(
     );
   }
 
+  if (releases.length > 0) {
+    // Locked in step 1b as held: they turn `released` with the balance rows' `reserved` above.
+    await tx.query(
+      `UPDATE invocations i SET status = 'released', updated_at = x.t
+       FROM unnest($1::uuid[], $2::text[], $3::timestamptz[]) AS x(d, inv, t)
+       WHERE i.deployment_id = x.d AND i.invocation_id = x.inv AND i.status = 'reserved'`,
+      [releases.map((c) => c.deploymentId), releases.map((c) => items[c.index]!.invocationId), releases.map((c) => items[c.index]!.now)],
+      'credits_batch_releases',
+    );
+  }
+
   const done = changes.filter((c) => c.deducted);
   const ledgerIds = new Map<string, number>();
   if (done.length > 0) {
@@ -398,7 +515,7 @@ async function writeBatch(
       [
         done.map((c) => c.organizationId),
         done.map((c) => c.deploymentId),
-        done.map((c) => items[c.index]!.cost),
+        done.map((c) => c.cost),
         done.map((c) => (c.after.monthly_allocation === null ? 0 : -c.monthlyTaken)),
         done.map((c) => c.purchasedTaken),
         done.map((c) => (c.after.monthly_allocation === null ? null : Math.max(0, c.after.monthly_allocation - c.after.monthly_used))),
@@ -426,7 +543,7 @@ async function writeBatch(
       changes.map((c) => c.organizationId),
       changes.map((c) => c.deploymentId),
       changes.map((c) => items[c.index]!.action),
-      changes.map((c) => (c.deducted ? items[c.index]!.cost : 0)),
+      changes.map((c) => (c.deducted ? c.cost : 0)),
       changes.map((c) => items[c.index]!.toolName),
       changes.map((c) => items[c.index]!.mcpUserId),
       changes.map((c) => {
@@ -445,8 +562,9 @@ async function writeBatch(
     'credits_batch_usage',
   );
 
-  // Claimed invocations: recorded with their answer, or denied.
-  const claimed = changes.filter((c) => items[c.index]!.claimInvocation);
+  // Claimed invocations: recorded with their answer, or denied; a spent reservation recorded, or (refused:
+  // its balance moved under it) left held, as the single path leaves it.
+  const claimed = changes.filter((c) => items[c.index]!.claimInvocation && (c.kind === 'deduct' || c.deducted));
   if (claimed.length > 0) {
     await tx.query(
       `UPDATE invocations i
@@ -466,7 +584,7 @@ async function writeBatch(
         claimed.map((c) =>
           JSON.stringify({
             success: true,
-            credits_used: items[c.index]!.cost,
+            credits_used: c.cost,
             credits_remaining: remaining(c.after),
             error: null,
             usage_id: c.usageId,
@@ -479,7 +597,7 @@ async function writeBatch(
   }
 
   // Meter events of subscribed organizations (SPEC §9), as DEDUCT_SQL's met step.
-  const metered = reportToMeter ? done.filter((c) => items[c.index]!.cost > 0) : [];
+  const metered = reportToMeter ? done.filter((c) => c.cost > 0) : [];
   if (metered.length > 0) {
     await tx.query(
       `INSERT INTO meter_event_outbox (identifier, organization_id, deployment_id, stripe_customer_id, value, event_at, next_attempt_at)
@@ -492,7 +610,7 @@ async function writeBatch(
         metered.map((c) => c.usageId),
         metered.map((c) => c.organizationId),
         metered.map((c) => c.deploymentId),
-        metered.map((c) => items[c.index]!.cost),
+        metered.map((c) => c.cost),
         metered.map((c) => items[c.index]!.now),
       ],
     );

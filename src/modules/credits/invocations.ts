@@ -4,7 +4,7 @@ import { actorLabel } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { AppError } from '../../errors.js';
 import { type DeductInput, type DeductResult, deductWithRetry, remainingAfter } from './deduct.js';
-import { RESERVATION_TTL_MS, expireReservations, holdCredits } from './reservations.js';
+import { RESERVATION_TTL_MS, expireReservations, holdCredits, releaseReservation } from './reservations.js';
 import { syncBalance, viewBalance } from './service.js';
 
 /**
@@ -153,6 +153,37 @@ export async function reserveInvocation(
     // A hold moves what a check may promise: this instance reads the row again next time.
     forgetBalance(ctx, deploymentId);
   }
+}
+
+/**
+ * Give back a reservation's held credits (SPEC §4: the tool failed or was cancelled), through the
+ * batcher like the hold itself. Returns the credits given back, or null if the invocation held nothing.
+ */
+export async function releaseInvocationHold(
+  ctx: Ctx,
+  deployment: { deployment_id: string; organization_id: string },
+  invocationId: string,
+): Promise<number | null> {
+  const now = ctx.clock.now();
+  const deploymentId = deployment.deployment_id;
+  const batched = await ctx.deductions.submit({
+    deploymentId,
+    organizationId: deployment.organization_id,
+    invocationId,
+    toolName: '',
+    cost: 0,
+    release: true,
+    releaseReserved: 0,
+    action: 'release',
+    mcpUserId: null,
+    metadata: null,
+    actor: actorLabel(ctx.actor),
+    now,
+  });
+  // Not settled by the batch (held by a reservation of the same batch, or the batch failed): one statement.
+  const released = batched.claimed ? (batched.result.deducted ? batched.cost : null) : await releaseReservation(ctx.db, deploymentId, invocationId, now);
+  if (released !== null) forgetBalance(ctx, deploymentId);
+  return released;
 }
 
 export type RecordedInvocation =

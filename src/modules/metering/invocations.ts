@@ -1,8 +1,7 @@
-import { forgetBalance } from '../credits/balance-cache.js';
 import type { Ctx } from '../../context.js';
 import { AppError, NotFoundError } from '../../errors.js';
-import { expireReservations, releaseReservation } from '../credits/reservations.js';
-import type { InvocationRow } from '../credits/invocations.js';
+import { expireReservations } from '../credits/reservations.js';
+import { type InvocationRow, releaseInvocationHold } from '../credits/invocations.js';
 
 /** Who may act on a deployment's invocations: an API key's organization, or the service key (any). */
 export interface Scope {
@@ -59,10 +58,8 @@ export async function releaseInvocation(
   scope: Scope,
   invocationId: string,
 ): Promise<{ invocation_id: string; status: string; released_credits: number }> {
-  const now = ctx.clock.now();
-  await assertInvocationInScope(ctx, scope, invocationId);
-  const released = await releaseReservation(ctx.db, scope.deploymentId, invocationId, now);
-  if (released !== null) forgetBalance(ctx, scope.deploymentId);
+  const organizationId = await assertInvocationInScope(ctx, scope, invocationId);
+  const released = await releaseInvocationHold(ctx, { deployment_id: scope.deploymentId, organization_id: organizationId }, invocationId);
   if (released !== null) return { invocation_id: invocationId, status: 'released', released_credits: released };
   const view = await getInvocation(ctx, scope, invocationId);
   if (view.status === 'recorded' || view.status === 'refunded') {
@@ -71,11 +68,13 @@ export async function releaseInvocation(
   return { invocation_id: invocationId, status: view.status, released_credits: 0 };
 }
 
-async function assertInvocationInScope(ctx: Ctx, scope: Scope, invocationId: string): Promise<void> {
-  const rows = await ctx.db.query(
-    `SELECT 1 FROM invocations WHERE deployment_id = $1 AND invocation_id = $2
+/** The invocation's organization, or 404 when the caller may not see it. */
+async function assertInvocationInScope(ctx: Ctx, scope: Scope, invocationId: string): Promise<string> {
+  const rows = await ctx.db.query<{ organization_id: string }>(
+    `SELECT organization_id FROM invocations WHERE deployment_id = $1 AND invocation_id = $2
        AND ($3::uuid IS NULL OR organization_id = $3::uuid) AND status <> 'pending'`,
     [scope.deploymentId, invocationId, scope.organizationId],
   );
   if (rows.length === 0) throw new NotFoundError('Invocation');
+  return rows[0]!.organization_id;
 }

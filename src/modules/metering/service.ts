@@ -131,10 +131,11 @@ async function recordIdempotent(
 ): Promise<RecordOutcome> {
   const invocationId = input.invocationId!;
   const hash = requestHash({ tool_name: input.toolName, mcp_user_id: input.mcpUserId ?? null, metadata: input.metadata ?? null });
-  // The common case, a fresh id, goes through the group commit; an id seen before (a retry, a reservation
-  // being spent) takes the full path, which replays, spends the reservation or refuses.
-  const fresh = await ctx.deductions.submit({ ...base, organizationId: state.organization_id, invocationId, releaseReserved: 0, claimInvocation: { requestHash: hash } });
-  if (fresh.claimed) return { replayed: false, result: toRecordResult(fresh.result, base.cost, invocationId) };
+  // The common cases, a fresh id and the record of a held reservation (which spends it at the price it
+  // was held for), go through the group commit; any other id seen before (a retry, a reuse, an overdue
+  // reservation) takes the full path, which replays, refuses or starts over.
+  const batched = await ctx.deductions.submit({ ...base, organizationId: state.organization_id, invocationId, releaseReserved: 0, claimInvocation: { requestHash: hash } });
+  if (batched.claimed) return { replayed: false, result: toRecordResult(batched.result, batched.cost, invocationId) };
   // The balance this instance holds may be a cached copy: assume others hold credits, so a refusal
   // first releases expired holds (one more statement, on a refusal only).
   const recorded = await recordInvocation(
