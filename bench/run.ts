@@ -37,6 +37,8 @@ const settings: Settings = {
 };
 const SERVER_WARMUP_SECONDS = smoke ? 2 : 6;
 const storages = (process.env.BENCH_STORAGES ?? 'postgres,pglite').split(',') as Storage[];
+/** `BENCH_ONLY=record:many,check:hot` runs only those scenarios (for profiling one of them); the results then say so. */
+const only = process.env.BENCH_ONLY?.split(',').filter(Boolean);
 const resultsDir = fileURLToPath(new URL('./results/', import.meta.url));
 const log = (line: string) => process.stdout.write(`${line}\n`);
 
@@ -132,6 +134,7 @@ async function runCreditgate(storage: Storage, db: BenchDatabase | undefined, ba
     let last = await server.call<Verification>('verify');
     for (const endpoint of Object.keys(ENDPOINTS) as Endpoint[]) {
       for (const spread of Object.keys(SPREADS) as Spread[]) {
+        if (only && !only.includes(`${endpoint}:${spread}`)) continue;
         const target = creditgateTarget(server.url, endpoint, spread, seeded, serviceKey);
         const baseline = MATCHING_BASELINE[endpoint][spread];
         const baselineRps = baselines.find((b) => b.name === baseline)?.throughput.rps ?? 0;
@@ -230,10 +233,11 @@ async function main(): Promise<void> {
   results.machine.loadAtEnd = Number(os.loadavg()[0]!.toFixed(2));
   results.machine.vitestMax = Math.max(vitestMax, vitestAtStart);
   mkdirSync(resultsDir, { recursive: true });
-  const file = join(resultsDir, smoke ? 'smoke.json' : 'latest.json');
+  const partial = smoke || only !== undefined;
+  const file = join(resultsDir, partial ? 'smoke.json' : 'latest.json');
   writeFileSync(file, `${JSON.stringify(results, null, 2)}\n`);
   log(`results: ${file} (${results.durationSeconds} s)`);
-  if (!smoke) log(`docs: ${updateBenchmarksDoc(results)}`);
+  if (!partial) log(`docs: ${updateBenchmarksDoc(results)}`);
 }
 
 await main();
