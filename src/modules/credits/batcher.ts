@@ -149,6 +149,13 @@ export class DeductionBatcher {
   }
 
   private async run(batch: Pending[]): Promise<void> {
+    if (this.db.kind === 'pglite') {
+      // PGlite runs each statement synchronously on this thread and answers through promises only:
+      // a batch would run from BEGIN to COMMIT without letting one socket be read, so each batch would
+      // hold only the requests that were already waiting. Give pending I/O one turn to join first.
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      batch.push(...this.queue.splice(0, this.settings.maxBatch - batch.length));
+    }
     let written = false;
     let outcomes: BatchOutcome[];
     try {
