@@ -5,6 +5,8 @@ export class TtlCache<V> {
   private readonly entries = new Map<string, { value: V; expiresAt: number }>();
   /** Bumped by every clear() and delete(): a load that began before an invalidation must not store what it read. */
   private generation = 0;
+  /** Loads under way, shared by every caller that misses the same key meanwhile (no stampede on a hot key). */
+  private readonly loading = new Map<string, Promise<V>>();
   constructor(
     private readonly clock: Clock,
     private readonly ttlMs: number,
@@ -44,19 +46,34 @@ export class TtlCache<V> {
   async load(key: string, load: () => Promise<V>): Promise<V> {
     const cached = this.get(key);
     if (cached !== undefined) return cached;
+    // Callers that miss while a load of this key is under way share it: a hundred requests for a key
+    // whose entry just expired make one read, not a hundred. An invalidation forgets the shared load, so
+    // a caller after it reads afresh.
+    const running = this.loading.get(key);
+    if (running) return running;
     const generation = this.generation;
-    const value = await load();
-    if (generation === this.generation) this.set(key, value);
-    return value;
+    const promise: Promise<V> = Promise.resolve()
+      .then(load)
+      .then((value) => {
+        if (generation === this.generation) this.set(key, value);
+        return value;
+      })
+      .finally(() => {
+        if (this.loading.get(key) === promise) this.loading.delete(key);
+      });
+    this.loading.set(key, promise);
+    return promise;
   }
 
   delete(key: string): void {
     this.generation++;
     this.entries.delete(key);
+    this.loading.delete(key);
   }
 
   clear(): void {
     this.generation++;
     this.entries.clear();
+    this.loading.clear();
   }
 }

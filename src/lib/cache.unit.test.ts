@@ -22,6 +22,34 @@ describe('TtlCache', () => {
     expect(await cache.load('k', load)).toBe(2);
   });
 
+  it('callers that miss while a key loads share its one read; after an invalidation they read afresh', async () => {
+    const cache = new TtlCache<string>(new ManualClock('2026-01-01T00:00:00.000Z'), 60_000);
+    const first = deferred<string>();
+    let reads = 0;
+    const waiting = Array.from({ length: 100 }, () =>
+      cache.load('hot', () => {
+        reads++;
+        return first.promise;
+      }),
+    );
+    cache.delete('hot'); // revoked while it loads: the next caller must not share the old read
+    const after = cache.load('hot', async () => {
+      reads++;
+      return 'after';
+    });
+    first.resolve('before');
+    expect(new Set(await Promise.all(waiting))).toEqual(new Set(['before']));
+    expect(await after).toBe('after');
+    expect(reads).toBe(2);
+  });
+
+  it('a failed load is shared by its waiters and not remembered', async () => {
+    const cache = new TtlCache<string>(new ManualClock('2026-01-01T00:00:00.000Z'), 60_000);
+    const failing = () => Promise.reject(new Error('database down'));
+    await expect(Promise.all([cache.load('k', failing), cache.load('k', failing)])).rejects.toThrow('database down');
+    expect(await cache.load('k', async () => 'up')).toBe('up');
+  });
+
   it('a load that raced a clear() answers once and is not stored', async () => {
     const cache = new TtlCache<string>(new ManualClock('2026-01-01T00:00:00.000Z'), 60_000);
     const row = deferred<string>();
