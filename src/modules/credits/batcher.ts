@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Deps } from '../../context.js';
 import type { Database, Queryable } from '../../db/client.js';
-import { emitThresholds } from '../quotas/thresholds.js';
+import { reachedThresholds, thresholdKey } from '../quotas/thresholds.js';
 import { noteDeduction } from './balance-cache.js';
 import { type DeductInput, type DeductResult, deductWithRetry } from './deduct.js';
 import { SUBSCRIBED } from './meter-outbox.js';
@@ -452,7 +452,78 @@ function applyDeployment(
   return { row, changes };
 }
 
-/** The batch's writes: one statement per table. */
+/**
+ * The batch's writes in ONE statement (one round trip while the balance rows are locked): the balance
+ * rows, refused holds, releases, ledger rows, usage records (joined to their ledger rows), invocation
+ * answers, meter events and `quota.threshold` events, each a data-modifying CTE over arrays. The CTEs
+ * touch disjoint rows (a batch settles each invocation key once), so their order does not matter.
+ * Threshold events are fanned out to webhooks by the dispatcher, as those of DEDUCT_SQL are.
+ */
+const WRITE_BATCH_SQL = `
+WITH bal AS (
+  UPDATE credit_balances b
+  SET monthly_used = u.used, purchased_balance = u.purchased, purchased_consumed = u.consumed, reserved = u.reserved, updated_at = u.at
+  FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::timestamptz[]) AS u(id, used, purchased, consumed, reserved, at)
+  WHERE b.deployment_id = u.id
+  RETURNING 1
+), refused AS (
+  -- As the single path's rollback: a refused reservation leaves no invocation behind.
+  DELETE FROM invocations i USING unnest($7::uuid[], $8::text[]) AS x(d, inv)
+  WHERE i.deployment_id = x.d AND i.invocation_id = x.inv AND i.status = 'reserved'
+  RETURNING 1
+), released AS (
+  -- Locked as held in step 1b.
+  UPDATE invocations i SET status = 'released', updated_at = x.t
+  FROM unnest($9::uuid[], $10::text[], $11::timestamptz[]) AS x(d, inv, t)
+  WHERE i.deployment_id = x.d AND i.invocation_id = x.inv AND i.status = 'reserved'
+  RETURNING 1
+), led AS (
+  INSERT INTO credit_ledger (organization_id, deployment_id, kind, amount, monthly_delta, purchased_delta,
+                             monthly_after, purchased_after, actor, usage_id, created_at)
+  SELECT o, d, 'deduct', -c, md, -pt, ma, pa, a, u, t
+  FROM unnest($12::uuid[], $13::uuid[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[], $19::text[], $20::uuid[], $21::timestamptz[])
+    AS x(o, d, c, md, pt, ma, pa, a, u, t)
+  RETURNING id, usage_id
+), used AS (
+  -- Every deduction, and every final refusal (SPEC §4 keeps a record either way).
+  INSERT INTO usage_records (id, organization_id, deployment_id, metric, quantity, tool_name, mcp_user_id, metadata,
+                             success, error, ledger_id, invocation_id, monthly_taken, purchased_taken, period_start, "timestamp")
+  SELECT x.id, o, d, m, q, tn, mu, md::jsonb, s, e, led.id, i, mt, pt, ps, t
+  FROM unnest($22::uuid[], $23::uuid[], $24::uuid[], $25::text[], $26::bigint[], $27::text[], $28::text[], $29::text[], $30::boolean[],
+              $31::text[], $32::text[], $33::bigint[], $34::bigint[], $35::timestamptz[], $36::timestamptz[])
+    AS x(id, o, d, m, q, tn, mu, md, s, e, i, mt, pt, ps, t)
+  LEFT JOIN led ON led.usage_id = x.id
+  RETURNING 1
+), answered AS (
+  -- Claimed invocations recorded with their answer, or denied; a spent reservation recorded.
+  UPDATE invocations i
+  SET status = CASE WHEN x.ok THEN 'recorded' ELSE 'denied' END,
+      usage_id = CASE WHEN x.ok THEN x.u ELSE NULL END,
+      request_hash = x.h, reserved_amount = 0, reservation_expires_at = NULL, updated_at = x.t,
+      response = CASE WHEN x.ok THEN x.r::jsonb ELSE NULL END
+  FROM unnest($37::uuid[], $38::text[], $39::boolean[], $40::uuid[], $41::text[], $42::timestamptz[], $43::text[]) AS x(d, inv, ok, u, h, t, r)
+  WHERE i.deployment_id = x.d AND i.invocation_id = x.inv
+  RETURNING 1
+), met AS (
+  -- Meter events of subscribed organizations (SPEC §9), as DEDUCT_SQL's met step.
+  INSERT INTO meter_event_outbox (identifier, organization_id, deployment_id, stripe_customer_id, value, event_at, next_attempt_at)
+  SELECT x.u, x.o, x.d, o.stripe_customer_id, x.v, x.t, x.t
+  FROM unnest($44::uuid[], $45::uuid[], $46::uuid[], $47::bigint[], $48::timestamptz[]) AS x(u, o, d, v, t)
+  JOIN organizations o ON o.id = x.o
+  WHERE ${SUBSCRIBED}
+  ON CONFLICT (identifier) DO NOTHING
+  RETURNING 1
+), alert AS (
+  -- quota.threshold, once per threshold per period by its dedupe key (quotas/thresholds.ts).
+  INSERT INTO outbox_events (organization_id, deployment_id, type, data, dedupe_key, created_at)
+  SELECT o, d, 'quota.threshold', data::jsonb, k, t
+  FROM unnest($49::uuid[], $50::uuid[], $51::text[], $52::text[], $53::timestamptz[]) AS x(o, d, data, k, t)
+  ON CONFLICT (dedupe_key) DO NOTHING
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM bal)::int AS balances, (SELECT count(*) FROM used)::int AS usage`;
+
+/** The batch's writes: one statement (WRITE_BATCH_SQL). */
 async function writeBatch(
   tx: Queryable,
   items: BatchDeduction[],
@@ -460,187 +531,132 @@ async function writeBatch(
   rows: Map<string, BalanceRow>,
   reportToMeter: boolean,
 ): Promise<void> {
-  // Balance rows: every deployment a deduction, a hold or a release moved.
   const touched = [...new Set(all.filter((c) => c.deducted).map((c) => c.deploymentId))];
   const refusedHolds = all.filter((c) => c.kind === 'hold' && !c.deducted);
   const releases = all.filter((c) => c.kind === 'release');
   const changes = all.filter((c) => c.kind === 'deduct' || c.kind === 'spend');
-  if (touched.length > 0) {
-    const updatedAt = (id: string) =>
-      all
-        .filter((c) => c.deploymentId === id)
-        .map((c) => items[c.index]!.now)
-        .reduce(latest);
-    await tx.query(
-      `UPDATE credit_balances b
-       SET monthly_used = u.used, purchased_balance = u.purchased, purchased_consumed = u.consumed, reserved = u.reserved, updated_at = u.at
-       FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::timestamptz[]) AS u(id, used, purchased, consumed, reserved, at)
-       WHERE b.deployment_id = u.id`,
-      [
-        touched,
-        touched.map((id) => rows.get(id)!.monthly_used),
-        touched.map((id) => rows.get(id)!.purchased_balance),
-        touched.map((id) => rows.get(id)!.purchased_consumed),
-        touched.map((id) => rows.get(id)!.reserved),
-        touched.map(updatedAt),
-      ],
-      'credits_batch_update',
-    );
-  }
-
-  if (refusedHolds.length > 0) {
-    // As the single path's rollback: a refused reservation leaves no invocation behind.
-    await tx.query(
-      `DELETE FROM invocations i USING unnest($1::uuid[], $2::text[]) AS x(d, inv)
-       WHERE i.deployment_id = x.d AND i.invocation_id = x.inv AND i.status = 'reserved'`,
-      [refusedHolds.map((c) => c.deploymentId), refusedHolds.map((c) => items[c.index]!.invocationId)],
-      'credits_batch_refused_holds',
-    );
-  }
-
-  if (releases.length > 0) {
-    // Locked in step 1b as held: they turn `released` with the balance rows' `reserved` above.
-    await tx.query(
-      `UPDATE invocations i SET status = 'released', updated_at = x.t
-       FROM unnest($1::uuid[], $2::text[], $3::timestamptz[]) AS x(d, inv, t)
-       WHERE i.deployment_id = x.d AND i.invocation_id = x.inv AND i.status = 'reserved'`,
-      [releases.map((c) => c.deploymentId), releases.map((c) => items[c.index]!.invocationId), releases.map((c) => items[c.index]!.now)],
-      'credits_batch_releases',
-    );
-  }
-
+  if (touched.length === 0 && refusedHolds.length === 0 && changes.length === 0) return;
   const done = changes.filter((c) => c.deducted);
-  const ledgerIds = new Map<string, number>();
-  if (done.length > 0) {
-    const ledger = await tx.query<{ id: number; usage_id: string }>(
-      `INSERT INTO credit_ledger (organization_id, deployment_id, kind, amount, monthly_delta, purchased_delta,
-                                 monthly_after, purchased_after, actor, usage_id, created_at)
-       SELECT o, d, 'deduct', -c, md, -pt, ma, pa, a, u, t
-       FROM unnest($1::uuid[], $2::uuid[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[], $9::uuid[], $10::timestamptz[])
-         AS x(o, d, c, md, pt, ma, pa, a, u, t)
-       RETURNING id, usage_id`,
-      [
-        done.map((c) => c.organizationId),
-        done.map((c) => c.deploymentId),
-        done.map((c) => c.cost),
-        done.map((c) => (c.after.monthly_allocation === null ? 0 : -c.monthlyTaken)),
-        done.map((c) => c.purchasedTaken),
-        done.map((c) => (c.after.monthly_allocation === null ? null : Math.max(0, c.after.monthly_allocation - c.after.monthly_used))),
-        done.map((c) => c.after.purchased_balance),
-        done.map((c) => items[c.index]!.actor),
-        done.map((c) => c.usageId),
-        done.map((c) => items[c.index]!.now),
-      ],
-      'credits_batch_ledger',
-    );
-    for (const r of ledger) ledgerIds.set(r.usage_id, r.id);
-  }
-
-  // Usage records: every deduction, and every final refusal (SPEC §4 keeps a record either way).
-  if (changes.length === 0) return;
+  // A spent reservation refused (an adjustment took its credits meanwhile) stays held, as on the single path.
+  const claimed = changes.filter((c) => items[c.index]!.claimInvocation && (c.kind === 'deduct' || c.deducted));
+  const metered = reportToMeter ? done.filter((c) => c.cost > 0) : [];
+  const alerts = thresholdEvents(items, done, rows);
+  const updatedAt = (id: string) =>
+    all
+      .filter((c) => c.deploymentId === id)
+      .map((c) => items[c.index]!.now)
+      .reduce(latest);
+  const item = (c: Change) => items[c.index]!;
   await tx.query(
-    `INSERT INTO usage_records (id, organization_id, deployment_id, metric, quantity, tool_name, mcp_user_id, metadata,
-                               success, error, ledger_id, invocation_id, monthly_taken, purchased_taken, period_start, "timestamp")
-     SELECT id, o, d, m, q, tn, mu, md::jsonb, s, e, l, i, mt, pt, ps, t
-     FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::boolean[],
-                 $10::text[], $11::bigint[], $12::text[], $13::bigint[], $14::bigint[], $15::timestamptz[], $16::timestamptz[])
-       AS x(id, o, d, m, q, tn, mu, md, s, e, l, i, mt, pt, ps, t)`,
+    WRITE_BATCH_SQL,
     [
+      touched,
+      touched.map((id) => rows.get(id)!.monthly_used),
+      touched.map((id) => rows.get(id)!.purchased_balance),
+      touched.map((id) => rows.get(id)!.purchased_consumed),
+      touched.map((id) => rows.get(id)!.reserved),
+      touched.map(updatedAt),
+      refusedHolds.map((c) => c.deploymentId),
+      refusedHolds.map((c) => item(c).invocationId),
+      releases.map((c) => c.deploymentId),
+      releases.map((c) => item(c).invocationId),
+      releases.map((c) => item(c).now),
+      done.map((c) => c.organizationId),
+      done.map((c) => c.deploymentId),
+      done.map((c) => c.cost),
+      done.map((c) => (c.after.monthly_allocation === null ? 0 : -c.monthlyTaken)),
+      done.map((c) => c.purchasedTaken),
+      done.map((c) => (c.after.monthly_allocation === null ? null : Math.max(0, c.after.monthly_allocation - c.after.monthly_used))),
+      done.map((c) => c.after.purchased_balance),
+      done.map((c) => item(c).actor),
+      done.map((c) => c.usageId),
+      done.map((c) => item(c).now),
       changes.map((c) => c.usageId),
       changes.map((c) => c.organizationId),
       changes.map((c) => c.deploymentId),
-      changes.map((c) => items[c.index]!.action),
+      changes.map((c) => item(c).action),
       changes.map((c) => (c.deducted ? c.cost : 0)),
-      changes.map((c) => items[c.index]!.toolName),
-      changes.map((c) => items[c.index]!.mcpUserId),
+      changes.map((c) => item(c).toolName),
+      changes.map((c) => item(c).mcpUserId),
       changes.map((c) => {
-        const m = items[c.index]!.metadata;
+        const m = item(c).metadata;
         return m === undefined || m === null ? null : JSON.stringify(m);
       }),
       changes.map((c) => c.deducted),
       changes.map((c) => (c.deducted ? null : 'insufficient_credits')),
-      changes.map((c) => (c.deducted ? (ledgerIds.get(c.usageId) ?? null) : null)),
-      changes.map((c) => items[c.index]!.invocationId),
+      changes.map((c) => item(c).invocationId),
       changes.map((c) => c.monthlyTaken),
       changes.map((c) => c.purchasedTaken),
       changes.map((c) => c.periodStart),
-      changes.map((c) => items[c.index]!.now),
+      changes.map((c) => item(c).now),
+      claimed.map((c) => c.deploymentId),
+      claimed.map((c) => item(c).invocationId),
+      claimed.map((c) => c.deducted),
+      claimed.map((c) => c.usageId),
+      claimed.map((c) => item(c).claimInvocation!.requestHash),
+      claimed.map((c) => item(c).now),
+      claimed.map((c) =>
+        JSON.stringify({
+          success: true,
+          credits_used: c.cost,
+          credits_remaining: remaining(c.after),
+          error: null,
+          usage_id: c.usageId,
+          invocation_id: item(c).invocationId,
+        }),
+      ),
+      metered.map((c) => c.usageId),
+      metered.map((c) => c.organizationId),
+      metered.map((c) => c.deploymentId),
+      metered.map((c) => c.cost),
+      metered.map((c) => item(c).now),
+      alerts.map((a) => a.organizationId),
+      alerts.map((a) => a.deploymentId),
+      alerts.map((a) => JSON.stringify(a.data)),
+      alerts.map((a) => a.dedupeKey),
+      alerts.map((a) => a.at),
     ],
-    'credits_batch_usage',
+    'credits_batch_write',
   );
+}
 
-  // Claimed invocations: recorded with their answer, or denied; a spent reservation recorded, or (refused:
-  // its balance moved under it) left held, as the single path leaves it.
-  const claimed = changes.filter((c) => items[c.index]!.claimInvocation && (c.kind === 'deduct' || c.deducted));
-  if (claimed.length > 0) {
-    await tx.query(
-      `UPDATE invocations i
-       SET status = CASE WHEN x.ok THEN 'recorded' ELSE 'denied' END,
-           usage_id = CASE WHEN x.ok THEN x.u ELSE NULL END,
-           request_hash = x.h, reserved_amount = 0, reservation_expires_at = NULL, updated_at = x.t,
-           response = CASE WHEN x.ok THEN x.r::jsonb ELSE NULL END
-       FROM unnest($1::uuid[], $2::text[], $3::boolean[], $4::uuid[], $5::text[], $6::timestamptz[], $7::text[]) AS x(d, inv, ok, u, h, t, r)
-       WHERE i.deployment_id = x.d AND i.invocation_id = x.inv`,
-      [
-        claimed.map((c) => c.deploymentId),
-        claimed.map((c) => items[c.index]!.invocationId),
-        claimed.map((c) => c.deducted),
-        claimed.map((c) => c.usageId),
-        claimed.map((c) => items[c.index]!.claimInvocation!.requestHash),
-        claimed.map((c) => items[c.index]!.now),
-        claimed.map((c) =>
-          JSON.stringify({
-            success: true,
-            credits_used: c.cost,
-            credits_remaining: remaining(c.after),
-            error: null,
-            usage_id: c.usageId,
-            invocation_id: items[c.index]!.invocationId,
-          }),
-        ),
-      ],
-      'credits_batch_invocations',
-    );
-  }
-
-  // Meter events of subscribed organizations (SPEC §9), as DEDUCT_SQL's met step.
-  const metered = reportToMeter ? done.filter((c) => c.cost > 0) : [];
-  if (metered.length > 0) {
-    await tx.query(
-      `INSERT INTO meter_event_outbox (identifier, organization_id, deployment_id, stripe_customer_id, value, event_at, next_attempt_at)
-       SELECT x.u, x.o, x.d, o.stripe_customer_id, x.v, x.t, x.t
-       FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::bigint[], $5::timestamptz[]) AS x(u, o, d, v, t)
-       JOIN organizations o ON o.id = x.o
-       WHERE ${SUBSCRIBED}
-       ON CONFLICT (identifier) DO NOTHING`,
-      [
-        metered.map((c) => c.usageId),
-        metered.map((c) => c.organizationId),
-        metered.map((c) => c.deploymentId),
-        metered.map((c) => c.cost),
-        metered.map((c) => items[c.index]!.now),
-      ],
-    );
-  }
-
-  // quota.threshold for monthly credits, once per deployment per batch (the dedupe key makes it once per period).
+/**
+ * The monthly `quota.threshold` events the batch's deductions reached, per deployment (emitThresholds'
+ * rule and payload: a threshold reached by usage that grew in this batch; the dedupe key makes it once
+ * per period).
+ */
+function thresholdEvents(
+  items: BatchDeduction[],
+  done: Change[],
+  rows: Map<string, BalanceRow>,
+): Array<{ organizationId: string; deploymentId: string; data: Record<string, unknown>; dedupeKey: string; at: Date }> {
+  const events = [];
   for (const id of new Set(done.map((c) => c.deploymentId))) {
     const mine = done.filter((c) => c.deploymentId === id);
-    const last = mine[mine.length - 1]!;
     const first = mine[0]!;
+    const last = mine[mine.length - 1]!;
     const row = rows.get(id)!;
-    await emitThresholds(tx, {
-      organizationId: row.organization_id,
-      deploymentId: id,
-      quota: 'monthly_credits',
-      before: first.after.monthly_used - first.monthlyTaken,
-      after: last.after.monthly_used,
-      limit: row.monthly_allocation,
-      periodStart: row.period_start,
-      periodEnd: row.period_end,
-      now: items[last.index]!.now,
-    });
+    const before = first.after.monthly_used - first.monthlyTaken;
+    const after = last.after.monthly_used;
+    if (after <= before) continue;
+    for (const threshold of reachedThresholds(after, row.monthly_allocation)) {
+      events.push({
+        organizationId: row.organization_id,
+        deploymentId: id,
+        data: {
+          deployment_id: id,
+          quota: 'monthly_credits',
+          threshold,
+          used: after,
+          limit: row.monthly_allocation,
+          period_end: row.period_end.toISOString(),
+        },
+        dedupeKey: thresholdKey(id, 'monthly_credits', threshold, row.period_start),
+        at: items[last.index]!.now,
+      });
+    }
   }
+  return events;
 }
 
 function remaining(b: Pick<BalanceRow, 'monthly_allocation' | 'monthly_used' | 'purchased_balance' | 'reserved'>): number | null {

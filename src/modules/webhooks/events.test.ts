@@ -114,7 +114,7 @@ describe('organization events', () => {
     for (let i = 0; i < 80; i++) {
       await h.request({ method: 'POST', url: '/api/v1/mcp/stdio/record-usage', headers: bearer(key.key), payload: { tool_name: 'search' } });
     }
-    // The batched deduction fans the event out in its own transaction; the dispatcher finds nothing left to do for it.
+    // The batched deduction writes the event in its one write statement; the dispatcher fans it out.
     await dispatchPending(h.deps.db, h.clock.now(), 100);
     const after = await deliveriesOf(webhookId);
     expect(after.map((d) => d.payload.data)).toEqual([
