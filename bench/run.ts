@@ -115,7 +115,13 @@ function creditgateEnv(storage: Storage, db: BenchDatabase | undefined, dataDir:
     databaseUrl: storage === 'postgres' ? db!.url : 'memory://',
     poolSize: settings.poolSize,
     dataDir,
-    extra: { MCP_SERVICE_KEY: serviceKey },
+    // The batcher's settings pass through, to measure other defaults (docs/adr/0004-group-commit.md).
+    extra: {
+      MCP_SERVICE_KEY: serviceKey,
+      DEDUCT_BATCH_IN_FLIGHT: process.env.DEDUCT_BATCH_IN_FLIGHT,
+      DEDUCT_BATCH_WINDOW_MS: process.env.DEDUCT_BATCH_WINDOW_MS,
+      DEDUCT_BATCH_MAX: process.env.DEDUCT_BATCH_MAX,
+    },
   });
 }
 
