@@ -94,7 +94,8 @@ export async function holdAiTokens(ctx: Ctx, deployment: { id: string; organizat
   const actor = actorLabel(ctx.actor);
   // Held credits count in `reserved`: this instance's cached balance for checks is stale with them.
   forgetBalance(ctx, deployment.id);
-  return ctx.db.transaction(async (tx) => {
+  // In the next deduction batch's transaction (credits/batcher.ts): one commit with the batch's.
+  return ctx.deductions.within(deployment.id, async (tx) => {
     const { balance, limit } = await lockForAi(tx, deployment.id, now, actor);
     let perChoice = input.outputPerChoice;
     let tokensHeld = 0;
@@ -260,7 +261,8 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
   const tokens = input.inputTokens + input.outputTokens;
   const requestId = input.requestId ?? input.holdId;
   const estimated = input.estimated === true;
-  return ctx.db.transaction(async (tx) => {
+  // In the next deduction batch's transaction (credits/batcher.ts): one commit with the batch's.
+  return ctx.deductions.within(deployment.id, async (tx) => {
     const { balance: before, limit } = await lockForAi(tx, deployment.id, now, actor);
     const view = (b: AiBalance) => ({
       used: b.ai_tokens_used,

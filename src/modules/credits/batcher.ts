@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Deps } from '../../context.js';
-import type { Database, Queryable } from '../../db/client.js';
+import { type Database, isConnectionError, type Queryable } from '../../db/client.js';
+import { ServiceUnavailableError } from '../../errors.js';
 import { reachedThresholds, thresholdKey } from '../quotas/thresholds.js';
 import { noteDeduction } from './balance-cache.js';
 import { type DeductInput, type DeductResult, deductWithRetry } from './deduct.js';
@@ -57,11 +58,22 @@ export interface BatchDeduction extends Omit<DeductInput, 'recordFailure' | 'rec
  */
 export type BatchOutcome = { claimed: false } | { claimed: true; result: DeductResult; cost: number };
 
-interface Pending {
-  item: BatchDeduction;
-  resolve: (outcome: BatchOutcome) => void;
-  reject: (err: unknown) => void;
+/**
+ * A money change that is not a deduction (an AI hold or settlement, a refund), run inside a batch's
+ * transaction so it shares the batch's commit: its deployment's balance row is locked with the batch's
+ * (in deployment order), then `apply` runs after the batch's writes under a savepoint, so an op that
+ * fails (a refusal, a bad request) undoes only itself.
+ */
+export interface BatchOp {
+  deploymentId: string;
+  apply: (tx: Queryable) => Promise<unknown>;
 }
+
+type Pending =
+  | { item: BatchDeduction; op?: undefined; resolve: (outcome: BatchOutcome) => void; reject: (err: unknown) => void }
+  | { op: BatchOp; item?: undefined; resolve: (value: unknown) => void; reject: (err: unknown) => void };
+
+type OpResult = { ok: true; value: unknown } | { ok: false; error: unknown };
 
 type Kind = 'deduct' | 'spend' | 'hold' | 'release';
 
@@ -92,7 +104,7 @@ export class DeductionBatcher {
   private timer: NodeJS.Timeout | null = null;
   private idleWaiters: Array<() => void> = [];
   /** Batches committed and requests in them, for the metrics and the benchmark. */
-  readonly stats = { batches: 0, requests: 0, fallbacks: 0 };
+  readonly stats = { batches: 0, requests: 0, fallbacks: 0, ops: 0 };
 
   private readonly db: Database;
   private readonly reportToMeter: boolean;
@@ -110,6 +122,18 @@ export class DeductionBatcher {
   submit(item: BatchDeduction): Promise<BatchOutcome> {
     return new Promise<BatchOutcome>((resolve, reject) => {
       this.queue.push({ item, resolve, reject });
+      this.schedule();
+    });
+  }
+
+  /**
+   * Run a money change that is not a deduction in the next batch's transaction (see BatchOp); resolves
+   * with `apply`'s value once the batch committed, or rejects with its error (nothing of it written).
+   * If the batch fails as a whole, the op runs in a transaction of its own.
+   */
+  within<T>(deploymentId: string, apply: (tx: Queryable) => Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.queue.push({ op: { deploymentId, apply }, resolve: resolve as (value: unknown) => void, reject });
       this.schedule();
     });
   }
@@ -157,12 +181,21 @@ export class DeductionBatcher {
       batch.push(...this.queue.splice(0, this.settings.maxBatch - batch.length));
     }
     let written = false;
+    const deductions = batch.filter((p): p is Extract<Pending, { item: BatchDeduction }> => p.item !== undefined);
+    const ops = batch.filter((p): p is Extract<Pending, { op: BatchOp }> => p.op !== undefined);
     let outcomes: BatchOutcome[];
+    let opResults: OpResult[];
     try {
-      outcomes = await this.db.transaction(async (tx) => {
-        const out = await applyBatch(tx, batch.map((p) => p.item), this.reportToMeter);
+      [outcomes, opResults] = await this.db.transaction(async (tx) => {
+        const out = await applyBatch(
+          tx,
+          deductions.map((p) => p.item),
+          this.reportToMeter,
+          ops.map((p) => p.op.deploymentId),
+        );
+        const done = await applyOps(tx, ops.map((p) => p.op));
         written = true;
-        return out;
+        return [out, done] as const;
       });
     } catch (err) {
       if (written) {
@@ -178,10 +211,18 @@ export class DeductionBatcher {
     }
     this.stats.batches++;
     this.stats.requests += batch.length;
-    for (const [i, p] of batch.entries()) this.answer(p, outcomes[i]!);
+    this.stats.ops += ops.length;
+    for (const [i, p] of deductions.entries()) this.answer(p, outcomes[i]!);
+    for (const [i, p] of ops.entries()) {
+      const r = opResults[i]!;
+      // The deductions' answers wrote through to the cached balance without the op's change.
+      if (r.ok) this.deps.caches?.balances.delete(p.op.deploymentId);
+      if (r.ok) p.resolve(r.value);
+      else p.reject(r.error);
+    }
   }
 
-  private answer(p: Pending, outcome: BatchOutcome): void {
+  private answer(p: Extract<Pending, { item: BatchDeduction }>, outcome: BatchOutcome): void {
     if (this.deps.caches && outcome.claimed) noteDeduction({ caches: this.deps.caches }, p.item.deploymentId, outcome.result);
     p.resolve(outcome);
   }
@@ -190,12 +231,34 @@ export class DeductionBatcher {
   private async oneByOne(batch: Pending[]): Promise<void> {
     for (const p of batch) {
       try {
-        this.answer(p, await deductOne(this.deps, p.item));
+        if (p.op) p.resolve(await this.db.transaction(p.op.apply));
+        else this.answer(p, await deductOne(this.deps, p.item));
       } catch (err) {
         p.reject(err);
       }
     }
   }
+}
+
+/**
+ * The batch's ops, in arrival order, each under a savepoint: an op that throws is undone alone and
+ * answered with its error. A lost connection fails the batch (it then runs one by one).
+ */
+async function applyOps(tx: Queryable, ops: BatchOp[]): Promise<OpResult[]> {
+  const results: OpResult[] = [];
+  for (const op of ops) {
+    await tx.query('SAVEPOINT credits_op');
+    try {
+      const value = await op.apply(tx);
+      await tx.query('RELEASE SAVEPOINT credits_op');
+      results.push({ ok: true, value });
+    } catch (error) {
+      if (error instanceof ServiceUnavailableError || isConnectionError(error)) throw error;
+      await tx.query('ROLLBACK TO SAVEPOINT credits_op');
+      results.push({ ok: false, error });
+    }
+  }
+  return results;
 }
 
 /** One request on its own: its own transaction when it claims an invocation. */
@@ -245,9 +308,15 @@ interface HeldRow {
  * Apply a batch inside the caller's transaction. Returns one outcome per item, in order. Throws only on
  * a database error (the batch is then rolled back and retried one by one).
  */
-export async function applyBatch(tx: Queryable, items: BatchDeduction[], reportToMeter: boolean): Promise<BatchOutcome[]> {
+export async function applyBatch(
+  tx: Queryable,
+  items: BatchDeduction[],
+  reportToMeter: boolean,
+  /** Balance rows the batch's ops change: locked with the others, in deployment order. */
+  alsoLock: string[] = [],
+): Promise<BatchOutcome[]> {
   const outcomes: Array<BatchOutcome | undefined> = new Array(items.length);
-  const batchNow = items.map((it) => it.now).reduce(latest);
+  const batchNow = items.map((it) => it.now).reduce(latest, new Date(0));
   /** Per item: what it deducts, holds or gives back, and what of `reserved` it frees. */
   const terms = items.map((it) => ({ kind: (it.hold ? 'hold' : it.release ? 'release' : 'deduct') as Kind, cost: it.cost, release: it.releaseReserved }));
 
@@ -341,13 +410,16 @@ export async function applyBatch(tx: Queryable, items: BatchDeduction[], reportT
     byDeployment.set(it.deploymentId, list);
   }
   const deployments = [...byDeployment.keys()].sort();
-  if (deployments.length === 0) return outcomes as BatchOutcome[];
+  const lockIds = [...new Set([...deployments, ...alsoLock])].sort();
+  // Ops of one deployment alone lock their row themselves, as on their own: no order to keep.
+  if (lockIds.length === 0 || (deployments.length === 0 && lockIds.length === 1)) return outcomes as BatchOutcome[];
   const rows = new Map<string, BalanceRow>();
   const locked = await tx.query<BalanceRow>(
     'SELECT * FROM credit_balances WHERE deployment_id = ANY($1::uuid[]) ORDER BY deployment_id FOR UPDATE',
-    [deployments],
+    [lockIds],
     'credits_batch_lock',
   );
+  if (deployments.length === 0) return outcomes as BatchOutcome[];
   for (const row of locked) rows.set(row.deployment_id, row);
   for (const id of deployments) {
     const indexes = byDeployment.get(id)!;

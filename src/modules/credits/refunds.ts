@@ -65,15 +65,18 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
   }
   const now = ctx.clock.now();
   const actor = actorLabel(ctx.actor);
-  let touched: string | null = null;
-  const result = await ctx.db.transaction(async (tx) => {
+  // The usage's deployment (it never changes) names the balance row the batch locks for the refund.
+  const owner = await ctx.db.query<{ deployment_id: string }>('SELECT deployment_id FROM usage_records WHERE id = $1', [input.usageId]);
+  const touched = owner[0]?.deployment_id;
+  if (!touched) throw new NotFoundError('Usage record');
+  // In the next deduction batch's transaction (credits/batcher.ts): one commit with the batch's.
+  const result = await ctx.deductions.within(touched, async (tx) => {
     const usages = await tx.query<UsageRow>(
       `SELECT id, organization_id, deployment_id, quantity, refunded, monthly_taken, purchased_taken, period_start, success, invocation_id
        FROM usage_records WHERE id = $1 FOR UPDATE`,
       [input.usageId],
     );
     const usage = usages[0];
-    touched = usage?.deployment_id ?? null;
     if (!usage) throw new NotFoundError('Usage record');
     if (input.idempotencyKey) {
       const previous = await tx.query<{ id: string; amount: number; reason: string; forfeited: number }>(
@@ -167,6 +170,6 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
       credits_remaining: remaining === null ? null : Math.max(0, remaining + after.purchased_balance - after.reserved),
     };
   });
-  if (touched) forgetBalance(ctx, touched, true);
+  forgetBalance(ctx, touched, true);
   return result;
 }
