@@ -292,6 +292,20 @@ describe('reservations in a batch', () => {
     await f.expectLedgerConsistent(t);
   });
 
+  it("a release of an overdue hold is left to the single path: the batch's own sweep could free it twice", async () => {
+    const t = await f.tenantWith(2);
+    const b = batcher();
+    await Promise.all([b.submit(hold(t, 1, 'lapsed-1')), b.submit(hold(t, 1, 'lapsed-2'))]);
+    h.clock.advance(6 * 60 * 1000);
+    // The deduction is short while the lapsed holds count, so the batch sweeps them before refusing.
+    const [released, deducted] = await Promise.all([b.submit(release(t, 'lapsed-1')), b.submit(request(t, 2))]);
+    expect(b.stats.fallbacks).toBe(0);
+    expect(released).toEqual({ claimed: false });
+    expect(deducted).toMatchObject({ claimed: true, result: { deducted: true } });
+    expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 2, reserved: 0 });
+    await f.expectLedgerConsistent(t);
+  });
+
   it('a record whose reservation the balance no longer covers is refused and leaves the reservation held', async () => {
     const t = await f.tenantWith(10);
     const b = batcher();

@@ -386,7 +386,10 @@ export async function applyBatch(
       // The first request of a key settles its row; the others see what it left, after the batch.
       rowsByKey.delete(key);
       if (it.release) {
-        if (claimedHere.has(key)) outcomes[index] = { claimed: false };
+        // An overdue hold is left to the single path: this batch's own sweep of overdue holds (step 3)
+        // could expire it under the release and give its credits back twice.
+        const overdue = row !== undefined && row.reservation_expires_at.getTime() <= batchNow.getTime();
+        if (claimedHere.has(key) || overdue) outcomes[index] = { claimed: false };
         else if (row) terms[index] = { kind: 'release', cost: row.reserved_amount, release: 0 };
         else outcomes[index] = { claimed: true, result: { ...NOTHING_HELD }, cost: 0 };
         continue;

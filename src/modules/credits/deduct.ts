@@ -172,7 +172,8 @@ export async function deductWithRetry(
     if (!result.found) throw new Error(`balance of deployment ${input.deploymentId} could not be brought up to date`);
   }
   if (!result.deducted && heldByOthers) {
-    await expireReservations(db, input.now, input.deploymentId);
+    // Not the reservation this deduction spends (releaseReserved): it is freed by the deduction itself.
+    await expireReservations(db, input.now, input.deploymentId, input.releaseReserved > 0 ? input.invocationId : null);
     result = await deduct(db, { ...input, reportToMeter, recordFailure: true });
   }
   return result;

@@ -35,14 +35,17 @@ export async function holdCredits(
 /**
  * Release overdue reservations (all deployments, or one), in one statement: the invocation rows turn
  * `expired` and the held credits return to the balance together. SKIP LOCKED lets any number of
- * instances sweep at once, and skips a reservation that is being recorded right now.
+ * instances sweep at once, and skips a reservation that is being recorded right now. `except` is an
+ * invocation id of this deployment that the caller's own transaction is spending: its lock does not
+ * keep it from this sweep, and expiring it would give its credits back twice.
  */
-export async function expireReservations(db: Queryable, now: Date, deploymentId?: string): Promise<number> {
+export async function expireReservations(db: Queryable, now: Date, deploymentId?: string, except?: string | null): Promise<number> {
   const rows = await db.query<{ n: number }>(
     `WITH due AS (
        SELECT deployment_id, invocation_id FROM invocations
        WHERE status = 'reserved' AND reservation_expires_at <= $1::timestamptz
          AND ($2::uuid IS NULL OR deployment_id = $2::uuid)
+         AND ($3::text IS NULL OR invocation_id <> $3::text)
        ORDER BY reservation_expires_at LIMIT 500
        FOR UPDATE SKIP LOCKED
      ), exp AS (
@@ -57,7 +60,7 @@ export async function expireReservations(db: Queryable, now: Date, deploymentId?
        RETURNING b.deployment_id
      )
      SELECT (SELECT count(*) FROM exp)::int AS n`,
-    [now, deploymentId ?? null],
+    [now, deploymentId ?? null, except ?? null],
   );
   return rows[0]?.n ?? 0;
 }

@@ -262,6 +262,25 @@ describe('reservations (check with reserve: true)', () => {
     expect(json(await invocationWithService(t.deploymentId, 'stale')).status).toBe('expired');
     await expectLedgerConsistent(t);
   });
+
+  it('recording an overdue hold the balance no longer covers frees the other lapsed holds, never its own twice', async () => {
+    const t = await tenantWith(2);
+    expect(json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: 'x', reserve: true, invocation_id: 'squeezed' })).allowed).toBe(true);
+    expect(json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: 'x', reserve: true, invocation_id: 'other-hold' })).allowed).toBe(true);
+    h.clock.advance(5 * MINUTE + SECOND);
+    // The operator lowers the allocation to 1 while both lapsed holds still count in `reserved`: the
+    // record (which spends its own hold) is short until the lapsed holds are swept. The sweep must
+    // free the other hold only: its own is freed by the deduction, and freeing it twice broke the
+    // balance (reserved below zero).
+    await setMonthly(t.deploymentId, 1);
+    const res = await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'x', invocation_id: 'squeezed' });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(json(res)).toMatchObject({ success: true, credits_used: 1 });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 1, purchased_balance: 0, reserved: 0 });
+    expect(json(await invocationWithService(t.deploymentId, 'squeezed')).status).toBe('recorded');
+    expect(json(await invocationWithService(t.deploymentId, 'other-hold')).status).toBe('expired');
+    await expectLedgerConsistent(t);
+  });
 });
 
 describe('release', () => {
