@@ -385,6 +385,31 @@ describe('credit packs: granted once, refunds take back only what is unspent (SP
   });
 });
 
+describe('credit packs go through the deduction batcher (issue 14)', () => {
+  it('a pack’s grant and its take-back each run in a batch’s transaction; a subscription event does not', async () => {
+    const t = await f.tenantWith(0);
+    const customer = unique('cus');
+    await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [t.organizationId, customer]);
+    const paymentIntent = unique('pi');
+    const session = checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: t.deploymentId, pack: 'small', credits: 1000, paymentIntent, amountTotal: 500 });
+    const ops = () => h.deps.deductions.stats.ops;
+    const before = ops();
+    await ok(await deliver(h, stripeEvent('checkout.session.completed', session, h.clock.now())));
+    expect(ops()).toBe(before + 1);
+    expect((await balance(t)).purchased_balance).toBe(1000);
+    const charge = { id: unique('ch'), object: 'charge', amount: 500, amount_refunded: 500, refunded: true, payment_intent: paymentIntent, customer, currency: 'usd' };
+    await ok(await deliver(h, stripeEvent('charge.refunded', charge, h.clock.now())));
+    expect(ops()).toBe(before + 2);
+    expect((await balance(t)).purchased_balance).toBe(0);
+    const start = h.clock.now();
+    await ok(
+      await deliver(h, stripeEvent('customer.subscription.created', subscriptionObject({ id: unique('sub'), customer, price: 'price_launch', start, end: addMonths(start, 1), organizationId: t.organizationId }), start)),
+    );
+    expect(ops()).toBe(before + 2);
+    await f.expectLedgerConsistent(t);
+  });
+});
+
 describe('invoices (SPEC §9)', () => {
   it('are stored for /billing/invoices; a late older status does not win; payment_failed makes the subscription past_due', async () => {
     const t = await createTenant(h, { tier: 'sandbox' });

@@ -5,8 +5,8 @@ import { AppError, ValidationError } from '../../errors.js';
 import { findInputFault } from '../../http/input-guard.js';
 import { tierCachesChanged } from '../deployments/service.js';
 import { stripeClient, verifyStripeEvent } from './stripe-client.js';
-import { handleChargeRefunded, handleCheckoutSession, handleInvoice } from './stripe-handlers.js';
-import type { EventOutcome } from './stripe-objects.js';
+import { handleChargeRefunded, handleCheckoutSession, handleInvoice, packSaleOf } from './stripe-handlers.js';
+import { type EventOutcome, stripeId } from './stripe-objects.js';
 import { applySubscription, subscriptionState } from './subscriptions.js';
 
 /**
@@ -90,7 +90,12 @@ export async function handleStoredEvent(deps: Deps, id: string): Promise<void> {
   try {
     // The API read happens before the transaction, so no lock waits on the network.
     const readBack = await readBackSubscription(deps, stored);
-    const outcome = await deps.db.transaction(async (tx) => {
+    // A pack's grant or take-back changes a balance: it runs in a deduction batch's transaction and
+    // commits with it (credits/batcher.ts); every other event in a transaction of its own.
+    const balance = await balanceChangedBy(deps, stored);
+    const inTransaction = <T>(fn: (tx: Queryable) => Promise<T>): Promise<T> =>
+      balance ? deps.deductions.within(balance, fn) : deps.db.transaction(fn);
+    const outcome = await inTransaction(async (tx) => {
       const locked = await tx.query<{ status: string }>('SELECT status FROM stripe_events WHERE id = $1 FOR UPDATE', [id]);
       if (locked[0]?.status !== 'pending') return null;
       const result = await actOn(tx, ctx, stored, readBack);
@@ -113,6 +118,27 @@ export async function handleStoredEvent(deps: Deps, id: string): Promise<void> {
       [id, new Date(now.getTime() + delay), String((error as Error).message ?? error).slice(0, 1000)],
     );
     throw error;
+  }
+}
+
+/** The deployment whose balance the event may change (a credit pack's grant or take-back), or null. */
+async function balanceChangedBy(deps: Deps, stored: StoredEvent): Promise<string | null> {
+  const object = stored.payload.data.object as unknown;
+  switch (stored.type) {
+    case 'checkout.session.completed':
+    case 'checkout.session.async_payment_succeeded':
+      return packSaleOf(object as Stripe.Checkout.Session)?.deploymentId ?? null;
+    case 'charge.refunded': {
+      const paymentIntent = stripeId((object as Stripe.Charge).payment_intent);
+      if (!paymentIntent) return null;
+      const rows = await deps.db.query<{ deployment_id: string }>(
+        'SELECT deployment_id FROM credit_purchases WHERE stripe_payment_intent_id = $1',
+        [paymentIntent],
+      );
+      return rows[0]?.deployment_id ?? null;
+    }
+    default:
+      return null;
   }
 }
 
