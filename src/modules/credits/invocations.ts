@@ -180,7 +180,7 @@ export async function releaseInvocationHold(
     actor: actorLabel(ctx.actor),
     now,
   });
-  // Not settled by the batch (held by a reservation of the same batch, or the batch failed): one statement.
+  // Not settled by the batch (a hold made in the same batch, an overdue hold, or the batch failed): one statement.
   const released = batched.claimed ? (batched.result.deducted ? batched.cost : null) : await releaseReservation(ctx.db, deploymentId, invocationId, now);
   if (released !== null) forgetBalance(ctx, deploymentId);
   return released;
