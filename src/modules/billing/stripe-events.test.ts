@@ -44,6 +44,16 @@ async function ok(res: { statusCode: number; body: string }) {
   expect(JSON.parse(res.body)).toEqual({ status: 'success' });
 }
 
+/** A tenant with no credits whose organization is a Stripe customer, and a paid session of a 1,000-credit pack for 500. */
+async function packBuyer() {
+  const t = await f.tenantWith(0);
+  const customer = unique('cus');
+  await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [t.organizationId, customer]);
+  const paymentIntent = unique('pi');
+  const session = checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: t.deploymentId, pack: 'small', credits: 1000, paymentIntent, amountTotal: 500 });
+  return { t, customer, paymentIntent, session };
+}
+
 describe('subscriptions drive tier, plan and period (SPEC §9)', () => {
   it('created → updated → deleted: the tier, the plan, the status and the period follow, with their events', async () => {
     const t = await createTenant(h, { tier: 'sandbox' });
@@ -187,11 +197,7 @@ describe('subscriptions drive tier, plan and period (SPEC §9)', () => {
   });
 
   it('a refund handled before its pack’s grant waits for it, then takes the credits back', async () => {
-    const t = await f.tenantWith(0);
-    const customer = unique('cus');
-    await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [t.organizationId, customer]);
-    const paymentIntent = unique('pi');
-    const session = checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: t.deploymentId, pack: 'small', credits: 1000, paymentIntent, amountTotal: 500 });
+    const { t, customer, paymentIntent, session } = await packBuyer();
     const refund = stripeEvent(
       'charge.refunded',
       { id: unique('ch'), object: 'charge', amount: 500, amount_refunded: 500, payment_intent: paymentIntent, customer, metadata: { creditgate_pack: 'small' } },
@@ -354,11 +360,7 @@ describe('credit packs: granted once, refunds take back only what is unspent (SP
   });
 
   it('a refund takes back the refunded share as far as it is unspent, never below zero, once', async () => {
-    const t = await f.tenantWith(0);
-    const customer = unique('cus');
-    await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [t.organizationId, customer]);
-    const paymentIntent = unique('pi');
-    const session = checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: t.deploymentId, pack: 'small', credits: 1000, paymentIntent, amountTotal: 500 });
+    const { t, customer, paymentIntent, session } = await packBuyer();
     await ok(await deliver(h, stripeEvent('checkout.session.completed', session, h.clock.now())));
     // 700 of the 1,000 credits are spent.
     const action = unique('act').replace(/-/g, '_');
@@ -387,11 +389,7 @@ describe('credit packs: granted once, refunds take back only what is unspent (SP
 
 describe('credit packs go through the deduction batcher (issue 14)', () => {
   it('a pack’s grant and its take-back each run in a batch’s transaction; a subscription event does not', async () => {
-    const t = await f.tenantWith(0);
-    const customer = unique('cus');
-    await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [t.organizationId, customer]);
-    const paymentIntent = unique('pi');
-    const session = checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: t.deploymentId, pack: 'small', credits: 1000, paymentIntent, amountTotal: 500 });
+    const { t, customer, paymentIntent, session } = await packBuyer();
     const ops = () => h.deps.deductions.stats.ops;
     const before = ops();
     await ok(await deliver(h, stripeEvent('checkout.session.completed', session, h.clock.now())));

@@ -215,10 +215,13 @@ export class DeductionBatcher {
     for (const [i, p] of deductions.entries()) this.answer(p, outcomes[i]!);
     for (const [i, p] of ops.entries()) {
       const r = opResults[i]!;
+      if (!r.ok) {
+        p.reject(r.error);
+        continue;
+      }
       // The deductions' answers wrote through to the cached balance without the op's change.
-      if (r.ok) this.deps.caches?.balances.delete(p.op.deploymentId);
-      if (r.ok) p.resolve(r.value);
-      else p.reject(r.error);
+      this.deps.caches?.balances.delete(p.op.deploymentId);
+      p.resolve(r.value);
     }
   }
 
