@@ -75,6 +75,11 @@ export class ValidationError extends AppError {
   ) {
     super('VALIDATION_ERROR', message, fields.length > 0 ? { fields } : {});
   }
+
+  /** A request refused for one field: the message names it once ("tier must be one of sandbox, trial, …"). */
+  static forField(field: string, message: string, fields: FieldError[] = [{ field, message }]): ValidationError {
+    return new ValidationError(`${field} ${message}`, fields);
+  }
 }
 
 export class UnauthorizedError extends AppError {

@@ -1,6 +1,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Clock } from '../clock.js';
 import { isConnectionError } from '../db/client.js';
+import { type AjvError, fieldErrorsOf } from './validation-messages.js';
 import {
   AppError,
   envelopeErrorBody,
@@ -13,26 +14,9 @@ import {
   ValidationError,
 } from '../errors.js';
 
-interface AjvError {
-  instancePath?: string;
-  message?: string;
-  keyword?: string;
-  params?: Record<string, unknown>;
-}
-
 function fieldsOf(err: FastifyError): FieldError[] {
   const part = (err as { validationContext?: string }).validationContext ?? 'body';
-  return ((err.validation ?? []) as AjvError[]).map((v) => {
-    let field = (v.instancePath ?? '').replace(/^\//, '').replace(/\//g, '.');
-    if (v.keyword === 'required' && typeof v.params?.missingProperty === 'string') {
-      field = field ? `${field}.${v.params.missingProperty}` : v.params.missingProperty;
-    }
-    if (v.keyword === 'additionalProperties' && typeof v.params?.additionalProperty === 'string') {
-      field = field ? `${field}.${v.params.additionalProperty}` : v.params.additionalProperty;
-      return { field, message: 'is not a known field' };
-    }
-    return { field: field || part, message: v.message ?? 'is invalid' };
-  });
+  return fieldErrorsOf((err.validation ?? []) as AjvError[], part);
 }
 
 /** SPEC §10: a path id that must be a UUID and is not names nothing that exists, so it is 404 like a missing row (400 in a body or query). */
@@ -79,7 +63,7 @@ export function toAppError(err: unknown): AppError {
   if (e.validation) {
     const fields = fieldsOf(e);
     const first = fields[0];
-    return new ValidationError(first ? `Invalid request: ${first.field} ${first.message}` : 'Invalid request', fields);
+    return first ? ValidationError.forField(first.field, first.message, fields) : new ValidationError('Invalid request', fields);
   }
   if (isConnectionError(err)) return new ServiceUnavailableError();
   const unchecked = uncheckedInputOf(err);

@@ -121,7 +121,7 @@ export function guardRequest(request: FastifyRequest): void {
   ];
   for (const [value, root] of parts) {
     const fault = findInputFault(value, root);
-    if (fault) throw new ValidationError(`Invalid request: ${fault.field} ${fault.message}`, [fault]);
+    if (fault) throw ValidationError.forField(fault.field, fault.message);
   }
 }
 

@@ -57,6 +57,17 @@ export function codesFor(status: number): ErrorCode[] {
 export const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
 
 /**
+ * A closed set of strings as `{type: 'string', enum: [...]}`: what code generators turn into one enum
+ * type (a union of literals comes out as `anyOf` of constants: one class per value in some generators)
+ * and what lets a validation error say "must be one of a, b, c" once.
+ */
+export const StringEnum = <const T extends readonly [string, ...string[]]>(
+  values: T,
+  options: { description?: string; default?: T[number]; examples?: T[number][] } = {},
+) =>
+  Type.Unsafe<T[number]>({ type: 'string', enum: [...values], ...options });
+
+/**
  * SPEC §8 account safety: a URL a user stores and others' browsers may open (`avatar_url`, `website`,
  * `logo_url`) is http or https only: `javascript:`, `data:`, `file:` and the rest are refused with 400
  * naming the field. An absolute URI (RFC 3986) whose scheme, in any case, is http or https.

@@ -2,13 +2,13 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { ctxOf } from '../../http/auth.js';
-import { flatErrors, Nullable } from '../../http/schemas.js';
+import { flatErrors, Nullable, StringEnum } from '../../http/schemas.js';
 import { setOrganizationPlan } from '../organizations/service.js';
 import { security, tags, TierSchema } from './routes.js';
 import * as A from './service.js';
 
 const Id = Type.Object({ id: Type.String({ format: 'uuid' }) });
-const PlanSchema = Type.Union([Type.Literal('free'), Type.Literal('pro'), Type.Literal('enterprise')], {
+const PlanSchema = StringEnum(['free', 'pro', 'enterprise'], {
   description: 'Organization plan; sets the hourly limit of the application API',
 });
 
@@ -69,7 +69,7 @@ export async function adminOrganizationRoutes(fastify: FastifyInstance): Promise
           {
             name: Type.String({ minLength: 1, maxLength: 200 }),
             scopes: Type.Optional(
-              Type.Array(Type.Union([Type.Literal('read'), Type.Literal('write'), Type.Literal('admin')]), { minItems: 1, uniqueItems: true }),
+              Type.Array(StringEnum(['read', 'write', 'admin']), { minItems: 1, uniqueItems: true }),
             ),
             expires_at: Type.Optional(Type.String({ format: 'date-time' })),
           },

@@ -6,18 +6,12 @@ import { BalanceSummarySchema } from '../credits/summary.js';
 import { RefundBody, RefundReply, UsageParams } from '../metering/schemas.js';
 import { ctxOf } from '../../http/auth.js';
 import { idempotencyKeyHeader } from '../../http/idempotency-key.js';
-import { flatErrors, Nullable } from '../../http/schemas.js';
+import { flatErrors, Nullable, StringEnum } from '../../http/schemas.js';
 import { setExternalId } from '../users/service.js';
 import * as A from './service.js';
 
 const Id = Type.Object({ id: Type.String({ format: 'uuid' }) });
-export const TierSchema = Type.Union([
-  Type.Literal('sandbox'),
-  Type.Literal('trial'),
-  Type.Literal('launch'),
-  Type.Literal('growth'),
-  Type.Literal('enterprise'),
-]);
+export const TierSchema = StringEnum(['sandbox', 'trial', 'launch', 'growth', 'enterprise'], { description: 'Deployment tier' });
 const NullableInt = Nullable(Type.Integer());
 const Bool = Type.Boolean();
 
@@ -85,7 +79,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
         summary: 'Change tier and/or status; a tier change applies its allocation at once',
         params: Id,
         body: Type.Object(
-          { tier: Type.Optional(TierSchema), status: Type.Optional(Type.Union([Type.Literal('active'), Type.Literal('suspended')])) },
+          { tier: Type.Optional(TierSchema), status: Type.Optional(StringEnum(['active', 'suspended'])) },
           { additionalProperties: false },
         ),
         response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) },

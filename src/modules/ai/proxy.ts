@@ -43,7 +43,7 @@ export function upstreamError(detail: string): AppError {
 }
 
 function badRequest(field: string, message: string): ValidationError {
-  return new ValidationError(`Invalid request: ${field} ${message}`, [{ field, message }]);
+  return ValidationError.forField(field, message);
 }
 
 /** 400 for a model outside AI_MODELS when that list is set (SPEC §6; the issue's "configured list"). */

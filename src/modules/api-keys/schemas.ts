@@ -1,11 +1,11 @@
 import { Type } from 'typebox';
-import { Nullable } from '../../http/schemas.js';
+import { Nullable, StringEnum } from '../../http/schemas.js';
 
 const Uuid = (description: string) => Type.String({ format: 'uuid', description, examples: ['6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f'] });
 const Timestamp = (description: string) =>
   Type.String({ format: 'date-time', description, examples: ['2026-01-15T12:00:00.000Z'] });
 
-export const ScopeSchema = Type.Union([Type.Literal('read'), Type.Literal('write'), Type.Literal('admin')], {
+export const ScopeSchema = StringEnum(['read', 'write', 'admin'], {
   description: 'read: GET routes; write: other methods; admin: member, key, billing, webhook management and the audit log',
 });
 

@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { ctxOf, userOf } from '../../http/auth.js';
 import { Envelope, envelopeErrors, ok } from '../../http/envelope.js';
-import { Nullable, StoredUrl } from '../../http/schemas.js';
+import { Nullable, StoredUrl, StringEnum } from '../../http/schemas.js';
 import { RESEND_LIMIT, resendVerification, verifyEmail } from './email-verification.js';
 import { getProfile, login, logout, refresh, signup, updateProfile } from './service.js';
 import { verifyPageRoute } from './verify-page.js';
@@ -146,7 +146,7 @@ export async function authRoutes(fastify: FastifyInstance): Promise<void> {
             Type.Object({
               email: Type.String({ description: 'Where the link went', examples: ['ada@example.com'] }),
               expires_at: Type.String({ format: 'date-time', description: 'The link works until then' }),
-              email_delivery: Type.Union([Type.Literal('smtp'), Type.Literal('outbox')], {
+              email_delivery: StringEnum(['smtp', 'outbox'], {
                 description: 'smtp: handed to the mail server; outbox: kept in the outbox (no SMTP_URL, or the server refused it for now)',
               }),
             }),

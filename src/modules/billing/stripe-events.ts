@@ -61,7 +61,7 @@ function checkedJson(text: string): void {
     throw notJson();
   }
   const fault = findInputFault(parsed, '');
-  if (fault) throw new ValidationError(`Invalid request: ${fault.field} ${fault.message}`, [fault]);
+  if (fault) throw ValidationError.forField(fault.field, fault.message);
   try {
     JSON.parse(text, (key, value) => {
       if (key === '__proto__' || (key === 'constructor' && value !== null && typeof value === 'object' && 'prototype' in value)) throw notJson();

@@ -1,6 +1,6 @@
 import { Type } from 'typebox';
 import { PageQuery } from '../../http/envelope.js';
-import { anyOf, Nullable } from '../../http/schemas.js';
+import { anyOf, Nullable, StringEnum } from '../../http/schemas.js';
 import type { Permission } from '../organizations/rbac.js';
 import { INVITATIONS_PER_ADDRESS_PER_DAY, INVITATIONS_PER_ORGANIZATION_PER_DAY } from './invitation-caps.js';
 
@@ -27,18 +27,17 @@ export const PERMISSION_NAMES = [
 export const security = anyOf('bearerAuth', 'apiKeyHeader', 'apiKey');
 export const userSecurity = [{ bearerAuth: [] }];
 
-const L = Type.Literal;
 
-export const RoleSchema = Type.Union([L('owner'), L('admin'), L('member'), L('viewer')], {
+export const RoleSchema = StringEnum(['owner', 'admin', 'member', 'viewer'], {
   description: 'Organization role: owner, admin, member or viewer',
 });
-export const InviteRole = Type.Union([L('admin'), L('member'), L('viewer')], {
+export const InviteRole = StringEnum(['admin', 'member', 'viewer'], {
   description: 'Role the invitee gets: admin, member or viewer (default member)',
 });
-export const ApiInviteRole = Type.Union([L('owner'), L('admin'), L('member'), L('viewer')], {
+export const ApiInviteRole = StringEnum(['owner', 'admin', 'member', 'viewer'], {
   description: 'Role the invitee gets (default member); owner only when an owner invites',
 });
-const Delivered = (description: string) => Type.Union([L('smtp'), L('outbox')], { description });
+const Delivered = (description: string) => StringEnum(['smtp', 'outbox'], { description });
 
 export const Email = Type.String({ format: 'email', maxLength: 320, description: 'Email address', examples: ['grace@example.com'] });
 const Uuid = (description: string) => Type.String({ format: 'uuid', description });
@@ -56,7 +55,7 @@ export const InvitationListQuery = Type.Object(
   {
     ...PageQuery.properties,
     status: Type.Optional(
-      Type.Union([L('pending'), L('all')], {
+      StringEnum(['pending', 'all'], {
         description: 'pending (default): open invitations only; all: also accepted, expired and revoked ones',
       }),
     ),
@@ -90,7 +89,7 @@ export const MemberSchema = Type.Object({
   permissions: Type.Record(Type.String(), Type.Boolean(), { description: 'Per-user permission overrides (granted true/false)' }),
 });
 
-export const InvitationStatus = Type.Union([L('pending'), L('accepted'), L('expired'), L('revoked')], {
+export const InvitationStatus = StringEnum(['pending', 'accepted', 'expired', 'revoked'], {
   description: 'pending, accepted, expired or revoked',
 });
 
@@ -149,7 +148,7 @@ export const UpdateMemberBody = Type.Object(
 export const EmailTestBody = Type.Object(
   {
     to: Email,
-    template: Type.Union([L('welcome'), L('invitation'), L('test')], {
+    template: StringEnum(['welcome', 'invitation', 'test'], {
       description: 'Which message: welcome, invitation (with an example link) or test',
     }),
   },

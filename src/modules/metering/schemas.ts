@@ -1,17 +1,10 @@
 import { Type } from 'typebox';
-import { InvocationId, Metadata, Nullable, ToolName } from '../../http/schemas.js';
+import { InvocationId, Metadata, Nullable, StringEnum, ToolName } from '../../http/schemas.js';
 
 const Reason = Nullable(
-  Type.Union(
-    [
-      Type.Literal('sandbox_tier'),
-      Type.Literal('insufficient_credits'),
-      Type.Literal('no_deployment_found'),
-      Type.Literal('deployment_not_found'),
-      Type.Literal('mcp_disabled'),
-    ],
-    { description: 'Why the call is not allowed; null when allowed' },
-  ),
+  StringEnum(['sandbox_tier', 'insufficient_credits', 'no_deployment_found', 'deployment_not_found', 'mcp_disabled'], {
+    description: 'Why the call is not allowed; null when allowed',
+  }),
 );
 const Tier = Nullable(Type.String({ description: 'Deployment tier', examples: ['launch'] }));
 // SPEC §10: a deployment_id that is not a UUID is 400 here (it used to reach a ::uuid cast: 500).

@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { ctxOf } from '../../http/auth.js';
 import { decodeCursor, Envelope, envelopeErrors, ok, page, PageEnvelope, PageQuery, pageOf } from '../../http/envelope.js';
-import { anyOf, Nullable, StoredUrl } from '../../http/schemas.js';
+import { anyOf, Nullable, StoredUrl, StringEnum } from '../../http/schemas.js';
 import {
   createOrganizationForCaller,
   deleteOrganization,
@@ -14,7 +14,7 @@ import {
   viewOrganization,
 } from './service.js';
 
-const Plan = Type.Union([Type.Literal('free'), Type.Literal('pro'), Type.Literal('enterprise')], { description: 'Organization plan' });
+const Plan = StringEnum(['free', 'pro', 'enterprise'], { description: 'Organization plan' });
 const Slug = Type.String({ pattern: SLUG_RE.source, maxLength: 63, description: 'URL-friendly, unique', examples: ['acme'] });
 const Name = Type.String({ minLength: 1, maxLength: 200 });
 

@@ -5,7 +5,7 @@ import { ValidationError } from '../../errors.js';
 import { deploymentOf } from '../../http/auth.js';
 import { idempotencyKeyHeader } from '../../http/idempotency-key.js';
 import { decodeCursor, PageQuery } from '../../http/envelope.js';
-import { flatErrors, Nullable } from '../../http/schemas.js';
+import { flatErrors, Nullable, StringEnum } from '../../http/schemas.js';
 import { DeliverySchema } from './organization-routes.js';
 import { getProxyDelivery, listProxyDeliveries, type SendInput, sendWebhook, webhookQuota } from './proxy.js';
 
@@ -17,7 +17,7 @@ const SendBody = Type.Object(
   {
     url: Type.String({ minLength: 1, maxLength: 2048, description: 'http(s) URL of the receiver' }),
     payload: Type.Object({}, { additionalProperties: true, description: 'JSON object sent as the body (≤ 256 KiB)' }),
-    method: Type.Optional(Type.Union([Type.Literal('POST'), Type.Literal('PUT'), Type.Literal('PATCH')], { default: 'POST' })),
+    method: Type.Optional(StringEnum(['POST', 'PUT', 'PATCH'], { default: 'POST' })),
     headers: Type.Optional(
       Type.Record(
         Type.String({ pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$" }),

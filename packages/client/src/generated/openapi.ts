@@ -2506,13 +2506,16 @@ export interface paths {
                         };
                         /** @description Also accepted as the Idempotency-Key header */
                         idempotency_key?: string;
-                        /** @default POST */
+                        /**
+                         * @default POST
+                         * @enum {string}
+                         */
                         method?: "POST" | "PUT" | "PATCH";
                         /** @description JSON object sent as the body (≤ 256 KiB) */
                         payload: {
                             [key: string]: unknown;
                         };
-                        /** @description Signs the body (HMAC-SHA256); whsec_… secrets are base64 */
+                        /** @description Signs the delivery: x-service-signature (HMAC-SHA256) keyed with this secret as given; webhook-signature with the base64-decoded remainder of a whsec_ secret */
                         secret?: string;
                         /** @description http(s) URL of the receiver */
                         url: string;
