@@ -17,16 +17,22 @@ export function page<T>(
   return { success: true, data, message, meta: { next_cursor: nextCursor } };
 }
 
+/** A named payload names its envelope too (`Organization` → `OrganizationEnvelope`): one component schema per shape in the OpenAPI document. */
+const titled = (schema: TSchema, suffix: string) => {
+  const title = (schema as { title?: unknown }).title;
+  return typeof title === 'string' ? { title: `${title}${suffix}` } : {};
+};
+
 export const Envelope = <T extends TSchema>(data: T) =>
-  Type.Object({ success: Type.Literal(true), data, message: Type.String() });
+  Type.Object({ success: Type.Literal(true), data, message: Type.String() }, titled(data, 'Envelope'));
+
+const PageMeta = Type.Object(
+  { next_cursor: Type.Union([Type.String(), Type.Null()], { description: 'Pass as ?cursor= for the next page' }) },
+  { title: 'PageMeta' },
+);
 
 export const PageEnvelope = <T extends TSchema>(item: T) =>
-  Type.Object({
-    success: Type.Literal(true),
-    data: Type.Array(item),
-    message: Type.String(),
-    meta: Type.Object({ next_cursor: Type.Union([Type.String(), Type.Null()], { description: 'Pass as ?cursor= for the next page' }) }),
-  });
+  Type.Object({ success: Type.Literal(true), data: Type.Array(item), message: Type.String(), meta: PageMeta }, titled(item, 'Page'));
 
 const DESCRIPTIONS: Record<number, string> = {
   400: 'VALIDATION_ERROR (details.fields names the fields)',

@@ -23,6 +23,7 @@ export async function adminOrganizationRoutes(fastify: FastifyInstance): Promise
       schema: {
         tags,
         security,
+        operationId: 'adminCreateOrganization',
         summary: 'Provision an organization with its primary deployment (secret shown once) and an owner by email',
         body: Type.Object(
           {
@@ -63,6 +64,7 @@ export async function adminOrganizationRoutes(fastify: FastifyInstance): Promise
       schema: {
         tags,
         security,
+        operationId: 'adminCreateApiKey',
         summary: 'Create an API key for an organization (the key is shown once)',
         params: Id,
         body: Type.Object(
@@ -100,6 +102,7 @@ export async function adminOrganizationRoutes(fastify: FastifyInstance): Promise
       schema: {
         tags,
         security,
+        operationId: 'adminUpdateOrganization',
         summary: "Set an organization's plan (free, pro, enterprise); audited, effective at once",
         params: Id,
         body: Type.Object({ plan: PlanSchema }, { additionalProperties: false }),

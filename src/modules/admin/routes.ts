@@ -35,7 +35,7 @@ export const DeploymentViewSchema = Type.Object({
   balance: BalanceSummarySchema,
   created_at: Type.String({ format: 'date-time' }),
   updated_at: Type.String({ format: 'date-time' }),
-});
+}, { title: 'AdminDeployment' });
 
 export const tags = ['Operator'];
 export const security = [{ adminKey: [] }];
@@ -52,6 +52,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'adminListDeployments',
         summary: 'List deployments, optionally of one organization',
         querystring: Type.Object({ organization_id: Type.Optional(Type.String({ format: 'uuid' })) }, { additionalProperties: false }),
         response: { 200: Type.Object({ deployments: Type.Array(DeploymentViewSchema) }), ...flatErrors(400, 401) },
@@ -64,7 +65,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
     '/api/v1/admin/deployments/:id',
     {
       config: { auth: 'admin' },
-      schema: { tags, security, summary: 'One deployment with its balance', params: Id, response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) } },
+      schema: { tags, security, operationId: 'adminGetDeployment', summary: 'One deployment with its balance', params: Id, response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) } },
     },
     async (request) => A.adminGetDeployment(ctxOf(request), request.params.id),
   );
@@ -76,6 +77,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'adminUpdateDeployment',
         summary: 'Change tier and/or status; a tier change applies its allocation at once',
         params: Id,
         body: Type.Object(
@@ -99,6 +101,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'adminSetOverrides',
         summary: 'Merge overrides; a field set to null removes that override',
         params: Id,
         body: Type.Object(
@@ -120,7 +123,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
     '/api/v1/admin/deployments/:id/overrides',
     {
       config: { auth: 'admin' },
-      schema: { tags, security, summary: 'Remove every override', params: Id, response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) } },
+      schema: { tags, security, operationId: 'adminClearOverrides', summary: 'Remove every override', params: Id, response: { 200: DeploymentViewSchema, ...flatErrors(400, 401, 404) } },
     },
     async (request) => A.adminClearOverrides(ctxOf(request), request.params.id),
   );
@@ -132,6 +135,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'adminSetFlags',
         summary: 'Per-flag overrides: true/false pins a flag, null returns it to the tier',
         params: Id,
         body: Type.Object(
@@ -157,6 +161,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'adminResetUsage',
         summary: "Reset the period's usage counters",
         params: Id,
         body: Type.Object({ ai_tokens: Type.Optional(Bool), monthly_credits: Type.Optional(Bool) }, { additionalProperties: false }),
@@ -173,6 +178,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'adminGrantCredits',
         summary: 'Grant purchased credits (positive) or adjust them (negative, never below zero)',
         params: Id,
         body: Type.Object(
@@ -199,6 +205,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'adminSetCreditCost',
         summary: 'Set the credit cost of an action (creates it if new)',
         params: Type.Object({ action: Type.String({ pattern: '^[a-z0-9_.-]{1,100}$' }) }),
         body: Type.Object(
@@ -219,6 +226,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'adminMapTool',
         summary: 'Map a tool to an action',
         params: ToolParams,
         body: Type.Object({ action: Type.String({ minLength: 1, maxLength: 100 }) }, { additionalProperties: false }),
@@ -235,6 +243,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'adminUnmapTool',
         summary: 'Remove a mapping (the tool is metered as platform_basic again)',
         params: ToolParams,
         response: { 204: Type.Null(), ...flatErrors(401, 404) },
@@ -253,6 +262,7 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'adminSetUserExternalId',
         summary: "Set a user's external id (accepted by resolve-deployment)",
         params: Id,
         body: Type.Object({ external_id: Nullable(Type.String({ minLength: 1, maxLength: 200 })) }, { additionalProperties: false }),
@@ -271,10 +281,11 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/api/v1/admin/usage/:usage_id/refund',
     {
-      config: { auth: 'admin' },
+      config: { auth: 'admin', idempotencyKey: 'accepts' },
       schema: {
         tags,
         security,
+        operationId: 'adminRefundUsage',
         summary: 'Refund a recorded usage in whole or in part (idempotent with Idempotency-Key)',
         description:
           'The operator side of POST /api/v1/mcp/usage/{usage_id}/refund: credits go back to the bucket they came from; ' +

@@ -111,7 +111,7 @@ const OpenAiError = Type.Object(
       { additionalProperties: true },
     ),
   },
-  { description: 'Bad request, in the OpenAI error shape (a provider 4xx is handed on in the same shape)' },
+  { title: 'OpenAiError', description: 'Bad request, in the OpenAI error shape (a provider 4xx is handed on in the same shape)' },
 );
 
 const PassedThrough = (description: string) =>
@@ -143,7 +143,7 @@ const ModelList = Type.Object({
       model_class: Type.String({ description: 'standard, advanced or premium: the credit rate past the quota (SPEC §6)' }),
     }),
   ),
-});
+}, { title: 'ModelList' });
 
 const GenerateBodySchema = Type.Object(
   {
@@ -180,6 +180,7 @@ export async function aiRoutes(fastify: FastifyInstance): Promise<void> {
       config,
       schema: {
         tags: ['AI'],
+        operationId: 'createChatCompletion',
         summary: 'OpenAI chat completion through the proxy, metered against the AI token quota (streams pass through)',
         description:
           'Point an OpenAI SDK at `{base}/api/v1/ai` with an organization API key. The prompt plus the output allowance are held before the call and settled to the provider\'s usage after it (docs/ai-proxy.md).',
@@ -209,6 +210,7 @@ export async function aiRoutes(fastify: FastifyInstance): Promise<void> {
       config,
       schema: {
         tags: ['AI'],
+        operationId: 'createEmbeddings',
         summary: 'OpenAI embeddings through the proxy, metered against the AI token quota',
         security,
         body: EmbeddingsBodySchema,
@@ -227,6 +229,7 @@ export async function aiRoutes(fastify: FastifyInstance): Promise<void> {
       config: { auth: 'deploymentOrApiKey', scope: 'read', errorShape: 'openai' },
       schema: {
         tags: ['AI'],
+        operationId: 'listAiModels',
         summary: 'The models the proxy offers (AI_MODELS, else the model-class map), in the OpenAI list shape',
         security,
         response: { 200: ModelList, ...flatErrors(401, 403, 429) },
@@ -249,6 +252,7 @@ export async function aiRoutes(fastify: FastifyInstance): Promise<void> {
       config: { auth: 'deploymentOrApiKey', scope: 'write', spends: true },
       schema: {
         tags: ['AI'],
+        operationId: 'generateText',
         summary: 'Generate text with AI_DEFAULT_MODEL (self-hosted path; envelope, or a text/plain stream)',
         security,
         body: GenerateBodySchema,

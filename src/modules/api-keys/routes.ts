@@ -21,6 +21,7 @@ export async function apiKeyRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'listApiKeys',
         summary: "An organization's API keys, newest first (never the key or its hash)",
         params: OrganizationParams,
         querystring: PageQuery,
@@ -44,6 +45,7 @@ export async function apiKeyRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'createApiKey',
         summary: 'Create an API key (owner, admin; key scope admin); data.key is shown once',
         params: OrganizationParams,
         body: CreateApiKeyBody,
@@ -68,6 +70,7 @@ export async function apiKeyRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'revokeApiKey',
         summary: 'Revoke an API key (owner, admin; key scope admin): refused everywhere from now on',
         params: ApiKeyParams,
         response: { 200: Envelope(ApiKeySchema), ...envelopeErrors(400, 401, 403, 404) },

@@ -23,7 +23,7 @@ export const ApiKeySchema = Type.Object({
   created_by: Nullable(Uuid('The user who created it; null when an API key or the operator did')),
   created_at: Timestamp('Creation time'),
   revoked_at: Nullable(Timestamp('When the key was revoked; null while active')),
-});
+}, { title: 'ApiKey' });
 
 export const CreatedApiKeySchema = Type.Object({
   ...ApiKeySchema.properties,
@@ -31,7 +31,7 @@ export const CreatedApiKeySchema = Type.Object({
     description: 'The full key, shown once: store it now, it cannot be read again',
     examples: ['cg_4fT9aQ2xLm8Rk1Vb7Nc3Pd6Hs0Jw5Ye2Zq4Tu9'],
   }),
-});
+}, { title: 'CreatedApiKey' });
 
 export const CreateApiKeyBody = Type.Object(
   {

@@ -21,7 +21,7 @@ const AuditLogSchema = Type.Object({
   ip_address: Nullable(Type.String({ description: 'Client address of the request', examples: ['203.0.113.7'] })),
   user_agent: Nullable(Type.String({ description: 'User-Agent of the request', examples: ['curl/8.5.0'] })),
   created_at: Type.String({ format: 'date-time', description: 'When it happened', examples: ['2026-01-15T12:00:00.000Z'] }),
-});
+}, { title: 'AuditLogEntry' });
 
 const Query = Type.Object(
   {
@@ -45,6 +45,7 @@ export async function auditRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags: ['Audit log'],
         security: anyOf('bearerAuth', 'apiKeyHeader', 'apiKey'),
+        operationId: 'listAuditLogs',
         summary: 'The audit log, newest first (owner, admin; key scope admin)',
         params: Type.Object({ id: Uuid('Organization id') }),
         querystring: Query,

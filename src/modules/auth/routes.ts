@@ -26,7 +26,7 @@ export const Profile = Type.Object({
   default_organization_id: Nullable(Type.String()),
   created_at: Type.String({ format: 'date-time' }),
   updated_at: Type.String({ format: 'date-time' }),
-});
+}, { title: 'User' });
 
 const Tokens = Type.Object({
   access_token: Type.String({ description: 'JWT, 15 minutes' }),
@@ -34,7 +34,7 @@ const Tokens = Type.Object({
   token_type: Type.Literal('Bearer'),
   expires_in: Type.Integer({ examples: [900] }),
   user: Profile,
-});
+}, { title: 'AuthTokens' });
 
 const tags = ['Auth'];
 const bearer = [{ bearerAuth: [] }];
@@ -49,6 +49,7 @@ export async function authRoutes(fastify: FastifyInstance): Promise<void> {
       config: { auth: 'public' },
       schema: {
         tags,
+        operationId: 'signUp',
         summary: 'Create an account (and its profile); signs in and mails a link to verify the address',
         body: Type.Object(
           { email: Email, password: Password, full_name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })) },
@@ -66,6 +67,7 @@ export async function authRoutes(fastify: FastifyInstance): Promise<void> {
       config: { auth: 'public' },
       schema: {
         tags,
+        operationId: 'logIn',
         summary: 'Sign in (10 attempts per 15 minutes per IP and email)',
         body: Type.Object({ email: Email, password: Type.String({ minLength: 1, maxLength: 1024 }) }, { additionalProperties: false }),
         response: { 200: Envelope(Tokens), ...envelopeErrors(400, 401, 429) },
@@ -80,6 +82,7 @@ export async function authRoutes(fastify: FastifyInstance): Promise<void> {
       config: { auth: 'public' },
       schema: {
         tags,
+        operationId: 'refreshSession',
         summary: 'Trade a refresh token for a new pair (rotation; reuse revokes the session)',
         body: Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 200 }) }, { additionalProperties: false }),
         response: { 200: Envelope(Tokens), ...envelopeErrors(400, 401) },
@@ -95,6 +98,7 @@ export async function authRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security: bearer,
+        operationId: 'logOut',
         summary: 'End the session: its access and refresh tokens stop working at once',
         response: { 200: Envelope(Type.Null()), ...envelopeErrors(401) },
       },
@@ -112,6 +116,7 @@ export async function authRoutes(fastify: FastifyInstance): Promise<void> {
       config: { auth: 'public' },
       schema: {
         tags,
+        operationId: 'verifyEmail',
         summary: 'Verify the email address with the token of the mailed link (valid 24 hours); again once verified is the same answer',
         body: Type.Object(
           {
@@ -140,6 +145,7 @@ export async function authRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security: bearer,
+        operationId: 'resendVerification',
         summary: `Mail a fresh verification link (at most ${RESEND_LIMIT} per hour); 409 when already verified`,
         response: {
           200: Envelope(
@@ -165,7 +171,7 @@ export async function authRoutes(fastify: FastifyInstance): Promise<void> {
     '/auth/me',
     {
       config: { auth: 'user' },
-      schema: { tags, security: bearer, summary: 'The signed-in user', response: { 200: Envelope(Profile), ...envelopeErrors(401) } },
+      schema: { tags, security: bearer, operationId: 'getProfile', summary: 'The signed-in user', response: { 200: Envelope(Profile), ...envelopeErrors(401) } },
     },
     async (request) => {
       const { ctx, userId } = userOf(request);
@@ -180,6 +186,7 @@ export async function authRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security: bearer,
+        operationId: 'updateProfile',
         summary: "Update one's own profile",
         body: Type.Object(
           {

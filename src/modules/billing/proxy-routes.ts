@@ -36,7 +36,7 @@ const PurchaseBody = Type.Object(
 const CheckoutReply = Type.Object({
   url: Type.String({ description: "Stripe Checkout's page for the customer", examples: ['https://checkout.stripe.com/c/pay/cs_test_a1'] }),
   checkout_session_id: Type.String({ description: 'The Checkout Session; its pack is granted once it is paid', examples: ['cs_test_a1'] }),
-});
+}, { title: 'CheckoutSession' });
 const PortalReply = Type.Object({ url: Type.String({ description: "Stripe's Billing Portal page", examples: ['https://billing.stripe.com/p/session/test_a1'] }) });
 
 const CatalogReply = Type.Object({
@@ -53,7 +53,7 @@ const CatalogReply = Type.Object({
     Type.Object({ price_id: Type.String({ examples: ['price_launch_monthly'] }), tier: Type.String({ examples: ['launch'] }) }),
     { description: 'STRIPE_PRICE_TIERS' },
   ),
-});
+}, { title: 'CreditPackCatalog' });
 
 const security = [{ deploymentId: [], deploymentSecret: [] }];
 const errors = flatErrors(400, 401, 403, 409, 422, 502, 503);
@@ -70,10 +70,11 @@ export async function billingProxyRoutes(fastify: FastifyInstance): Promise<void
   app.post(
     '/api/v1/proxy/billing/checkout',
     {
-      config: { auth: 'deployment', spends: true },
+      config: { auth: 'deployment', spends: true, idempotencyKey: 'accepts' },
       schema: {
         tags: ['Billing proxy'],
         security,
+        operationId: 'createCheckoutSession',
         summary: "A Stripe Checkout page: the organization's first subscription ({price_id} or {tier}) or a credit pack ({pack}) for this deployment",
         body: CheckoutBody,
         response: { 200: CheckoutReply, ...errors },
@@ -107,6 +108,7 @@ export async function billingProxyRoutes(fastify: FastifyInstance): Promise<void
       schema: {
         tags: ['Billing proxy'],
         security,
+        operationId: 'createPortalSession',
         summary: "A Stripe Billing Portal page for the deployment's organization (invoices, payment method, plan)",
         body: PortalBody,
         response: { 200: PortalReply, ...errors },
@@ -126,6 +128,7 @@ export async function billingProxyRoutes(fastify: FastifyInstance): Promise<void
       schema: {
         tags: ['Billing proxy'],
         security,
+        operationId: 'listCreditPacks',
         summary: 'What this installation sells: the credit packs and the subscription prices',
         response: { 200: CatalogReply, ...flatErrors(401) },
       },
@@ -144,10 +147,11 @@ export async function billingProxyRoutes(fastify: FastifyInstance): Promise<void
   app.post(
     '/api/v1/credits/purchase',
     {
-      config: { auth: 'deployment', spends: true },
+      config: { auth: 'deployment', spends: true, idempotencyKey: 'accepts' },
       schema: {
         tags: ['Billing proxy'],
         security,
+        operationId: 'purchaseCreditPack',
         summary: 'Buy a credit pack (CREDIT_PACKS) for this deployment: a Stripe Checkout page; the credits are granted once it is paid',
         body: PurchaseBody,
         response: { 200: CheckoutReply, ...errors },

@@ -33,7 +33,7 @@ const SubscriptionSchema = Type.Object({
   cancel_at_period_end: Type.Boolean({ description: 'Ends when the period ends' }),
   created_at: Timestamp('Creation time'),
   updated_at: Timestamp('Last change'),
-});
+}, { title: 'Subscription' });
 
 const UsageSchema = Type.Object({
   organization_id: Uuid('Organization id'),
@@ -74,7 +74,7 @@ const UsageSchema = Type.Object({
       { description: 'AI tokens of the period by model (the organization\'s usage records)' },
     ),
   }),
-});
+}, { title: 'BillingUsage' });
 
 const InvoiceSchema = Type.Object({
   id: Uuid('Invoice id'),
@@ -88,7 +88,7 @@ const InvoiceSchema = Type.Object({
   period_start: Nullable(Timestamp('Start of the invoiced period')),
   period_end: Nullable(Timestamp('End of the invoiced period')),
   created_at: Timestamp('When the invoice was stored'),
-});
+}, { title: 'Invoice' });
 
 const tags = ['Billing'];
 const security = anyOf('bearerAuth', 'apiKeyHeader', 'apiKey');
@@ -111,7 +111,7 @@ const SubscribeBody = Type.Object(
 const CheckoutSchema = Type.Object({
   url: Type.String({ description: "Stripe Checkout's page: send the customer there", examples: ['https://checkout.stripe.com/c/pay/cs_test_a1'] }),
   checkout_session_id: Type.String({ description: 'The Checkout Session', examples: ['cs_test_a1'] }),
-});
+}, { title: 'SubscriptionCheckout' });
 
 /** Billing endpoints (seed E, SPEC §9): reads, and starting or changing the subscription. */
 export async function billingRoutes(fastify: FastifyInstance): Promise<void> {
@@ -124,6 +124,7 @@ export async function billingRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'getSubscription',
         summary: "The organization's subscription, or data: null when it has none (billing.read)",
         querystring: SelectionQuery,
         headers: SelectionHeaders,
@@ -139,10 +140,11 @@ export async function billingRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/billing/subscription',
     {
-      config: { auth: 'account' },
+      config: { auth: 'account', idempotencyKey: 'accepts' },
       schema: {
         tags,
         security,
+        operationId: 'changeSubscription',
         summary:
           'Subscribe or change plan (billing.manage): without a subscription, a Checkout Session (data.url); with one, its price changes and data is the subscription',
         querystring: SelectionQuery,
@@ -165,6 +167,7 @@ export async function billingRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'getBillingUsage',
         summary: 'Usage metrics, credits and AI tokens of the current billing period (billing.read)',
         querystring: SelectionQuery,
         headers: SelectionHeaders,
@@ -181,6 +184,7 @@ export async function billingRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'listInvoices',
         summary: "The organization's invoices, newest first (billing.read)",
         querystring: PagedSelectionQuery,
         headers: SelectionHeaders,

@@ -18,6 +18,7 @@ export async function stripeWebhookRoutes(fastify: FastifyInstance): Promise<voi
       config: { auth: 'public' },
       schema: {
         tags: ['Billing'],
+        operationId: 'receiveStripeEvent',
         summary: 'Stripe events (signed with STRIPE_WEBHOOK_SECRET): subscriptions, Checkout Sessions, refunds, invoices',
         description:
           'Verified with the Stripe-Signature header over the raw body, 5-minute tolerance. Each event is stored by its id before it is acted on; a duplicate is acknowledged and ignored; an event whose handling failed is retried by the stripe-events worker.',

@@ -45,5 +45,5 @@ export const BalanceSummarySchema = Type.Object(
     available: NullableCredits('What a new call may spend: monthly remaining + purchased − reserved; null = unlimited'),
     ai_tokens_used: Type.Integer({ description: 'AI tokens used this period', examples: [1200] }),
   },
-  { description: 'Credit balance summary, current at the time of the request' },
+  { title: 'CreditBalance', description: 'Credit balance summary, current at the time of the request' },
 );

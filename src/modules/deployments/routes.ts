@@ -23,7 +23,7 @@ const DeploymentSchema = Type.Object({
   created_at: Timestamp('Creation time'),
   updated_at: Timestamp('Last change'),
   balance: BalanceSummarySchema,
-});
+}, { title: 'Deployment' });
 
 const Rotated = Type.Object({
   deployment_id: Uuid('Deployment id'),
@@ -32,7 +32,7 @@ const Rotated = Type.Object({
     examples: ['cgds_4fT9aQ2xLm8Rk1Vb7Nc3Pd6Hs0Jw5Ye2Zq4Tu9'],
   }),
   secret_prefix: Type.String({ description: 'First 10 characters of the new secret', examples: ['cgds_4fT9a'] }),
-});
+}, { title: 'DeploymentSecretRotated' });
 
 const OrganizationParams = Type.Object({ id: Uuid('Organization id') });
 const DeploymentParams = Type.Object({ id: Uuid('Organization id'), depId: Uuid('Deployment id') });
@@ -50,6 +50,7 @@ export async function deploymentRoutes(fastify: FastifyInstance): Promise<void> 
       schema: {
         tags,
         security,
+        operationId: 'listDeployments',
         summary: "An organization's deployments with their balances (primary first)",
         params: OrganizationParams,
         querystring: PageQuery,
@@ -73,6 +74,7 @@ export async function deploymentRoutes(fastify: FastifyInstance): Promise<void> 
       schema: {
         tags,
         security,
+        operationId: 'rotateDeploymentSecret',
         summary: 'Rotate the deployment secret (owner, admin; key scope write): data.secret is shown once',
         params: DeploymentParams,
         response: { 200: Envelope(Rotated), ...envelopeErrors(400, 401, 403, 404) },

@@ -31,7 +31,7 @@ export const SnapshotReply = Type.Object({
   }),
   message: Nullable(Type.String()),
   next_check_seconds: Type.Integer({ examples: [300] }),
-});
+}, { title: 'EntitlementSnapshot' });
 
 export const AiQuotaReply = Type.Object({
   used: Type.Integer(),
@@ -43,7 +43,7 @@ export const AiQuotaReply = Type.Object({
   credits_per_standard: Type.Integer(),
   credits_per_advanced: Type.Integer(),
   credits_per_premium: Type.Integer(),
-});
+}, { title: 'AiQuota' });
 
 export async function entitlementRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
@@ -55,6 +55,7 @@ export async function entitlementRoutes(fastify: FastifyInstance): Promise<void>
       config: { auth: 'public', rateLimit: 'handler' },
       schema: {
         tags: ['Entitlements'],
+        operationId: 'getEntitlements',
         summary: 'Entitlement snapshot of a deployment (credentials in the body)',
         body: Type.Object(
           {
@@ -87,6 +88,7 @@ export async function entitlementRoutes(fastify: FastifyInstance): Promise<void>
       config: { auth: 'deployment' },
       schema: {
         tags: ['Entitlements'],
+        operationId: 'getAiQuota',
         summary: 'AI token quota of the period and the credits that pay past it (deployment headers)',
         security: [{ deploymentId: [], deploymentSecret: [] }],
         response: { 200: AiQuotaReply, ...flatErrors(401) },

@@ -9,6 +9,7 @@ export async function healthRoutes(app: FastifyInstance): Promise<void> {
     {
       schema: {
         tags: ['Health'],
+        operationId: 'getHealth',
         summary: 'The process is up',
         response: { 200: Type.Object({ status: Type.Literal('ok') }) },
       },
@@ -21,10 +22,14 @@ export async function healthRoutes(app: FastifyInstance): Promise<void> {
     {
       schema: {
         tags: ['Health'],
+        operationId: 'getReadiness',
         summary: 'The database (and Redis, when configured) answer; 503 names what does not',
         response: {
           200: Type.Object({ status: Type.String(), checks: Type.Record(Type.String(), Type.String()) }),
-          503: Type.Object({ status: Type.String(), checks: Type.Record(Type.String(), Type.String()) }),
+          503: Type.Object(
+            { status: Type.String(), checks: Type.Record(Type.String(), Type.String()) },
+            { description: 'Not ready: checks names the dependency that does not answer' },
+          ),
         },
       },
     },
@@ -50,6 +55,7 @@ export async function healthRoutes(app: FastifyInstance): Promise<void> {
       config: { auth: 'admin' },
       schema: {
         tags: ['Health'],
+        operationId: 'getMetrics',
         summary: 'Prometheus metrics (rate-limit decisions by backend, Redis fallback); operator key',
         security: [{ adminKey: [] }],
         produces: ['text/plain'],

@@ -36,6 +36,7 @@ export async function memberRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'listMembers',
         summary: 'List members with their roles and permission overrides (members.read)',
         params: OrgParams,
         querystring: PageQuery,
@@ -57,6 +58,7 @@ export async function memberRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'inviteMember',
         summary: 'Invite by email as admin, member or viewer (members.invite); the token is valid 7 days',
         description: INVITE_CAPS_NOTE,
         params: OrgParams,
@@ -77,6 +79,7 @@ export async function memberRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'updateMember',
         summary: 'Change a member\'s role and permission overrides (members.update; owners only for owners; never the last owner)',
         params: MemberParams,
         body: UpdateMemberBody,
@@ -93,6 +96,7 @@ export async function memberRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'removeMember',
         summary: 'Remove a member (members.remove), or leave (your own user id); never the last owner',
         params: MemberParams,
         response: { 200: Envelope(Type.Null()), ...envelopeErrors(400, 401, 403, 404, 409) },
@@ -111,6 +115,7 @@ export async function memberRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'listInvitations',
         summary: 'List invitations: open ones, or all with ?status=all (members.read)',
         params: OrgParams,
         querystring: InvitationListQuery,
@@ -135,6 +140,7 @@ export async function memberRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security,
+        operationId: 'revokeInvitation',
         summary: 'Revoke an invitation: its link stops working at once (members.invite)',
         params: InvitationParams,
         response: { 200: Envelope(InvitationSchema), ...envelopeErrors(400, 401, 403, 404, 409) },
@@ -149,6 +155,7 @@ export async function memberRoutes(fastify: FastifyInstance): Promise<void> {
       config: { auth: 'public', secretParams: ['token'] },
       schema: {
         tags,
+        operationId: 'getInvitation',
         summary: 'What an invitation link is for: organization, role, inviter, expiry and status (no auth)',
         params: TokenParams,
         response: { 200: Envelope(PublicInvitationSchema), ...envelopeErrors(400, 404) },
@@ -164,6 +171,7 @@ export async function memberRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         security: userSecurity,
+        operationId: 'acceptInvitation',
         summary: 'Accept an invitation as the signed-in user it was sent to; joins with the invited role',
         params: TokenParams,
         response: { 200: Envelope(MemberSchema), ...envelopeErrors(400, 401, 403, 404, 409) },

@@ -70,7 +70,7 @@ export const PermissionOverrides = Type.Object(
       Type.Optional(Nullable(Type.Boolean({ description: `${name}: true grants, false denies, null removes the override` }))),
     ]),
   ),
-  {
+  { title: 'PermissionOverrides',
     additionalProperties: false,
     description: 'Per-user overrides of the role\'s permissions: true grants, false takes away, null removes the override',
     examples: [{ 'api_keys.manage': true, 'billing.read': false }],
@@ -87,7 +87,7 @@ export const MemberSchema = Type.Object({
   invited_by: Nullable(Type.String({ format: 'uuid', description: 'User who invited them (null for the creator or an API key invite)' })),
   joined_at: Timestamp('When they joined'),
   permissions: Type.Record(Type.String(), Type.Boolean(), { description: 'Per-user permission overrides (granted true/false)' }),
-});
+}, { title: 'Member' });
 
 export const InvitationStatus = StringEnum(['pending', 'accepted', 'expired', 'revoked'], {
   description: 'pending, accepted, expired or revoked',
@@ -104,7 +104,7 @@ export const InvitationSchema = Type.Object({
   accepted_at: Nullable(Timestamp('When it was accepted')),
   revoked_at: Nullable(Timestamp('When it was revoked')),
   created_at: Timestamp('When it was made'),
-});
+}, { title: 'Invitation' });
 
 /** The invite routes' OpenAPI description: the caps of SPEC §8 (numbers in invitation-caps.ts, docs/accounts.md). */
 export const INVITE_CAPS_NOTE =
@@ -117,7 +117,7 @@ export const InvitationCreatedSchema = Type.Object({
   token: Type.String({ description: 'The invitation token, shown once (only its SHA-256 is stored)' }),
   accept_url: Type.String({ description: 'PUBLIC_BASE_URL/invitations/{token}: share it when no mail goes out' }),
   email_delivery: Delivered('smtp: the mail server accepted the message; outbox: kept in the local outbox (no SMTP_URL, or SMTP failed)'),
-});
+}, { title: 'InvitationCreated' });
 
 export const PublicInvitationSchema = Type.Object({
   organization_name: Type.String({ description: 'The inviting organization' }),
@@ -128,7 +128,7 @@ export const PublicInvitationSchema = Type.Object({
   ),
   expires_at: Timestamp('The link stops working at this time'),
   status: InvitationStatus,
-});
+}, { title: 'PublicInvitation' });
 
 export const InviteBody = Type.Object(
   { email: Email, role: Type.Optional(InviteRole) },

@@ -50,9 +50,10 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/api/v1/mcp/stdio/check-entitlement',
     {
-      config: { auth: 'apiKey', scope: 'read' },
+      config: { auth: 'apiKey', scope: 'read', idempotencyKey: 'accepts' },
       schema: {
         tags: stdioTags,
+        operationId: 'checkStdioEntitlement',
         summary: 'May this organization run the tool, and what does it cost? (API key, scope read; write with reserve)',
         security: apiKeySecurity,
         body: S.StdioCheckBody,
@@ -74,9 +75,10 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/api/v1/mcp/stdio/record-usage',
     {
-      config: { auth: 'apiKey', scope: 'write' },
+      config: { auth: 'apiKey', scope: 'write', idempotencyKey: 'replays' },
       schema: {
         tags: stdioTags,
+        operationId: 'recordStdioUsage',
         summary: 'Record a completed tool call and deduct its credits (API key, scope write)',
         security: apiKeySecurity,
         body: S.StdioRecordBody,
@@ -101,6 +103,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       config: { auth: 'service' },
       schema: {
         tags: serviceTags,
+        operationId: 'resolveDeployment',
         summary: "The deployment a user's MCP session meters against (cached 5 minutes per user_id)",
         security: serviceSecurity,
         querystring: S.ResolveQuery,
@@ -116,9 +119,10 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/api/v1/mcp/check-entitlement',
     {
-      config: { auth: 'service' },
+      config: { auth: 'service', idempotencyKey: 'accepts' },
       schema: {
         tags: serviceTags,
+        operationId: 'checkEntitlement',
         summary: 'May this deployment run the tool, and what does it cost?',
         security: serviceSecurity,
         body: S.ServiceCheckBody,
@@ -139,9 +143,10 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/api/v1/mcp/usage',
     {
-      config: { auth: 'service' },
+      config: { auth: 'service', idempotencyKey: 'replays' },
       schema: {
         tags: serviceTags,
+        operationId: 'recordUsage',
         summary: 'Record a completed tool call and deduct its credits',
         security: serviceSecurity,
         body: S.ServiceUsageBody,
@@ -168,6 +173,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       config: { auth: 'service' },
       schema: {
         tags: serviceTags,
+        operationId: 'listCreditCosts',
         summary: 'The credit cost of every action (callers may cache it for 1 hour)',
         security: serviceSecurity,
         response: { 200: S.CostsReply, ...flatErrors(401) },
@@ -205,6 +211,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       config: { auth: 'apiKeyOrService', scope: 'write' },
       schema: {
         tags: ['MCP reservations'],
+        operationId: 'releaseReservation',
         summary: 'Release a reservation (the tool failed or was cancelled); releasing twice is harmless',
         security: eitherSecurity,
         params: S.InvocationParams,
@@ -224,6 +231,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       config: { auth: 'apiKeyOrService', scope: 'read' },
       schema: {
         tags: ['MCP reservations'],
+        operationId: 'getInvocation',
         summary: 'What became of an invocation: reserved, recorded, released, expired or refunded',
         security: eitherSecurity,
         params: S.InvocationParams,
@@ -242,9 +250,10 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
     {
       // An organization key authenticates (a read-only one is refused for scope), and is then refused
       // with 403 FORBIDDEN by the verb: only the platform refunds (credits/refunds.ts).
-      config: { auth: 'apiKeyOrService', scope: 'write' },
+      config: { auth: 'apiKeyOrService', scope: 'write', idempotencyKey: 'accepts' },
       schema: {
         tags: ['MCP reservations'],
+        operationId: 'refundUsage',
         summary: 'Refund a recorded usage in whole or in part (idempotent with Idempotency-Key); service key only',
         description:
           'Only the platform refunds: the service key here, or the operator API. An organization API key is refused with 403 FORBIDDEN. ' +

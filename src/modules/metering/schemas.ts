@@ -34,7 +34,7 @@ export const StdioCheckReply = Type.Object({
   tier: Tier,
   reason: Reason,
   ...reservationAnswer,
-});
+}, { title: 'StdioCheckResult' });
 
 export const ServiceCheckReply = Type.Object({
   allowed: Type.Boolean(),
@@ -43,7 +43,7 @@ export const ServiceCheckReply = Type.Object({
   credits_available: Nullable(Type.Integer({ description: 'Spendable credits; null when unlimited or denied' })),
   reason: Reason,
   ...reservationAnswer,
-});
+}, { title: 'CheckResult' });
 
 export const StdioRecordBody = Type.Object(
   { tool_name: ToolName, metadata: Type.Optional(Metadata), invocation_id: Type.Optional(InvocationId) },
@@ -68,7 +68,7 @@ export const RecordReply = Type.Object({
   error: Nullable(Type.String({ description: 'Why nothing was deducted', examples: ['insufficient_credits'] })),
   usage_id: Nullable(Type.String({ description: 'The usage record written for this call' })),
   invocation_id: Nullable(Type.String()),
-});
+}, { title: 'UsageRecorded' });
 
 export const ResolveQuery = Type.Object(
   { user_id: Type.String({ minLength: 1, maxLength: 200, description: "A user's id or external_id" }) },
@@ -81,13 +81,13 @@ export const ResolveReply = Type.Object({
   tier: Tier,
   mcp_enabled: Type.Boolean(),
   error: Nullable(Type.String({ examples: ['no_deployment_found'] })),
-});
+}, { title: 'ResolvedDeployment' });
 
 export const CostsReply = Type.Object({
   costs: Type.Array(
     Type.Object({ action: Type.String(), credits: Type.Integer(), description: Nullable(Type.String()) }),
   ),
-});
+}, { title: 'CreditCosts' });
 
 export const InvocationParams = Type.Object({ invocation_id: InvocationId });
 export const UsageParams = Type.Object({ usage_id: Type.String({ format: 'uuid' }) });
@@ -104,7 +104,7 @@ export const ReleaseReply = Type.Object({
   invocation_id: Type.String(),
   status: Type.String({ examples: ['released'] }),
   released_credits: Type.Integer(),
-});
+}, { title: 'ReservationReleased' });
 
 export const RefundBody = Type.Object(
   {
@@ -124,7 +124,7 @@ export const RefundReply = Type.Object({
   }),
   total_refunded: Type.Integer(),
   credits_remaining: Nullable(Type.Integer()),
-});
+}, { title: 'UsageRefunded' });
 
 export const InvocationReply = Type.Object({
   invocation_id: Type.String(),
@@ -138,4 +138,4 @@ export const InvocationReply = Type.Object({
   credits_refunded: Type.Integer(),
   created_at: Type.String({ format: 'date-time' }),
   updated_at: Type.String({ format: 'date-time' }),
-});
+}, { title: 'Invocation' });

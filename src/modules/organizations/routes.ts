@@ -29,7 +29,7 @@ export const OrganizationSchema = Type.Object({
   role: Nullable(Type.String({ description: "The caller's role (null for an API key)" })),
   created_at: Type.String({ format: 'date-time' }),
   updated_at: Type.String({ format: 'date-time' }),
-});
+}, { title: 'Organization' });
 
 const Created = Type.Object({
   ...OrganizationSchema.properties,
@@ -38,7 +38,7 @@ const Created = Type.Object({
     tier: Type.String(),
     secret: Type.String({ description: 'The primary deployment secret, shown once' }),
   }),
-});
+}, { title: 'OrganizationCreated' });
 
 export const CreateBody = Type.Object({ name: Name, slug: Slug, tier: Type.Optional(Plan) }, { additionalProperties: false });
 const Id = Type.Object({ id: Type.String({ format: 'uuid' }) });
@@ -52,7 +52,7 @@ export async function organizationRoutes(fastify: FastifyInstance): Promise<void
     '/organizations',
     {
       config: { auth: 'account' },
-      schema: { tags, security, summary: "The caller's organizations", querystring: PageQuery, response: { 200: PageEnvelope(OrganizationSchema), ...envelopeErrors(400, 401) } },
+      schema: { tags, security, operationId: 'listOrganizations', summary: "The caller's organizations", querystring: PageQuery, response: { 200: PageEnvelope(OrganizationSchema), ...envelopeErrors(400, 401) } },
     },
     async (request) => {
       const limit = request.query.limit ?? 20;
@@ -62,7 +62,10 @@ export async function organizationRoutes(fastify: FastifyInstance): Promise<void
     },
   );
 
-  for (const path of ['/organizations', '/api/organizations']) {
+  for (const [path, operationId] of [
+    ['/organizations', 'createOrganization'],
+    ['/api/organizations', 'createOrganizationSelfHosted'],
+  ] as const) {
     app.post(
       path,
       {
@@ -70,6 +73,7 @@ export async function organizationRoutes(fastify: FastifyInstance): Promise<void
         schema: {
           tags,
           security,
+          operationId,
           summary: 'Create an organization (the caller becomes owner) with its primary deployment',
           body: CreateBody,
           response: { 201: Envelope(Created), ...envelopeErrors(400, 401, 403, 409) },
@@ -83,7 +87,7 @@ export async function organizationRoutes(fastify: FastifyInstance): Promise<void
     '/organizations/:id',
     {
       config: { auth: 'account' },
-      schema: { tags, security, summary: 'Organization details', params: Id, response: { 200: Envelope(OrganizationSchema), ...envelopeErrors(401, 403, 404) } },
+      schema: { tags, security, operationId: 'getOrganization', summary: 'Organization details', params: Id, response: { 200: Envelope(OrganizationSchema), ...envelopeErrors(401, 403, 404) } },
     },
     async (request) => ok(await getOrganization(ctxOf(request), request.params.id)),
   );
@@ -95,6 +99,7 @@ export async function organizationRoutes(fastify: FastifyInstance): Promise<void
       schema: {
         tags,
         security,
+        operationId: 'updateOrganization',
         summary: 'Update settings (owner, admin)',
         params: Id,
         body: Type.Object(
@@ -119,6 +124,7 @@ export async function organizationRoutes(fastify: FastifyInstance): Promise<void
       schema: {
         tags,
         security,
+        operationId: 'deleteOrganization',
         summary: 'Delete (owner only; soft delete, every key and deployment secret stops at once)',
         params: Id,
         response: { 200: Envelope(Type.Null()), ...envelopeErrors(401, 403, 404) },

@@ -19,6 +19,7 @@ export async function selfHostedRoutes(fastify: FastifyInstance): Promise<void> 
       schema: {
         tags: ['Members'],
         security,
+        operationId: 'createInvitation',
         summary: 'Invite by email (self-hosted path); role owner only when an owner invites',
         description: INVITE_CAPS_NOTE,
         params: ApiOrgParams,
@@ -39,6 +40,7 @@ export async function selfHostedRoutes(fastify: FastifyInstance): Promise<void> 
       schema: {
         tags: ['Self-hosted'],
         security,
+        operationId: 'sendTestEmail',
         summary: 'Send a template to an address through SMTP (SMTP_URL) or, without it, the local outbox',
         body: EmailTestBody,
         response: { 200: Envelope(EmailTestResult), ...envelopeErrors(400, 401, 429) },

@@ -57,6 +57,7 @@ export async function usersMeRoute(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags: ['Self-hosted'],
         security: anyOf('apiKeyHeader', 'bearerAuth', 'apiKey'),
+        operationId: 'getCurrentPrincipal',
         summary: 'The caller: a user with its organizations, or an API key with its creator',
         response: { 200: Envelope(Type.Union([UserMe, ApiKeyMe])), ...envelopeErrors(401, 403) },
       },

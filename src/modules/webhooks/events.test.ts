@@ -10,8 +10,30 @@ import {
   signUpAsMember,
   signUpWithOrganization,
 } from '../../../test/harness.js';
+import { Ajv } from 'ajv';
+import addFormatsModule from 'ajv-formats';
+import { EVENT_DATA } from '../../http/openapi-events.js';
 import { dispatchPending } from '../events/outbox.js';
 import { EVENT_TYPES } from './organization.js';
+
+const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
+const ajv = addFormats(new Ajv({ strict: false, allErrors: true }));
+
+/** The schema as documented, with every object closed: a field the emitter writes and the document omits fails too. */
+function closed(schema: unknown): unknown {
+  if (Array.isArray(schema)) return schema.map(closed);
+  if (!schema || typeof schema !== 'object') return schema;
+  const copy = Object.fromEntries(Object.entries(schema).map(([k, v]) => [k, closed(v)]));
+  return copy.type === 'object' && copy.properties ? { ...copy, additionalProperties: false } : copy;
+}
+
+/** A delivered body matches the OpenAPI `webhooks` section (http/openapi-events.ts). */
+function expectDocumented(payload: Delivery['payload']): void {
+  const documented = EVENT_DATA[payload.type];
+  expect(documented, `${payload.type} is not in the webhooks section`).toBeDefined();
+  const validate = ajv.compile(closed(documented!.data) as object);
+  expect(validate(payload.data), `${payload.type}: ${ajv.errorsText(validate.errors)}`).toBe(true);
+}
 
 /**
  * SPEC §7: the operations that cause the organization events write them (and their delivery rows)
@@ -95,6 +117,9 @@ describe('organization events', () => {
     const first = all[0]!.payload;
     expect(Object.keys(first).sort()).toEqual(['created_at', 'data', 'id', 'type']);
     expect(first.created_at).toBe(h.clock.now().toISOString());
+    // Every body is what the OpenAPI document's webhooks section says.
+    for (const d of all) expectDocumented(d.payload);
+    expect(new Set(all.map((d) => d.event_type)).size).toBe(6);
     // The second webhook subscribed to api_key.created only.
     expect((await deliveriesOf(keysWebhookId)).map((d) => d.event_type)).toEqual(['api_key.created']);
   });
@@ -120,6 +145,7 @@ describe('organization events', () => {
     expect(after.map((d) => d.payload.data)).toEqual([
       expect.objectContaining({ deployment_id: owner.deploymentId, quota: 'monthly_credits', threshold: 80, used: 80, limit: 100 }),
     ]);
+    for (const d of after) expectDocumented(d.payload);
     // Dispatched once: another pass finds nothing new for it.
     await dispatchPending(h.deps.db, h.clock.now(), 100);
     expect(await deliveriesOf(webhookId)).toHaveLength(1);

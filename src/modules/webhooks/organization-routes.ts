@@ -33,11 +33,11 @@ const WebhookSchema = Type.Object({
   disabled_reason: Nullable(Type.String()),
   created_at: Timestamp,
   updated_at: Timestamp,
-});
+}, { title: 'Webhook' });
 const CreatedWebhookSchema = Type.Object({
   ...WebhookSchema.properties,
   secret: Type.String({ description: 'The signing secret; shown once' }),
-});
+}, { title: 'CreatedWebhook' });
 export const DeliverySchema = Type.Object({
   id: Type.String(),
   webhook_id: Nullable(Type.String({ description: 'null for a proxy send' })),
@@ -53,7 +53,7 @@ export const DeliverySchema = Type.Object({
   next_retry_at: Nullable(Timestamp),
   delivered_at: Nullable(Timestamp),
   created_at: Timestamp,
-});
+}, { title: 'WebhookDelivery' });
 
 const tags = ['Webhooks'];
 const security = anyOf('bearerAuth', 'apiKeyHeader', 'apiKey');
@@ -65,7 +65,7 @@ export async function organizationWebhookRoutes(fastify: FastifyInstance): Promi
 
   app.get(
     '/organizations/:id/webhooks',
-    { config, schema: { tags, security, summary: "The organization's webhooks (never their secrets)", params: OrgParams, response: { 200: Envelope(Type.Array(WebhookSchema)), ...envelopeErrors(400, 401, 403, 404) } } },
+    { config, schema: { tags, security, operationId: 'listWebhooks', summary: "The organization's webhooks (never their secrets)", params: OrgParams, response: { 200: Envelope(Type.Array(WebhookSchema)), ...envelopeErrors(400, 401, 403, 404) } } },
     async (request) => ok(await listWebhooks(ctxOf(request), request.params.id)),
   );
 
@@ -76,6 +76,7 @@ export async function organizationWebhookRoutes(fastify: FastifyInstance): Promi
       schema: {
         tags,
         security,
+        operationId: 'createWebhook',
         summary: 'Create a webhook; data.secret (sent or generated whsec_…) is shown once',
         params: OrgParams,
         body: Type.Object(
@@ -104,7 +105,7 @@ export async function organizationWebhookRoutes(fastify: FastifyInstance): Promi
 
   app.get(
     '/organizations/:id/webhooks/:webhookId',
-    { config, schema: { tags, security, summary: 'One webhook', params: WebhookParams, response: { 200: Envelope(WebhookSchema), ...envelopeErrors(400, 401, 403, 404) } } },
+    { config, schema: { tags, security, operationId: 'getWebhook', summary: 'One webhook', params: WebhookParams, response: { 200: Envelope(WebhookSchema), ...envelopeErrors(400, 401, 403, 404) } } },
     async (request) => ok(await readWebhook(ctxOf(request), request.params.id, request.params.webhookId)),
   );
 
@@ -115,6 +116,7 @@ export async function organizationWebhookRoutes(fastify: FastifyInstance): Promi
       schema: {
         tags,
         security,
+        operationId: 'updateWebhook',
         summary: 'Change URL, events or is_active (enabling clears the disabled reason)',
         params: WebhookParams,
         body: Type.Object({ url: Type.Optional(Url), events: Type.Optional(EventList), is_active: Type.Optional(Type.Boolean()) }, { additionalProperties: false }),
@@ -135,7 +137,7 @@ export async function organizationWebhookRoutes(fastify: FastifyInstance): Promi
 
   app.delete(
     '/organizations/:id/webhooks/:webhookId',
-    { config, schema: { tags, security, summary: 'Delete a webhook; its pending deliveries are not sent', params: WebhookParams, response: { 200: Envelope(WebhookSchema), ...envelopeErrors(400, 401, 403, 404) } } },
+    { config, schema: { tags, security, operationId: 'deleteWebhook', summary: 'Delete a webhook; its pending deliveries are not sent', params: WebhookParams, response: { 200: Envelope(WebhookSchema), ...envelopeErrors(400, 401, 403, 404) } } },
     async (request) => ok(await deleteWebhook(ctxOf(request), request.params.id, request.params.webhookId), 'Webhook deleted'),
   );
 
@@ -146,6 +148,7 @@ export async function organizationWebhookRoutes(fastify: FastifyInstance): Promi
       schema: {
         tags,
         security,
+        operationId: 'listWebhookDeliveries',
         summary: "A webhook's delivery records, newest first",
         params: WebhookParams,
         querystring: PageQuery,
@@ -170,6 +173,7 @@ export async function organizationWebhookRoutes(fastify: FastifyInstance): Promi
       schema: {
         tags,
         security,
+        operationId: 'retryWebhookDelivery',
         summary: 'Retry a delivery now (not delivered, fewer than 5 attempts; else 409)',
         params: DeliveryParams,
         response: { 200: Envelope(DeliverySchema), ...envelopeErrors(400, 401, 403, 404, 409) },
@@ -189,6 +193,7 @@ export async function organizationWebhookRoutes(fastify: FastifyInstance): Promi
       schema: {
         tags,
         security,
+        operationId: 'sendTestWebhook',
         summary: 'Send a webhook.test event to this webhook now (one attempt); answers its delivery record',
         params: WebhookParams,
         response: { 200: Envelope(DeliverySchema), ...envelopeErrors(400, 401, 403, 404, 409) },

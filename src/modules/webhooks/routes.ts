@@ -29,7 +29,7 @@ const SendBody = Type.Object(
         },
       ),
     ),
-    secret: Type.Optional(Type.String({ minLength: 1, maxLength: 256, description: 'Signs the body (HMAC-SHA256); whsec_… secrets are base64' })),
+    secret: Type.Optional(Type.String({ minLength: 1, maxLength: 256, description: 'Signs the delivery: x-service-signature (HMAC-SHA256) keyed with this secret as given; webhook-signature with the base64-decoded remainder of a whsec_ secret' })),
     event_type: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
     idempotency_key: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'Also accepted as the Idempotency-Key header' })),
   },
@@ -46,14 +46,14 @@ const SendReply = Type.Object({
   creditsRemaining: Nullable(Type.Integer({ description: 'null: unlimited' })),
   attempts: Type.Integer(),
   deliveredAt: Nullable(Type.String({ format: 'date-time' })),
-});
+}, { title: 'WebhookSendResult' });
 
 const QuotaReply = Type.Object({
   creditsAvailable: Nullable(Type.Integer({ description: 'null: unlimited' })),
   creditsPerWebhook: Type.Integer(),
   webhooksAvailable: Nullable(Type.Integer({ description: 'null: unlimited' })),
   periodEnds: Type.String({ format: 'date-time' }),
-});
+}, { title: 'WebhookQuota' });
 
 const tags = ['Webhook proxy'];
 const security = [{ deploymentId: [], deploymentSecret: [] }];
@@ -64,10 +64,11 @@ export async function webhookProxyRoutes(fastify: FastifyInstance): Promise<void
   app.post(
     '/api/v1/proxy/webhooks/send',
     {
-      config: { auth: 'deployment', spends: true },
+      config: { auth: 'deployment', spends: true, idempotencyKey: 'replays' },
       schema: {
         tags,
         security,
+        operationId: 'sendWebhook',
         summary: 'Deliver a JSON payload to a URL: signed, retried up to 3 times, idempotent, 1 credit per send',
         body: SendBody,
         response: { 200: SendReply, ...flatErrors(400, 401, 403, 409, 422) },
@@ -96,6 +97,7 @@ export async function webhookProxyRoutes(fastify: FastifyInstance): Promise<void
       schema: {
         tags,
         security,
+        operationId: 'getWebhookQuota',
         summary: 'Credits available for webhook sends and how many sends they pay for',
         response: { 200: QuotaReply, ...flatErrors(401) },
       },
@@ -113,6 +115,7 @@ export async function webhookProxyRoutes(fastify: FastifyInstance): Promise<void
       schema: {
         tags,
         security,
+        operationId: 'listProxyDeliveries',
         summary: "The deployment's proxy sends (delivery records), newest first",
         querystring: PageQuery,
         response: {
@@ -138,6 +141,7 @@ export async function webhookProxyRoutes(fastify: FastifyInstance): Promise<void
       schema: {
         tags,
         security,
+        operationId: 'getProxyDelivery',
         summary: 'One proxy send by its webhookId',
         params: Type.Object({ webhookId: Type.String({ format: 'uuid' }) }),
         response: { 200: DeliverySchema, ...flatErrors(400, 401, 404) },

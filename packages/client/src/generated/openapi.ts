@@ -13,141 +13,7 @@ export interface paths {
          * OpenAI chat completion through the proxy, metered against the AI token quota (streams pass through)
          * @description Point an OpenAI SDK at `{base}/api/v1/ai` with an organization API key. The prompt plus the output allowance are held before the call and settled to the provider's usage after it (docs/ai-proxy.md).
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            /** @description The OpenAI chat completion request. Fields the proxy does not read are passed to the provider untouched. */
-            requestBody: {
-                content: {
-                    "application/json": {
-                        max_completion_tokens?: number | null;
-                        max_tokens?: number | null;
-                        messages: ({
-                            content?: (string | ({
-                                type: string;
-                            } & {
-                                [key: string]: unknown;
-                            })[]) | null;
-                            /** @example user */
-                            role: string;
-                        } & {
-                            [key: string]: unknown;
-                        })[];
-                        /** @example gpt-4o-mini */
-                        model: string;
-                        n?: number | null;
-                        stream?: boolean | null;
-                        stream_options?: ({
-                            include_usage?: boolean | null;
-                        } & {
-                            [key: string]: unknown;
-                        }) | null;
-                    } & {
-                        [key: string]: unknown;
-                    };
-                };
-            };
-            responses: {
-                /** @description The provider's chat.completion, or with stream:true its text/event-stream of chat.completion.chunk events */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            [key: string]: unknown;
-                        };
-                        "text/event-stream": string;
-                    };
-                };
-                /** @description Bad request, in the OpenAI error shape (a provider 4xx is handed on in the same shape) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            error: {
-                                code: string | null;
-                                message: string;
-                                param: string | null;
-                                /** @example invalid_request_error */
-                                type: string;
-                            } & {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description FEATURE_NOT_AVAILABLE (ai_enabled off), DEPLOYMENT_SUSPENDED, INSUFFICIENT_SCOPE */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Not found */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description AI_QUOTA_EXCEEDED (no tokens, no purchased credits; Retry-After up to the reset), the rate limit of §6, or the provider's own 429 handed on with its Retry-After */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description AI_UPSTREAM_ERROR: the provider answered 5xx, timed out or could not be reached; nothing was charged */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description AI_NOT_CONFIGURED (no AI_BASE_URL), or the database is unavailable */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        post: operations["createChatCompletion"];
         delete?: never;
         options?: never;
         head?: never;
@@ -164,121 +30,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** OpenAI embeddings through the proxy, metered against the AI token quota */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            /** @description The OpenAI embeddings request; other fields are passed to the provider untouched. */
-            requestBody: {
-                content: {
-                    "application/json": {
-                        input: string | string[] | number[] | number[][];
-                        /** @example text-embedding-3-small */
-                        model: string;
-                    } & {
-                        [key: string]: unknown;
-                    };
-                };
-            };
-            responses: {
-                /** @description The provider's embedding list, as the provider wrote it */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            [key: string]: unknown;
-                        };
-                    };
-                };
-                /** @description Bad request, in the OpenAI error shape (a provider 4xx is handed on in the same shape) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            error: {
-                                code: string | null;
-                                message: string;
-                                param: string | null;
-                                /** @example invalid_request_error */
-                                type: string;
-                            } & {
-                                [key: string]: unknown;
-                            };
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description FEATURE_NOT_AVAILABLE (ai_enabled off), DEPLOYMENT_SUSPENDED, INSUFFICIENT_SCOPE */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Not found */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description AI_QUOTA_EXCEEDED (no tokens, no purchased credits; Retry-After up to the reset), the rate limit of §6, or the provider's own 429 handed on with its Retry-After */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description AI_UPSTREAM_ERROR: the provider answered 5xx, timed out or could not be reached; nothing was charged */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description AI_NOT_CONFIGURED (no AI_BASE_URL), or the database is unavailable */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        post: operations["createEmbeddings"];
         delete?: never;
         options?: never;
         head?: never;
@@ -293,86 +45,7 @@ export interface paths {
             cookie?: never;
         };
         /** The models the proxy offers (AI_MODELS, else the model-class map), in the OpenAI list shape */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            data: {
-                                /** @description Unknown to the proxy: 0 */
-                                created: number;
-                                /** @example gpt-4o-mini */
-                                id: string;
-                                /** @description standard, advanced or premium: the credit rate past the quota (SPEC §6) */
-                                model_class: string;
-                                /** @enum {string} */
-                                object: "model";
-                                /** @example creditgate */
-                                owned_by: string;
-                            }[];
-                            /** @enum {string} */
-                            object: "list";
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Forbidden (scope, feature flag, or credits) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Rate or quota limit reached */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        get: operations["listAiModels"];
         put?: never;
         post?: never;
         delete?: never;
@@ -389,73 +62,7 @@ export interface paths {
             cookie?: never;
         };
         /** AI token quota of the period and the credits that pay past it (deployment headers) */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            credits_available: number | null;
-                            credits_per_advanced: number;
-                            credits_per_premium: number;
-                            credits_per_standard: number;
-                            limit: number | null;
-                            remaining: number | null;
-                            /** Format: date-time */
-                            resets_at: string;
-                            tier: string;
-                            used: number;
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        get: operations["getAiQuota"];
         put?: never;
         post?: never;
         delete?: never;
@@ -472,87 +79,7 @@ export interface paths {
             cookie?: never;
         };
         /** What this installation sells: the credit packs and the subscription prices */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description Whether this installation sells through Stripe (STRIPE_SECRET_KEY is set) */
-                            configured: boolean;
-                            /** @description CREDIT_PACKS, in the order configured */
-                            packs: {
-                                /**
-                                 * @description Purchased credits the pack grants
-                                 * @example 1000
-                                 */
-                                credits: number;
-                                /** @example small */
-                                pack: string;
-                                /**
-                                 * @description The Stripe price that sells it
-                                 * @example price_pack_small
-                                 */
-                                price_id: string;
-                            }[];
-                            /** @description STRIPE_PRICE_TIERS */
-                            subscription_prices: {
-                                /** @example price_launch_monthly */
-                                price_id: string;
-                                /** @example launch */
-                                tier: string;
-                            }[];
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        get: operations["listCreditPacks"];
         put?: never;
         post?: never;
         delete?: never;
@@ -571,138 +98,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Buy a credit pack (CREDIT_PACKS) for this deployment: a Stripe Checkout page; the credits are granted once it is paid */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description Where Checkout sends the customer who turns back
-                         * @example https://app.example.com/billing/done
-                         */
-                        cancel_url?: string;
-                        /**
-                         * @description A pack named in CREDIT_PACKS
-                         * @example small
-                         */
-                        pack: string;
-                        /**
-                         * @description Where Checkout sends the customer after paying
-                         * @example https://app.example.com/billing/done
-                         */
-                        success_url?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /**
-                             * @description The Checkout Session; its pack is granted once it is paid
-                             * @example cs_test_a1
-                             */
-                            checkout_session_id: string;
-                            /**
-                             * @description Stripe Checkout's page for the customer
-                             * @example https://checkout.stripe.com/c/pay/cs_test_a1
-                             */
-                            url: string;
-                        };
-                    };
-                };
-                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Forbidden (scope, feature flag, or credits) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Conflict */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Idempotency key reused with a different request */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Stripe refused a request the service made (PAYMENT_PROVIDER_ERROR: a configuration problem); nothing was changed */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        post: operations["purchaseCreditPack"];
         delete?: never;
         options?: never;
         head?: never;
@@ -719,109 +115,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Entitlement snapshot of a deployment (credentials in the body) */
-        post: {
-            parameters: {
-                query?: {
-                    /** @description Bypass any cache (also: Cache-Control: no-cache) */
-                    force?: boolean;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        deployment_id: string;
-                        deployment_secret: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            features: {
-                                ai_enabled: boolean;
-                                ai_monthly_limit: number | null;
-                                api_rate_limit: number | null;
-                                billing_enabled: boolean;
-                                custom_domain: boolean;
-                                mcp_enabled: boolean;
-                                /** @example email */
-                                support_level: string;
-                                white_label: boolean;
-                            };
-                            message: string | null;
-                            /** @example 300 */
-                            next_check_seconds: number;
-                            quotas: {
-                                ai_tokens: {
-                                    limit: number | null;
-                                    remaining: number | null;
-                                    /** Format: date-time */
-                                    resets_at: string;
-                                    used: number;
-                                };
-                            };
-                            /** @example active */
-                            status: string;
-                            /** @example launch */
-                            tier: string;
-                        };
-                    };
-                };
-                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        post: operations["getEntitlements"];
         delete?: never;
         options?: never;
         head?: never;
@@ -838,116 +132,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** May this deployment run the tool, and what does it cost? */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * Format: uuid
-                         * @description Deployment UUID
-                         * @example 0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
-                         */
-                        deployment_id: string;
-                        /**
-                         * @description Idempotency id of this tool call; the Idempotency-Key header is its equal
-                         * @example inv_01J9Z3
-                         */
-                        invocation_id?: string;
-                        /** @description Hold credit_cost credits for 5 minutes for a later record with the same invocation_id */
-                        reserve?: boolean;
-                        /**
-                         * @description MCP tool name
-                         * @example rag_query
-                         */
-                        tool_name: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            allowed: boolean;
-                            credit_cost: number;
-                            credits_available: number | null;
-                            /** @description With reserve: the id the reservation is held under */
-                            invocation_id?: string;
-                            reason: ("sandbox_tier" | "insufficient_credits" | "no_deployment_found" | "deployment_not_found" | "mcp_disabled") | null;
-                            /**
-                             * Format: date-time
-                             * @description With reserve: when the hold lapses
-                             */
-                            reservation_expires_at?: string;
-                            tier: string | null;
-                        };
-                    };
-                };
-                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Idempotency key reused with a different request */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        post: operations["checkEntitlement"];
         delete?: never;
         options?: never;
         head?: never;
@@ -962,68 +147,7 @@ export interface paths {
             cookie?: never;
         };
         /** The credit cost of every action (callers may cache it for 1 hour) */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            costs: {
-                                action: string;
-                                credits: number;
-                                description: string | null;
-                            }[];
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        get: operations["listCreditCosts"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1040,116 +164,7 @@ export interface paths {
             cookie?: never;
         };
         /** What became of an invocation: reserved, recorded, released, expired or refunded */
-        get: {
-            parameters: {
-                query?: {
-                    /**
-                     * @description Deployment UUID
-                     * @example 0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
-                     */
-                    deployment_id?: string;
-                };
-                header?: never;
-                path: {
-                    /**
-                     * @description Idempotency id of this tool call; the Idempotency-Key header is its equal
-                     * @example inv_01J9Z3
-                     */
-                    invocation_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: date-time */
-                            created_at: string;
-                            credits_refunded: number;
-                            credits_used: number;
-                            deployment_id: string;
-                            invocation_id: string;
-                            reservation_expires_at: string | null;
-                            reserved_credits: number;
-                            /** @description reserved, recorded, released, expired, refunded or denied */
-                            status: string;
-                            tool_name: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            usage_id: string | null;
-                        };
-                    };
-                };
-                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Forbidden (scope, feature flag, or credits) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Not found */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        get: operations["getInvocation"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1168,120 +183,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Release a reservation (the tool failed or was cancelled); releasing twice is harmless */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /**
-                     * @description Idempotency id of this tool call; the Idempotency-Key header is its equal
-                     * @example inv_01J9Z3
-                     */
-                    invocation_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * Format: uuid
-                         * @description Deployment UUID
-                         * @example 0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
-                         */
-                        deployment_id?: string;
-                    } | null;
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            invocation_id: string;
-                            released_credits: number;
-                            /** @example released */
-                            status: string;
-                        };
-                    };
-                };
-                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Forbidden (scope, feature flag, or credits) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Not found */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Conflict */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        post: operations["releaseReservation"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1296,80 +198,7 @@ export interface paths {
             cookie?: never;
         };
         /** The deployment a user's MCP session meters against (cached 5 minutes per user_id) */
-        get: {
-            parameters: {
-                query: {
-                    /** @description A user's id or external_id */
-                    user_id: string;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            deployment_id: string | null;
-                            error: string | null;
-                            mcp_enabled: boolean;
-                            organization_id: string | null;
-                            tier: string | null;
-                        };
-                    };
-                };
-                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        get: operations["resolveDeployment"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1388,119 +217,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** May this organization run the tool, and what does it cost? (API key, scope read; write with reserve) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description Idempotency id of this tool call; the Idempotency-Key header is its equal
-                         * @example inv_01J9Z3
-                         */
-                        invocation_id?: string;
-                        /** @description Hold credit_cost credits for 5 minutes for a later record with the same invocation_id */
-                        reserve?: boolean;
-                        /**
-                         * @description MCP tool name
-                         * @example rag_query
-                         */
-                        tool_name: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            allowed: boolean;
-                            /** @description Credits the call will cost; 0 on a denial */
-                            credit_cost: number;
-                            /** @description With reserve: the id the reservation is held under */
-                            invocation_id?: string;
-                            reason: ("sandbox_tier" | "insufficient_credits" | "no_deployment_found" | "deployment_not_found" | "mcp_disabled") | null;
-                            /**
-                             * Format: date-time
-                             * @description With reserve: when the hold lapses
-                             */
-                            reservation_expires_at?: string;
-                            tier: string | null;
-                        };
-                    };
-                };
-                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Forbidden (scope, feature flag, or credits) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Idempotency key reused with a different request */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        post: operations["checkStdioEntitlement"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1517,115 +234,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Record a completed tool call and deduct its credits (API key, scope write) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description Idempotency id of this tool call; the Idempotency-Key header is its equal
-                         * @example inv_01J9Z3
-                         */
-                        invocation_id?: string;
-                        metadata?: {
-                            [key: string]: unknown;
-                        } | null;
-                        /**
-                         * @description MCP tool name
-                         * @example rag_query
-                         */
-                        tool_name: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            credits_remaining: number | null;
-                            credits_used: number;
-                            error: string | null;
-                            invocation_id: string | null;
-                            /** @description Whether credits were deducted */
-                            success: boolean;
-                            usage_id: string | null;
-                        };
-                    };
-                };
-                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Forbidden (scope, feature flag, or credits) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Idempotency key reused with a different request */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        post: operations["recordStdioUsage"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1642,113 +251,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Record a completed tool call and deduct its credits */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * Format: uuid
-                         * @description Deployment UUID
-                         * @example 0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
-                         */
-                        deployment_id: string;
-                        /**
-                         * @description Idempotency id of this tool call; the Idempotency-Key header is its equal
-                         * @example inv_01J9Z3
-                         */
-                        invocation_id?: string;
-                        mcp_user_id?: string | null;
-                        metadata?: {
-                            [key: string]: unknown;
-                        } | null;
-                        /**
-                         * @description MCP tool name
-                         * @example rag_query
-                         */
-                        tool_name: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            credits_remaining: number | null;
-                            credits_used: number;
-                            error: string | null;
-                            invocation_id: string | null;
-                            /** @description Whether credits were deducted */
-                            success: boolean;
-                            usage_id: string | null;
-                        };
-                    };
-                };
-                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Idempotency key reused with a different request */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        post: operations["recordUsage"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1768,127 +271,7 @@ export interface paths {
          * Refund a recorded usage in whole or in part (idempotent with Idempotency-Key); service key only
          * @description Only the platform refunds: the service key here, or the operator API. An organization API key is refused with 403 FORBIDDEN. Credits go back to the bucket they came from; the monthly part of a usage from a period that has ended is settled but not given back.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    usage_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description Credits to refund; all that is left when omitted */
-                        amount?: number;
-                        idempotency_key?: string;
-                        reason: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description Of those, the monthly part of a period that has ended: settled but not given back (nothing rolls over) */
-                            credits_forfeited: number;
-                            /** @description Credits of the usage settled by this refund */
-                            credits_refunded: number;
-                            credits_remaining: number | null;
-                            refund_id: string | null;
-                            total_refunded: number;
-                            usage_id: string;
-                        };
-                    };
-                };
-                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Forbidden (scope, feature flag, or credits) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Not found */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Conflict */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Idempotency key reused with a different request */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        post: operations["refundUsage"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1905,148 +288,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** A Stripe Checkout page: the organization's first subscription ({price_id} or {tier}) or a credit pack ({pack}) for this deployment */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description Where Checkout sends the customer who turns back
-                         * @example https://app.example.com/billing/done
-                         */
-                        cancel_url?: string;
-                        /**
-                         * @description A pack named in CREDIT_PACKS
-                         * @example small
-                         */
-                        pack?: string;
-                        /**
-                         * @description A subscription price listed in STRIPE_PRICE_TIERS
-                         * @example price_launch_monthly
-                         */
-                        price_id?: string;
-                        /**
-                         * @description Where Checkout sends the customer after paying (https; http on loopback in development)
-                         * @example https://app.example.com/billing/done
-                         */
-                        success_url?: string;
-                        /**
-                         * @description The tier to subscribe to (its price from STRIPE_PRICE_TIERS)
-                         * @example launch
-                         */
-                        tier?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /**
-                             * @description The Checkout Session; its pack is granted once it is paid
-                             * @example cs_test_a1
-                             */
-                            checkout_session_id: string;
-                            /**
-                             * @description Stripe Checkout's page for the customer
-                             * @example https://checkout.stripe.com/c/pay/cs_test_a1
-                             */
-                            url: string;
-                        };
-                    };
-                };
-                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Forbidden (scope, feature flag, or credits) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Conflict */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Idempotency key reused with a different request */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Stripe refused a request the service made (PAYMENT_PROVIDER_ERROR: a configuration problem); nothing was changed */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        post: operations["createCheckoutSession"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2063,123 +305,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** A Stripe Billing Portal page for the deployment's organization (invoices, payment method, plan) */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description Where the portal sends the customer back to
-                         * @example https://app.example.com/billing/done
-                         */
-                        return_url?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /**
-                             * @description Stripe's Billing Portal page
-                             * @example https://billing.stripe.com/p/session/test_a1
-                             */
-                            url: string;
-                        };
-                    };
-                };
-                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Forbidden (scope, feature flag, or credits) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Conflict */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Idempotency key reused with a different request */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Stripe refused a request the service made (PAYMENT_PROVIDER_ERROR: a configuration problem); nothing was changed */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        post: operations["createPortalSession"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2194,96 +320,7 @@ export interface paths {
             cookie?: never;
         };
         /** The deployment's proxy sends (delivery records), newest first */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description meta.next_cursor of the previous page */
-                    cursor?: string;
-                    /** @description Page size (1–100) */
-                    limit?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            data: {
-                                attempt_count: number;
-                                /** Format: date-time */
-                                created_at: string;
-                                delivered_at: string | null;
-                                error: string | null;
-                                event_type: string | null;
-                                id: string;
-                                method: string;
-                                next_retry_at: string | null;
-                                payload: unknown;
-                                response_body: string | null;
-                                /** @description pending | delivered | failed */
-                                status: string;
-                                status_code: number | null;
-                                url: string;
-                                webhook_id: string | null;
-                            }[];
-                            next_cursor: string | null;
-                        };
-                    };
-                };
-                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        get: operations["listProxyDeliveries"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2300,99 +337,7 @@ export interface paths {
             cookie?: never;
         };
         /** One proxy send by its webhookId */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    webhookId: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            attempt_count: number;
-                            /** Format: date-time */
-                            created_at: string;
-                            delivered_at: string | null;
-                            error: string | null;
-                            event_type: string | null;
-                            id: string;
-                            method: string;
-                            next_retry_at: string | null;
-                            payload: unknown;
-                            response_body: string | null;
-                            /** @description pending | delivered | failed */
-                            status: string;
-                            status_code: number | null;
-                            url: string;
-                            webhook_id: string | null;
-                        };
-                    };
-                };
-                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Not found */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        get: operations["getProxyDelivery"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2409,68 +354,7 @@ export interface paths {
             cookie?: never;
         };
         /** Credits available for webhook sends and how many sends they pay for */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            creditsAvailable: number | null;
-                            creditsPerWebhook: number;
-                            /** Format: date-time */
-                            periodEnds: string;
-                            webhooksAvailable: number | null;
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        get: operations["getWebhookQuota"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2489,134 +373,7 @@ export interface paths {
         get?: never;
         put?: never;
         /** Deliver a JSON payload to a URL: signed, retried up to 3 times, idempotent, 1 credit per send */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        event_type?: string;
-                        /** @description Extra headers (≤ 50, ≤ 8 KiB); hop-by-hop, host and content-length are dropped */
-                        headers?: {
-                            [key: string]: string;
-                        };
-                        /** @description Also accepted as the Idempotency-Key header */
-                        idempotency_key?: string;
-                        /**
-                         * @default POST
-                         * @enum {string}
-                         */
-                        method?: "POST" | "PUT" | "PATCH";
-                        /** @description JSON object sent as the body (≤ 256 KiB) */
-                        payload: {
-                            [key: string]: unknown;
-                        };
-                        /** @description Signs the delivery: x-service-signature (HMAC-SHA256) keyed with this secret as given; webhook-signature with the base64-decoded remainder of a whsec_ secret */
-                        secret?: string;
-                        /** @description http(s) URL of the receiver */
-                        url: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            attempts: number;
-                            creditsRemaining: number | null;
-                            creditsUsed: number;
-                            deliveredAt: string | null;
-                            error: string | null;
-                            responseBody: string | null;
-                            statusCode: number | null;
-                            success: boolean;
-                            /** @description Delivery id; also the webhook-id header the receiver saw */
-                            webhookId: string;
-                        };
-                    };
-                };
-                /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Missing or invalid credentials */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Forbidden (scope, feature flag, or credits) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Conflict */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Idempotency key reused with a different request */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description Internal error (no details on the wire) */
-                500: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-                /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["FlatError"];
-                    };
-                };
-            };
-        };
+        post: operations["sendWebhook"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2624,9 +381,863 @@ export interface paths {
         trace?: never;
     };
 }
-export type webhooks = Record<string, never>;
+export interface webhooks {
+    "api_key.created": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** An API key was created (the key itself is never sent) */
+        post: operations["onApiKeyCreated"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "api_key.revoked": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** An API key was revoked: it is refused from now on */
+        post: operations["onApiKeyRevoked"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "credits.purchased": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Purchased credits were added to a deployment (a credit pack paid, or an operator grant) */
+        post: operations["onCreditsPurchased"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "deployment.tier_changed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A deployment's tier changed */
+        post: operations["onDeploymentTierChanged"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "organization.member.added": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A user joined the organization (created it, accepted an invitation, or was added by an operator) */
+        post: operations["onOrganizationMemberAdded"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "organization.member.removed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A member was removed, or left */
+        post: operations["onOrganizationMemberRemoved"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "quota.threshold": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A deployment used 80 % or 100 % of a quota this period (once per threshold per period) */
+        post: operations["onQuotaThreshold"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "subscription.updated": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** The organization's Stripe subscription changed status, price, tier or period */
+        post: operations["onSubscriptionUpdated"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
 export interface components {
     schemas: {
+        /** AdminDeployment */
+        AdminDeployment: {
+            balance: components["schemas"]["CreditBalance"];
+            /** Format: date-time */
+            billing_anchor: string;
+            /** Format: date-time */
+            created_at: string;
+            features: {
+                ai_enabled: boolean;
+                billing_enabled: boolean;
+                custom_domain: boolean;
+                mcp_enabled: boolean;
+                white_label: boolean;
+            };
+            flag_overrides: {
+                [key: string]: boolean;
+            };
+            id: string;
+            is_primary: boolean;
+            name: string;
+            organization_id: string;
+            overrides: {
+                ai_tokens_limit: number | null;
+                api_rate_limit: number | null;
+                expires_at: string | null;
+                monthly_credits: number | null;
+            };
+            secret_prefix: string;
+            status: string;
+            tier: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /** AiQuota */
+        AiQuota: {
+            credits_available: number | null;
+            credits_per_advanced: number;
+            credits_per_premium: number;
+            credits_per_standard: number;
+            limit: number | null;
+            remaining: number | null;
+            /** Format: date-time */
+            resets_at: string;
+            tier: string;
+            used: number;
+        };
+        /** ApiKey */
+        ApiKey: {
+            /**
+             * Format: date-time
+             * @description Creation time
+             * @example 2026-01-15T12:00:00.000Z
+             */
+            created_at: string;
+            created_by: string | null;
+            expires_at: string | null;
+            /**
+             * Format: uuid
+             * @description API key id
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            id: string;
+            /**
+             * @description First 10 characters of the key, to recognise it
+             * @example cg_4fT9aQ2
+             */
+            key_prefix: string;
+            last_used_at: string | null;
+            /**
+             * @description Name given at creation
+             * @example CI deploys
+             */
+            name: string;
+            /**
+             * Format: uuid
+             * @description The organization the key belongs to
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            organization_id: string;
+            revoked_at: string | null;
+            /**
+             * @description What the key may do
+             * @example [
+             *       "read",
+             *       "write"
+             *     ]
+             */
+            scopes: ("read" | "write" | "admin")[];
+        };
+        /** ApiKeyCreatedData */
+        ApiKeyCreatedData: {
+            /**
+             * Format: uuid
+             * @description API key
+             */
+            api_key_id: string;
+            expires_at: string | null;
+            /** @description First characters of the key, to recognise it */
+            key_prefix: string;
+            name: string;
+            scopes: ("read" | "write" | "admin")[];
+        };
+        /** ApiKeyCreatedEvent */
+        ApiKeyCreatedEvent: {
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ApiKeyCreatedData"];
+            /**
+             * Format: uuid
+             * @description Event id
+             */
+            id: string;
+            /** @constant */
+            type: "api_key.created";
+        };
+        /** ApiKeyEnvelope */
+        ApiKeyEnvelope: {
+            data: components["schemas"]["ApiKey"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** ApiKeyPage */
+        ApiKeyPage: {
+            data: components["schemas"]["ApiKey"][];
+            message: string;
+            meta: components["schemas"]["PageMeta"];
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** ApiKeyRevokedData */
+        ApiKeyRevokedData: {
+            /**
+             * Format: uuid
+             * @description API key
+             */
+            api_key_id: string;
+            key_prefix: string;
+            name: string;
+        };
+        /** ApiKeyRevokedEvent */
+        ApiKeyRevokedEvent: {
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["ApiKeyRevokedData"];
+            /**
+             * Format: uuid
+             * @description Event id
+             */
+            id: string;
+            /** @constant */
+            type: "api_key.revoked";
+        };
+        /** AuditLogEntry */
+        AuditLogEntry: {
+            /**
+             * @description create, update, delete, revoke, rotate_secret, override, login…
+             * @example create
+             */
+            action: string;
+            /**
+             * @description Who acted: user:<id>, api_key:<id>, operator, service or system
+             * @example api_key:6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            actor: string;
+            /**
+             * Format: date-time
+             * @description When it happened
+             * @example 2026-01-15T12:00:00.000Z
+             */
+            created_at: string;
+            /**
+             * Format: uuid
+             * @description Audit entry id
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            id: string;
+            ip_address: string | null;
+            /**
+             * @description Details of the change (never a secret)
+             * @example {
+             *       "name": "CI",
+             *       "scopes": [
+             *         "read"
+             *       ]
+             *     }
+             */
+            metadata: {
+                [key: string]: unknown;
+            };
+            /**
+             * Format: uuid
+             * @description The organization the change belongs to
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            organization_id: string;
+            resource_id: string | null;
+            /**
+             * @description What changed
+             * @example api_key
+             */
+            resource_type: string;
+            user_agent: string | null;
+            user_id: string | null;
+        };
+        /** AuditLogEntryPage */
+        AuditLogEntryPage: {
+            data: components["schemas"]["AuditLogEntry"][];
+            message: string;
+            meta: components["schemas"]["PageMeta"];
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** AuthTokens */
+        AuthTokens: {
+            /** @description JWT, 15 minutes */
+            access_token: string;
+            /** @example 900 */
+            expires_in: number;
+            /** @description Opaque, 30 days, rotated on every refresh */
+            refresh_token: string;
+            /** @enum {string} */
+            token_type: "Bearer";
+            user: components["schemas"]["User"];
+        };
+        /** AuthTokensEnvelope */
+        AuthTokensEnvelope: {
+            data: components["schemas"]["AuthTokens"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** BillingUsage */
+        BillingUsage: {
+            ai_tokens: {
+                /** @description AI tokens of the period by model (the organization's usage records) */
+                by_model: {
+                    /**
+                     * @description AI calls this period
+                     * @example 3
+                     */
+                    calls: number;
+                    /**
+                     * @description Purchased credits paid for tokens past the quota
+                     * @example 0
+                     */
+                    credits: number;
+                    /**
+                     * @description Calls counted by the tokenizer because the provider reported no usage
+                     * @example 0
+                     */
+                    estimated_calls: number;
+                    /**
+                     * @description Prompt tokens
+                     * @example 420
+                     */
+                    input_tokens: number;
+                    /**
+                     * @description The model the calls named
+                     * @example gpt-4o-mini
+                     */
+                    model: string;
+                    /**
+                     * @description Completion tokens
+                     * @example 180
+                     */
+                    output_tokens: number;
+                }[];
+                limit: number | null;
+                remaining: number | null;
+                /**
+                 * @description AI tokens used this period
+                 * @example 0
+                 */
+                used: number;
+            };
+            credits: {
+                available: number | null;
+                monthly_allocation: number | null;
+                monthly_remaining: number | null;
+                /**
+                 * @description Monthly credits used
+                 * @example 24
+                 */
+                monthly_used: number;
+                /**
+                 * @description Purchased credits (never reset)
+                 * @example 0
+                 */
+                purchased: number;
+                /**
+                 * @description Held by open reservations
+                 * @example 0
+                 */
+                reserved: number;
+            };
+            /**
+             * Format: uuid
+             * @description The primary deployment, whose period this is
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            deployment_id: string;
+            /** @description Successful usage records of the period, per metric */
+            metrics: {
+                /**
+                 * @description Successful calls this period
+                 * @example 12
+                 */
+                count: number;
+                /**
+                 * @description The metered action
+                 * @example rag_query
+                 */
+                metric: string;
+                /**
+                 * @description Credits charged for them
+                 * @example 24
+                 */
+                quantity: number;
+                /**
+                 * @description Credits of them refunded since
+                 * @example 0
+                 */
+                refunded: number;
+            }[];
+            /**
+             * Format: uuid
+             * @description Organization id
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            organization_id: string;
+            /**
+             * Format: date-time
+             * @description End of the current period
+             * @example 2026-01-15T12:00:00.000Z
+             */
+            period_end: string;
+            /**
+             * Format: date-time
+             * @description Start of the current period
+             * @example 2026-01-15T12:00:00.000Z
+             */
+            period_start: string;
+            /**
+             * @description Tier of the primary deployment
+             * @example launch
+             */
+            tier: string;
+        };
+        /** BillingUsageEnvelope */
+        BillingUsageEnvelope: {
+            data: components["schemas"]["BillingUsage"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** CheckoutSession */
+        CheckoutSession: {
+            /**
+             * @description The Checkout Session; its pack is granted once it is paid
+             * @example cs_test_a1
+             */
+            checkout_session_id: string;
+            /**
+             * @description Stripe Checkout's page for the customer
+             * @example https://checkout.stripe.com/c/pay/cs_test_a1
+             */
+            url: string;
+        };
+        /** CheckResult */
+        CheckResult: {
+            allowed: boolean;
+            credit_cost: number;
+            credits_available: number | null;
+            /** @description With reserve: the id the reservation is held under */
+            invocation_id?: string;
+            reason: ("sandbox_tier" | "insufficient_credits" | "no_deployment_found" | "deployment_not_found" | "mcp_disabled") | null;
+            /**
+             * Format: date-time
+             * @description With reserve: when the hold lapses
+             */
+            reservation_expires_at?: string;
+            tier: string | null;
+        };
+        /** CreatedApiKey */
+        CreatedApiKey: {
+            /**
+             * Format: date-time
+             * @description Creation time
+             * @example 2026-01-15T12:00:00.000Z
+             */
+            created_at: string;
+            created_by: string | null;
+            expires_at: string | null;
+            /**
+             * Format: uuid
+             * @description API key id
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            id: string;
+            /**
+             * @description The full key, shown once: store it now, it cannot be read again
+             * @example cg_4fT9aQ2xLm8Rk1Vb7Nc3Pd6Hs0Jw5Ye2Zq4Tu9
+             */
+            key: string;
+            /**
+             * @description First 10 characters of the key, to recognise it
+             * @example cg_4fT9aQ2
+             */
+            key_prefix: string;
+            last_used_at: string | null;
+            /**
+             * @description Name given at creation
+             * @example CI deploys
+             */
+            name: string;
+            /**
+             * Format: uuid
+             * @description The organization the key belongs to
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            organization_id: string;
+            revoked_at: string | null;
+            /**
+             * @description What the key may do
+             * @example [
+             *       "read",
+             *       "write"
+             *     ]
+             */
+            scopes: ("read" | "write" | "admin")[];
+        };
+        /** CreatedApiKeyEnvelope */
+        CreatedApiKeyEnvelope: {
+            data: components["schemas"]["CreatedApiKey"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** CreatedWebhook */
+        CreatedWebhook: {
+            /** Format: date-time */
+            created_at: string;
+            disabled_reason: string | null;
+            events: string[];
+            id: string;
+            is_active: boolean;
+            organization_id: string;
+            /** @description The signing secret; shown once */
+            secret: string;
+            /** Format: date-time */
+            updated_at: string;
+            url: string;
+        };
+        /** CreatedWebhookEnvelope */
+        CreatedWebhookEnvelope: {
+            data: components["schemas"]["CreatedWebhook"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /**
+         * CreditBalance
+         * @description Credit balance summary, current at the time of the request
+         */
+        CreditBalance: {
+            /**
+             * @description AI tokens used this period
+             * @example 1200
+             */
+            ai_tokens_used: number;
+            available: number | null;
+            monthly_allocation: number | null;
+            monthly_remaining: number | null;
+            /**
+             * @description Monthly credits used this period
+             * @example 1500
+             */
+            monthly_used: number;
+            /**
+             * Format: date-time
+             * @description End of the current period (the monthly allocation and AI tokens reset then)
+             */
+            period_end: string;
+            /**
+             * Format: date-time
+             * @description Start of the current period
+             */
+            period_start: string;
+            /**
+             * @description Purchased credits (never reset)
+             * @example 1500
+             */
+            purchased: number;
+            /**
+             * @description Credits held by open reservations
+             * @example 1500
+             */
+            reserved: number;
+        };
+        /** CreditCosts */
+        CreditCosts: {
+            costs: {
+                action: string;
+                credits: number;
+                description: string | null;
+            }[];
+        };
+        /** CreditPackCatalog */
+        CreditPackCatalog: {
+            /** @description Whether this installation sells through Stripe (STRIPE_SECRET_KEY is set) */
+            configured: boolean;
+            /** @description CREDIT_PACKS, in the order configured */
+            packs: {
+                /**
+                 * @description Purchased credits the pack grants
+                 * @example 1000
+                 */
+                credits: number;
+                /** @example small */
+                pack: string;
+                /**
+                 * @description The Stripe price that sells it
+                 * @example price_pack_small
+                 */
+                price_id: string;
+            }[];
+            /** @description STRIPE_PRICE_TIERS */
+            subscription_prices: {
+                /** @example price_launch_monthly */
+                price_id: string;
+                /** @example launch */
+                tier: string;
+            }[];
+        };
+        /** CreditsPurchasedData */
+        CreditsPurchasedData: {
+            /** @description Credits added */
+            amount: number;
+            /** @description The Stripe Checkout Session that paid for it */
+            checkout_session_id?: string;
+            /**
+             * Format: uuid
+             * @description Deployment
+             */
+            deployment_id: string;
+            expires_at: string | null;
+            /** @description The credit pack, when bought through Stripe */
+            pack?: string;
+            /** @description Purchased credits after the grant */
+            purchased_balance: number;
+            reason: string;
+        };
+        /** CreditsPurchasedEvent */
+        CreditsPurchasedEvent: {
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["CreditsPurchasedData"];
+            /**
+             * Format: uuid
+             * @description Event id
+             */
+            id: string;
+            /** @constant */
+            type: "credits.purchased";
+        };
+        /** Deployment */
+        Deployment: {
+            balance: components["schemas"]["CreditBalance"];
+            /**
+             * Format: date-time
+             * @description Anchor of the monthly period when there is no subscription
+             * @example 2026-01-15T12:00:00.000Z
+             */
+            billing_anchor: string;
+            /**
+             * Format: date-time
+             * @description Creation time
+             * @example 2026-01-15T12:00:00.000Z
+             */
+            created_at: string;
+            /**
+             * Format: uuid
+             * @description Deployment id
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            id: string;
+            /** @description The deployment the organization resolves to (exactly one) */
+            is_primary: boolean;
+            /**
+             * @description Deployment name
+             * @example Acme
+             */
+            name: string;
+            /**
+             * Format: uuid
+             * @description Owning organization
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            organization_id: string;
+            /**
+             * @description First 10 characters of the current secret
+             * @example cgds_4fT9a
+             */
+            secret_prefix: string;
+            /**
+             * @description active or suspended
+             * @example active
+             */
+            status: string;
+            /**
+             * @description Entitlement tier: sandbox, trial, launch, growth, enterprise
+             * @example launch
+             */
+            tier: string;
+            /**
+             * Format: date-time
+             * @description Last change
+             * @example 2026-01-15T12:00:00.000Z
+             */
+            updated_at: string;
+        };
+        /** DeploymentPage */
+        DeploymentPage: {
+            data: components["schemas"]["Deployment"][];
+            message: string;
+            meta: components["schemas"]["PageMeta"];
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** DeploymentSecretRotated */
+        DeploymentSecretRotated: {
+            /**
+             * Format: uuid
+             * @description Deployment id
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            deployment_id: string;
+            /**
+             * @description The new deployment secret, shown once; the old one stopped working
+             * @example cgds_4fT9aQ2xLm8Rk1Vb7Nc3Pd6Hs0Jw5Ye2Zq4Tu9
+             */
+            secret: string;
+            /**
+             * @description First 10 characters of the new secret
+             * @example cgds_4fT9a
+             */
+            secret_prefix: string;
+        };
+        /** DeploymentSecretRotatedEnvelope */
+        DeploymentSecretRotatedEnvelope: {
+            data: components["schemas"]["DeploymentSecretRotated"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** DeploymentTierChangedData */
+        DeploymentTierChangedData: {
+            /**
+             * Format: uuid
+             * @description Deployment
+             */
+            deployment_id: string;
+            /**
+             * @description Tier before
+             * @example trial
+             */
+            from: string;
+            /**
+             * @description Tier after
+             * @example launch
+             */
+            to: string;
+        };
+        /** DeploymentTierChangedEvent */
+        DeploymentTierChangedEvent: {
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["DeploymentTierChangedData"];
+            /**
+             * Format: uuid
+             * @description Event id
+             */
+            id: string;
+            /** @constant */
+            type: "deployment.tier_changed";
+        };
+        /** EntitlementSnapshot */
+        EntitlementSnapshot: {
+            features: {
+                ai_enabled: boolean;
+                ai_monthly_limit: number | null;
+                api_rate_limit: number | null;
+                billing_enabled: boolean;
+                custom_domain: boolean;
+                mcp_enabled: boolean;
+                /** @example email */
+                support_level: string;
+                white_label: boolean;
+            };
+            message: string | null;
+            /** @example 300 */
+            next_check_seconds: number;
+            quotas: {
+                ai_tokens: {
+                    limit: number | null;
+                    remaining: number | null;
+                    /** Format: date-time */
+                    resets_at: string;
+                    used: number;
+                };
+            };
+            /** @example active */
+            status: string;
+            /** @example launch */
+            tier: string;
+        };
         /** @description Error envelope of the application API */
         EnvelopeError: {
             details: {
@@ -2666,12 +1277,3362 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** Invitation */
+        Invitation: {
+            accepted_at: string | null;
+            /**
+             * Format: date-time
+             * @description When it was made
+             */
+            created_at: string;
+            /** @description Who is invited */
+            email: string;
+            /**
+             * Format: date-time
+             * @description The link stops working at this time (7 days after the invitation)
+             */
+            expires_at: string;
+            /**
+             * Format: uuid
+             * @description Invitation id
+             */
+            id: string;
+            invited_by: string | null;
+            /**
+             * Format: uuid
+             * @description Organization id
+             */
+            organization_id: string;
+            revoked_at: string | null;
+            /** @description Role given on acceptance */
+            role: string;
+            /**
+             * @description pending, accepted, expired or revoked
+             * @enum {string}
+             */
+            status: "pending" | "accepted" | "expired" | "revoked";
+        };
+        /** InvitationCreated */
+        InvitationCreated: {
+            /** @description PUBLIC_BASE_URL/invitations/{token}: share it when no mail goes out */
+            accept_url: string;
+            accepted_at: string | null;
+            /**
+             * Format: date-time
+             * @description When it was made
+             */
+            created_at: string;
+            /** @description Who is invited */
+            email: string;
+            /**
+             * @description smtp: the mail server accepted the message; outbox: kept in the local outbox (no SMTP_URL, or SMTP failed)
+             * @enum {string}
+             */
+            email_delivery: "smtp" | "outbox";
+            /**
+             * Format: date-time
+             * @description The link stops working at this time (7 days after the invitation)
+             */
+            expires_at: string;
+            /**
+             * Format: uuid
+             * @description Invitation id
+             */
+            id: string;
+            invited_by: string | null;
+            /**
+             * Format: uuid
+             * @description Organization id
+             */
+            organization_id: string;
+            revoked_at: string | null;
+            /** @description Role given on acceptance */
+            role: string;
+            /**
+             * @description pending, accepted, expired or revoked
+             * @enum {string}
+             */
+            status: "pending" | "accepted" | "expired" | "revoked";
+            /** @description The invitation token, shown once (only its SHA-256 is stored) */
+            token: string;
+        };
+        /** InvitationCreatedEnvelope */
+        InvitationCreatedEnvelope: {
+            data: components["schemas"]["InvitationCreated"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** InvitationEnvelope */
+        InvitationEnvelope: {
+            data: components["schemas"]["Invitation"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** InvitationPage */
+        InvitationPage: {
+            data: components["schemas"]["Invitation"][];
+            message: string;
+            meta: components["schemas"]["PageMeta"];
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** Invocation */
+        Invocation: {
+            /** Format: date-time */
+            created_at: string;
+            credits_refunded: number;
+            credits_used: number;
+            deployment_id: string;
+            invocation_id: string;
+            reservation_expires_at: string | null;
+            reserved_credits: number;
+            /** @description reserved, recorded, released, expired, refunded or denied */
+            status: string;
+            tool_name: string;
+            /** Format: date-time */
+            updated_at: string;
+            usage_id: string | null;
+        };
+        /** Invoice */
+        Invoice: {
+            amount_due: number | null;
+            amount_paid: number | null;
+            /**
+             * Format: date-time
+             * @description When the invoice was stored
+             * @example 2026-01-15T12:00:00.000Z
+             */
+            created_at: string;
+            currency: string | null;
+            hosted_invoice_url: string | null;
+            /**
+             * Format: uuid
+             * @description Invoice id
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            id: string;
+            /**
+             * Format: uuid
+             * @description Organization id
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            organization_id: string;
+            period_end: string | null;
+            period_start: string | null;
+            status: string | null;
+            /**
+             * @description Stripe invoice reference
+             * @example in_1Nv0
+             */
+            stripe_invoice_id: string;
+        };
+        /** InvoicePage */
+        InvoicePage: {
+            data: components["schemas"]["Invoice"][];
+            message: string;
+            meta: components["schemas"]["PageMeta"];
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** Member */
+        Member: {
+            /** @description The member's email */
+            email: string;
+            full_name: string | null;
+            /**
+             * Format: uuid
+             * @description Membership id
+             */
+            id: string;
+            invited_by: string | null;
+            /**
+             * Format: date-time
+             * @description When they joined
+             */
+            joined_at: string;
+            /**
+             * Format: uuid
+             * @description Organization id
+             */
+            organization_id: string;
+            /** @description Per-user permission overrides (granted true/false) */
+            permissions: {
+                [key: string]: boolean;
+            };
+            /** @description owner, admin, member or viewer */
+            role: string;
+            /**
+             * Format: uuid
+             * @description User id
+             */
+            user_id: string;
+        };
+        /** MemberEnvelope */
+        MemberEnvelope: {
+            data: components["schemas"]["Member"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** MemberPage */
+        MemberPage: {
+            data: components["schemas"]["Member"][];
+            message: string;
+            meta: components["schemas"]["PageMeta"];
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** ModelList */
+        ModelList: {
+            data: {
+                /** @description Unknown to the proxy: 0 */
+                created: number;
+                /** @example gpt-4o-mini */
+                id: string;
+                /** @description standard, advanced or premium: the credit rate past the quota (SPEC §6) */
+                model_class: string;
+                /** @enum {string} */
+                object: "model";
+                /** @example creditgate */
+                owned_by: string;
+            }[];
+            /** @enum {string} */
+            object: "list";
+        };
+        /**
+         * OpenAiError
+         * @description Bad request, in the OpenAI error shape (a provider 4xx is handed on in the same shape)
+         */
+        OpenAiError: {
+            error: {
+                code: string | null;
+                message: string;
+                param: string | null;
+                /** @example invalid_request_error */
+                type: string;
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /** Organization */
+        Organization: {
+            /** Format: date-time */
+            created_at: string;
+            /** Format: uuid */
+            id: string;
+            logo_url: string | null;
+            name: string;
+            role: string | null;
+            slug: string;
+            subscription_status: string | null;
+            /** @description Plan: free, pro or enterprise */
+            tier: string;
+            /** Format: date-time */
+            updated_at: string;
+            website: string | null;
+        };
+        /** OrganizationCreated */
+        OrganizationCreated: {
+            /** Format: date-time */
+            created_at: string;
+            deployment: {
+                /** Format: uuid */
+                id: string;
+                /** @description The primary deployment secret, shown once */
+                secret: string;
+                tier: string;
+            };
+            /** Format: uuid */
+            id: string;
+            logo_url: string | null;
+            name: string;
+            role: string | null;
+            slug: string;
+            subscription_status: string | null;
+            /** @description Plan: free, pro or enterprise */
+            tier: string;
+            /** Format: date-time */
+            updated_at: string;
+            website: string | null;
+        };
+        /** OrganizationCreatedEnvelope */
+        OrganizationCreatedEnvelope: {
+            data: components["schemas"]["OrganizationCreated"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** OrganizationEnvelope */
+        OrganizationEnvelope: {
+            data: components["schemas"]["Organization"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** OrganizationMemberAddedData */
+        OrganizationMemberAddedData: {
+            /**
+             * Format: uuid
+             * @description The invitation accepted, when there was one
+             */
+            invitation_id?: string;
+            /**
+             * Format: uuid
+             * @description Organization
+             */
+            organization_id: string;
+            /**
+             * @description Role in the organization
+             * @enum {string}
+             */
+            role: "owner" | "admin" | "member" | "viewer";
+            /**
+             * Format: uuid
+             * @description The new member
+             */
+            user_id: string;
+        };
+        /** OrganizationMemberAddedEvent */
+        OrganizationMemberAddedEvent: {
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["OrganizationMemberAddedData"];
+            /**
+             * Format: uuid
+             * @description Event id
+             */
+            id: string;
+            /** @constant */
+            type: "organization.member.added";
+        };
+        /** OrganizationMemberRemovedData */
+        OrganizationMemberRemovedData: {
+            /** @description true when the member removed themselves */
+            left: boolean;
+            /**
+             * Format: uuid
+             * @description Organization
+             */
+            organization_id: string;
+            /**
+             * @description Role in the organization
+             * @enum {string}
+             */
+            role: "owner" | "admin" | "member" | "viewer";
+            /**
+             * Format: uuid
+             * @description The former member
+             */
+            user_id: string;
+        };
+        /** OrganizationMemberRemovedEvent */
+        OrganizationMemberRemovedEvent: {
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["OrganizationMemberRemovedData"];
+            /**
+             * Format: uuid
+             * @description Event id
+             */
+            id: string;
+            /** @constant */
+            type: "organization.member.removed";
+        };
+        /** OrganizationPage */
+        OrganizationPage: {
+            data: components["schemas"]["Organization"][];
+            message: string;
+            meta: components["schemas"]["PageMeta"];
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** PageMeta */
+        PageMeta: {
+            /** @description Pass as ?cursor= for the next page */
+            next_cursor: string | null;
+        };
+        /**
+         * PermissionOverrides
+         * @description Per-user overrides of the role's permissions: true grants, false takes away, null removes the override
+         * @example {
+         *       "api_keys.manage": true,
+         *       "billing.read": false
+         *     }
+         */
+        PermissionOverrides: {
+            "api_keys.manage"?: boolean | null;
+            "api_keys.read"?: boolean | null;
+            "audit.read"?: boolean | null;
+            "billing.manage"?: boolean | null;
+            "billing.read"?: boolean | null;
+            "deployments.manage"?: boolean | null;
+            "deployments.read"?: boolean | null;
+            "members.invite"?: boolean | null;
+            "members.read"?: boolean | null;
+            "members.remove"?: boolean | null;
+            "members.update"?: boolean | null;
+            "organization.delete"?: boolean | null;
+            "organization.read"?: boolean | null;
+            "organization.update"?: boolean | null;
+            "webhooks.manage"?: boolean | null;
+            "webhooks.read"?: boolean | null;
+        };
+        /** PublicInvitation */
+        PublicInvitation: {
+            /** @description Who is invited (sign in or sign up with this address to accept) */
+            email: string;
+            /**
+             * Format: date-time
+             * @description The link stops working at this time
+             */
+            expires_at: string;
+            inviter: {
+                email: string;
+                name: string | null;
+            } | null;
+            /** @description The inviting organization */
+            organization_name: string;
+            /** @description Role given on acceptance */
+            role: string;
+            /**
+             * @description pending, accepted, expired or revoked
+             * @enum {string}
+             */
+            status: "pending" | "accepted" | "expired" | "revoked";
+        };
+        /** PublicInvitationEnvelope */
+        PublicInvitationEnvelope: {
+            data: components["schemas"]["PublicInvitation"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** QuotaThresholdData */
+        QuotaThresholdData: {
+            /**
+             * Format: uuid
+             * @description Deployment
+             */
+            deployment_id: string;
+            limit: number | null;
+            /**
+             * Format: date-time
+             * @description End of the period
+             */
+            period_end: string;
+            /** @enum {string} */
+            quota: "monthly_credits" | "ai_tokens";
+            /**
+             * @description Percent reached
+             * @example 80
+             * @example 100
+             */
+            threshold: number;
+            /** @description Used this period */
+            used: number;
+        };
+        /** QuotaThresholdEvent */
+        QuotaThresholdEvent: {
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["QuotaThresholdData"];
+            /**
+             * Format: uuid
+             * @description Event id
+             */
+            id: string;
+            /** @constant */
+            type: "quota.threshold";
+        };
+        /** ReservationReleased */
+        ReservationReleased: {
+            invocation_id: string;
+            released_credits: number;
+            /** @example released */
+            status: string;
+        };
+        /** ResolvedDeployment */
+        ResolvedDeployment: {
+            deployment_id: string | null;
+            error: string | null;
+            mcp_enabled: boolean;
+            organization_id: string | null;
+            tier: string | null;
+        };
+        /** StdioCheckResult */
+        StdioCheckResult: {
+            allowed: boolean;
+            /** @description Credits the call will cost; 0 on a denial */
+            credit_cost: number;
+            /** @description With reserve: the id the reservation is held under */
+            invocation_id?: string;
+            reason: ("sandbox_tier" | "insufficient_credits" | "no_deployment_found" | "deployment_not_found" | "mcp_disabled") | null;
+            /**
+             * Format: date-time
+             * @description With reserve: when the hold lapses
+             */
+            reservation_expires_at?: string;
+            tier: string | null;
+        };
+        /** Subscription */
+        Subscription: {
+            /** @description Ends when the period ends */
+            cancel_at_period_end: boolean;
+            /**
+             * Format: date-time
+             * @description Creation time
+             * @example 2026-01-15T12:00:00.000Z
+             */
+            created_at: string;
+            current_period_end: string | null;
+            current_period_start: string | null;
+            /**
+             * Format: uuid
+             * @description Subscription id
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            id: string;
+            /**
+             * Format: uuid
+             * @description Organization id
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            organization_id: string;
+            /**
+             * @description active, canceled, past_due or unpaid
+             * @example active
+             */
+            status: string;
+            /**
+             * @description Stripe customer reference
+             * @example cus_O2x9
+             */
+            stripe_customer_id: string;
+            stripe_price_id: string | null;
+            /**
+             * @description Stripe subscription reference
+             * @example sub_1Nv0
+             */
+            stripe_subscription_id: string;
+            /**
+             * Format: date-time
+             * @description Last change
+             * @example 2026-01-15T12:00:00.000Z
+             */
+            updated_at: string;
+        };
+        /** SubscriptionCheckout */
+        SubscriptionCheckout: {
+            /**
+             * @description The Checkout Session
+             * @example cs_test_a1
+             */
+            checkout_session_id: string;
+            /**
+             * @description Stripe Checkout's page: send the customer there
+             * @example https://checkout.stripe.com/c/pay/cs_test_a1
+             */
+            url: string;
+        };
+        /** SubscriptionUpdatedData */
+        SubscriptionUpdatedData: {
+            cancel_at_period_end?: boolean;
+            current_period_end?: string | null;
+            current_period_start?: string | null;
+            /** @description The unpaid invoice, when a payment failed */
+            invoice_id?: string;
+            /**
+             * Format: uuid
+             * @description Organization
+             */
+            organization_id: string;
+            previous_status: string | null;
+            price_id?: string | null;
+            /**
+             * @description Stripe status
+             * @example active
+             * @example past_due
+             * @example canceled
+             */
+            status: string;
+            /**
+             * @description Stripe subscription id
+             * @example sub_1PqR2s
+             */
+            subscription_id: string;
+            tier?: string | null;
+        };
+        /** SubscriptionUpdatedEvent */
+        SubscriptionUpdatedEvent: {
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["SubscriptionUpdatedData"];
+            /**
+             * Format: uuid
+             * @description Event id
+             */
+            id: string;
+            /** @constant */
+            type: "subscription.updated";
+        };
+        /** UsageRecorded */
+        UsageRecorded: {
+            credits_remaining: number | null;
+            credits_used: number;
+            error: string | null;
+            invocation_id: string | null;
+            /** @description Whether credits were deducted */
+            success: boolean;
+            usage_id: string | null;
+        };
+        /** UsageRefunded */
+        UsageRefunded: {
+            /** @description Of those, the monthly part of a period that has ended: settled but not given back (nothing rolls over) */
+            credits_forfeited: number;
+            /** @description Credits of the usage settled by this refund */
+            credits_refunded: number;
+            credits_remaining: number | null;
+            refund_id: string | null;
+            total_refunded: number;
+            usage_id: string;
+        };
+        /** User */
+        User: {
+            avatar_url: string | null;
+            bio: string | null;
+            /** Format: date-time */
+            created_at: string;
+            default_organization_id: string | null;
+            email: string;
+            /** @description The address was proven by the mailed link; only then can the user accept invitations */
+            email_verified: boolean;
+            full_name: string | null;
+            /** Format: uuid */
+            id: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /** UserEnvelope */
+        UserEnvelope: {
+            data: components["schemas"]["User"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** Webhook */
+        Webhook: {
+            /** Format: date-time */
+            created_at: string;
+            disabled_reason: string | null;
+            events: string[];
+            id: string;
+            is_active: boolean;
+            organization_id: string;
+            /** Format: date-time */
+            updated_at: string;
+            url: string;
+        };
+        /** WebhookDelivery */
+        WebhookDelivery: {
+            attempt_count: number;
+            /** Format: date-time */
+            created_at: string;
+            delivered_at: string | null;
+            error: string | null;
+            event_type: string | null;
+            id: string;
+            method: string;
+            next_retry_at: string | null;
+            payload: unknown;
+            response_body: string | null;
+            /** @description pending | delivered | failed */
+            status: string;
+            status_code: number | null;
+            url: string;
+            webhook_id: string | null;
+        };
+        /** WebhookDeliveryEnvelope */
+        WebhookDeliveryEnvelope: {
+            data: components["schemas"]["WebhookDelivery"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** WebhookDeliveryPage */
+        WebhookDeliveryPage: {
+            data: components["schemas"]["WebhookDelivery"][];
+            message: string;
+            meta: components["schemas"]["PageMeta"];
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** WebhookEnvelope */
+        WebhookEnvelope: {
+            data: components["schemas"]["Webhook"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** WebhookQuota */
+        WebhookQuota: {
+            creditsAvailable: number | null;
+            creditsPerWebhook: number;
+            /** Format: date-time */
+            periodEnds: string;
+            webhooksAvailable: number | null;
+        };
+        /** WebhookSendResult */
+        WebhookSendResult: {
+            attempts: number;
+            creditsRemaining: number | null;
+            creditsUsed: number;
+            deliveredAt: string | null;
+            error: string | null;
+            responseBody: string | null;
+            statusCode: number | null;
+            success: boolean;
+            /** @description Delivery id; also the webhook-id header the receiver saw */
+            webhookId: string;
+        };
     };
     responses: never;
     parameters: never;
     requestBodies: never;
-    headers: never;
+    headers: {
+        /** @description true when this is the stored answer of an earlier request with the same key: nothing was done again */
+        "Idempotent-Replayed": "true";
+        /** @description IETF RateLimit field (draft-ietf-httpapi-ratelimit-headers): "name";r=remaining;t=seconds per window */
+        RateLimit: string;
+        /** @description IETF RateLimit-Policy field: "name";q=limit;w=window seconds per window */
+        "RateLimit-Policy": string;
+        /** @description Seconds to wait before trying again */
+        "Retry-After": number;
+        /** @description Requests allowed in the window closest to refusing */
+        "X-RateLimit-Limit": number;
+        /** @description Requests left in that window */
+        "X-RateLimit-Remaining": number;
+        /** @description When that window frees a request, epoch seconds */
+        "X-RateLimit-Reset": number;
+    };
     pathItems: never;
 }
 export type $defs = Record<string, never>;
-export type operations = Record<string, never>;
+export interface operations {
+    createChatCompletion: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The OpenAI chat completion request. Fields the proxy does not read are passed to the provider untouched. */
+        requestBody: {
+            content: {
+                "application/json": {
+                    max_completion_tokens?: number | null;
+                    max_tokens?: number | null;
+                    messages: ({
+                        content?: (string | ({
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        })[]) | null;
+                        /** @example user */
+                        role: string;
+                    } & {
+                        [key: string]: unknown;
+                    })[];
+                    /** @example gpt-4o-mini */
+                    model: string;
+                    n?: number | null;
+                    stream?: boolean | null;
+                    stream_options?: ({
+                        include_usage?: boolean | null;
+                    } & {
+                        [key: string]: unknown;
+                    }) | null;
+                } & {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description The provider's chat.completion, or with stream:true its text/event-stream of chat.completion.chunk events */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                    "text/event-stream": string;
+                };
+            };
+            /** @description Bad request, in the OpenAI error shape (a provider 4xx is handed on in the same shape) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description FEATURE_NOT_AVAILABLE (ai_enabled off), DEPLOYMENT_SUSPENDED, INSUFFICIENT_SCOPE */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description AI_QUOTA_EXCEEDED (no tokens, no purchased credits; Retry-After up to the reset), the rate limit of §6, or the provider's own 429 handed on with its Retry-After */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description AI_UPSTREAM_ERROR: the provider answered 5xx, timed out or could not be reached; nothing was charged */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description AI_NOT_CONFIGURED (no AI_BASE_URL), or the database is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    createEmbeddings: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The OpenAI embeddings request; other fields are passed to the provider untouched. */
+        requestBody: {
+            content: {
+                "application/json": {
+                    input: string | string[] | number[] | number[][];
+                    /** @example text-embedding-3-small */
+                    model: string;
+                } & {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description The provider's embedding list, as the provider wrote it */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Bad request, in the OpenAI error shape (a provider 4xx is handed on in the same shape) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description FEATURE_NOT_AVAILABLE (ai_enabled off), DEPLOYMENT_SUSPENDED, INSUFFICIENT_SCOPE */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description AI_QUOTA_EXCEEDED (no tokens, no purchased credits; Retry-After up to the reset), the rate limit of §6, or the provider's own 429 handed on with its Retry-After */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description AI_UPSTREAM_ERROR: the provider answered 5xx, timed out or could not be reached; nothing was charged */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description AI_NOT_CONFIGURED (no AI_BASE_URL), or the database is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    listAiModels: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The models on offer, as OpenAI lists them */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelList"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Forbidden (scope, feature flag, or credits) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Rate or quota limit reached */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    getAiQuota: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Tokens used and left this period, and the purchased credits that pay past the limit */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AiQuota"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    listCreditPacks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description What is on sale */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreditPackCatalog"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    purchaseCreditPack: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key within 24 h answers the first result and does nothing again */
+                "Idempotency-Key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Where Checkout sends the customer who turns back
+                     * @example https://app.example.com/billing/done
+                     */
+                    cancel_url?: string;
+                    /**
+                     * @description A pack named in CREDIT_PACKS
+                     * @example small
+                     */
+                    pack: string;
+                    /**
+                     * @description Where Checkout sends the customer after paying
+                     * @example https://app.example.com/billing/done
+                     */
+                    success_url?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The Checkout Session URL */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CheckoutSession"];
+                };
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Forbidden (scope, feature flag, or credits) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Idempotency key reused with a different request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Stripe refused a request the service made (PAYMENT_PROVIDER_ERROR: a configuration problem); nothing was changed */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    getEntitlements: {
+        parameters: {
+            query?: {
+                /** @description Bypass any cache (also: Cache-Control: no-cache) */
+                force?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    deployment_id: string;
+                    deployment_secret: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The deployment's tier, flags, limits and balance */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EntitlementSnapshot"];
+                };
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    checkEntitlement: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key within 24 h answers the first result and does nothing again */
+                "Idempotency-Key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * Format: uuid
+                     * @description Deployment UUID
+                     * @example 0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+                     */
+                    deployment_id: string;
+                    /**
+                     * @description Idempotency id of this tool call; the Idempotency-Key header is its equal
+                     * @example inv_01J9Z3
+                     */
+                    invocation_id?: string;
+                    /** @description Hold credit_cost credits for 5 minutes for a later record with the same invocation_id */
+                    reserve?: boolean;
+                    /**
+                     * @description MCP tool name
+                     * @example rag_query
+                     */
+                    tool_name: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Whether the tool may run, its cost and the credits available; with reserve, the hold placed */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CheckResult"];
+                };
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Idempotency key reused with a different request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    listCreditCosts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The cost table: credits per action */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreditCosts"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    getInvocation: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Deployment UUID
+                 * @example 0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+                 */
+                deployment_id?: string;
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description Idempotency id of this tool call; the Idempotency-Key header is its equal
+                 * @example inv_01J9Z3
+                 */
+                invocation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The invocation and what became of it */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Invocation"];
+                };
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Forbidden (scope, feature flag, or credits) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    releaseReservation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Idempotency id of this tool call; the Idempotency-Key header is its equal
+                 * @example inv_01J9Z3
+                 */
+                invocation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * Format: uuid
+                     * @description Deployment UUID
+                     * @example 0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+                     */
+                    deployment_id?: string;
+                } | null;
+            };
+        };
+        responses: {
+            /** @description The reservation is released (or already was) */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReservationReleased"];
+                };
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Forbidden (scope, feature flag, or credits) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    resolveDeployment: {
+        parameters: {
+            query: {
+                /** @description A user's id or external_id */
+                user_id: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The deployment the user's session meters against, or the error naming why there is none */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResolvedDeployment"];
+                };
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    checkStdioEntitlement: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key within 24 h answers the first result and does nothing again */
+                "Idempotency-Key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Idempotency id of this tool call; the Idempotency-Key header is its equal
+                     * @example inv_01J9Z3
+                     */
+                    invocation_id?: string;
+                    /** @description Hold credit_cost credits for 5 minutes for a later record with the same invocation_id */
+                    reserve?: boolean;
+                    /**
+                     * @description MCP tool name
+                     * @example rag_query
+                     */
+                    tool_name: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Whether the tool may run and its cost; with reserve, the hold placed */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StdioCheckResult"];
+                };
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Forbidden (scope, feature flag, or credits) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Idempotency key reused with a different request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    recordStdioUsage: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key within 24 h answers the first result and does nothing again */
+                "Idempotency-Key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Idempotency id of this tool call; the Idempotency-Key header is its equal
+                     * @example inv_01J9Z3
+                     */
+                    invocation_id?: string;
+                    metadata?: {
+                        [key: string]: unknown;
+                    } | null;
+                    /**
+                     * @description MCP tool name
+                     * @example rag_query
+                     */
+                    tool_name: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The deduction (or why there was none) and the credits left */
+            200: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageRecorded"];
+                };
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Forbidden (scope, feature flag, or credits) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Idempotency key reused with a different request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    recordUsage: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key within 24 h answers the first result and does nothing again */
+                "Idempotency-Key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * Format: uuid
+                     * @description Deployment UUID
+                     * @example 0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+                     */
+                    deployment_id: string;
+                    /**
+                     * @description Idempotency id of this tool call; the Idempotency-Key header is its equal
+                     * @example inv_01J9Z3
+                     */
+                    invocation_id?: string;
+                    mcp_user_id?: string | null;
+                    metadata?: {
+                        [key: string]: unknown;
+                    } | null;
+                    /**
+                     * @description MCP tool name
+                     * @example rag_query
+                     */
+                    tool_name: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The deduction (or why there was none) and the credits left */
+            200: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageRecorded"];
+                };
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Idempotency key reused with a different request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    refundUsage: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key within 24 h answers the first result and does nothing again */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                usage_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Credits to refund; all that is left when omitted */
+                    amount?: number;
+                    idempotency_key?: string;
+                    reason: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The refund and the credits now available */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageRefunded"];
+                };
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Forbidden (scope, feature flag, or credits) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Idempotency key reused with a different request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    createCheckoutSession: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key within 24 h answers the first result and does nothing again */
+                "Idempotency-Key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Where Checkout sends the customer who turns back
+                     * @example https://app.example.com/billing/done
+                     */
+                    cancel_url?: string;
+                    /**
+                     * @description A pack named in CREDIT_PACKS
+                     * @example small
+                     */
+                    pack?: string;
+                    /**
+                     * @description A subscription price listed in STRIPE_PRICE_TIERS
+                     * @example price_launch_monthly
+                     */
+                    price_id?: string;
+                    /**
+                     * @description Where Checkout sends the customer after paying (https; http on loopback in development)
+                     * @example https://app.example.com/billing/done
+                     */
+                    success_url?: string;
+                    /**
+                     * @description The tier to subscribe to (its price from STRIPE_PRICE_TIERS)
+                     * @example launch
+                     */
+                    tier?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The Checkout Session URL */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CheckoutSession"];
+                };
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Forbidden (scope, feature flag, or credits) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Idempotency key reused with a different request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Stripe refused a request the service made (PAYMENT_PROVIDER_ERROR: a configuration problem); nothing was changed */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    createPortalSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Where the portal sends the customer back to
+                     * @example https://app.example.com/billing/done
+                     */
+                    return_url?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The Billing Portal URL */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description Stripe's Billing Portal page
+                         * @example https://billing.stripe.com/p/session/test_a1
+                         */
+                        url: string;
+                    };
+                };
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Forbidden (scope, feature flag, or credits) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Idempotency key reused with a different request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Stripe refused a request the service made (PAYMENT_PROVIDER_ERROR: a configuration problem); nothing was changed */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    listProxyDeliveries: {
+        parameters: {
+            query?: {
+                /** @description meta.next_cursor of the previous page */
+                cursor?: string;
+                /** @description Page size (1–100) */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Delivery records, newest first */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["WebhookDelivery"][];
+                        next_cursor: string | null;
+                    };
+                };
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    getProxyDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhookId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The delivery record */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDelivery"];
+                };
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    getWebhookQuota: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Credits available and the sends they pay for */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookQuota"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    sendWebhook: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: the same key within 24 h answers the first result and does nothing again */
+                "Idempotency-Key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    event_type?: string;
+                    /** @description Extra headers (≤ 50, ≤ 8 KiB); hop-by-hop, host and content-length are dropped */
+                    headers?: {
+                        [key: string]: string;
+                    };
+                    /** @description Also accepted as the Idempotency-Key header */
+                    idempotency_key?: string;
+                    /**
+                     * @default POST
+                     * @enum {string}
+                     */
+                    method?: "POST" | "PUT" | "PATCH";
+                    /** @description JSON object sent as the body (≤ 256 KiB) */
+                    payload: {
+                        [key: string]: unknown;
+                    };
+                    /** @description Signs the delivery: x-service-signature (HMAC-SHA256) keyed with this secret as given; webhook-signature with the base64-decoded remainder of a whsec_ secret */
+                    secret?: string;
+                    /** @description http(s) URL of the receiver */
+                    url: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The delivery: status, attempts, the receiver’s answer, credits used and left */
+            200: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookSendResult"];
+                };
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Forbidden (scope, feature flag, or credits) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Idempotency key reused with a different request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    onApiKeyCreated: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                "webhook-id": string;
+                /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
+                "webhook-signature": string;
+                /** @description Standard Webhooks timestamp (epoch seconds) */
+                "webhook-timestamp": string;
+                /** @description The delivery id */
+                "x-service-delivery": string;
+                /** @description The event type */
+                "x-service-event": string;
+                /** @description Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included) */
+                "x-service-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApiKeyCreatedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx: delivered */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Gone: the webhook is disabled */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onApiKeyRevoked: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                "webhook-id": string;
+                /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
+                "webhook-signature": string;
+                /** @description Standard Webhooks timestamp (epoch seconds) */
+                "webhook-timestamp": string;
+                /** @description The delivery id */
+                "x-service-delivery": string;
+                /** @description The event type */
+                "x-service-event": string;
+                /** @description Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included) */
+                "x-service-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApiKeyRevokedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx: delivered */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Gone: the webhook is disabled */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onCreditsPurchased: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                "webhook-id": string;
+                /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
+                "webhook-signature": string;
+                /** @description Standard Webhooks timestamp (epoch seconds) */
+                "webhook-timestamp": string;
+                /** @description The delivery id */
+                "x-service-delivery": string;
+                /** @description The event type */
+                "x-service-event": string;
+                /** @description Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included) */
+                "x-service-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreditsPurchasedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx: delivered */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Gone: the webhook is disabled */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onDeploymentTierChanged: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                "webhook-id": string;
+                /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
+                "webhook-signature": string;
+                /** @description Standard Webhooks timestamp (epoch seconds) */
+                "webhook-timestamp": string;
+                /** @description The delivery id */
+                "x-service-delivery": string;
+                /** @description The event type */
+                "x-service-event": string;
+                /** @description Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included) */
+                "x-service-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DeploymentTierChangedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx: delivered */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Gone: the webhook is disabled */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onOrganizationMemberAdded: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                "webhook-id": string;
+                /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
+                "webhook-signature": string;
+                /** @description Standard Webhooks timestamp (epoch seconds) */
+                "webhook-timestamp": string;
+                /** @description The delivery id */
+                "x-service-delivery": string;
+                /** @description The event type */
+                "x-service-event": string;
+                /** @description Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included) */
+                "x-service-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OrganizationMemberAddedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx: delivered */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Gone: the webhook is disabled */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onOrganizationMemberRemoved: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                "webhook-id": string;
+                /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
+                "webhook-signature": string;
+                /** @description Standard Webhooks timestamp (epoch seconds) */
+                "webhook-timestamp": string;
+                /** @description The delivery id */
+                "x-service-delivery": string;
+                /** @description The event type */
+                "x-service-event": string;
+                /** @description Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included) */
+                "x-service-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OrganizationMemberRemovedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx: delivered */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Gone: the webhook is disabled */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onQuotaThreshold: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                "webhook-id": string;
+                /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
+                "webhook-signature": string;
+                /** @description Standard Webhooks timestamp (epoch seconds) */
+                "webhook-timestamp": string;
+                /** @description The delivery id */
+                "x-service-delivery": string;
+                /** @description The event type */
+                "x-service-event": string;
+                /** @description Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included) */
+                "x-service-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["QuotaThresholdEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx: delivered */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Gone: the webhook is disabled */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onSubscriptionUpdated: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                "webhook-id": string;
+                /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
+                "webhook-signature": string;
+                /** @description Standard Webhooks timestamp (epoch seconds) */
+                "webhook-timestamp": string;
+                /** @description The delivery id */
+                "x-service-delivery": string;
+                /** @description The event type */
+                "x-service-event": string;
+                /** @description Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included) */
+                "x-service-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SubscriptionUpdatedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx: delivered */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Gone: the webhook is disabled */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+}
