@@ -6,7 +6,8 @@
  *   sends       requests carrying x-service-webhook-id (sent by the proxy)
  *   duplicates  sends whose webhook id it had already seen (a retry after a lost answer)
  *   signed      sends with signature headers; badSignatures those whose x-service-signature is not
- *               the HMAC-SHA256 of the body under the secret given as argv[2] (a whsec_ secret)
+ *               the HMAC-SHA256 of the body keyed with the secret given as argv[2], as given (SPEC §7:
+ *               a whsec_ secret's UTF-8 bytes, prefix included)
  * The parent reads the counters over IPC (`counts`).
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
@@ -23,7 +24,7 @@ export interface ReceiverCounts {
 }
 
 const secret = process.argv[2];
-const key = secret?.startsWith('whsec_') ? Buffer.from(secret.slice('whsec_'.length), 'base64') : Buffer.from(secret ?? '', 'utf8');
+const key = Buffer.from(secret ?? '', 'utf8');
 const counts: ReceiverCounts = { requests: 0, sends: 0, duplicates: 0, signed: 0, badSignatures: 0 };
 const seen = new Set<string>();
 

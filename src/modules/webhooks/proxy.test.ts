@@ -55,9 +55,11 @@ describe('a send', () => {
     expect(JSON.parse(got.body.toString())).toEqual({ order: 42, items: ['a', 'b'] });
     expect(got.headers['content-type']).toBe('application/json');
     expect(got.headers['x-service-event']).toBe('order.paid');
-    // x-service-signature: hex HMAC-SHA256 of the exact bytes, keyed with the decoded whsec_ secret.
-    const key = Buffer.from(secret.slice('whsec_'.length), 'base64');
-    expect(got.headers['x-service-signature']).toBe(createHmac('sha256', key).update(got.body).digest('hex'));
+    // x-service-signature: the seed's rule written naively, the secret string as given (whsec_ included).
+    expect(got.headers['x-service-signature']).toBe(createHmac('sha256', secret).update(got.body).digest('hex'));
+    // Not the Standard Webhooks key (the decoded remainder): that one signs webhook-signature only.
+    const decoded = Buffer.from(secret.slice('whsec_'.length), 'base64');
+    expect(got.headers['x-service-signature']).not.toBe(createHmac('sha256', decoded).update(got.body).digest('hex'));
     expect(got.headers['x-service-webhook-id']).toBe(reply.webhookId);
     expect(Math.abs(Number(got.headers['x-service-timestamp']) - Date.now() / 1000)).toBeLessThan(60);
     // Standard Webhooks, verified by the reference library.
@@ -76,21 +78,22 @@ describe('a send', () => {
     expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
   });
 
-  it('keys a plain (non-whsec_) secret with its UTF-8 bytes', async () => {
+  it('keys a plain (non-whsec_) secret with its UTF-8 bytes; the seed’s naive rule and standardwebhooks verify it', async () => {
     const t = await createTenant(h, { tier: 'launch' });
     rx.script({ status: 200 });
-    const secret = 'plain-shared-secret-123';
-    await send(t, { url: rx.url, payload: { a: 1 }, secret });
+    const secret = 'plain-shared-secret-123-é';
+    const reply = json<Reply>(await send(t, { url: rx.url, payload: { a: 1 }, secret }));
+    expect(reply).toMatchObject({ success: true, creditsUsed: 1 });
     const got = rx.received[0]!;
-    expect(got.headers['x-service-signature']).toBe(createHmac('sha256', Buffer.from(secret)).update(got.body).digest('hex'));
-    const wh = new Webhook(Buffer.from(secret).toString('base64'));
-    expect(() =>
-      wh.verify(got.body.toString(), {
-        'webhook-id': String(got.headers['webhook-id']),
-        'webhook-timestamp': String(got.headers['webhook-timestamp']),
-        'webhook-signature': String(got.headers['webhook-signature']),
-      }),
-    ).not.toThrow();
+    expect(got.headers['x-service-signature']).toBe(createHmac('sha256', secret).update(got.body).digest('hex'));
+    // Standard Webhooks keys any other secret with its UTF-8 bytes: the library's raw format.
+    const headers = {
+      'webhook-id': String(got.headers['webhook-id']),
+      'webhook-timestamp': String(got.headers['webhook-timestamp']),
+      'webhook-signature': String(got.headers['webhook-signature']),
+    };
+    expect(new Webhook(Buffer.from(secret, 'utf8'), { format: 'raw' }).verify(got.body.toString(), headers)).toEqual({ a: 1 });
+    expect(() => new Webhook(Buffer.from('another-secret', 'utf8'), { format: 'raw' }).verify(got.body.toString(), headers)).toThrow();
   });
 
   it('uses PUT and PATCH when asked, forwards extra headers and drops hop-by-hop ones, host and content-length', async () => {

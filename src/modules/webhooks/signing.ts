@@ -1,12 +1,15 @@
 import { createHmac } from 'node:crypto';
 
 /**
- * SPEC §7 signatures. `x-service-signature` is the hex HMAC-SHA256 of the exact bytes sent; the
- * Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64>` over
- * `id.timestamp.body`) let receivers verify with a Standard Webhooks library. The key is the
- * base64-decoded remainder of a `whsec_` secret, or the UTF-8 bytes of any other secret.
+ * SPEC §7 signatures, two keys from one secret:
+ * - `x-service-signature` (the seed's header) is the hex HMAC-SHA256 of the exact bytes sent, keyed
+ *   with the secret exactly as given or shown (its UTF-8 bytes, a `whsec_` prefix included), so a
+ *   receiver that follows the seed's rule literally — `createHmac('sha256', secret)` — verifies it.
+ * - The Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64>`
+ *   over `id.timestamp.body`) are keyed as that specification says: the base64-decoded remainder of a
+ *   `whsec_` secret, or the UTF-8 bytes of any other secret.
  */
-export function signingKey(secret: string): Buffer {
+export function standardWebhooksKey(secret: string): Buffer {
   if (secret.startsWith('whsec_')) {
     const decoded = Buffer.from(secret.slice('whsec_'.length), 'base64');
     if (decoded.length > 0) return decoded;
@@ -21,9 +24,8 @@ export function signatureHeaders(input: {
   timestamp: number;
   body: Buffer;
 }): Record<string, string> {
-  const key = signingKey(input.secret);
-  const hex = createHmac('sha256', key).update(input.body).digest('hex');
-  const standard = createHmac('sha256', key)
+  const hex = createHmac('sha256', Buffer.from(input.secret, 'utf8')).update(input.body).digest('hex');
+  const standard = createHmac('sha256', standardWebhooksKey(input.secret))
     .update(`${input.webhookId}.${input.timestamp}.`)
     .update(input.body)
     .digest('base64');
