@@ -6,14 +6,18 @@ import type { Database } from './db/client.js';
 import { registerAuth } from './http/auth.js';
 import { registerErrorHandling, sendError, toAppError } from './http/error-handler.js';
 import { registerInputGuard } from './http/input-guard.js';
+import { registerIdempotencyKeyCheck } from './http/idempotency-key.js';
+import { registerMetricsListener } from './http/metrics-listener.js';
 import { registerOpenApi } from './http/openapi.js';
 import { validatorCompiler } from './http/validation.js';
 import { type Bus, LocalBus, RedisBus } from './lib/bus.js';
 import { Caches } from './lib/caches.js';
 import { requestSerializer, SecretRoutes } from './lib/log-redaction.js';
+import { logDestination, OneLinePerRequest } from './lib/logger.js';
 import { Metrics } from './lib/metrics.js';
 import { LocalRateLimiter, type RateLimiter, RedisRateLimiter } from './lib/rate-limiter.js';
 import { registerRateLimits } from './http/rate-limit.js';
+import { registerRequestMetrics } from './http/request-metrics.js';
 import { aiRoutes } from './modules/ai/routes.js';
 import { DeductionBatcher } from './modules/credits/batcher.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
@@ -28,7 +32,9 @@ import { adminOrganizationRoutes } from './modules/admin/organization-routes.js'
 import { adminRoutes } from './modules/admin/routes.js';
 import { authRoutes } from './modules/auth/routes.js';
 import { entitlementRoutes } from './modules/entitlements/routes.js';
+import { watchOutboxBacklog } from './modules/events/backlog.js';
 import { healthRoutes } from './modules/health/routes.js';
+import { homeRoutes } from './modules/home/routes.js';
 import { meteringRoutes } from './modules/metering/routes.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
 import { OutboundHttp } from './modules/webhooks/deliver.js';
@@ -68,8 +74,10 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
       redact: { paths: REDACT_PATHS, censor: '[redacted]' },
       // Every logged request (Fastify's "incoming request", `{req}` in any log line) without secrets in its URL.
       serializers: { req: requestSerializer(secretRoutes) },
-      ...(options.logStream ? { stream: options.logStream } : {}),
+      // JSON, or one pretty line per request (LOG_FORMAT; src/lib/logger.ts).
+      ...logDestination(config.logFormat, options.logStream),
     },
+    ...(config.logFormat === 'pretty' ? { logController: new OneLinePerRequest(secretRoutes) } : {}),
     bodyLimit: 1024 * 1024,
     // Path ids may be as long as the bodies allow (invocation ids: 200); longer ones reach the schema and get a 400.
     routerOptions: { maxParamLength: 512 },
@@ -93,7 +101,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   const outbound = new OutboundHttp(config.webhookAllowPrivateNetworks, config.webhookAttemptTimeoutMs);
   const caches = new Caches(clock, bus, { principalTtlMs: config.principalCacheMs, balanceTtlMs: config.balanceCacheMs });
   const deductions = new DeductionBatcher(
-    { db, config, caches },
+    { db, config, caches, metrics },
     {
       windowMs: config.deductBatchWindowMs,
       maxBatch: config.deductBatchMax,
@@ -104,6 +112,9 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   );
   const deps: Deps = { config, db, clock, bus, caches, limiter, metrics, outbound, deductions, log: app.log };
   app.decorate('deps', deps);
+  registerRequestMetrics(app);
+  registerMetricsListener(app);
+  watchOutboxBacklog(deps);
   // Every route registered, so a test can prove the OpenAPI document lists them all.
   const routeList: Array<{ method: string; url: string; auth: string; hidden: boolean }> = [];
   app.decorate('routeList', routeList);
@@ -121,8 +132,10 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   registerAuth(app);
   registerRateLimits(app);
   registerInputGuard(app); // after auth and the rate limit, before validation and handlers: docs/input.md
+  registerIdempotencyKeyCheck(app);
   await registerOpenApi(app, config.publicBaseUrl);
 
+  await app.register(homeRoutes);
   await app.register(healthRoutes);
   await app.register(meteringRoutes);
   await app.register(entitlementRoutes);
@@ -147,6 +160,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   });
   app.addHook('onClose', async () => {
     await deductions.drain();
+    metrics.close();
     if (!options.bus) await bus.close();
     await limiter.close();
     await outbound.close();

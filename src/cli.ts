@@ -1,204 +1,214 @@
 #!/usr/bin/env node
-import { existsSync, readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
-import { loadConfig } from './config.js';
-import { openDatabase } from './db/client.js';
-import { runMigrations } from './db/migrate.js';
-import { serve } from './main.js';
+import { readFileSync } from 'node:fs';
+import { Argument, Command, CommanderError, Option } from 'commander';
+import { type AdminApi, adminApi, baseUrl, path } from './cli/admin-api.js';
+import * as parse from './cli/arguments.js';
+import { EXIT, UsageError } from './cli/exit-codes.js';
+import { TIERS } from './modules/entitlements/tiers.js';
 
-const HELP = `creditgate — credit-metered platform API
+/**
+ * `creditgate`: run the service, or operate a running one through the admin API (docs/cli.md).
+ * Arguments are checked before anything is sent; errors are one line on stderr; exit codes are
+ * documented in docs/cli.md and defined in cli/exit-codes.ts. The service's modules are imported only
+ * by `serve` and `migrate`, so an operator command starts in a fraction of the time.
+ */
 
-  creditgate serve                       start the service (same as npm start)
-  creditgate migrate                     apply database migrations and exit
-  creditgate demo                        provision a demo organization on a running service and print curl lines
-
-Operator commands (talk to a running service with ADMIN_API_KEY; --url or CREDITGATE_URL, default http://HOST:PORT):
-  creditgate deployments [--org ID]      list deployments
-  creditgate deployment ID               show one deployment with its balance
-  creditgate tier ID TIER                set a deployment's tier (sandbox|trial|launch|growth|enterprise)
-  creditgate suspend ID | activate ID    change a deployment's status
-  creditgate grant ID AMOUNT REASON      grant (or, negative, take back) purchased credits
-  creditgate override ID [--monthly-credits N] [--api-rate-limit N] [--ai-tokens-limit N] [--expires-at ISO]
-                                         merge overrides ("null" removes one)
-  creditgate clear-overrides ID          remove every override
-  creditgate reset-usage ID [--ai-tokens] [--credits]
-  creditgate cost ACTION CREDITS         set an action's credit cost
-  creditgate map-tool TOOL ACTION        meter TOOL as ACTION
-`;
-
-function adminKey(): string {
-  if (process.env.ADMIN_API_KEY) return process.env.ADMIN_API_KEY;
-  const file = join(resolve(process.env.DATA_DIR ?? './.creditgate'), 'secrets.json');
-  if (existsSync(file)) {
-    const secrets = JSON.parse(readFileSync(file, 'utf8')) as { ADMIN_API_KEY?: string };
-    if (secrets.ADMIN_API_KEY) return secrets.ADMIN_API_KEY;
-  }
-  throw new Error('ADMIN_API_KEY is not set and no development secrets were found in DATA_DIR');
+/** package.json is one level up from src/cli.ts (tsx) and from dist/cli.js alike. */
+function packageVersion(): string {
+  return (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 }
 
-function baseUrl(flag: string | undefined): string {
-  return (flag ?? process.env.CREDITGATE_URL ?? `http://${process.env.HOST ?? '127.0.0.1'}:${process.env.PORT ?? '8080'}`).replace(/\/$/, '');
-}
-
-async function call(url: string, method: string, path: string, body?: unknown): Promise<unknown> {
-  const res = await fetch(url + path, {
-    method,
-    headers: { 'x-admin-key': adminKey(), ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  }).catch((err: Error) => {
-    throw new Error(`cannot reach creditgate at ${url} (${err.message}); is it running? (npm start)`);
-  });
-  const text = await res.text();
-  const parsed = text ? (JSON.parse(text) as unknown) : null;
-  if (!res.ok) throw new Error(`${method} ${path} answered ${res.status}: ${text}`);
-  return parsed;
-}
-
-const num = (value: string | undefined, name: string): number | null | undefined => {
-  if (value === undefined) return undefined;
-  if (value === 'null') return null;
-  if (!/^-?\d+$/.test(value)) throw new Error(`${name} must be a whole number or "null"`);
-  return Number(value);
+const print = (value: unknown): void => {
+  process.stdout.write(`${typeof value === 'string' ? value : JSON.stringify(value, null, 2)}\n`);
 };
 
-async function demo(url: string): Promise<void> {
-  const suffix = Math.random().toString(36).slice(2, 8);
-  const org = (await call(url, 'POST', '/api/v1/admin/organizations', {
-    name: 'Demo Company',
-    slug: `demo-${suffix}`,
-    tier: 'launch',
-    owner_email: `demo-${suffix}@example.com`,
-  })) as { organization: { id: string }; owner_user_id: string; deployment: { id: string; secret: string } };
-  const key = (await call(url, 'POST', `/api/v1/admin/organizations/${org.organization.id}/api-keys`, {
-    name: 'demo key',
-    scopes: ['read', 'write'],
-  })) as { key: string };
-  const serviceKey = process.env.MCP_SERVICE_KEY ?? readSecret('MCP_SERVICE_KEY');
-  process.stdout.write(`Demo organization ready.
-  user id:            ${org.owner_user_id}
-  organization id:    ${org.organization.id}
-  deployment id:      ${org.deployment.id}   (tier launch, 2,000 credits this period)
-  deployment secret:  ${org.deployment.secret}
-  API key:            ${key.key}   (scopes read, write)
+const AFTER_HELP = `
+Without a command, creditgate serves (like creditgate serve).
+Operator commands send ADMIN_API_KEY (from the environment, else DATA_DIR/secrets.json) to --url,
+CREDITGATE_URL, or http://HOST:PORT.
 
-Check, then record a tool call (stdio mode, API key):
-  curl -s ${url}/api/v1/mcp/stdio/check-entitlement -H 'Authorization: Bearer ${key.key}' -H 'Content-Type: application/json' -d '{"tool_name":"rag_query"}'
-  curl -s ${url}/api/v1/mcp/stdio/record-usage -H 'Authorization: Bearer ${key.key}' -H 'Content-Type: application/json' -d '{"tool_name":"rag_query","invocation_id":"demo-1"}'
+Exit codes: 0 ok; 1 the service answered an error or could not be reached; 2 a usage error (bad
+command, argument or option) or invalid configuration; 3 the data directory is used by another process.
+Every command: creditgate help COMMAND. Reference: docs/cli.md`;
 
-Service mode (hosted MCP servers):
-  curl -s '${url}/api/v1/mcp/resolve-deployment?user_id=${org.owner_user_id}' -H 'X-MCP-Service-Key: ${serviceKey ?? '<MCP_SERVICE_KEY>'}'
-  curl -s ${url}/api/v1/mcp/usage -H 'X-MCP-Service-Key: ${serviceKey ?? '<MCP_SERVICE_KEY>'}' -H 'Content-Type: application/json' -d '{"deployment_id":"${org.deployment.id}","tool_name":"task_basic"}'
-
-Entitlements:
-  curl -s ${url}/api/v1/entitlements/check -H 'Content-Type: application/json' -d '{"deployment_id":"${org.deployment.id}","deployment_secret":"${org.deployment.secret}"}'
-${await billingLines(url, org.deployment.id, org.deployment.secret)}`);
+/** Commander's error lines, as one line naming the command and where its usage is. */
+function errorLine(command: Command, text: string): string {
+  const name = command.parent ? `creditgate ${command.name()}` : 'creditgate';
+  const line = text
+    .trim()
+    .replace(/^error: /, '')
+    .replace(/^command-argument value '(.*)' is invalid for argument '(.*)'\. /s, "$2 '$1' ")
+    .replace(/^option '(--[a-z-]+)[^']*' argument '(.*)' is invalid\. /s, "$1 '$2' ")
+    .replace(/\s*\n\(Did you mean (.+)\?\)$/, ' (did you mean $1?)')
+    .replace(/\s+/g, ' ');
+  return `${name}: ${line}; see ${name} --help\n`;
 }
 
-/** When the service sells through Stripe (docs/billing.md): the purchase and portal calls for the demo deployment. */
-async function billingLines(url: string, deploymentId: string, secret: string): Promise<string> {
-  const res = await fetch(`${url}/api/v1/credits/packs`, { headers: { 'x-deployment-id': deploymentId, 'x-deployment-secret': secret } }).catch(() => null);
-  if (!res?.ok) return '';
-  const catalog = (await res.json()) as { configured: boolean; packs: Array<{ pack: string; credits: number }> };
-  if (!catalog.configured) return '\nBilling: Stripe is not configured (set STRIPE_SECRET_KEY, STRIPE_WEBHOOK_SECRET, CREDIT_PACKS; see the README).\n';
-  const auth = `-H 'X-Deployment-ID: ${deploymentId}' -H 'X-Deployment-Secret: ${secret}' -H 'Content-Type: application/json'`;
-  const pack = catalog.packs[0];
-  const packs = catalog.packs.map((p) => `${p.pack} (${p.credits} credits)`).join(', ') || 'none configured';
-  return `
-Billing (Stripe): packs ${packs}
-  curl -s ${url}/api/v1/credits/purchase ${auth} -d '{"pack":"${pack?.pack ?? 'small'}"}'     # → a Checkout URL; paid, the credits arrive
-  curl -s ${url}/api/v1/proxy/billing/portal ${auth} -d '{}'     # → the Billing Portal URL
-`;
+/**
+ * Commander answers `help nope` and `nope --help` with the general help; make both the
+ * unknown-command error (with commander's suggestion) by dropping the help request.
+ */
+function unknownCommandFirst(argv: string[], program: Command): string[] {
+  const known = new Set(program.commands.map((c) => c.name()));
+  const i = argv.findIndex((arg, j) => !arg.startsWith('-') && argv[j - 1] !== '--url');
+  const name = argv[i];
+  if (name === undefined) return argv;
+  if (name === 'help') {
+    const target = argv[i + 1];
+    return target !== undefined && !target.startsWith('-') && !known.has(target) ? argv.filter((_, j) => j !== i) : argv;
+  }
+  return known.has(name) ? argv : argv.filter((arg) => arg !== '-h' && arg !== '--help');
 }
 
-function readSecret(name: string): string | undefined {
-  const file = join(resolve(process.env.DATA_DIR ?? './.creditgate'), 'secrets.json');
-  if (!existsSync(file)) return undefined;
-  return (JSON.parse(readFileSync(file, 'utf8')) as Record<string, string>)[name];
-}
+function buildProgram(): Command {
+  const program = new Command('creditgate')
+    .description('Credit-metered platform API: run the service, or operate a running one.')
+    .version(packageVersion(), '-V, --version', 'print the version')
+    .option('--url <url>', 'the running service, for operator commands (default: $CREDITGATE_URL, else http://$HOST:$PORT)')
+    .helpOption('-h, --help', 'show help')
+    .helpCommand('help [command]', 'show help for a command')
+    // Errors become a CommanderError that run() maps to an exit code; subcommands inherit both settings.
+    .exitOverride()
+    .configureOutput({ outputError: (text, write) => write(errorLine(program, text)) })
+    .addHelpText('after', AFTER_HELP);
 
-async function main(argv: string[]): Promise<void> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      url: { type: 'string' },
-      org: { type: 'string' },
-      'monthly-credits': { type: 'string' },
-      'api-rate-limit': { type: 'string' },
-      'ai-tokens-limit': { type: 'string' },
-      'expires-at': { type: 'string' },
-      'ai-tokens': { type: 'boolean' },
-      credits: { type: 'boolean' },
-      help: { type: 'boolean', short: 'h' },
-    },
-  });
-  const [command, ...args] = positionals;
-  const url = baseUrl(values.url);
-  const print = (value: unknown): void => {
-    process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
-  };
-  switch (command) {
-    case undefined:
-    case 'serve':
-      if (values.help) return void process.stdout.write(HELP);
+  const connect = (): AdminApi => adminApi(baseUrl(program.opts<{ url?: string }>().url));
+  const id = () => new Argument('<id>', 'deployment id (a UUID; creditgate deployments lists them)').argParser(parse.uuid);
+
+  program.commandsGroup('Service:');
+  program
+    .command('serve')
+    .description('start the service (also what npm start and creditgate without a command do)')
+    .action(async () => {
+      const { serve } = await import('./main.js');
       await serve();
-      return;
-    case 'migrate': {
-      const { config } = loadConfig();
-      const db = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
-      await runMigrations(db);
-      await db.close();
-      process.stdout.write('migrations applied\n');
-      return;
-    }
-    case 'demo':
-      return demo(url);
-    case 'deployments':
-      return print(await call(url, 'GET', `/api/v1/admin/deployments${values.org ? `?organization_id=${values.org}` : ''}`));
-    case 'deployment':
-      return print(await call(url, 'GET', `/api/v1/admin/deployments/${args[0]}`));
-    case 'tier':
-      return print(await call(url, 'PUT', `/api/v1/admin/deployments/${args[0]}`, { tier: args[1] }));
-    case 'suspend':
-    case 'activate':
-      return print(
-        await call(url, 'PUT', `/api/v1/admin/deployments/${args[0]}`, { status: command === 'suspend' ? 'suspended' : 'active' }),
-      );
-    case 'grant':
-      return print(
-        await call(url, 'POST', `/api/v1/admin/deployments/${args[0]}/credits`, { amount: num(args[1], 'AMOUNT'), reason: args.slice(2).join(' ') }),
-      );
-    case 'override': {
-      const body: Record<string, unknown> = {
-        monthly_credits: num(values['monthly-credits'], '--monthly-credits'),
-        api_rate_limit: num(values['api-rate-limit'], '--api-rate-limit'),
-        ai_tokens_limit: num(values['ai-tokens-limit'], '--ai-tokens-limit'),
-        expires_at: values['expires-at'] === 'null' ? null : values['expires-at'],
+    });
+  program
+    .command('migrate')
+    .description('apply the database migrations and exit')
+    .action(async () => {
+      const { migrate } = await import('./main.js');
+      await migrate();
+      print('migrations applied');
+    });
+  program
+    .command('demo')
+    .description('provision a demo organization on a running service and print curl lines that use it')
+    .action(async () => {
+      const { demo } = await import('./cli/demo.js');
+      await demo(connect());
+    });
+
+  program.commandsGroup('Operator commands (a running service, ADMIN_API_KEY):');
+  program
+    .command('deployments')
+    .description('list deployments')
+    .addOption(new Option('--org <id>', 'only the deployments of this organization (a UUID)').argParser(parse.uuid))
+    .action(async (options: { org?: string }) => {
+      const query = options.org ? path`?organization_id=${options.org}` : '';
+      print(await connect().send('GET', `/api/v1/admin/deployments${query}`));
+    });
+  program
+    .command('deployment')
+    .description('show one deployment with its balance')
+    .addArgument(id())
+    .action(async (deployment: string) => print(await connect().send('GET', path`/api/v1/admin/deployments/${deployment}`)));
+  program
+    .command('tier')
+    .description("set a deployment's tier; the new allocation applies at once")
+    .addArgument(id())
+    .addArgument(new Argument('<tier>', TIERS.join('|')).argParser(parse.tier))
+    .action(async (deployment: string, tier: string) => print(await connect().send('PUT', path`/api/v1/admin/deployments/${deployment}`, { tier })));
+  for (const [name, status] of [
+    ['suspend', 'suspended'],
+    ['activate', 'active'],
+  ] as const) {
+    program
+      .command(name)
+      .description(`set a deployment's status to ${status}`)
+      .addArgument(id())
+      .action(async (deployment: string) => print(await connect().send('PUT', path`/api/v1/admin/deployments/${deployment}`, { status })));
+  }
+  program
+    .command('grant')
+    .description('grant purchased credits, or take them back with a negative amount (never below zero)')
+    .addArgument(id())
+    .addArgument(new Argument('<amount>', 'whole number of credits, negative to take back').argParser(parse.wholeNumber))
+    .argument('<reason...>', 'why, for the ledger (the remaining words)')
+    .addOption(new Option('--expires-at <date-time>', 'the granted credits lapse then (ISO 8601, e.g. 2027-01-01T00:00:00Z)').argParser(parse.dateTime))
+    .action(async (deployment: string, amount: number, words: string[], options: { expiresAt?: string }) => {
+      const reason = words.join(' ').trim();
+      if (reason === '') throw new UsageError('grant: REASON must not be empty; see creditgate grant --help');
+      const body = { amount, reason, ...(options.expiresAt ? { expires_at: options.expiresAt } : {}) };
+      print(await connect().send('POST', path`/api/v1/admin/deployments/${deployment}/credits`, body));
+    });
+  program
+    .command('override')
+    .description('merge overrides of the tier\'s terms ("null" removes one)')
+    .addArgument(id())
+    .addOption(new Option('--monthly-credits <n>', 'credits per period instead of the tier allocation').argParser(parse.countOrNull))
+    .addOption(new Option('--api-rate-limit <n>', 'requests per minute instead of the tier limit').argParser(parse.countOrNull))
+    .addOption(new Option('--ai-tokens-limit <n>', 'AI tokens per period instead of the tier limit').argParser(parse.countOrNull))
+    .addOption(new Option('--expires-at <date-time>', 'when the overrides lapse (ISO 8601, in the future)').argParser(parse.dateTimeOrNull))
+    .action(async (deployment: string, options: Record<string, number | string | null | undefined>) => {
+      const body = {
+        monthly_credits: options.monthlyCredits,
+        api_rate_limit: options.apiRateLimit,
+        ai_tokens_limit: options.aiTokensLimit,
+        expires_at: options.expiresAt,
       };
-      for (const k of Object.keys(body)) if (body[k] === undefined) delete body[k];
-      return print(await call(url, 'PUT', `/api/v1/admin/deployments/${args[0]}/overrides`, body));
+      const given = Object.fromEntries(Object.entries(body).filter(([, value]) => value !== undefined));
+      if (Object.keys(given).length === 0) throw new UsageError('override: name at least one override to set; see creditgate override --help');
+      print(await connect().send('PUT', path`/api/v1/admin/deployments/${deployment}/overrides`, given));
+    });
+  program
+    .command('clear-overrides')
+    .description('remove every override')
+    .addArgument(id())
+    .action(async (deployment: string) => print(await connect().send('DELETE', path`/api/v1/admin/deployments/${deployment}/overrides`)));
+  program
+    .command('reset-usage')
+    .description("reset the period's usage counters")
+    .addArgument(id())
+    .option('--credits', "reset the period's used monthly credits")
+    .option('--ai-tokens', "reset the period's used AI tokens")
+    .action(async (deployment: string, options: { credits?: boolean; aiTokens?: boolean }) => {
+      if (!options.credits && !options.aiTokens) throw new UsageError('reset-usage: name what to reset, --credits and/or --ai-tokens');
+      const body = { ai_tokens: options.aiTokens === true, monthly_credits: options.credits === true };
+      print(await connect().send('POST', path`/api/v1/admin/deployments/${deployment}/usage/reset`, body));
+    });
+  program
+    .command('cost')
+    .description("set an action's credit cost (creates the action if new)")
+    .argument('<action>', 'action name (a-z 0-9 _ . -)')
+    .addArgument(new Argument('<credits>', 'whole number of credits, 0 or more').argParser(parse.count))
+    .action(async (action: string, credits: number) => print(await connect().send('PUT', path`/api/v1/admin/credit-costs/${action}`, { credits })));
+  program
+    .command('map-tool')
+    .description('meter TOOL as ACTION (a tool with no mapping costs platform_basic)')
+    .addArgument(new Argument('<tool>', 'tool name as the MCP server reports it').argParser(parse.nonEmpty))
+    .addArgument(new Argument('<action>', 'an action of the cost table').argParser(parse.nonEmpty))
+    .action(async (tool: string, action: string) => print(await connect().send('PUT', path`/api/v1/admin/tool-actions/${tool}`, { action })));
+
+  for (const command of program.commands) command.configureOutput({ outputError: (text, write) => write(errorLine(command, text)) });
+  return program;
+}
+
+/** Parse and run; the exit code (docs/cli.md). */
+async function run(argv: string[]): Promise<number> {
+  try {
+    const program = buildProgram();
+    await program.parseAsync(argv.length === 0 ? ['serve'] : unknownCommandFirst(argv, program), { from: 'user' });
+    return EXIT.ok;
+  } catch (err) {
+    // Commander printed its message (or the help, or the version) already.
+    if (err instanceof CommanderError) {
+      if (err.code === 'commander.help' && err.exitCode !== 0) process.stderr.write('creditgate: no command given; see creditgate --help\n');
+      return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
     }
-    case 'clear-overrides':
-      return print(await call(url, 'DELETE', `/api/v1/admin/deployments/${args[0]}/overrides`));
-    case 'reset-usage':
-      return print(
-        await call(url, 'POST', `/api/v1/admin/deployments/${args[0]}/usage/reset`, {
-          ai_tokens: values['ai-tokens'] === true,
-          monthly_credits: values.credits === true,
-        }),
-      );
-    case 'cost':
-      return print(await call(url, 'PUT', `/api/v1/admin/credit-costs/${args[0]}`, { credits: num(args[1], 'CREDITS') }));
-    case 'map-tool':
-      return print(await call(url, 'PUT', `/api/v1/admin/tool-actions/${encodeURIComponent(args[0] ?? '')}`, { action: args[1] }));
-    default:
-      process.stdout.write(HELP);
-      if (command !== 'help') process.exitCode = 1;
+    process.stderr.write(`creditgate: ${(err as Error).message}\n`);
+    return err instanceof UsageError ? EXIT.usage : EXIT.failed;
   }
 }
 
-main(process.argv.slice(2)).catch((err: Error) => {
-  process.stderr.write(`creditgate: ${err.message}\n`);
-  process.exit(1);
-});
+process.exitCode = await run(process.argv.slice(2));

@@ -26,6 +26,13 @@ export interface Config {
   jwtSecret: string;
   mcpServiceKey: string;
   adminApiKey: string;
+  /**
+   * `Authorization: Bearer <METRICS_TOKEN>` opens GET /metrics (a scraper's credential, which opens
+   * nothing else); unset: only X-Admin-Key opens it (docs/operations-metrics.md).
+   */
+  metricsToken: string | undefined;
+  /** A second listener on 127.0.0.1 serving only GET /metrics without credentials; unset: none. */
+  metricsPort: number | undefined;
   encryptionKey: string;
   publicBaseUrl: string;
   stripeSecretKey: string | undefined;
@@ -56,6 +63,8 @@ export interface Config {
   webhookAttemptTimeoutMs: number;
   newOrgTier: Tier;
   logLevel: string;
+  /** LOG_FORMAT: `pretty` (one line per request, for a person) or `json`; default pretty only in development on a terminal. */
+  logFormat: 'json' | 'pretty';
   /** Size of the pg pool (PostgreSQL only). */
   databasePoolSize: number;
   /** Group commit of deductions (docs/adr/0004-group-commit.md): wait for company, batch size, batches in flight. */
@@ -231,6 +240,23 @@ function creditPacks(env: Env, name: string): Record<string, CreditPack> {
   return packs;
 }
 
+/** A bearer credential for scrapers: long enough not to be guessed, and a single header-safe token. */
+function metricsToken(env: Env, name: string): string | undefined {
+  const raw = str(env, name);
+  if (raw === undefined) return undefined;
+  if (raw.length < 24) throw new ConfigError(name, 'must be at least 24 characters');
+  if (!/^[\x21-\x7e]+$/.test(raw)) throw new ConfigError(name, 'must be printable ASCII without spaces (it is sent as a Bearer token)');
+  return raw;
+}
+
+/** Pretty lines are for a person at a terminal in development; production, pipes and files get JSON. */
+function logFormat(env: Env, name: string, nodeEnv: Config['nodeEnv']): Config['logFormat'] {
+  const raw = str(env, name);
+  if (raw === undefined) return nodeEnv === 'development' && process.stdout.isTTY === true ? 'pretty' : 'json';
+  if (raw !== 'json' && raw !== 'pretty') throw new ConfigError(name, `must be json or pretty, got "${raw}"`);
+  return raw;
+}
+
 function meterEventName(env: Env, name: string): string | undefined {
   const raw = str(env, name);
   if (raw !== undefined && !/^[A-Za-z0-9_.:-]{1,100}$/.test(raw)) throw new ConfigError(name, 'must be a Stripe meter event name (1–100 of A-Z a-z 0-9 _ . : -)');
@@ -265,6 +291,8 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
   const dataDir = resolve(str(env, 'DATA_DIR') ?? './.creditgate');
   const port = int(env, 'PORT', 8080, 0, 65535);
   const host = str(env, 'HOST') ?? '127.0.0.1';
+  const metricsPort = str(env, 'METRICS_PORT') === undefined ? undefined : int(env, 'METRICS_PORT', 0, 1, 65535);
+  if (metricsPort !== undefined && metricsPort === port) throw new ConfigError('METRICS_PORT', `must differ from PORT (${port})`);
 
   const secrets: Partial<Record<SecretName, string>> = {
     JWT_SECRET: secret(env, 'JWT_SECRET', 32),
@@ -301,6 +329,8 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     mcpServiceKey: secrets.MCP_SERVICE_KEY!,
     adminApiKey: secrets.ADMIN_API_KEY!,
     encryptionKey: secrets.ENCRYPTION_KEY!,
+    metricsToken: metricsToken(env, 'METRICS_TOKEN'),
+    metricsPort,
     publicBaseUrl: (url(env, 'PUBLIC_BASE_URL', ['http:', 'https:']) ?? `http://${host}:${port}`).replace(/\/$/, ''),
     stripeSecretKey: str(env, 'STRIPE_SECRET_KEY'),
     stripeWebhookSecret: str(env, 'STRIPE_WEBHOOK_SECRET'),
@@ -320,6 +350,7 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     webhookAttemptTimeoutMs: 10_000,
     newOrgTier: newOrgTier as Tier,
     logLevel: str(env, 'LOG_LEVEL') ?? (nodeEnv === 'test' ? 'silent' : 'info'),
+    logFormat: logFormat(env, 'LOG_FORMAT', nodeEnv),
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 20, 1, 1000),
     deductBatchWindowMs: int(env, 'DEDUCT_BATCH_WINDOW_MS', 0, 0, 100),
     deductBatchMax: int(env, 'DEDUCT_BATCH_MAX', 256, 1, 10_000),
@@ -370,6 +401,8 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     mcpServiceKey: 'test-mcp-service-key-0123456789',
     adminApiKey: 'test-admin-api-key-0123456789',
     encryptionKey: 'test-encryption-key-0123456789-abcdefghij',
+    metricsToken: undefined,
+    metricsPort: undefined,
     publicBaseUrl: 'http://creditgate.test',
     stripeSecretKey: undefined,
     stripeWebhookSecret: undefined,
@@ -389,6 +422,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     webhookAttemptTimeoutMs: 10_000,
     newOrgTier: 'sandbox',
     logLevel: 'silent',
+    logFormat: 'json',
     databasePoolSize: 10,
     deductBatchWindowMs: 0,
     deductBatchMax: 256,

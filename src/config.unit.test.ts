@@ -47,6 +47,7 @@ describe('defaults', () => {
     expect(config.redisUrl).toBeUndefined();
     expect(config.nodeEnv).toBe('development');
     expect(config.publicBaseUrl).toBe('http://127.0.0.1:8080');
+    expect(config).toMatchObject({ metricsToken: undefined, metricsPort: undefined });
   });
 
   it('empty strings count as unset', () => {
@@ -65,6 +66,8 @@ describe('defaults', () => {
         REDIS_URL: 'redis://cache:6379',
         WEBHOOK_ALLOW_PRIVATE_NETWORKS: 'true',
         PUBLIC_BASE_URL: 'https://api.example.com/',
+        METRICS_TOKEN: 'prometheus-scrape-token-0123456789',
+        METRICS_PORT: '9464',
       }),
     );
     expect(config).toMatchObject({
@@ -75,6 +78,8 @@ describe('defaults', () => {
       redisUrl: 'redis://cache:6379',
       webhookAllowPrivateNetworks: true,
       publicBaseUrl: 'https://api.example.com',
+      metricsToken: 'prometheus-scrape-token-0123456789',
+      metricsPort: 9464,
     });
     expect(loadConfig(env({ ...SECRETS, DATABASE_URL: 'memory://' })).config.databaseUrl).toBe('memory://');
     expect(loadConfig(env({ ...SECRETS, DATABASE_URL: 'postgresql://h/db' })).config.databaseUrl).toBe('postgresql://h/db');
@@ -102,6 +107,11 @@ describe('bad values stop the start with a ConfigError naming the variable', () 
     ['WEBHOOK_ALLOW_PRIVATE_NETWORKS', 'yes please'],
     ['NODE_ENV', 'staging'],
     ['PUBLIC_BASE_URL', 'ftp://example.com'],
+    ['METRICS_TOKEN', 'too-short'],
+    ['METRICS_TOKEN', 'a token with spaces 0123456789'],
+    ['METRICS_PORT', '0'],
+    ['METRICS_PORT', 'abc'],
+    ['METRICS_PORT', '8080'],
   ];
   for (const [name, value] of cases) {
     it(`${name}=${value}`, () => {
@@ -225,5 +235,16 @@ describe('TRUST_PROXY', () => {
   });
   it('refuses anything else, naming the variable', () => {
     expect(() => loadConfig(env({ NODE_ENV: 'test', TRUST_PROXY: 'proxy.internal' }))).toThrow(/TRUST_PROXY/);
+  });
+});
+
+describe('LOG_FORMAT', () => {
+  it('takes json or pretty; unset, it is json unless in development on a terminal (never in production or tests)', () => {
+    expect(loadConfig(env({ LOG_FORMAT: 'pretty' })).config.logFormat).toBe('pretty');
+    expect(loadConfig(env({ LOG_FORMAT: 'json' })).config.logFormat).toBe('json');
+    expect(loadConfig(env({ NODE_ENV: 'production', ...SECRETS })).config.logFormat).toBe('json');
+    expect(loadConfig(env({ NODE_ENV: 'test' })).config.logFormat).toBe('json');
+    expect(loadConfig(env()).config.logFormat).toBe(process.stdout.isTTY ? 'pretty' : 'json');
+    expect(configErrorOf(env({ LOG_FORMAT: 'text' })).message).toBe('LOG_FORMAT: must be json or pretty, got "text"');
   });
 });

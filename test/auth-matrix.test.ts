@@ -32,6 +32,7 @@ const WRONG: Record<string, Record<string, string>> = {
   service: { 'x-mcp-service-key': 'wrong-service-key-0123456789' },
   apiKeyOrService: { 'x-mcp-service-key': 'wrong-service-key-0123456789' },
   admin: { 'x-admin-key': 'wrong-admin-key-0123456789' },
+  metrics: bearer('wrong-metrics-token-0123456789'),
   deployment: { 'x-deployment-id': '6f1c3d2e-0000-4000-8000-000000000000', 'x-deployment-secret': 'cgds_nope' },
   deploymentOrApiKey: bearer('cg_000000000000000000000000000000000000'),
   user: bearer('eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl'),
@@ -75,9 +76,9 @@ describe('authorization table', () => {
     }
   });
 
-  it('an API key is not an admin or service credential', async () => {
+  it('an API key is not an admin, metrics or service credential', async () => {
     const t = await createTenant(h);
-    for (const r of [...routes('admin'), ...routes('service')]) {
+    for (const r of [...routes('admin'), ...routes('metrics'), ...routes('service')]) {
       const res = await h.request({ method: r.method as 'GET', url: fill(r.url), headers: bearer(t.apiKey), payload: r.method === 'GET' || r.method === 'DELETE' ? undefined : {} });
       expect(res.statusCode, `${r.method} ${r.url}`).toBe(401);
     }

@@ -120,8 +120,11 @@ describe('embedded quick start', () => {
     const cleared = await run(['clear-overrides', deploymentId], env);
     expect(JSON.parse(cleared.stdout).overrides.monthly_credits).toBeNull();
     const bad = await run(['tier', deploymentId, 'gold'], env);
-    expect(bad.code).toBe(1);
-    expect(bad.stderr).toMatch(/400/);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/tier 'gold' must be one of/);
+    const missing = await run(['deployment', '00000000-0000-4000-8000-000000000000'], env);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/^creditgate: .* \[NOT_FOUND, HTTP 404\]\n$/);
 
     const exited = new Promise<number | null>((resolve) => server.child.on('exit', resolve));
     server.child.kill('SIGTERM');

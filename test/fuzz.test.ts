@@ -69,6 +69,7 @@ beforeAll(async () => {
     service: [serviceHeaders(h)],
     apiKeyOrService: [bearer(key), serviceHeaders(h)],
     admin: [adminHeaders(h)],
+    metrics: [adminHeaders(h)],
     deployment: [deploymentCreds],
     deploymentOrApiKey: [bearer(key), deploymentCreds],
     user: [bearer(owner.accessToken)],

@@ -3,6 +3,7 @@ import { ManualClock } from '../src/clock.js';
 import { testConfig } from '../src/config.js';
 import type { Deps } from '../src/context.js';
 import { openDatabase } from '../src/db/client.js';
+import { Metrics } from '../src/lib/metrics.js';
 import { reportMeterEvents } from '../src/modules/billing/meter-events.js';
 
 /**
@@ -23,11 +24,12 @@ async function main(): Promise<void> {
   setTimeout(() => process.exit(3), 120_000);
   const db = await openDatabase({ databaseUrl, dataDir: '', poolSize: 4 });
   const silent = { error() {}, warn() {}, info() {}, debug() {} };
-  // What a worker pass reads: configuration, database, clock and a logger.
+  // What a worker pass reads: configuration, database, clock, metrics (Stripe calls are counted) and a logger.
   const deps = {
     config: testConfig({ databaseUrl, stripeApiBase, stripeSecretKey, stripeMeterEventName }),
     db,
     clock: new ManualClock(nowIso),
+    metrics: new Metrics(),
     log: silent,
   } as unknown as Deps;
   process.stdout.write('started\n');

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Actor, Ctx, Deps } from '../context.js';
 import { AppError, UnauthorizedError } from '../errors.js';
-import { API_KEY_PREFIX, safeEqual } from '../lib/secrets.js';
+import { API_KEY_PREFIX, safeEqual, sha256Hex } from '../lib/secrets.js';
 import { authenticateAccessToken } from '../modules/auth/service.js';
 import { authenticateDeployment, type DeploymentRow } from '../modules/deployments/service.js';
 import { type ApiKeyPrincipal, loadApiKeyPrincipal, requireScope } from '../modules/metering/state.js';
@@ -15,6 +15,7 @@ import { refuseThrottledClient, registerFailedAuthCounting } from './auth-thrott
  *   service         X-MCP-Service-Key (seed B)
  *   apiKeyOrService either of the two (the service key wins when sent)
  *   admin           X-Admin-Key (SPEC §11)
+ *   metrics         X-Admin-Key, or Bearer METRICS_TOKEN when it is set (GET /metrics: docs/operations-metrics.md)
  *   deployment      X-Deployment-ID + X-Deployment-Secret
  *   deploymentOrApiKey  the deployment headers when X-Deployment-ID is sent, else an organization API key
  *                   (Bearer, as the OpenAI SDKs send it, or X-API-Key) acting for its primary deployment
@@ -22,7 +23,17 @@ import { refuseThrottledClient, registerFailedAuthCounting } from './auth-thrott
  *   account         the application API: a user's access token, or an organization API key as
  *                   Bearer cg_… or X-API-Key (its scope is judged per permission, SPEC §8)
  */
-export type AuthMode = 'public' | 'apiKey' | 'service' | 'apiKeyOrService' | 'admin' | 'deployment' | 'deploymentOrApiKey' | 'user' | 'account';
+export type AuthMode =
+  | 'public'
+  | 'apiKey'
+  | 'service'
+  | 'apiKeyOrService'
+  | 'admin'
+  | 'metrics'
+  | 'deployment'
+  | 'deploymentOrApiKey'
+  | 'user'
+  | 'account';
 export type KeyScope = 'read' | 'write' | 'admin';
 
 type AuthResult =
@@ -30,6 +41,7 @@ type AuthResult =
   | { kind: 'apiKey'; ctx: Ctx; principal: ApiKeyPrincipal }
   | { kind: 'service'; ctx: Ctx }
   | { kind: 'admin'; ctx: Ctx }
+  | { kind: 'metrics'; ctx: Ctx }
   | { kind: 'deployment'; ctx: Ctx; deployment: DeploymentRow }
   | { kind: 'user'; ctx: Ctx; userId: string; sessionId: string };
 
@@ -73,6 +85,16 @@ async function authenticate(request: FastifyRequest, mode: AuthMode, scope: KeyS
       const key = header(request, name);
       if (!key || !safeEqual(key, expected)) throw new UnauthorizedError(`Missing or invalid ${mode === 'service' ? 'X-MCP-Service-Key' : 'X-Admin-Key'}`);
       return { kind: mode, ctx: ctxFor(request, { type: mode === 'service' ? 'service' : 'operator' }) };
+    }
+    case 'metrics': {
+      // The operator key keeps working; a scraper sends the token it was given, which opens nothing else.
+      if (header(request, 'x-admin-key') !== undefined || config.metricsToken === undefined) return authenticate(request, 'admin', scope);
+      const token = bearerToken(request);
+      // Compared as digests: constant time whatever the lengths.
+      if (!token || !safeEqual(sha256Hex(token), sha256Hex(config.metricsToken))) {
+        throw new UnauthorizedError('Missing or invalid credentials: send Authorization: Bearer <METRICS_TOKEN> or X-Admin-Key');
+      }
+      return { kind: 'metrics', ctx: ctxFor(request, { type: 'system' }) };
     }
     case 'apiKeyOrService':
       return authenticate(request, header(request, 'x-mcp-service-key') !== undefined ? 'service' : 'apiKey', scope);

@@ -1,4 +1,4 @@
-import type { FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ValidationError } from '../errors.js';
 
 /**
@@ -12,4 +12,15 @@ export function idempotencyKeyHeader(request: FastifyRequest): string | undefine
     throw new ValidationError('Idempotency-Key must be 1 to 200 characters', [{ field: 'Idempotency-Key', message: 'must be 1 to 200 characters' }]);
   }
   return key;
+}
+
+/**
+ * A route that takes the header (`config.idempotencyKey`, which also documents it in the OpenAPI
+ * document) refuses a malformed one before anything else reads the request: a bad key is bad input
+ * whether or not the body carries its own idempotency field or names a row that exists.
+ */
+export function registerIdempotencyKeyCheck(app: FastifyInstance): void {
+  app.addHook('preValidation', async (request) => {
+    if (request.routeOptions.config?.idempotencyKey) idempotencyKeyHeader(request);
+  });
 }

@@ -18,7 +18,8 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /**
      * The route reads the Idempotency-Key header ('accepts'), and also answers a replay with
-     * `Idempotent-Replayed: true` ('replays'). Documentation only: the handler does the work.
+     * `Idempotent-Replayed: true` ('replays'). Documents the headers; a malformed key is refused up
+     * front (http/idempotency-key.ts); the handler does the rest.
      */
     idempotencyKey?: 'accepts' | 'replays';
   }
@@ -73,7 +74,8 @@ function documentRoute({ schema, url, route }: { schema: unknown; url: string; r
     const headers: Record<string, unknown> = {};
     const success = status.startsWith('2');
     if (limited && (success || status === '429')) for (const name of RATE_LIMIT_HEADERS) headers[name] = ref(name);
-    if (status === '429') headers['Retry-After'] = ref('Retry-After');
+    // 429 says when the window frees; a 503 from a dependency that is away (the database, Stripe) says when to try again.
+    if (status === '429' || (status === '503' && url !== '/readyz')) headers['Retry-After'] = ref('Retry-After');
     if (success && config.idempotencyKey === 'replays') headers['Idempotent-Replayed'] = ref('Idempotent-Replayed');
     // Swagger reads the answer's description from this key and leaves the (shared, titled) schema as it is.
     const described = success && !answer.description ? { 'x-response-description': SUCCESS_DESCRIPTIONS[out.operationId ?? ''] } : {};

@@ -1,11 +1,98 @@
-import { Counter, Gauge, Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectProcessMetrics } from './process-metrics.js';
 
 /**
- * The process's metrics (Prometheus text at GET /metrics, operator key). One registry per app, so
- * several instances in one test process keep their own counts.
+ * The app's metrics (Prometheus text at GET /metrics; docs/operations-metrics.md lists every series).
+ * One registry per app, so several instances in one test process keep their own counts; reached
+ * through `deps.metrics`, never a module-level registry. Labels are bounded sets: route patterns,
+ * methods, status codes, reasons and outcomes, never tenant ids.
  */
 export class Metrics {
   readonly registry = new Registry();
+  private readonly stopProcessMetrics = collectProcessMetrics(this.registry);
+  private readonly scrapeCollectors: Array<{ name: string; collect: () => Promise<void>; reset: () => void }> = [];
+
+  readonly httpRequestDuration = new Histogram({
+    name: 'creditgate_http_request_duration_seconds',
+    help: 'HTTP requests by route pattern (unmatched: "unmatched"), method and status code, from arrival to the last byte sent',
+    labelNames: ['route', 'method', 'status_code'] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120],
+    registers: [this.registry],
+  });
+
+  readonly deductions = new Counter({
+    name: 'creditgate_deductions_total',
+    help: 'Deductions applied (credits taken), by source: mcp = record-usage, webhook = a proxy send',
+    labelNames: ['source'] as const,
+    registers: [this.registry],
+  });
+  readonly deductionRefusals = new Counter({
+    name: 'creditgate_deduction_refusals_total',
+    help: 'Deductions refused, by source and reason (insufficient_credits, sandbox_tier, mcp_disabled, deployment_not_found, no_deployment_found)',
+    labelNames: ['source', 'reason'] as const,
+    registers: [this.registry],
+  });
+  readonly creditsDeducted = new Counter({
+    name: 'creditgate_credits_deducted_total',
+    help: 'Credits taken by applied deductions, by source',
+    labelNames: ['source'] as const,
+    registers: [this.registry],
+  });
+  readonly deductionBatchSize = new Histogram({
+    name: 'creditgate_deduction_batch_size',
+    help: 'Requests per committed group-commit batch (deductions, holds, releases and money ops; docs/adr/0004-group-commit.md)',
+    buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
+    registers: [this.registry],
+  });
+  readonly deductionBatchFallbacks = new Counter({
+    name: 'creditgate_deduction_batch_fallbacks_total',
+    help: 'Batches whose statements failed and whose requests ran one by one',
+    registers: [this.registry],
+  });
+  readonly reservations = new Counter({
+    name: 'creditgate_reservations_total',
+    help: 'Reservations (check-entitlement with reserve: true) by outcome: held, refused (not enough credits), released',
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly webhookDeliveries = new Counter({
+    name: 'creditgate_webhook_deliveries_total',
+    help: 'Webhook delivery attempts that ended, by kind (proxy = a send, organization = an event) and outcome (delivered, retry_scheduled, failed)',
+    labelNames: ['kind', 'outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly upstreamRequests = new Counter({
+    name: 'creditgate_upstream_requests_total',
+    help: 'Calls to Stripe and to the AI provider, each attempt, by outcome (ok, client_error, rate_limited, server_error, timeout, connection_error, aborted)',
+    labelNames: ['upstream', 'outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly upstreamDuration = new Histogram({
+    name: 'creditgate_upstream_request_duration_seconds',
+    help: 'Time to the answer’s status line (AI streams: to the first byte), by upstream',
+    labelNames: ['upstream'] as const,
+    buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers: [this.registry],
+  });
+  readonly outboxDepth = new Gauge({
+    name: 'creditgate_outbox_depth',
+    help: `Items waiting, read at scrape time (at most ${OUTBOX_DEPTH_LIMIT}): events not yet fanned out, webhook deliveries and meter events pending`,
+    labelNames: ['outbox'] as const,
+    registers: [this.registry],
+  });
+  readonly outboxAge = new Gauge({
+    name: 'creditgate_outbox_oldest_age_seconds',
+    help: 'Read at scrape time: age of the oldest event not yet fanned out; for deliveries and meter events, how long the most overdue one has been due',
+    labelNames: ['outbox'] as const,
+    registers: [this.registry],
+  });
+  readonly collectorSuccess = new Gauge({
+    name: 'creditgate_scrape_collector_success',
+    help: '1 when the collector read at the last scrape answered, 0 when it failed or timed out (its series are then left out)',
+    labelNames: ['collector'] as const,
+    registers: [this.registry],
+  });
+
   readonly rateLimitDecisions = new Counter({
     name: 'creditgate_rate_limit_decisions_total',
     help: 'Rate-limit decisions by backend (redis = shared window, local = in-process) and outcome',
@@ -22,4 +109,78 @@ export class Metrics {
     help: 'Times the shared rate limiter lost Redis and fell back to the in-process window',
     registers: [this.registry],
   });
+
+  /**
+   * Read something at scrape time (a database query). A collector that fails or takes longer than
+   * `SCRAPE_COLLECT_TIMEOUT_MS` does not fail the scrape: `reset` clears its series and
+   * creditgate_scrape_collector_success{collector} says 0.
+   */
+  atScrape(name: string, collect: () => Promise<void>, reset: () => void): void {
+    this.scrapeCollectors.push({ name, collect, reset });
+  }
+
+  /** The exposition text: the scrape-time collectors first (in parallel, each bounded), then the registry. */
+  async scrape(): Promise<string> {
+    await Promise.all(
+      this.scrapeCollectors.map(async (c) => {
+        let ok = true;
+        try {
+          await withTimeout(c.collect(), SCRAPE_COLLECT_TIMEOUT_MS);
+        } catch {
+          ok = false;
+          c.reset();
+        }
+        this.collectorSuccess.set({ collector: c.name }, ok ? 1 : 0);
+      }),
+    );
+    return this.registry.metrics();
+  }
+
+  /** Let go of what the process metrics hold (app close). */
+  close(): void {
+    this.stopProcessMetrics();
+  }
+
+  /** Count one call to an upstream and time it; `statusOf` reads the answer's status. */
+  async observeUpstream<T>(upstream: 'stripe' | 'ai', call: () => Promise<T>, statusOf: (answer: T) => number, signal?: AbortSignal): Promise<T> {
+    const stop = this.upstreamDuration.startTimer({ upstream });
+    try {
+      const answer = await call();
+      stop();
+      this.upstreamRequests.inc({ upstream, outcome: outcomeOfStatus(statusOf(answer)) });
+      return answer;
+    } catch (err) {
+      this.upstreamRequests.inc({ upstream, outcome: signal?.aborted ? 'aborted' : outcomeOfError(err) });
+      throw err;
+    }
+  }
+}
+
+/** Bound of the outbox depth query: a backlog past it reads as this many. */
+export const OUTBOX_DEPTH_LIMIT = 10_000;
+/** How long a scrape waits for a scrape-time collector. */
+export const SCRAPE_COLLECT_TIMEOUT_MS = 2_000;
+
+function outcomeOfStatus(status: number): string {
+  if (status === 429) return 'rate_limited';
+  if (status >= 500) return 'server_error';
+  if (status >= 400) return 'client_error';
+  return 'ok';
+}
+
+function outcomeOfError(err: unknown): string {
+  const code = (err as { code?: string } | null)?.code;
+  return code === 'ETIMEDOUT' || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT' ? 'timeout' : 'connection_error';
+}
+
+async function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer in ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }

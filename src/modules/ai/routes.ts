@@ -164,7 +164,7 @@ const GeneratedSchema = Type.Object({
 /** SPEC §6 AI proxy: the OpenAI-compatible routes under /api/v1/ai and /api/ai/generate. */
 export async function aiRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-  const upstream = AiUpstream.fromConfig(fastify.deps.config);
+  const upstream = AiUpstream.fromConfig(fastify.deps.config, fastify.deps.metrics);
   if (upstream) {
     // The tokenizer's ranks take about a second to build: start now rather than in the first call.
     fastify.addHook('onReady', async () => {

@@ -1,11 +1,13 @@
 import { Pool } from 'undici';
 import type { Dispatcher } from 'undici';
 import type { Config } from '../../config.js';
+import type { Metrics } from '../../lib/metrics.js';
 
 /**
  * The OpenAI-compatible upstream at AI_BASE_URL (SPEC §6 AI proxy), through one bounded undici pool:
  * at most AI_MAX_CONNECTIONS sockets, kept alive between calls; headers and each stretch of a body must
  * come within AI_TIMEOUT_MS. Bytes are handed on as they arrive; nothing here buffers a stream.
+ * Each call is counted in creditgate_upstream_requests_total{upstream="ai"} by its status (or fault).
  */
 export class AiUpstream {
   private readonly pool: Pool;
@@ -16,18 +18,24 @@ export class AiUpstream {
     private readonly apiKey: string | undefined,
     private readonly timeoutMs: number,
     connections: number,
+    private readonly metrics?: Metrics,
   ) {
     const url = new URL(baseUrl);
     this.basePath = url.pathname.replace(/\/$/, '');
     this.pool = new Pool(url.origin, { connections, headersTimeout: timeoutMs, bodyTimeout: timeoutMs, keepAliveTimeout: 30_000 });
   }
 
-  static fromConfig(config: Config): AiUpstream | null {
-    return config.aiBaseUrl ? new AiUpstream(config.aiBaseUrl, config.aiApiKey, config.aiTimeoutMs, config.aiMaxConnections) : null;
+  static fromConfig(config: Config, metrics?: Metrics): AiUpstream | null {
+    return config.aiBaseUrl ? new AiUpstream(config.aiBaseUrl, config.aiApiKey, config.aiTimeoutMs, config.aiMaxConnections, metrics) : null;
   }
 
   /** POST a JSON body to `path` below the base URL (`/chat/completions`, `/embeddings`). */
   post(path: string, body: unknown, signal: AbortSignal): Promise<Dispatcher.ResponseData> {
+    if (!this.metrics) return this.request(path, body, signal);
+    return this.metrics.observeUpstream('ai', () => this.request(path, body, signal), (res) => res.statusCode, signal);
+  }
+
+  private request(path: string, body: unknown, signal: AbortSignal): Promise<Dispatcher.ResponseData> {
     return this.pool.request({
       method: 'POST',
       path: `${this.basePath}${path}`,

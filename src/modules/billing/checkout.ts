@@ -70,7 +70,7 @@ export async function ensureCustomer(ctx: Ctx, organizationId: string): Promise<
   const org = rows[0];
   if (!org) throw new AppError('NOT_FOUND', 'Organization not found');
   if (org.stripe_customer_id) return org.stripe_customer_id;
-  const stripe = requireStripe(ctx.config);
+  const stripe = requireStripe(ctx);
   // Concurrent first purchases of one organization share Stripe's answer through the idempotency key.
   const customer = await callStripe('to create the customer', () =>
     stripe.customers.create({ name: org.name, metadata: { organization_id: organizationId } }, { idempotencyKey: `creditgate-customer-${organizationId}` }),
@@ -111,7 +111,7 @@ export interface CheckoutAnswer {
 /** A Checkout Session for the organization's first subscription. */
 export async function subscriptionCheckout(ctx: Ctx, organizationId: string, priceId: string, urls: ReturnUrls, idempotencyKey?: string): Promise<CheckoutAnswer> {
   const { success, cancel } = defaultUrls(ctx, urls);
-  const stripe = requireStripe(ctx.config);
+  const stripe = requireStripe(ctx);
   const customer = await ensureCustomer(ctx, organizationId);
   const session = await callStripe('the Checkout Session', () =>
     stripe.checkout.sessions.create(
@@ -139,7 +139,7 @@ export async function packCheckout(ctx: Ctx, deployment: DeploymentRow, pack: st
   const chosen = Object.hasOwn(packs, pack) ? packs[pack] : undefined;
   if (!chosen) throw new ValidationError(`Unknown pack ${pack}`, [{ field: 'pack', message: `one of ${names.join(', ')}` }]);
   const { success, cancel } = defaultUrls(ctx, urls);
-  const stripe = requireStripe(ctx.config);
+  const stripe = requireStripe(ctx);
   const customer = await ensureCustomer(ctx, deployment.organization_id);
   const metadata = {
     organization_id: deployment.organization_id,
@@ -174,7 +174,7 @@ export async function packCheckout(ctx: Ctx, deployment: DeploymentRow, pack: st
 /** A Billing Portal session for the organization's customer (made on first need). */
 export async function portalSession(ctx: Ctx, organizationId: string, returnUrl: string | undefined): Promise<{ url: string }> {
   const url = checkReturnUrl(ctx, 'return_url', returnUrl, `${ctx.config.publicBaseUrl}/billing`);
-  const stripe = requireStripe(ctx.config);
+  const stripe = requireStripe(ctx);
   const customer = await ensureCustomer(ctx, organizationId);
   const session = await callStripe('the portal session', () => stripe.billingPortal.sessions.create({ customer, return_url: url }));
   return { url: session.url };
@@ -192,7 +192,7 @@ export async function subscriptionInForce(ctx: Ctx, organizationId: string): Pro
 
 /** Change the price of a subscription in force through the API; the caller applies the answer. */
 export async function changeSubscriptionPrice(ctx: Ctx, subscriptionId: string, priceId: string): Promise<Stripe.Subscription> {
-  const stripe = requireStripe(ctx.config);
+  const stripe = requireStripe(ctx);
   const current = await callStripe('to read the subscription', () => stripe.subscriptions.retrieve(subscriptionId));
   const item = current.items.data[0];
   if (!item) throw new AppError('CONFLICT', 'The subscription has no item to change');

@@ -17,7 +17,7 @@ const MAX_BACKOFF_MS = 60 * 60_000;
 
 export async function reportMeterEvents(deps: Deps, limit: number): Promise<number> {
   const eventName = deps.config.stripeMeterEventName;
-  const stripe = stripeClient(deps.config);
+  const stripe = stripeClient(deps);
   if (!eventName || !stripe) return 0;
   const batch = await claimMeterEvents(deps.db, deps.clock.now(), limit, LEASE_MS);
   let next = 0;

@@ -1,16 +1,25 @@
 import Stripe from 'stripe';
 import type { Config } from '../../config.js';
+import type { Deps } from '../../context.js';
+import type { Metrics } from '../../lib/metrics.js';
 import { AppError, ValidationError } from '../../errors.js';
 
 /**
  * The one way the service talks to Stripe (SPEC §9): the official SDK, pointed at STRIPE_API_BASE when
- * it is set (a local stand-in in tests, a proxy in some installations). One client per configuration.
+ * it is set (a local stand-in in tests, a proxy in some installations). One client per configuration
+ * and app (its metrics count every HTTP attempt the SDK makes, retries included).
  */
-const clients = new WeakMap<Config, Stripe>();
+const clients = new WeakMap<Config, WeakMap<Metrics, Stripe>>();
 
-export function stripeClient(config: Config): Stripe | null {
+export function stripeClient(deps: Pick<Deps, 'config' | 'metrics'>): Stripe | null {
+  const { config, metrics } = deps;
   if (!config.stripeSecretKey) return null;
-  let client = clients.get(config);
+  let perApp = clients.get(config);
+  if (!perApp) {
+    perApp = new WeakMap();
+    clients.set(config, perApp);
+  }
+  let client = perApp.get(metrics);
   if (!client) {
     const base = config.stripeApiBase ? new URL(config.stripeApiBase) : null;
     client = new Stripe(config.stripeSecretKey, {
@@ -25,15 +34,25 @@ export function stripeClient(config: Config): Stripe | null {
       maxNetworkRetries: 1,
       timeout: 10_000,
       appInfo: { name: 'creditgate' },
+      httpClient: countedHttpClient(metrics),
     });
-    clients.set(config, client);
+    perApp.set(metrics, client);
   }
   return client;
 }
 
+/** The SDK's own Node HTTP client, each attempt counted in creditgate_upstream_requests_total{upstream="stripe"}. */
+function countedHttpClient(metrics: Metrics): Stripe.HttpClient {
+  const inner = Stripe.createNodeHttpClient();
+  const counted = Object.create(inner) as Stripe.HttpClient;
+  counted.makeRequest = (...args) =>
+    metrics.observeUpstream('stripe', () => inner.makeRequest(...args), (res) => res.getStatusCode());
+  return counted;
+}
+
 /** For selling: Stripe must be configured, else 503 BILLING_NOT_CONFIGURED (a state of the installation, not of the request). */
-export function requireStripe(config: Config): Stripe {
-  const client = stripeClient(config);
+export function requireStripe(deps: Pick<Deps, 'config' | 'metrics'>): Stripe {
+  const client = stripeClient(deps);
   if (!client) throw new AppError('BILLING_NOT_CONFIGURED', 'Billing is not configured on this installation (STRIPE_SECRET_KEY is not set)');
   return client;
 }

@@ -176,7 +176,7 @@ async function actOn(tx: Queryable, ctx: Ctx, stored: StoredEvent, readBack: Str
  */
 async function readBackSubscription(deps: Deps, stored: StoredEvent): Promise<Stripe.Subscription | null> {
   if (!stored.type.startsWith('customer.subscription.')) return null;
-  const stripe = stripeClient(deps.config);
+  const stripe = stripeClient(deps);
   if (!stripe) return null;
   const id = (stored.payload.data.object as { id?: unknown }).id;
   if (typeof id !== 'string') return null;

@@ -110,8 +110,11 @@ export class DeductionBatcher {
   private readonly reportToMeter: boolean;
 
   constructor(
-    /** With `caches`, each answer writes through to the balance an advisory check reads (credits/balance-cache.ts). */
-    private readonly deps: Pick<Deps, 'db' | 'config'> & Partial<Pick<Deps, 'caches'>>,
+    /**
+     * With `caches`, each answer writes through to the balance an advisory check reads (credits/balance-cache.ts);
+     * with `metrics`, batch sizes and fallbacks are counted.
+     */
+    private readonly deps: Pick<Deps, 'db' | 'config'> & Partial<Pick<Deps, 'caches' | 'metrics'>>,
     private readonly settings: BatchSettings,
     private readonly onFallback: (err: unknown, size: number) => void = () => {},
   ) {
@@ -205,6 +208,7 @@ export class DeductionBatcher {
         return;
       }
       this.stats.fallbacks++;
+      this.deps.metrics?.deductionBatchFallbacks.inc();
       this.onFallback(err, batch.length);
       await this.oneByOne(batch);
       return;
@@ -212,6 +216,7 @@ export class DeductionBatcher {
     this.stats.batches++;
     this.stats.requests += batch.length;
     this.stats.ops += ops.length;
+    this.deps.metrics?.deductionBatchSize.observe(batch.length);
     for (const [i, p] of deductions.entries()) this.answer(p, outcomes[i]!);
     for (const [i, p] of ops.entries()) {
       const r = opResults[i]!;

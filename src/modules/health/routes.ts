@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { envelopeErrors } from '../../http/envelope.js';
 
-/** SPEC §1: no auth, no rate limit (metrics: the operator key). */
+/** SPEC §1: no auth, no rate limit (metrics: a scraper's METRICS_TOKEN or the operator key). */
 export async function healthRoutes(app: FastifyInstance): Promise<void> {
   app.get(
     '/healthz',
@@ -52,19 +52,24 @@ export async function healthRoutes(app: FastifyInstance): Promise<void> {
   app.get(
     '/metrics',
     {
-      config: { auth: 'admin' },
+      config: { auth: 'metrics' },
       schema: {
         tags: ['Health'],
         operationId: 'getMetrics',
-        summary: 'Prometheus metrics (rate-limit decisions by backend, Redis fallback); operator key',
-        security: [{ adminKey: [] }],
+        summary: 'Prometheus metrics: process, HTTP requests by route, deductions, reservations, outboxes, webhooks, upstreams, rate limits',
+        description:
+          'The Prometheus text exposition format (version 0.0.4), for a stock Prometheus scrape: `Authorization: Bearer <METRICS_TOKEN>` ' +
+          '(a credential that opens this route only; set METRICS_TOKEN) or the operator key `X-Admin-Key`. Every series is described in ' +
+          'docs/operations-metrics.md. The outbox gauges are read from the database at scrape time; if that read fails, the scrape still ' +
+          'answers 200 without them and `creditgate_scrape_collector_success{collector="outbox"}` is 0.',
+        security: [{ metricsToken: [] }, { adminKey: [] }],
         produces: ['text/plain'],
         response: { 200: Type.String({ description: 'Prometheus text exposition format' }), ...envelopeErrors(401) },
       },
     },
     async (_request, reply) => {
-      const { registry } = app.deps.metrics;
-      return reply.type(registry.contentType).send(await registry.metrics());
+      const { metrics } = app.deps;
+      return reply.type(metrics.registry.contentType).send(await metrics.scrape());
     },
   );
 }

@@ -60,7 +60,10 @@ export async function releaseInvocation(
 ): Promise<{ invocation_id: string; status: string; released_credits: number }> {
   const organizationId = await assertInvocationInScope(ctx, scope, invocationId);
   const released = await releaseInvocationHold(ctx, { deployment_id: scope.deploymentId, organization_id: organizationId }, invocationId);
-  if (released !== null) return { invocation_id: invocationId, status: 'released', released_credits: released };
+  if (released !== null) {
+    ctx.metrics.reservations.inc({ outcome: 'released' });
+    return { invocation_id: invocationId, status: 'released', released_credits: released };
+  }
   const view = await getInvocation(ctx, scope, invocationId);
   if (view.status === 'recorded' || view.status === 'refunded') {
     throw new AppError('CONFLICT', `Invocation ${invocationId} was already recorded; refund its usage instead`);

@@ -63,6 +63,7 @@ export async function checkEntitlement(
 
 async function reserve(ctx: Ctx, state: DeploymentState, cost: number, toolName: string, invocationId: string): Promise<CheckResult> {
   const outcome = await reserveInvocation(ctx, state, { cost, toolName, invocationId });
+  ctx.metrics.reservations.inc({ outcome: outcome.held ? 'held' : 'refused' });
   if (!outcome.held) return denial('insufficient_credits', state.tier);
   return {
     allowed: true,
@@ -77,6 +78,26 @@ async function reserve(ctx: Ctx, state: DeploymentState, cost: number, toolName:
 
 /** record-usage (stdio) and usage (service): deduct once, keep a usage record either way. */
 export async function recordUsage(
+  ctx: Ctx,
+  state: DeploymentState | null,
+  missing: DenialReason,
+  input: RecordInput,
+): Promise<RecordOutcome> {
+  const outcome = await recordOnce(ctx, state, missing, input);
+  // A replay deducted nothing now: counted when it was first recorded.
+  if (!outcome.replayed) {
+    const { result } = outcome;
+    if (result.success) {
+      ctx.metrics.deductions.inc({ source: 'mcp' });
+      ctx.metrics.creditsDeducted.inc({ source: 'mcp' }, result.credits_used);
+    } else {
+      ctx.metrics.deductionRefusals.inc({ source: 'mcp', reason: result.error ?? 'unknown' });
+    }
+  }
+  return outcome;
+}
+
+async function recordOnce(
   ctx: Ctx,
   state: DeploymentState | null,
   missing: DenialReason,

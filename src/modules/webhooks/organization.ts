@@ -336,7 +336,7 @@ export async function deliverDue(deps: Deps, batch: number): Promise<number> {
   return claimed.length;
 }
 
-async function deliverClaimed(deps: Pick<Deps, 'db' | 'clock' | 'config' | 'outbound'>, row: DeliveryRow, webhook: WebhookRow | null): Promise<DeliveryRow> {
+async function deliverClaimed(deps: Pick<Deps, 'db' | 'clock' | 'config' | 'outbound' | 'metrics'>, row: DeliveryRow, webhook: WebhookRow | null): Promise<DeliveryRow> {
   if (!webhook?.is_active) {
     return finish(deps, row, { status: 'failed', error: webhook ? 'webhook disabled' : 'webhook deleted', attempted: false });
   }
@@ -363,7 +363,7 @@ async function deliverClaimed(deps: Pick<Deps, 'db' | 'clock' | 'config' | 'outb
   return record(deps, row, webhook, outcome);
 }
 
-async function record(deps: Pick<Deps, 'db' | 'clock' | 'config'>, row: DeliveryRow, webhook: WebhookRow, outcome: AttemptOutcome): Promise<DeliveryRow> {
+async function record(deps: Pick<Deps, 'db' | 'clock' | 'config' | 'metrics'>, row: DeliveryRow, webhook: WebhookRow, outcome: AttemptOutcome): Promise<DeliveryRow> {
   const now = deps.clock.now();
   const attempts = row.attempt_count + 1;
   if (outcome.ok) {
@@ -393,7 +393,7 @@ export function retryDelayMs(failedAttempts: number, retryAfterMs: number | null
 }
 
 async function finish(
-  deps: Pick<Deps, 'db' | 'clock'>,
+  deps: Pick<Deps, 'db' | 'clock' | 'metrics'>,
   row: DeliveryRow,
   r: { status: string; outcome?: AttemptOutcome; attempts?: number; deliveredAt?: Date; nextRetryAt?: Date; error?: string; attempted: boolean },
 ): Promise<DeliveryRow> {
@@ -414,6 +414,8 @@ async function finish(
     ],
     'webhook_delivery_finish',
   );
+  const outcome = r.status === 'delivered' ? 'delivered' : r.status === 'pending' ? 'retry_scheduled' : 'failed';
+  deps.metrics.webhookDeliveries.inc({ kind: 'organization', outcome });
   return rows[0]!;
 }
 

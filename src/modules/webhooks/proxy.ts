@@ -100,12 +100,16 @@ export async function sendWebhook(
   if (!charged.claimed) throw new Error('a charge without an invocation id claims nothing');
   const charge = charged.result;
   if (!charge.deducted) {
+    ctx.metrics.deductionRefusals.inc({ source: 'webhook', reason: 'insufficient_credits' });
     await abandon(ctx, webhookId, 'insufficient credits');
     throw new AppError('INSUFFICIENT_CREDITS', `Sending a webhook costs ${CREDITS_PER_WEBHOOK} credit; the deployment has ${remainingAfter(charge) ?? 0}`, {
       creditsRequired: CREDITS_PER_WEBHOOK,
       creditsAvailable: remainingAfter(charge) ?? 0,
     });
   }
+
+  ctx.metrics.deductions.inc({ source: 'webhook' });
+  ctx.metrics.creditsDeducted.inc({ source: 'webhook' }, CREDITS_PER_WEBHOOK);
 
   const timestamp = Math.floor(ctx.clock.now().getTime() / 1000);
   const headers: Record<string, string> = {
@@ -129,6 +133,7 @@ export async function sendWebhook(
     creditsUsed = 0;
     creditsRemaining = refund.credits_remaining;
   }
+  ctx.metrics.webhookDeliveries.inc({ kind: 'proxy', outcome: outcome.last.ok ? 'delivered' : 'failed' });
   if (outcome.last.blocked) {
     await abandon(ctx, webhookId, outcome.last.error ?? 'address not allowed');
     throw urlNotAllowed(outcome.last.error ?? 'The address is not allowed');

@@ -1,0 +1,61 @@
+import { InvalidArgumentError } from 'commander';
+import { TIERS, type Tier } from '../modules/entitlements/tiers.js';
+
+/**
+ * Parsers for the operator commands' arguments, so a mistake is a one-line usage error (exit 2)
+ * before anything is sent. The service checks everything again; these only catch what a person
+ * mistypes; each message completes "<argument> '<value>' …" (cli.ts words commander's error line).
+ */
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export function uuid(value: string): string {
+  if (!UUID.test(value)) throw new InvalidArgumentError('must be a UUID (creditgate deployments lists them)');
+  return value;
+}
+
+export function tier(value: string): Tier {
+  if (!(TIERS as readonly string[]).includes(value)) throw new InvalidArgumentError(`must be one of ${TIERS.join(', ')}`);
+  return value as Tier;
+}
+
+/** A whole number (negative allowed: a negative grant takes credits back). */
+export function wholeNumber(value: string): number {
+  if (!/^-?\d+$/.test(value) || !Number.isSafeInteger(Number(value))) throw new InvalidArgumentError('must be a whole number');
+  return Number(value);
+}
+
+export function count(value: string): number {
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value))) throw new InvalidArgumentError('must be a whole number, 0 or more');
+  return Number(value);
+}
+
+/** An override: a count, or "null" to remove it. */
+export function countOrNull(value: string): number | null {
+  if (value === 'null') return null;
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value))) {
+    throw new InvalidArgumentError('must be a whole number, 0 or more, or "null" to remove the override');
+  }
+  return Number(value);
+}
+
+const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|[+-]\d{2}:\d{2})$/i;
+
+/** An RFC 3339 date-time with its time zone, as the API takes it (2027-01-01T00:00:00Z). */
+export function dateTime(value: string): string {
+  const match = DATE_TIME.exec(value);
+  const [, y, mo, d, h, mi, s] = (match ?? []).map(Number) as number[];
+  const day = match ? new Date(Date.UTC(y!, mo! - 1, d!)) : null;
+  const valid = day !== null && day.getUTCMonth() === mo! - 1 && day.getUTCDate() === d && h! < 24 && mi! < 60 && s! < 61;
+  if (!valid) throw new InvalidArgumentError('must be an ISO 8601 date-time with a time zone, e.g. 2027-01-01T00:00:00Z');
+  return value;
+}
+
+export function dateTimeOrNull(value: string): string | null {
+  return value === 'null' ? null : dateTime(value);
+}
+
+export function nonEmpty(value: string): string {
+  if (value.trim() === '') throw new InvalidArgumentError('must not be empty');
+  return value;
+}

@@ -1,0 +1,57 @@
+import { createRequire } from 'node:module';
+import { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
+import type { SecretRoutes } from './log-redaction.js';
+
+// pino-pretty (31 modules) is loaded only in pretty mode: a production start never pays for it.
+const require = createRequire(import.meta.url);
+
+/**
+ * How log lines are written (LOG_FORMAT, config.ts): `json` for machines (production, pipes, files),
+ * `pretty` for a person at a terminal: one line per request, no pid or hostname.
+ */
+export type LogFormat = 'json' | 'pretty';
+
+/** Something pino writes its lines to. */
+export interface LogSink {
+  write(line: string): unknown;
+}
+
+/**
+ * The logger's `stream`: JSON lines to `stream` (stdout when none), or, in pretty mode, each line
+ * formatted by pino-pretty in-process, synchronously, before it is written, so a crash loses
+ * nothing and a test reads what it logged at once. Redaction and serializers ran before either.
+ */
+export function logDestination(format: LogFormat, stream?: NodeJS.WritableStream): { stream?: LogSink } {
+  if (format === 'json') return stream ? { stream } : {};
+  const out = stream ?? process.stdout;
+  const { prettyFactory } = require('pino-pretty') as typeof import('pino-pretty');
+  const pretty = prettyFactory({
+    colorize: stream === undefined && process.stdout.isTTY === true && !process.env.NO_COLOR,
+    singleLine: true,
+    translateTime: 'SYS:HH:MM:ss.l',
+    ignore: 'pid,hostname,reqId',
+    // The request id ties a request's line to the error lines it caused.
+    messageFormat: (log, key, _level, { colors }) =>
+      log.reqId === undefined ? String(log[key]) : `${colors.gray(String(log.reqId))} ${String(log[key])}`,
+  });
+  return { stream: { write: (line: string) => out.write(pretty(line)) } };
+}
+
+/**
+ * Pretty mode's request logging: one line per request instead of Fastify's two ("incoming request",
+ * "request completed"), written when the answer is sent: `GET /invitations/[redacted] 200 3.1 ms`.
+ * The URL is the redacted one every log line shows (log-redaction.ts).
+ */
+export class OneLinePerRequest extends LogController {
+  constructor(private readonly secrets: SecretRoutes) {
+    super();
+  }
+
+  override incomingRequest(): void {}
+
+  override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply): void {
+    const line = `${request.method} ${this.secrets.redactUrl(request.url)} ${reply.statusCode} ${reply.elapsedTime.toFixed(1)} ms`;
+    if (error) reply.log.error({ err: error }, line);
+    else reply.log.info(line);
+  }
+}

@@ -1,0 +1,200 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+
+/**
+ * The operator CLI as a person runs it (src/cli.ts through tsx, no build): help, version, usage
+ * errors caught before any request, and what it sends to and prints from a stand-in service that
+ * records every request. Independent runs go in parallel: each spawn costs a few hundred ms.
+ */
+const CLI = join(process.cwd(), 'src', 'cli.ts');
+const ADMIN_KEY = 'cli-test-admin-key-0123456789';
+const DEPLOYMENT = '6f1c2d9e-1b2a-4c3d-8e4f-5a6b7c8d9e0f';
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+interface Recorded {
+  method: string;
+  url: string;
+  headers: IncomingHttpHeaders;
+  body: string;
+}
+
+let server: Server;
+let url: string;
+/** No development secrets in it: the key comes from ADMIN_API_KEY. */
+let dataDir: string;
+let recorded: Recorded[] = [];
+/** What the stand-in answers next: status and JSON body. */
+let answer: { status: number; body: unknown } = { status: 200, body: {} };
+
+function cli(...args: string[]): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', CLI, '--url', url, ...args], {
+      env: {
+        ...process.env,
+        ADMIN_API_KEY: ADMIN_KEY,
+        CREDITGATE_URL: '',
+        DATA_DIR: dataDir,
+        NO_COLOR: '1',
+      },
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`timed out: ${args.join(' ')}\n${stdout}\n${stderr}`));
+    }, 20_000);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+beforeAll(async () => {
+  dataDir = mkdtempSync(join(tmpdir(), 'cg-cli-commands-'));
+  server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      recorded.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, body });
+      res.writeHead(answer.status, { 'content-type': 'application/json' }).end(JSON.stringify(answer.body));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+afterAll(async () => {
+  await new Promise((resolve) => server.close(resolve));
+  rmSync(dataDir, { recursive: true, force: true });
+});
+beforeEach(() => {
+  recorded = [];
+  answer = { status: 200, body: {} };
+});
+
+describe('help and version', () => {
+  it('--version and -V print the package version; --help, COMMAND --help and help COMMAND describe the commands', async () => {
+    const { version } = JSON.parse(readFileSync(join(process.cwd(), 'package.json'), 'utf8')) as { version: string };
+    const [long, short, help, tierHelp, helpGrant] = await Promise.all([
+      cli('--version'),
+      cli('-V'),
+      cli('--help'),
+      cli('tier', '--help'),
+      cli('help', 'grant'),
+    ]);
+    expect(long).toMatchObject({ code: 0, stdout: `${version}\n` });
+    expect(short).toMatchObject({ code: 0, stdout: `${version}\n` });
+    expect(help.code).toBe(0);
+    for (const command of ['serve', 'migrate', 'demo', 'deployments', 'tier', 'grant', 'override', 'reset-usage', 'map-tool']) {
+      expect(help.stdout).toContain(`  ${command}`);
+    }
+    expect(help.stdout).toMatch(/Exit codes: 0 ok; 1 .*; 2 /s);
+    expect(tierHelp).toMatchObject({ code: 0, stderr: '' });
+    expect(tierHelp.stdout).toContain('Usage: creditgate tier [options] <id> <tier>');
+    expect(tierHelp.stdout).toContain('sandbox|trial|launch|growth|enterprise');
+    expect(helpGrant.code).toBe(0);
+    expect(helpGrant.stdout).toContain('Usage: creditgate grant [options] <id> <amount> <reason...>');
+    expect(helpGrant.stdout).toContain('--expires-at');
+    expect(recorded).toEqual([]);
+  });
+});
+
+describe('usage errors: one line, exit 2, nothing sent', () => {
+  it('names an unknown command (with a suggestion), a missing argument and each invalid value', async () => {
+    const runs = await Promise.all([
+      cli('frobnicate'),
+      cli('deploymnts'),
+      cli('help', 'frobnicate'),
+      cli('deployment'),
+      cli('tier', DEPLOYMENT),
+      cli('tier', DEPLOYMENT, 'gold'),
+      cli('tier', 'not-a-uuid', 'growth'),
+      cli('grant', DEPLOYMENT, '1.5', 'goodwill'),
+      cli('grant', DEPLOYMENT, '10', ' '),
+      cli('override', DEPLOYMENT, '--expires-at', '2027-02-30T00:00:00Z'),
+      cli('override', DEPLOYMENT, '--monthly-credits', 'lots'),
+      cli('cost', 'rag_query', '-1'),
+    ]);
+    const stderr = runs.map((r) => r.stderr);
+    expect(stderr).toEqual([
+      "creditgate: unknown command 'frobnicate'; see creditgate --help\n",
+      "creditgate: unknown command 'deploymnts' (did you mean deployments?); see creditgate --help\n",
+      "creditgate: unknown command 'frobnicate'; see creditgate --help\n",
+      "creditgate deployment: missing required argument 'id'; see creditgate deployment --help\n",
+      "creditgate tier: missing required argument 'tier'; see creditgate tier --help\n",
+      "creditgate tier: tier 'gold' must be one of sandbox, trial, launch, growth, enterprise; see creditgate tier --help\n",
+      "creditgate tier: id 'not-a-uuid' must be a UUID (creditgate deployments lists them); see creditgate tier --help\n",
+      "creditgate grant: amount '1.5' must be a whole number; see creditgate grant --help\n",
+      'creditgate: grant: REASON must not be empty; see creditgate grant --help\n',
+      "creditgate override: --expires-at '2027-02-30T00:00:00Z' must be an ISO 8601 date-time with a time zone, e.g. 2027-01-01T00:00:00Z; see creditgate override --help\n",
+      'creditgate override: --monthly-credits \'lots\' must be a whole number, 0 or more, or "null" to remove the override; see creditgate override --help\n',
+      "creditgate cost: credits '-1' must be a whole number, 0 or more; see creditgate cost --help\n",
+    ]);
+    for (const run of runs) expect(run).toMatchObject({ code: 2, stdout: '' });
+    expect(recorded).toEqual([]);
+  });
+});
+
+describe('requests', () => {
+  it('sends the method, the encoded path, the operator key and the body; prints the answer', async () => {
+    answer = { status: 200, body: { id: DEPLOYMENT, balance: { purchased: -5 } } };
+    const [grant, mapTool] = await Promise.all([
+      cli('grant', DEPLOYMENT, '-5', 'took', 'back', '--expires-at', '2027-01-01T00:00:00Z'),
+      cli('map-tool', 'search/web #1', 'rag_query'),
+    ]);
+    expect(grant).toMatchObject({ code: 0, stderr: '' });
+    expect(JSON.parse(grant.stdout)).toEqual(answer.body);
+    expect(mapTool.code).toBe(0);
+    const byMethod = Object.fromEntries(recorded.map((r) => [r.method, r]));
+    expect(byMethod.POST).toMatchObject({
+      url: `/api/v1/admin/deployments/${DEPLOYMENT}/credits`,
+      headers: { 'x-admin-key': ADMIN_KEY, 'content-type': 'application/json' },
+    });
+    expect(JSON.parse(byMethod.POST!.body)).toEqual({ amount: -5, reason: 'took back', expires_at: '2027-01-01T00:00:00Z' });
+    expect(byMethod.PUT).toMatchObject({ url: '/api/v1/admin/tool-actions/search%2Fweb%20%231', headers: { 'x-admin-key': ADMIN_KEY } });
+    expect(JSON.parse(byMethod.PUT!.body)).toEqual({ action: 'rag_query' });
+  });
+
+  it("prints the service's error in one line (message, field messages, code) and exits 1; an unreachable service too", async () => {
+    answer = {
+      status: 400,
+      body: {
+        error: 'invalid_request',
+        code: 'INVALID_REQUEST',
+        message: 'Invalid request: tier must be one of sandbox, trial, launch, growth, enterprise',
+        fields: [
+          { field: 'tier', message: 'must be one of sandbox, trial, launch, growth, enterprise' },
+          { field: 'status', message: 'must be active or suspended' },
+        ],
+      },
+    };
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const nobody = `http://127.0.0.1:${(closed.address() as AddressInfo).port}`;
+    await new Promise((resolve) => closed.close(resolve));
+    const [refused, unreachable] = await Promise.all([cli('tier', DEPLOYMENT, 'growth'), cli('deployments', '--url', nobody)]);
+    expect(refused).toMatchObject({
+      code: 1,
+      stdout: '',
+      stderr:
+        'creditgate: Invalid request: tier must be one of sandbox, trial, launch, growth, enterprise (status must be active or suspended) [INVALID_REQUEST, HTTP 400]\n',
+    });
+    expect(recorded).toHaveLength(1);
+    expect(recorded[0]).toMatchObject({ method: 'PUT', url: `/api/v1/admin/deployments/${DEPLOYMENT}` });
+    expect(JSON.parse(recorded[0]!.body)).toEqual({ tier: 'growth' });
+    expect(unreachable.code).toBe(1);
+    expect(unreachable.stderr).toBe(`creditgate: cannot reach creditgate at ${nobody} (ECONNREFUSED); is it running? (npm start)\n`);
+  });
+});
