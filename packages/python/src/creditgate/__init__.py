@@ -1,0 +1,62 @@
+"""creditgate: a standard-library Python client for creditgate, and ``metered`` for MCP tools.
+
+    from creditgate import Client, metered
+    cg = Client(api_key=os.environ["CREDITGATE_API_KEY"], base_url=os.environ["CREDITGATE_URL"])
+    cg.stdio.check_entitlement("search")
+"""
+
+from ._identity import IDEMPOTENCY_META_KEYS, canonical, derive_invocation_id, invocation_id_for, uuid7
+from ._version import __version__
+from .client import CacheOptions, Client
+from .errors import CreditgateError, MeteringDenied
+from .metered import Metered, MeteredCall, metered
+from .types import (
+    AiQuota,
+    CreditCost,
+    CreditCosts,
+    DenialReason,
+    EntitlementSnapshot,
+    InvocationStatus,
+    RecordResult,
+    RefundResult,
+    ReleaseResult,
+    ResolveResult,
+    ServiceCheckResult,
+    StdioCheckResult,
+    WebhookDeliveries,
+    WebhookDelivery,
+    WebhookQuota,
+    WebhookSendResult,
+)
+
+__all__ = [
+    "IDEMPOTENCY_META_KEYS",
+    "AiQuota",
+    "CacheOptions",
+    "Client",
+    "CreditCost",
+    "CreditCosts",
+    "CreditgateError",
+    "DenialReason",
+    "EntitlementSnapshot",
+    "InvocationStatus",
+    "Metered",
+    "MeteredCall",
+    "MeteringDenied",
+    "RecordResult",
+    "RefundResult",
+    "ReleaseResult",
+    "ResolveResult",
+    "ServiceCheckResult",
+    "StdioCheckResult",
+    "WebhookDeliveries",
+    "WebhookDelivery",
+    "WebhookQuota",
+    "WebhookSendResult",
+    "__version__",
+    "canonical",
+    "derive_invocation_id",
+    "invocation_id_for",
+    "metered",
+    "uuid7",
+]
