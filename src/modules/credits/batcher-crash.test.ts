@@ -29,9 +29,13 @@ describe.runIf(dbKind === 'postgres')('group commit under SIGKILL (PostgreSQL)',
     const tool = unique('crash-tool');
     const prefix = unique('inv');
     const total = 3000;
+    // The child's sessions are named, so the test can wait until PostgreSQL has ended every one of them.
+    const applicationName = unique('crash-child').slice(0, 60);
+    const childUrl = new URL(inject('postgresUrl'));
+    childUrl.searchParams.set('application_name', applicationName);
     const child: ChildProcess = spawn(
       process.execPath,
-      ['--import', 'tsx', childScript, inject('postgresUrl'), h.clock.now().toISOString(), t.deploymentId, t.organizationId, tool, prefix, String(total)],
+      ['--import', 'tsx', childScript, childUrl.toString(), h.clock.now().toISOString(), t.deploymentId, t.organizationId, tool, prefix, String(total)],
       { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     const acked = new Set<string>();
@@ -54,7 +58,17 @@ describe.runIf(dbKind === 'postgres')('group commit under SIGKILL (PostgreSQL)',
     } finally {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     }
-    // PostgreSQL rolls back what the dead process had not committed once its connections drop.
+    // PostgreSQL rolls back what the dead process had not committed once its connections drop; a
+    // backend that had already received COMMIT finishes it. Either way the outcome is settled only when
+    // the backend is gone, which on a loaded machine can be a moment after the process died.
+    for (let waited = 0; ; waited += 20) {
+      const [alive] = await h.deps.db.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1', [
+        applicationName,
+      ]);
+      if (alive?.n === 0) break;
+      if (waited > 30_000) throw new Error(`${alive?.n} sessions of the killed child are still open after 30 s`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
     const recorded = async () =>
       h.deps.db.query<{ invocation_id: string; n: number }>(
         `SELECT invocation_id, count(*)::int AS n FROM usage_records WHERE deployment_id = $1 AND success GROUP BY invocation_id`,
