@@ -152,10 +152,10 @@ function buildProgram(): Command {
     .addOption(new Option('--expires-at <date-time>', 'when the overrides lapse (ISO 8601, in the future)').argParser(parse.dateTimeOrNull))
     .action(async (deployment: string, options: Record<string, number | string | null | undefined>) => {
       const body = {
-        monthly_credits: options.monthlyCredits,
-        api_rate_limit: options.apiRateLimit,
-        ai_tokens_limit: options.aiTokensLimit,
-        expires_at: options.expiresAt,
+        monthly_credits: parse.orNull(options.monthlyCredits),
+        api_rate_limit: parse.orNull(options.apiRateLimit),
+        ai_tokens_limit: parse.orNull(options.aiTokensLimit),
+        expires_at: parse.orNull(options.expiresAt),
       };
       const given = Object.fromEntries(Object.entries(body).filter(([, value]) => value !== undefined));
       if (Object.keys(given).length === 0) throw new UsageError('override: name at least one override to set; see creditgate override --help');

@@ -167,6 +167,15 @@ describe('requests', () => {
     expect(JSON.parse(byMethod.PUT!.body)).toEqual({ action: 'rag_query' });
   });
 
+  it('override: "null" removes an override (sent as JSON null, not as an empty string)', async () => {
+    answer = { status: 200, body: { id: DEPLOYMENT } };
+    const override = await cli('override', DEPLOYMENT, '--monthly-credits', 'null', '--api-rate-limit', '120', '--expires-at', 'null');
+    expect(override).toMatchObject({ code: 0, stderr: '' });
+    expect(recorded).toHaveLength(1);
+    expect(recorded[0]).toMatchObject({ method: 'PUT', url: `/api/v1/admin/deployments/${DEPLOYMENT}/overrides` });
+    expect(JSON.parse(recorded[0]!.body)).toEqual({ monthly_credits: null, api_rate_limit: 120, expires_at: null });
+  });
+
   it("prints the service's error in one line (message, field messages, code) and exits 1; an unreachable service too", async () => {
     answer = {
       status: 400,

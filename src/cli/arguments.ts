@@ -30,9 +30,16 @@ export function count(value: string): number {
   return Number(value);
 }
 
+/**
+ * The word that removes an override or clears a field. Parsers keep it as the string: commander turns
+ * an option value a parser makes null into "" (the body builder maps it with `orNull`).
+ */
+export const NULL_WORD = 'null';
+export const orNull = <T>(value: T | typeof NULL_WORD): T | null => (value === NULL_WORD ? null : value);
+
 /** An override: a count, or "null" to remove it. */
-export function countOrNull(value: string): number | null {
-  if (value === 'null') return null;
+export function countOrNull(value: string): number | typeof NULL_WORD {
+  if (value === NULL_WORD) return NULL_WORD;
   if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value))) {
     throw new InvalidArgumentError('must be a whole number, 0 or more, or "null" to remove the override');
   }
@@ -51,8 +58,8 @@ export function dateTime(value: string): string {
   return value;
 }
 
-export function dateTimeOrNull(value: string): string | null {
-  return value === 'null' ? null : dateTime(value);
+export function dateTimeOrNull(value: string): string {
+  return value === NULL_WORD ? NULL_WORD : dateTime(value);
 }
 
 export function nonEmpty(value: string): string {
