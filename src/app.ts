@@ -30,6 +30,7 @@ import { memberRoutes } from './modules/members/routes.js';
 import { selfHostedRoutes } from './modules/self-hosted/routes.js';
 import { adminOrganizationRoutes } from './modules/admin/organization-routes.js';
 import { adminRoutes } from './modules/admin/routes.js';
+import { adminTemplateRoutes } from './modules/admin/template-routes.js';
 import { authRoutes } from './modules/auth/routes.js';
 import { entitlementRoutes } from './modules/entitlements/routes.js';
 import { watchOutboxBacklog } from './modules/events/backlog.js';
@@ -37,6 +38,7 @@ import { healthRoutes } from './modules/health/routes.js';
 import { homeRoutes } from './modules/home/routes.js';
 import { meteringRoutes } from './modules/metering/routes.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
+import { templateRoutes } from './modules/templates/routes.js';
 import { OutboundHttp } from './modules/webhooks/deliver.js';
 import { organizationWebhookRoutes } from './modules/webhooks/organization-routes.js';
 import { webhookProxyRoutes } from './modules/webhooks/routes.js';
@@ -142,6 +144,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(aiRoutes);
   await app.register(adminRoutes);
   await app.register(adminOrganizationRoutes);
+  await app.register(adminTemplateRoutes);
   await app.register(authRoutes);
   await app.register(organizationRoutes);
   await app.register(memberRoutes);
@@ -154,6 +157,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(selfHostedRoutes);
   await app.register(webhookProxyRoutes);
   await app.register(organizationWebhookRoutes);
+  await app.register(templateRoutes);
   // Start counting in the shared window from the first request when Redis is there (bounded wait).
   app.addHook('onReady', async () => {
     await limiter.ready(2_000);

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { Argument, Command, CommanderError, Option } from 'commander';
 import { type AdminApi, adminApi, baseUrl, path } from './cli/admin-api.js';
 import * as parse from './cli/arguments.js';
+import { addTemplateCommands } from './cli/templates.js';
 import { EXIT, UsageError } from './cli/exit-codes.js';
 import { TIERS } from './modules/entitlements/tiers.js';
 
@@ -189,6 +190,7 @@ function buildProgram(): Command {
     .addArgument(new Argument('<tool>', 'tool name as the MCP server reports it').argParser(parse.nonEmpty))
     .addArgument(new Argument('<action>', 'an action of the cost table').argParser(parse.nonEmpty))
     .action(async (tool: string, action: string) => print(await connect().send('PUT', path`/api/v1/admin/tool-actions/${tool}`, { action })));
+  addTemplateCommands(program, connect, print);
 
   for (const command of program.commands) command.configureOutput({ outputError: (text, write) => write(errorLine(command, text)) });
   return program;

@@ -61,6 +61,11 @@ export interface Config {
   webhookAllowPrivateNetworks: boolean;
   /** SPEC §7: 10 s per webhook attempt. Not an environment variable; tests shorten it. */
   webhookAttemptTimeoutMs: number;
+  /** SPEC §12: deployment_url of the built-in provisioner is https://{subdomain}.{templateBaseDomain}. */
+  templateBaseDomain: string;
+  /** SPEC §12: when set, template deployments are POSTed here, signed with templateProvisionerSecret (docs/templates.md). */
+  templateProvisionerUrl: string | undefined;
+  templateProvisionerSecret: string | undefined;
   newOrgTier: Tier;
   logLevel: string;
   /** LOG_FORMAT: `pretty` (one line per request, for a person) or `json`; default pretty only in development on a terminal. */
@@ -263,6 +268,24 @@ function meterEventName(env: Env, name: string): string | undefined {
   return raw;
 }
 
+/** A DNS name: dot-separated labels of a-z, 0-9 and inner hyphens (stored in lower case). */
+export const HOST_NAME_RE = /^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/;
+
+function hostName(env: Env, name: string, fallback: string): string {
+  const raw = str(env, name)?.toLowerCase().replace(/\.$/, '');
+  if (raw === undefined) return fallback;
+  if (!HOST_NAME_RE.test(raw)) throw new ConfigError(name, `must be a host name such as apps.example.com, got "${raw}"`);
+  return raw;
+}
+
+/** The provisioner's signing secret: required with TEMPLATE_PROVISIONER_URL, as long as a webhook secret at least. */
+function provisionerSecret(env: Env, name: string, urlName: string): string | undefined {
+  const raw = str(env, name);
+  if (raw === undefined && str(env, urlName) !== undefined) throw new ConfigError(name, `is required when ${urlName} is set`);
+  if (raw !== undefined && (raw.length < 24 || raw.length > 256)) throw new ConfigError(name, 'must be 24 to 256 characters');
+  return raw;
+}
+
 function list(env: Env, name: string): string[] {
   return (str(env, name) ?? '')
     .split(',')
@@ -348,6 +371,9 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     smtpUrl: url(env, 'SMTP_URL', ['smtp:', 'smtps:']),
     webhookAllowPrivateNetworks: bool(env, 'WEBHOOK_ALLOW_PRIVATE_NETWORKS', false),
     webhookAttemptTimeoutMs: 10_000,
+    templateBaseDomain: hostName(env, 'TEMPLATE_BASE_DOMAIN', 'localhost'),
+    templateProvisionerUrl: url(env, 'TEMPLATE_PROVISIONER_URL', ['http:', 'https:']),
+    templateProvisionerSecret: provisionerSecret(env, 'TEMPLATE_PROVISIONER_SECRET', 'TEMPLATE_PROVISIONER_URL'),
     newOrgTier: newOrgTier as Tier,
     logLevel: str(env, 'LOG_LEVEL') ?? (nodeEnv === 'test' ? 'silent' : 'info'),
     logFormat: logFormat(env, 'LOG_FORMAT', nodeEnv),
@@ -420,6 +446,9 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     smtpUrl: undefined,
     webhookAllowPrivateNetworks: false,
     webhookAttemptTimeoutMs: 10_000,
+    templateBaseDomain: 'localhost',
+    templateProvisionerUrl: undefined,
+    templateProvisionerSecret: undefined,
     newOrgTier: 'sandbox',
     logLevel: 'silent',
     logFormat: 'json',

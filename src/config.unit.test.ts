@@ -248,3 +248,20 @@ describe('LOG_FORMAT', () => {
     expect(configErrorOf(env({ LOG_FORMAT: 'text' })).message).toBe('LOG_FORMAT: must be json or pretty, got "text"');
   });
 });
+
+describe('templates (SPEC §12)', () => {
+  it('TEMPLATE_BASE_DOMAIN defaults to localhost and must be a host name; the provisioner secret is required with its URL', () => {
+    const base = env({ NODE_ENV: 'test' });
+    expect(loadConfig(base).config).toMatchObject({ templateBaseDomain: 'localhost', templateProvisionerUrl: undefined, templateProvisionerSecret: undefined });
+    expect(loadConfig(env({ NODE_ENV: 'test', TEMPLATE_BASE_DOMAIN: 'Apps.Example.com.' })).config.templateBaseDomain).toBe('apps.example.com');
+    expect(configErrorOf(env({ NODE_ENV: 'test', TEMPLATE_BASE_DOMAIN: 'https://apps.example.com' })).variable).toBe('TEMPLATE_BASE_DOMAIN');
+    const url = 'https://provisioner.example.com/deploy';
+    expect(configErrorOf(env({ NODE_ENV: 'test', TEMPLATE_PROVISIONER_URL: url })).message).toBe(
+      'TEMPLATE_PROVISIONER_SECRET: is required when TEMPLATE_PROVISIONER_URL is set',
+    );
+    expect(configErrorOf(env({ NODE_ENV: 'test', TEMPLATE_PROVISIONER_URL: url, TEMPLATE_PROVISIONER_SECRET: 'short' })).variable).toBe('TEMPLATE_PROVISIONER_SECRET');
+    expect(configErrorOf(env({ NODE_ENV: 'test', TEMPLATE_PROVISIONER_URL: 'ftp://x', TEMPLATE_PROVISIONER_SECRET: 's'.repeat(24) })).variable).toBe('TEMPLATE_PROVISIONER_URL');
+    const ok = loadConfig(env({ NODE_ENV: 'test', TEMPLATE_PROVISIONER_URL: url, TEMPLATE_PROVISIONER_SECRET: 's'.repeat(24) })).config;
+    expect(ok).toMatchObject({ templateProvisionerUrl: url, templateProvisionerSecret: 's'.repeat(24) });
+  });
+});

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bearer, createHarness, type Harness, json, signUp, signUpAsMember, signUpWithOrganization } from './harness.js';
+import { adminHeaders, bearer, createHarness, type Harness, json, signUp, signUpAsMember, signUpWithOrganization } from './harness.js';
 
 /**
  * SPEC §8, one table of authorization cases over every organization-scoped route of the application
@@ -34,6 +34,12 @@ const TABLE: Case[] = [
   { method: 'GET', url: '/organizations/:id/webhooks/:webhookId/deliveries', write: false },
   { method: 'POST', url: '/organizations/:id/webhooks/:webhookId/deliveries/:deliveryId/retry', write: true },
   { method: 'POST', url: '/organizations/:id/webhooks/:webhookId/test', write: true },
+  { method: 'GET', url: '/organizations/:id/template-deployments', write: false },
+  { method: 'POST', url: '/organizations/:id/template-deployments', body: { template_id: SOME, name: 'Matrix', subdomain: 'matrix-site' }, write: true },
+  { method: 'GET', url: '/organizations/:id/template-deployments/:tdId', write: false },
+  { method: 'PUT', url: '/organizations/:id/template-deployments/:tdId', body: { name: 'Renamed' }, write: true },
+  { method: 'DELETE', url: '/organizations/:id/template-deployments/:tdId', write: true },
+  { method: 'POST', url: '/organizations/:id/template-deployments/:tdId/retry', write: true },
 ];
 
 let h: Harness;
@@ -42,6 +48,8 @@ let readKey: string;
 let revokedKey: string;
 /** A webhook of the owner's organization, so read routes with a webhook id find one. */
 let webhookId = SOME;
+/** A template deployment of the owner's organization, for the same reason. */
+let tdId = SOME;
 
 const fill = (url: string, orgId: string, userId = SOME) =>
   url
@@ -49,6 +57,7 @@ const fill = (url: string, orgId: string, userId = SOME) =>
     .replace(':org_id', orgId)
     .replace(':userId', userId)
     .replace(':webhookId', webhookId)
+    .replace(':tdId', tdId)
     .replace(/:[A-Za-z]+/g, SOME);
 
 const send = (c: Case, headers: Record<string, string>, orgId = owner.organizationId, userId?: string) =>
@@ -78,6 +87,16 @@ beforeAll(async () => {
     payload: { url: 'https://example.com/hooks', events: ['api_key.created'] },
   });
   webhookId = json<{ data: { id: string } }>(hook).data.id;
+  const slug = `matrix-${owner.organizationId.slice(0, 8)}`;
+  const template = await h.request({ method: 'POST', url: '/api/v1/admin/templates', headers: adminHeaders(h), payload: { name: 'Matrix', slug } });
+  const td = await h.request({
+    method: 'POST',
+    url: `/organizations/${owner.organizationId}/template-deployments`,
+    headers: bearer(owner.accessToken),
+    payload: { template_id: json<{ id: string }>(template).id, name: 'Matrix', subdomain: slug },
+  });
+  expect(td.statusCode, td.body).toBe(201);
+  tdId = json<{ data: { id: string } }>(td).data.id;
 });
 afterAll(async () => {
   await h.close();

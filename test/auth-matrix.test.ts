@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { FAILED_AUTH_WINDOW_MS } from '../src/http/auth-throttle.js';
 import { bearer, createHarness, createTenant, type Harness, json } from './harness.js';
 
 /**
@@ -11,6 +12,10 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await h.close();
+});
+// Each case sends a 401 per /api/v1 route from one address: a fresh failed-authentication window per case keeps them under its limit.
+beforeEach(() => {
+  h.clock.advance(FAILED_AUTH_WINDOW_MS + 1);
 });
 
 const fill = (url: string) =>

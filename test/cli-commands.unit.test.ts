@@ -207,3 +207,56 @@ describe('requests', () => {
     expect(unreachable.stderr).toBe(`creditgate: cannot reach creditgate at ${nobody} (ECONNREFUSED); is it running? (npm start)\n`);
   });
 });
+
+describe('template commands', () => {
+  const TEMPLATE = '0b5e8c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b';
+
+  it('list, create, update and delete send the operator key, the encoded path and only the given fields', async () => {
+    answer = { status: 200, body: { templates: [] } };
+    const runs = await Promise.all([
+      cli('templates'),
+      cli('template-create', 'Blog starter', 'blog-starter', '--category', 'content', '--config', '{"image":"blog:1"}', '--inactive'),
+      cli('template-update', TEMPLATE, '--description', 'null', '--icon-url', 'https://cdn.example.com/i.png', '--active'),
+      cli('template-delete', TEMPLATE),
+    ]);
+    for (const run of runs) expect(run).toMatchObject({ code: 0, stderr: '' });
+    expect(JSON.parse(runs[0]!.stdout)).toEqual({ templates: [] });
+    const byMethod = Object.fromEntries(recorded.map((r) => [r.method, r]));
+    expect(byMethod.GET).toMatchObject({ url: '/api/v1/admin/templates', headers: { 'x-admin-key': ADMIN_KEY } });
+    expect(byMethod.POST).toMatchObject({ url: '/api/v1/admin/templates', headers: { 'x-admin-key': ADMIN_KEY } });
+    expect(JSON.parse(byMethod.POST!.body)).toEqual({ name: 'Blog starter', slug: 'blog-starter', category: 'content', config: { image: 'blog:1' }, is_active: false });
+    expect(byMethod.PUT).toMatchObject({ url: `/api/v1/admin/templates/${TEMPLATE}` });
+    expect(JSON.parse(byMethod.PUT!.body)).toEqual({ description: null, icon_url: 'https://cdn.example.com/i.png', is_active: true });
+    expect(byMethod.DELETE).toMatchObject({ url: `/api/v1/admin/templates/${TEMPLATE}`, body: '' });
+  });
+
+  it('bad arguments are one-line usage errors (exit 2) and nothing is sent; a 409 from the service is exit 1', async () => {
+    const runs = await Promise.all([
+      cli('template-create', 'Blog', 'Not_A_Slug'),
+      cli('template-create', 'Blog', 'blog', '--config', '[1,2]'),
+      cli('template-create', 'Blog', 'blog', '--icon-url', 'javascript:alert(1)'),
+      cli('template-update', 'nope', '--name', 'x'),
+      cli('template-update', TEMPLATE),
+      cli('template-update', TEMPLATE, '--active', '--inactive'),
+      cli('template-delete'),
+    ]);
+    expect(runs.map((r) => r.stderr)).toEqual([
+      "creditgate template-create: slug 'Not_A_Slug' must be 1 to 63 of a-z, 0-9 and hyphens, starting and ending with a letter or digit; see creditgate template-create --help\n",
+      'creditgate template-create: --config \'[1,2]\' must be a JSON object, e.g. \'{"image":"blog:1"}\'; see creditgate template-create --help\n',
+      'creditgate template-create: --icon-url \'javascript:alert(1)\' must be an http(s) URL, or "null" to clear it; see creditgate template-create --help\n',
+      "creditgate template-update: id 'nope' must be a UUID (creditgate templates lists them); see creditgate template-update --help\n",
+      'creditgate: template-update: name at least one change; see creditgate template-update --help\n',
+      "creditgate template-update: option '--active' cannot be used with option '--inactive'; see creditgate template-update --help\n",
+      "creditgate template-delete: missing required argument 'id'; see creditgate template-delete --help\n",
+    ]);
+    for (const run of runs) expect(run).toMatchObject({ code: 2, stdout: '' });
+    expect(recorded).toEqual([]);
+
+    answer = { status: 409, body: { error: 'conflict', code: 'CONFLICT', message: 'The template has 2 deployments; deactivate it (is_active: false) instead, or delete them first' } };
+    const refused = await cli('template-delete', TEMPLATE);
+    expect(refused).toMatchObject({
+      code: 1,
+      stderr: 'creditgate: The template has 2 deployments; deactivate it (is_active: false) instead, or delete them first [CONFLICT, HTTP 409]\n',
+    });
+  });
+});

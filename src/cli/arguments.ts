@@ -66,3 +66,42 @@ export function nonEmpty(value: string): string {
   if (value.trim() === '') throw new InvalidArgumentError('must not be empty');
   return value;
 }
+
+/** A template id (the same check as uuid, pointing at the command that lists templates). */
+export function templateId(value: string): string {
+  if (!UUID.test(value)) throw new InvalidArgumentError('must be a UUID (creditgate templates lists them)');
+  return value;
+}
+
+/** SPEC §8's slug rule, which template slugs follow. */
+export function slug(value: string): string {
+  if (!/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/.test(value)) {
+    throw new InvalidArgumentError('must be 1 to 63 of a-z, 0-9 and hyphens, starting and ending with a letter or digit');
+  }
+  return value;
+}
+
+/** A JSON object, as a template's config. */
+export function jsonObject(value: string): Record<string, unknown> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch {
+    parsed = undefined;
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+    throw new InvalidArgumentError('must be a JSON object, e.g. \'{"image":"blog:1"}\'');
+  }
+  return parsed as Record<string, unknown>;
+}
+
+/**
+ * An http(s) URL, or "null" to clear it. The word stays a string here: commander turns an option
+ * value a parser makes null into "" (the caller maps "null" to null when it builds the body).
+ */
+export function httpUrlOrNull(value: string): string {
+  if (value !== 'null' && (!/^https?:\/\/[^/?#\s]/i.test(value) || !URL.canParse(value))) {
+    throw new InvalidArgumentError('must be an http(s) URL, or "null" to clear it');
+  }
+  return value;
+}

@@ -140,7 +140,7 @@ async function authenticate(request: FastifyRequest, mode: AuthMode, scope: KeyS
 /** Every /api route must say how it authenticates; a route without `config.auth` fails the boot. */
 export function registerAuth(app: FastifyInstance): void {
   app.addHook('onRoute', (route) => {
-    if (/^\/(api|auth|organizations|invitations|billing)(\/|$)/.test(route.url) && !(route.config as { auth?: AuthMode } | undefined)?.auth) {
+    if (/^\/(api|auth|organizations|invitations|billing|templates)(\/|$)/.test(route.url) && !(route.config as { auth?: AuthMode } | undefined)?.auth) {
       throw new Error(`route ${route.method} ${route.url} declares no config.auth`);
     }
   });

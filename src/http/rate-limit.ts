@@ -30,7 +30,7 @@ export type LimitClass = 'tier' | 'plan' | 'none';
 export function limitClassOf(url: string): LimitClass {
   if (url.startsWith('/api/v1/admin')) return 'none';
   if (url.startsWith('/api/v1/')) return 'tier';
-  if (/^\/(api|auth|organizations|invitations|billing|users)(\/|$)/.test(url)) return 'plan';
+  if (/^\/(api|auth|organizations|invitations|billing|users|templates)(\/|$)/.test(url)) return 'plan';
   return 'none';
 }
 

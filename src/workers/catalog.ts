@@ -5,6 +5,7 @@ import { pruneStripeEvents, retryStripeEvents } from '../modules/billing/stripe-
 import { expireAiHolds, pruneAiHolds } from '../modules/credits/ai-usage.js';
 import { expireReservations, pruneInvocations } from '../modules/credits/reservations.js';
 import { dispatchPending } from '../modules/events/outbox.js';
+import { provisionDue } from '../modules/templates/provision.js';
 import { deliverDue } from '../modules/webhooks/organization.js';
 
 /**
@@ -93,6 +94,14 @@ export const WORKERS: WorkerDefinition[] = [
     batchSize: 100,
     intervalMs: 5_000,
     run: (deps) => reportMeterEvents(deps, 100),
+  },
+  {
+    // Template deployments due for a provisioning attempt (SPEC §12, docs/templates.md).
+    name: 'template-provisioning',
+    table: 'template_deployments',
+    batchSize: 10,
+    intervalMs: 2_000,
+    run: (deps) => provisionDue(deps, 10),
   },
 ];
 

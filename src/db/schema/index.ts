@@ -5,3 +5,4 @@ export * from './deployments.js';
 export * from './auth.js';
 export * from './billing.js';
 export * from './events.js';
+export * from './templates.js';

@@ -19,7 +19,9 @@ export type Permission =
   | 'billing.manage'
   | 'audit.read'
   | 'webhooks.read'
-  | 'webhooks.manage';
+  | 'webhooks.manage'
+  | 'templates.read'
+  | 'templates.manage';
 
 export type Role = 'owner' | 'admin' | 'member' | 'viewer';
 

@@ -1676,6 +1676,8 @@ export interface components {
             "organization.delete"?: boolean | null;
             "organization.read"?: boolean | null;
             "organization.update"?: boolean | null;
+            "templates.manage"?: boolean | null;
+            "templates.read"?: boolean | null;
             "webhooks.manage"?: boolean | null;
             "webhooks.read"?: boolean | null;
         };
@@ -1876,6 +1878,99 @@ export interface components {
             id: string;
             /** @constant */
             type: "subscription.updated";
+        };
+        /** Template */
+        Template: {
+            category: string | null;
+            /** @description The template configuration handed to the provisioner */
+            config: {
+                [key: string]: unknown;
+            };
+            /**
+             * Format: date-time
+             * @description When the template was created
+             */
+            created_at: string;
+            description: string | null;
+            icon_url: string | null;
+            /**
+             * Format: uuid
+             * @description Template id
+             */
+            id: string;
+            /** @description Listed at GET /templates and deployable */
+            is_active: boolean;
+            /** @description Display name */
+            name: string;
+            /** @description Unique slug */
+            slug: string;
+            /**
+             * Format: date-time
+             * @description When the template last changed
+             */
+            updated_at: string;
+        };
+        /** TemplateDeployment */
+        TemplateDeployment: {
+            /** @description Provisioning attempts since creation or the last retry */
+            attempts: number;
+            /** @description The deployment configuration handed to the provisioner */
+            config: {
+                [key: string]: unknown;
+            };
+            /**
+             * Format: date-time
+             * @description When it was created
+             */
+            created_at: string;
+            custom_domain: string | null;
+            deployment_url: string | null;
+            /**
+             * Format: uuid
+             * @description Template deployment id
+             */
+            id: string;
+            last_error: string | null;
+            /** @description Display name */
+            name: string;
+            next_attempt_at: string | null;
+            /**
+             * Format: uuid
+             * @description Organization id
+             */
+            organization_id: string;
+            /**
+             * @description pending → deploying → active, or failed after 5 attempts (retry: failed → deploying)
+             * @enum {string}
+             */
+            status: "pending" | "deploying" | "active" | "failed";
+            /** @description Unique across the installation */
+            subdomain: string;
+            /**
+             * Format: uuid
+             * @description Template id
+             */
+            template_id: string;
+            /**
+             * Format: date-time
+             * @description When it last changed
+             */
+            updated_at: string;
+        };
+        /** TemplateDeploymentEnvelope */
+        TemplateDeploymentEnvelope: {
+            data: components["schemas"]["TemplateDeployment"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** TemplateDeploymentPage */
+        TemplateDeploymentPage: {
+            data: components["schemas"]["TemplateDeployment"][];
+            message: string;
+            meta: components["schemas"]["PageMeta"];
+            /** @enum {boolean} */
+            success: true;
         };
         /** UsageRecorded */
         UsageRecorded: {

@@ -1,0 +1,156 @@
+import { type Deps, systemCtx } from '../../context.js';
+import type { Queryable } from '../../db/client.js';
+import { forwardableHeaders } from '../webhooks/deliver.js';
+import { MAX_ATTEMPTS, retryDelayMs } from '../webhooks/organization.js';
+import { signatureHeaders } from '../webhooks/signing.js';
+import { checkTargetUrl } from '../webhooks/ssrf.js';
+import type { TemplateRow } from './catalog.js';
+import { auditTransition, type Status, type TemplateDeploymentRow } from './deployments.js';
+
+/**
+ * SPEC §12 provisioning worker (declared in src/workers/catalog.ts): claims due deployments with FOR
+ * UPDATE SKIP LOCKED and a lease, so any number of instances may run it; `pending` becomes
+ * `deploying` at the claim; the provisioner's answer makes it `active`, or schedules the next attempt
+ * with the §7 backoff (30 s, 2 min, 10 min, 1 h, ±20 %), or after 5 attempts makes it `failed` with
+ * the last error. Each status change writes its audit row in the same transaction.
+ */
+
+/** A claimed row is leased this long: well past one provisioner call (the webhook attempt timeout, 10 s). */
+export const LEASE_MS = 120_000;
+/** last_error keeps this many characters. */
+const ERROR_LIMIT = 1000;
+export const PROVISION_EVENT = 'template_deployment.provision';
+
+type ClaimedRow = TemplateDeploymentRow & { was: Status };
+
+const CLAIM_DUE_SQL = `WITH due AS (
+       SELECT id, status AS was FROM template_deployments
+       WHERE status IN ('pending', 'deploying') AND next_attempt_at <= $1 AND (leased_until IS NULL OR leased_until <= $1)
+       ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED
+     )
+     UPDATE template_deployments d SET status = 'deploying', leased_until = $3, updated_at = $1
+     FROM due WHERE d.id = due.id RETURNING d.*, due.was`;
+
+type Outcome = { ok: true; deploymentUrl: string } | { ok: false; error: string; final: boolean; retryAfterMs: number | null };
+
+/** One pass: claim up to `batch` due deployments and attempt each once (concurrently). Returns how many it claimed. */
+export async function provisionDue(deps: Deps, batch: number): Promise<number> {
+  const ctx = systemCtx(deps);
+  const now = deps.clock.now();
+  const lease = new Date(now.getTime() + LEASE_MS);
+  const claimed = await deps.db.transaction(async (tx) => {
+    const rows = await tx.query<ClaimedRow>(CLAIM_DUE_SQL, [now, batch, lease]);
+    for (const row of rows) if (row.was === 'pending') await auditTransition(tx, ctx, row, 'pending');
+    return rows;
+  });
+  await Promise.all(
+    claimed.map(async (row) => {
+      try {
+        const outcome = await provision(deps, row);
+        await record(deps, row, lease, outcome);
+      } catch (err) {
+        deps.log.warn({ err, templateDeployment: row.id }, 'template provisioning failed to record; the lease makes it due again');
+      }
+    }),
+  );
+  return claimed.length;
+}
+
+/** The built-in provisioner, or a signed POST to TEMPLATE_PROVISIONER_URL through the SSRF guard. */
+async function provision(deps: Deps, row: TemplateDeploymentRow): Promise<Outcome> {
+  const defaultUrl = `https://${row.subdomain}.${deps.config.templateBaseDomain}`;
+  const target = deps.config.templateProvisionerUrl;
+  if (!target) return { ok: true, deploymentUrl: defaultUrl };
+  const templates = await deps.db.query<TemplateRow>('SELECT * FROM templates WHERE id = $1', [row.template_id]);
+  const template = templates[0]!;
+  let url: URL;
+  try {
+    url = checkTargetUrl(target, deps.config.webhookAllowPrivateNetworks);
+  } catch (err) {
+    return { ok: false, error: (err as Error).message, final: true, retryAfterMs: null };
+  }
+  const now = deps.clock.now();
+  const body = Buffer.from(
+    JSON.stringify({
+      id: row.id,
+      type: PROVISION_EVENT,
+      created_at: now.toISOString(),
+      data: {
+        attempt: row.attempts + 1,
+        template: { id: template.id, slug: template.slug, name: template.name, config: template.config },
+        deployment: {
+          id: row.id,
+          organization_id: row.organization_id,
+          template_id: row.template_id,
+          name: row.name,
+          subdomain: row.subdomain,
+          custom_domain: row.custom_domain,
+          config: row.config,
+        },
+      },
+    }),
+  );
+  const headers = {
+    ...forwardableHeaders({}),
+    'content-type': 'application/json',
+    'user-agent': 'creditgate-templates/1',
+    'x-service-event': PROVISION_EVENT,
+    'x-service-delivery': row.id,
+    ...signatureHeaders({ secret: deps.config.templateProvisionerSecret ?? '', webhookId: row.id, timestamp: Math.floor(now.getTime() / 1000), body }),
+  };
+  const outcome = await deps.outbound.attempt({ url, method: 'POST', headers, body });
+  if (!outcome.ok) {
+    const excerpt = outcome.responseBody ? `: ${outcome.responseBody.replace(/\s+/g, ' ').slice(0, 500)}` : '';
+    return { ok: false, error: `${outcome.error ?? 'Provisioner failed'}${excerpt}`, final: outcome.blocked, retryAfterMs: outcome.retryAfterMs };
+  }
+  return answerOf(outcome.responseBody ?? '', defaultUrl);
+}
+
+/** A 2xx answer `{deployment_url?}`: an empty or non-JSON body means the default URL; a deployment_url that is not http(s) is a failed attempt. */
+function answerOf(text: string, defaultUrl: string): Outcome {
+  let parsed: unknown;
+  try {
+    parsed = text.trim() === '' ? {} : JSON.parse(text);
+  } catch {
+    return { ok: true, deploymentUrl: defaultUrl };
+  }
+  const given = (parsed as { deployment_url?: unknown } | null)?.deployment_url;
+  if (given === undefined || given === null) return { ok: true, deploymentUrl: defaultUrl };
+  if (typeof given === 'string' && given.length <= 2000 && /^https?:\/\/[^/?#\s]/i.test(given) && URL.canParse(given)) {
+    return { ok: true, deploymentUrl: given };
+  }
+  return { ok: false, error: 'The provisioner answered 2xx with a deployment_url that is not an http(s) URL', final: false, retryAfterMs: null };
+}
+
+/** The attempt's result, written only if this worker still holds the lease (guarded write). */
+async function record(deps: Deps, row: TemplateDeploymentRow, lease: Date, outcome: Outcome): Promise<void> {
+  const ctx = systemCtx(deps);
+  const now = deps.clock.now();
+  const attempts = row.attempts + 1;
+  await deps.db.transaction(async (tx: Queryable) => {
+    const guard = 'WHERE id = $1 AND status = \'deploying\' AND leased_until = $2 RETURNING *';
+    if (outcome.ok) {
+      const rows = await tx.query<TemplateDeploymentRow>(
+        `UPDATE template_deployments SET status = 'active', deployment_url = $3, last_error = NULL, attempts = $4,
+           next_attempt_at = NULL, leased_until = NULL, updated_at = $5 ${guard}`,
+        [row.id, lease, outcome.deploymentUrl, attempts, now],
+      );
+      if (rows[0]) await auditTransition(tx, ctx, rows[0], 'deploying', { deployment_url: outcome.deploymentUrl });
+      return;
+    }
+    const error = outcome.error.slice(0, ERROR_LIMIT);
+    if (outcome.final || attempts >= MAX_ATTEMPTS) {
+      const rows = await tx.query<TemplateDeploymentRow>(
+        `UPDATE template_deployments SET status = 'failed', last_error = $3, attempts = $4, next_attempt_at = NULL, leased_until = NULL, updated_at = $5 ${guard}`,
+        [row.id, lease, error, attempts, now],
+      );
+      if (rows[0]) await auditTransition(tx, ctx, rows[0], 'deploying', { error });
+      return;
+    }
+    const next = new Date(now.getTime() + retryDelayMs(attempts, outcome.retryAfterMs));
+    await tx.query(
+      `UPDATE template_deployments SET last_error = $3, attempts = $4, next_attempt_at = $5, leased_until = NULL, updated_at = $6 ${guard}`,
+      [row.id, lease, error, attempts, next, now],
+    );
+  });
+}
