@@ -39,6 +39,7 @@ import { homeRoutes } from './modules/home/routes.js';
 import { meteringRoutes } from './modules/metering/routes.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
 import { templateRoutes } from './modules/templates/routes.js';
+import { usageRoutes } from './modules/usage/routes.js';
 import { OutboundHttp } from './modules/webhooks/deliver.js';
 import { organizationWebhookRoutes } from './modules/webhooks/organization-routes.js';
 import { webhookProxyRoutes } from './modules/webhooks/routes.js';
@@ -158,6 +159,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(webhookProxyRoutes);
   await app.register(organizationWebhookRoutes);
   await app.register(templateRoutes);
+  await app.register(usageRoutes);
   // Start counting in the shared window from the first request when Redis is there (bounded wait).
   app.addHook('onReady', async () => {
     await limiter.ready(2_000);

@@ -25,6 +25,8 @@ const TABLE: Case[] = [
   { method: 'GET', url: '/organizations/:id/deployments', write: false },
   { method: 'POST', url: '/organizations/:id/deployments/:depId/secret', write: true },
   { method: 'GET', url: '/organizations/:id/audit-logs', write: false },
+  { method: 'GET', url: '/organizations/:id/usage/summary', write: false },
+  { method: 'GET', url: '/organizations/:id/usage/records', write: false },
   { method: 'POST', url: '/api/organizations/:org_id/invitations', body: { email: 'someone@example.com', role: 'member' }, write: true },
   { method: 'GET', url: '/organizations/:id/webhooks', write: false },
   { method: 'POST', url: '/organizations/:id/webhooks', body: { url: 'https://example.com/hooks', events: ['api_key.created'] }, write: true },

@@ -79,7 +79,9 @@ function documentRoute({ schema, url, route }: { schema: unknown; url: string; r
     if (success && config.idempotencyKey === 'replays') headers['Idempotent-Replayed'] = ref('Idempotent-Replayed');
     // Swagger reads the answer's description from this key and leaves the (shared, titled) schema as it is.
     const described = success && !answer.description ? { 'x-response-description': SUCCESS_DESCRIPTIONS[out.operationId ?? ''] } : {};
-    response[status] = { ...answer, ...described, ...(Object.keys(headers).length > 0 ? { headers } : {}) };
+    // A route's own headers (a CSV export's Link, Content-Disposition) stay beside the ones added here.
+    const all = { ...(answer.headers as Record<string, unknown> | undefined), ...headers };
+    response[status] = { ...answer, ...described, ...(Object.keys(all).length > 0 ? { headers: all } : {}) };
   }
   if (out.response) out.response = response;
   return { schema: out, url };

@@ -4,7 +4,7 @@ import { anyOf, Nullable, StringEnum } from '../../http/schemas.js';
 import type { Permission } from '../organizations/rbac.js';
 import { INVITATIONS_PER_ADDRESS_PER_DAY, INVITATIONS_PER_ORGANIZATION_PER_DAY } from './invitation-caps.js';
 
-/** Every seeded permission (migrations/0005, 0017); a test checks this list against the table. */
+/** Every seeded permission (migrations/0005, 0017, 0018); a test checks this list against the table. */
 export const PERMISSION_NAMES = [
   'organization.read',
   'organization.update',
@@ -24,6 +24,7 @@ export const PERMISSION_NAMES = [
   'webhooks.manage',
   'templates.read',
   'templates.manage',
+  'usage.read',
 ] as const satisfies readonly Permission[];
 
 export const security = anyOf('bearerAuth', 'apiKeyHeader', 'apiKey');

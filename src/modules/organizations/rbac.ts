@@ -21,7 +21,8 @@ export type Permission =
   | 'webhooks.read'
   | 'webhooks.manage'
   | 'templates.read'
-  | 'templates.manage';
+  | 'templates.manage'
+  | 'usage.read';
 
 export type Role = 'owner' | 'admin' | 'member' | 'viewer';
 

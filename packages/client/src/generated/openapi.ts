@@ -1678,6 +1678,7 @@ export interface components {
             "organization.update"?: boolean | null;
             "templates.manage"?: boolean | null;
             "templates.read"?: boolean | null;
+            "usage.read"?: boolean | null;
             "webhooks.manage"?: boolean | null;
             "webhooks.read"?: boolean | null;
         };
@@ -1972,6 +1973,81 @@ export interface components {
             /** @enum {boolean} */
             success: true;
         };
+        /** UsageGroup */
+        UsageGroup: {
+            /**
+             * @description Usage records (calls metered, refused ones included)
+             * @example 12
+             */
+            calls: number;
+            /**
+             * @description Credits deducted, net of refunds
+             * @example 22
+             */
+            credits: number;
+            /**
+             * @description Credits of these calls refunded since
+             * @example 0
+             */
+            credits_refunded: number;
+            /**
+             * @description Calls refused (nothing deducted)
+             * @example 1
+             */
+            failed: number;
+            key: string | null;
+            /**
+             * @description Calls that deducted
+             * @example 11
+             */
+            successful: number;
+        };
+        /** UsageRecord */
+        UsageRecord: {
+            /**
+             * @description The action it was metered as when recorded (ai_tokens for AI calls)
+             * @example rag_query
+             */
+            action: string;
+            /**
+             * @description Credits deducted, net of refunds
+             * @example 2
+             */
+            credits: number;
+            /**
+             * @description Credits refunded since
+             * @example 0
+             */
+            credits_refunded: number;
+            /**
+             * Format: uuid
+             * @description The deployment that metered the call
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            deployment_id: string;
+            error: string | null;
+            /**
+             * Format: uuid
+             * @description Usage record id
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            id: string;
+            invocation_id: string | null;
+            mcp_user_id: string | null;
+            /** @description Whether credits were deducted */
+            success: boolean;
+            /**
+             * Format: date-time
+             * @description When it was recorded (UTC)
+             * @example 2026-01-15T12:00:00.000Z
+             */
+            timestamp: string;
+            /**
+             * @description The tool (AI calls: the model; proxied webhooks: webhook_send)
+             * @example rag_query
+             */
+            tool_name: string;
+        };
         /** UsageRecorded */
         UsageRecorded: {
             credits_remaining: number | null;
@@ -1981,6 +2057,14 @@ export interface components {
             /** @description Whether credits were deducted */
             success: boolean;
             usage_id: string | null;
+        };
+        /** UsageRecordPage */
+        UsageRecordPage: {
+            data: components["schemas"]["UsageRecord"][];
+            message: string;
+            meta: components["schemas"]["PageMeta"];
+            /** @enum {boolean} */
+            success: true;
         };
         /** UsageRefunded */
         UsageRefunded: {
@@ -1992,6 +2076,73 @@ export interface components {
             refund_id: string | null;
             total_refunded: number;
             usage_id: string;
+        };
+        /** UsageSummary */
+        UsageSummary: {
+            deployment_id: string | null;
+            /**
+             * Format: date-time
+             * @description Start of the range, inclusive (UTC)
+             * @example 2025-12-16T12:00:00.000Z
+             */
+            from: string;
+            /**
+             * @description The grouping
+             * @enum {string}
+             */
+            group_by: "day" | "hour" | "tool" | "action" | "mcp_user";
+            /** @description Time buckets oldest first (the edge ones count only the part inside the range); otherwise by credits, then calls */
+            groups: components["schemas"]["UsageGroup"][];
+            /**
+             * Format: uuid
+             * @description Organization id
+             * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+             */
+            organization_id: string;
+            /**
+             * Format: date-time
+             * @description End of the range, exclusive (UTC)
+             * @example 2026-01-15T12:00:00.000Z
+             */
+            to: string;
+            totals: components["schemas"]["UsageTotals"];
+            /** @description More than 1,000 tools, actions or end users: the smallest are left out of groups, not of totals */
+            truncated: boolean;
+        };
+        /** UsageSummaryEnvelope */
+        UsageSummaryEnvelope: {
+            data: components["schemas"]["UsageSummary"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** UsageTotals */
+        UsageTotals: {
+            /**
+             * @description Usage records (calls metered, refused ones included)
+             * @example 12
+             */
+            calls: number;
+            /**
+             * @description Credits deducted, net of refunds
+             * @example 22
+             */
+            credits: number;
+            /**
+             * @description Credits of these calls refunded since
+             * @example 0
+             */
+            credits_refunded: number;
+            /**
+             * @description Calls refused (nothing deducted)
+             * @example 1
+             */
+            failed: number;
+            /**
+             * @description Calls that deducted
+             * @example 11
+             */
+            successful: number;
         };
         /** User */
         User: {

@@ -1,0 +1,100 @@
+import { Type } from 'typebox';
+import { PageQuery } from '../../http/envelope.js';
+import { Nullable, StringEnum } from '../../http/schemas.js';
+import { GROUP_BYS, MAX_RANGE_DAYS } from './range.js';
+
+const Uuid = (description: string) => Type.String({ format: 'uuid', description, examples: ['6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f'] });
+const Int = (description: string, example = 0) => Type.Integer({ description, examples: [example] });
+const Instant = (description: string) =>
+  Type.String({ format: 'date-time', maxLength: 40, description, examples: ['2026-01-15T00:00:00Z'] });
+
+export const OrgParams = Type.Object({ id: Uuid('Organization id') });
+
+const DeploymentFilter = Type.Optional(Uuid("Only this deployment's records (a deployment of the organization; another is 404)"));
+
+export const SummaryQuery = Type.Object(
+  {
+    group_by: Type.Optional(
+      StringEnum(GROUP_BYS, {
+        description: 'day or hour (UTC buckets, empty ones included), tool, action (as recorded) or mcp_user (end user; null = none). Default day',
+        default: 'day',
+        examples: ['day'],
+      }),
+    ),
+    from: Type.Optional(Instant('Start, inclusive (RFC 3339; any offset, answered in UTC). Default: 30 days before to')),
+    to: Type.Optional(
+      Instant(`End, exclusive (RFC 3339). Default: now. At most ${MAX_RANGE_DAYS.hour} days after from by hour, ${MAX_RANGE_DAYS.day} otherwise`),
+    ),
+    deployment_id: DeploymentFilter,
+  },
+  { additionalProperties: false },
+);
+
+export const RecordsQuery = Type.Object(
+  {
+    ...PageQuery.properties,
+    from: Type.Optional(Instant('Only records at or after this instant (RFC 3339)')),
+    to: Type.Optional(Instant('Only records before this instant (RFC 3339)')),
+    deployment_id: DeploymentFilter,
+    tool_name: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'Only calls of this tool', examples: ['rag_query'] })),
+    mcp_user_id: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'Only calls of this end user', examples: ['end-user-42'] })),
+    success: Type.Optional(Type.Boolean({ description: 'true: only calls that deducted; false: only refused ones' })),
+  },
+  { additionalProperties: false },
+);
+
+const Counts = {
+  calls: Int('Usage records (calls metered, refused ones included)', 12),
+  successful: Int('Calls that deducted', 11),
+  failed: Int('Calls refused (nothing deducted)', 1),
+  credits: Int('Credits deducted, net of refunds', 22),
+  credits_refunded: Int('Credits of these calls refunded since', 0),
+};
+
+export const UsageTotalsSchema = Type.Object(Counts, { title: 'UsageTotals' });
+
+export const UsageGroupSchema = Type.Object(
+  {
+    key: Nullable(
+      Type.String({
+        description: 'Bucket start (UTC ISO 8601) for day/hour; the tool name, the action, or the end user id (null: calls without one)',
+        examples: ['2026-01-15T00:00:00.000Z'],
+      }),
+    ),
+    ...Counts,
+  },
+  { title: 'UsageGroup' },
+);
+
+export const UsageSummarySchema = Type.Object(
+  {
+    organization_id: Uuid('Organization id'),
+    deployment_id: Nullable(Uuid('The deployment filter, or null for all of them')),
+    group_by: StringEnum(GROUP_BYS, { description: 'The grouping' }),
+    from: Type.String({ format: 'date-time', description: 'Start of the range, inclusive (UTC)', examples: ['2025-12-16T12:00:00.000Z'] }),
+    to: Type.String({ format: 'date-time', description: 'End of the range, exclusive (UTC)', examples: ['2026-01-15T12:00:00.000Z'] }),
+    groups: Type.Array(UsageGroupSchema, {
+      description: 'Time buckets oldest first (the edge ones count only the part inside the range); otherwise by credits, then calls',
+    }),
+    totals: UsageTotalsSchema,
+    truncated: Type.Boolean({ description: 'More than 1,000 tools, actions or end users: the smallest are left out of groups, not of totals' }),
+  },
+  { title: 'UsageSummary' },
+);
+
+export const UsageRecordSchema = Type.Object(
+  {
+    id: Uuid('Usage record id'),
+    deployment_id: Uuid('The deployment that metered the call'),
+    tool_name: Type.String({ description: 'The tool (AI calls: the model; proxied webhooks: webhook_send)', examples: ['rag_query'] }),
+    action: Type.String({ description: 'The action it was metered as when recorded (ai_tokens for AI calls)', examples: ['rag_query'] }),
+    mcp_user_id: Nullable(Type.String({ description: 'End user of the MCP session (service mode), else null', examples: ['end-user-42'] })),
+    credits: Int('Credits deducted, net of refunds', 2),
+    credits_refunded: Int('Credits refunded since', 0),
+    success: Type.Boolean({ description: 'Whether credits were deducted' }),
+    error: Nullable(Type.String({ description: 'Why nothing was deducted', examples: ['insufficient_credits'] })),
+    invocation_id: Nullable(Type.String({ description: 'Idempotency id of the call', examples: ['inv_01J9Z3'] })),
+    timestamp: Type.String({ format: 'date-time', description: 'When it was recorded (UTC)', examples: ['2026-01-15T12:00:00.000Z'] }),
+  },
+  { title: 'UsageRecord' },
+);

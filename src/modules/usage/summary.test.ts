@@ -1,0 +1,210 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { adminHeaders, createHarness, createTenant, type Harness, unique } from '../../../test/harness.js';
+import { sumGroups, usageFixtures } from '../../../test/usage-fixtures.js';
+import { findLedgerMismatches } from '../credits/ledger.js';
+
+/** GET /organizations/{id}/usage/summary over usage recorded at chosen clock times (issue 17). */
+let h: Harness;
+beforeAll(async () => {
+  h = await createHarness();
+});
+afterAll(async () => {
+  await h.close();
+});
+
+const f = usageFixtures(() => h);
+const key = (apiKey: string) => ({ 'x-api-key': apiKey });
+const pick = (groups: Array<{ key: string | null; calls: number; credits: number }>) => groups.map((g) => [g.key, g.calls, g.credits]);
+
+describe('GET /organizations/{id}/usage/summary by time', () => {
+  it('UTC day and hour buckets, empty ones included, and offsets normalised to UTC', async () => {
+    h.clock.set('2026-02-01T00:00:00.000Z');
+    const t = await createTenant(h, { tier: 'launch' });
+    const rag = await f.toolFor('rag_query');
+    for (const at of ['2026-02-03T23:59:59.000Z', '2026-02-04T00:00:00.000Z', '2026-02-04T10:15:00.000Z', '2026-02-04T10:45:00.000Z', '2026-02-04T12:00:00.000Z', '2026-02-06T08:00:00.000Z']) {
+      await f.record(t.deploymentId, rag, { at });
+    }
+    h.clock.set('2026-02-07T00:00:00.000Z');
+    const days = await f.summary(key(t.apiKey), t.organizationId, '?group_by=day&from=2026-02-03T00:00:00Z&to=2026-02-08T00:00:00Z');
+    expect(days).toMatchObject({ organization_id: t.organizationId, deployment_id: null, group_by: 'day', from: '2026-02-03T00:00:00.000Z', to: '2026-02-08T00:00:00.000Z' });
+    expect(pick(days.groups)).toEqual([
+      ['2026-02-03T00:00:00.000Z', 1, 2],
+      ['2026-02-04T00:00:00.000Z', 4, 8],
+      ['2026-02-05T00:00:00.000Z', 0, 0],
+      ['2026-02-06T00:00:00.000Z', 1, 2],
+      ['2026-02-07T00:00:00.000Z', 0, 0],
+    ]);
+    expect(days.totals).toEqual({ calls: 6, successful: 6, failed: 0, credits: 12, credits_refunded: 0 });
+    expect(sumGroups(days.groups)).toEqual(days.totals);
+
+    // +02:00 midnight is 22:00Z the day before: the 23:59:59Z record is inside, in its own UTC day.
+    const offset = await f.summary(key(t.apiKey), t.organizationId, `?from=${encodeURIComponent('2026-02-04T00:00:00+02:00')}&to=${encodeURIComponent('2026-02-05T00:00:00+00:00')}`);
+    expect(offset.from).toBe('2026-02-03T22:00:00.000Z');
+    expect(offset.to).toBe('2026-02-05T00:00:00.000Z');
+    expect(pick(offset.groups)).toEqual([
+      ['2026-02-03T00:00:00.000Z', 1, 2],
+      ['2026-02-04T00:00:00.000Z', 4, 8],
+    ]);
+    // …and 02:00+02:00 is midnight UTC: from is inclusive, so the 00:00:00Z record counts and 23:59:59Z does not.
+    const midnight = await f.summary(key(t.apiKey), t.organizationId, `?from=${encodeURIComponent('2026-02-04T02:00:00+02:00')}&to=2026-02-05T00:00:00Z`);
+    expect(pick(midnight.groups)).toEqual([['2026-02-04T00:00:00.000Z', 4, 8]]);
+    // to is exclusive.
+    const before = await f.summary(key(t.apiKey), t.organizationId, '?from=2026-02-03T00:00:00Z&to=2026-02-04T00:00:00Z');
+    expect(before.totals.calls).toBe(1);
+
+    const hours = await f.summary(key(t.apiKey), t.organizationId, '?group_by=hour&from=2026-02-04T10:00:00Z&to=2026-02-04T13:00:00Z');
+    expect(pick(hours.groups)).toEqual([
+      ['2026-02-04T10:00:00.000Z', 2, 4],
+      ['2026-02-04T11:00:00.000Z', 0, 0],
+      ['2026-02-04T12:00:00.000Z', 1, 2],
+    ]);
+    // An unaligned range: the edge buckets start before from and count only what is inside.
+    const partial = await f.summary(key(t.apiKey), t.organizationId, '?group_by=hour&from=2026-02-04T10:30:00Z&to=2026-02-04T12:00:00Z');
+    expect(pick(partial.groups)).toEqual([
+      ['2026-02-04T10:00:00.000Z', 1, 2],
+      ['2026-02-04T11:00:00.000Z', 0, 0],
+    ]);
+
+    // Defaults: the last 30 days ending now, by day.
+    const recent = await f.summary(key(t.apiKey), t.organizationId);
+    expect(recent).toMatchObject({ group_by: 'day', from: '2026-01-08T00:00:00.000Z', to: '2026-02-07T00:00:00.000Z' });
+    expect(recent.groups).toHaveLength(30);
+    expect(recent.totals.calls).toBe(6);
+    expect(recent.groups.filter((g) => g.calls === 0)).toHaveLength(27);
+  });
+
+  it('across a monthly period reset: credits are the deductions net of refunds, as in the ledger and the balance', async () => {
+    h.clock.set('2026-04-10T12:00:00.000Z');
+    const t = await createTenant(h, { tier: 'launch' });
+    const rag = await f.toolFor('rag_query');
+    const advanced = await f.toolFor('task_advanced');
+    await f.record(t.deploymentId, rag, { at: '2026-05-10T11:59:59.000Z' }); // the first period's last second
+    const late = await f.record(t.deploymentId, advanced, { at: '2026-05-10T12:00:01.000Z' }); // the second period
+    await f.record(t.deploymentId, rag, { at: '2026-05-11T00:00:00.000Z' });
+    const all = await f.summary(key(t.apiKey), t.organizationId, '?from=2026-04-10T00:00:00Z&to=2026-05-12T00:00:00Z');
+    expect(all.totals).toEqual({ calls: 3, successful: 3, failed: 0, credits: 7, credits_refunded: 0 });
+    expect(pick(all.groups.filter((g) => g.calls > 0))).toEqual([
+      ['2026-05-10T00:00:00.000Z', 2, 5],
+      ['2026-05-11T00:00:00.000Z', 1, 2],
+    ]);
+
+    const balance = await h.deps.db.query<{ period_start: Date; period_end: Date; monthly_used: number }>(
+      'SELECT period_start, period_end, monthly_used FROM credit_balances WHERE deployment_id = $1',
+      [t.deploymentId],
+    );
+    const b = balance[0]!;
+    expect(b.period_start.toISOString()).toBe('2026-05-10T12:00:00.000Z');
+    const period = await f.summary(key(t.apiKey), t.organizationId, `?from=${b.period_start.toISOString()}&to=${b.period_end.toISOString()}`);
+    expect(period.totals.credits).toBe(b.monthly_used);
+    expect(period.totals.credits).toBe(5);
+
+    await f.refund(late.usage_id!, 1);
+    const refunded = await f.summary(key(t.apiKey), t.organizationId, '?group_by=tool&from=2026-04-10T00:00:00Z&to=2026-05-12T00:00:00Z');
+    expect(refunded.totals).toEqual({ calls: 3, successful: 3, failed: 0, credits: 6, credits_refunded: 1 });
+    expect(refunded.groups.find((g) => g.key === advanced)).toMatchObject({ calls: 1, credits: 2, credits_refunded: 1 });
+    const ledger = await h.deps.db.query<{ net: number }>(
+      `SELECT COALESCE(-sum(amount), 0)::bigint AS net FROM credit_ledger
+       WHERE organization_id = $1 AND kind IN ('deduct', 'refund') AND usage_id IS NOT NULL`,
+      [t.organizationId],
+    );
+    expect(ledger[0]!.net).toBe(refunded.totals.credits);
+    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
+});
+
+describe('GET /organizations/{id}/usage/summary by tool, action and end user', () => {
+  it('groups by what was recorded, largest first, and filters by deployment', async () => {
+    h.clock.set('2026-06-01T00:00:00.000Z');
+    const t = await createTenant(h, { tier: 'launch' });
+    const second = await f.addDeployment(t.organizationId);
+    const rag = await f.toolFor('rag_query');
+    const advanced = await f.toolFor('task_advanced');
+    const plain = unique('unmapped'); // no mapping: platform_basic, 1 credit
+    h.clock.set('2026-06-02T09:00:00.000Z');
+    await f.record(t.deploymentId, rag, { mcpUserId: 'alice' });
+    await f.record(t.deploymentId, rag, { mcpUserId: 'alice' });
+    await f.record(t.deploymentId, advanced, { mcpUserId: 'bob' });
+    for (let i = 0; i < 3; i++) await f.record(second, plain);
+    await f.record(second, rag, { mcpUserId: 'bob' });
+    const q = '&from=2026-06-01T00:00:00Z&to=2026-06-03T00:00:00Z';
+
+    const byTool = await f.summary(key(t.apiKey), t.organizationId, `?group_by=tool${q}`);
+    expect(pick(byTool.groups)).toEqual([
+      [rag, 3, 6],
+      [plain, 3, 3],
+      [advanced, 1, 3],
+    ]);
+    expect(byTool.totals).toEqual({ calls: 7, successful: 7, failed: 0, credits: 12, credits_refunded: 0 });
+    expect(byTool.truncated).toBe(false);
+
+    const byAction = await f.summary(key(t.apiKey), t.organizationId, `?group_by=action${q}`);
+    expect(pick(byAction.groups)).toEqual([
+      ['rag_query', 3, 6],
+      ['platform_basic', 3, 3],
+      ['task_advanced', 1, 3],
+    ]);
+    // The action is the one recorded: mapping the tool elsewhere later does not rewrite history.
+    await f.toolFor('crew_execute', rag);
+    expect(pick((await f.summary(key(t.apiKey), t.organizationId, `?group_by=action${q}`)).groups)).toEqual(pick(byAction.groups));
+
+    const byUser = await f.summary(key(t.apiKey), t.organizationId, `?group_by=mcp_user${q}`);
+    expect(pick(byUser.groups)).toEqual([
+      ['bob', 2, 5],
+      ['alice', 2, 4],
+      [null, 3, 3],
+    ]);
+
+    const onlySecond = await f.summary(key(t.apiKey), t.organizationId, `?group_by=tool&deployment_id=${second}${q}`);
+    expect(onlySecond.deployment_id).toBe(second);
+    expect(pick(onlySecond.groups)).toEqual([
+      [plain, 3, 3],
+      [rag, 1, 2],
+    ]);
+  });
+
+  it('counts refused calls as failed, with no credits', async () => {
+    h.clock.set('2026-07-01T00:00:00.000Z');
+    const t = await createTenant(h, { tier: 'trial' });
+    const res = await h.request({ method: 'PUT', url: `/api/v1/admin/deployments/${t.deploymentId}/overrides`, headers: adminHeaders(h), payload: { monthly_credits: 3 } });
+    expect(res.statusCode, res.body).toBe(200);
+    const rag = await f.toolFor('rag_query');
+    expect((await f.record(t.deploymentId, rag, { mcpUserId: 'carol' })).success).toBe(true);
+    expect(await f.record(t.deploymentId, rag, { mcpUserId: 'carol' })).toMatchObject({ success: false, error: 'insufficient_credits' });
+    h.clock.advance(1000); // the default range ends now, exclusive
+    const s = await f.summary(key(t.apiKey), t.organizationId, '?group_by=mcp_user');
+    expect(s.groups).toEqual([{ key: 'carol', calls: 2, successful: 1, failed: 1, credits: 2, credits_refunded: 0 }]);
+  });
+});
+
+describe('GET /organizations/{id}/usage/summary under concurrent writes', () => {
+  it('every summary lies between the totals before and after, agrees with itself, and the last one is exact', async () => {
+    h.clock.set('2026-08-01T00:00:00.000Z');
+    const t = await createTenant(h, { tier: 'launch' });
+    const rag = await f.toolFor('rag_query');
+    h.clock.set('2026-08-02T00:00:00.000Z');
+    for (let i = 0; i < 5; i++) await f.record(t.deploymentId, rag, { mcpUserId: `u${i % 2}` });
+    const query = '?group_by=mcp_user&from=2026-08-01T00:00:00Z&to=2026-08-03T00:00:00Z';
+    const before = await f.summary(key(t.apiKey), t.organizationId, query);
+    expect(before.totals).toMatchObject({ calls: 5, credits: 10 });
+
+    const writes = Array.from({ length: 60 }, (_, i) => f.record(t.deploymentId, rag, { mcpUserId: `u${i % 3}` }));
+    const reads = Array.from({ length: 12 }, () => f.summary(key(t.apiKey), t.organizationId, query));
+    const [written, seen] = await Promise.all([Promise.all(writes), Promise.all(reads)]);
+    expect(written.every((w) => w.success)).toBe(true);
+    for (const s of seen) {
+      expect(s.totals.calls).toBeGreaterThanOrEqual(5);
+      expect(s.totals.calls).toBeLessThanOrEqual(65);
+      expect(s.totals.credits).toBe(2 * s.totals.calls);
+      expect(sumGroups(s.groups)).toEqual(s.totals);
+    }
+    const after = await f.summary(key(t.apiKey), t.organizationId, query);
+    expect(after.totals).toEqual({ calls: 65, successful: 65, failed: 0, credits: 130, credits_refunded: 0 });
+    expect(after.groups.map((g) => g.key).sort()).toEqual(['u0', 'u1', 'u2']);
+    const ledger = await h.deps.db.query<{ deducted: number }>(
+      "SELECT COALESCE(-sum(amount), 0)::bigint AS deducted FROM credit_ledger WHERE organization_id = $1 AND kind = 'deduct'",
+      [t.organizationId],
+    );
+    expect(ledger[0]!.deducted).toBe(130);
+    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
+});

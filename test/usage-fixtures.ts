@@ -1,0 +1,122 @@
+import type { LightMyRequestResponse } from 'fastify';
+import { expect } from 'vitest';
+import { createDeployment } from '../src/modules/deployments/service.js';
+import { adminHeaders, type Harness, json, serviceHeaders, unique } from './harness.js';
+
+export interface Counts {
+  calls: number;
+  successful: number;
+  failed: number;
+  credits: number;
+  credits_refunded: number;
+}
+export type Group = Counts & { key: string | null };
+export interface Summary {
+  organization_id: string;
+  deployment_id: string | null;
+  group_by: string;
+  from: string;
+  to: string;
+  groups: Group[];
+  totals: Counts;
+  truncated: boolean;
+}
+export interface UsageRecord {
+  id: string;
+  deployment_id: string;
+  tool_name: string;
+  action: string;
+  mcp_user_id: string | null;
+  credits: number;
+  credits_refunded: number;
+  success: boolean;
+  error: string | null;
+  invocation_id: string | null;
+  timestamp: string;
+}
+export type RecordPage = { data: UsageRecord[]; meta: { next_cursor: string | null } };
+export type ErrorBody = { error: { code: string; message: string }; details: { fields?: Array<{ field: string }> } };
+
+/**
+ * Fixtures of the usage analytics suites: usage recorded through the service-mode API at the
+ * harness clock's time, and readers of the two routes. `harness` is read at call time.
+ */
+export function usageFixtures(harness: () => Harness) {
+  const h = () => harness();
+  return {
+    /** POST /api/v1/mcp/usage at the clock's current time (optionally set first); must answer 200. */
+    async record(
+      deploymentId: string,
+      toolName: string,
+      options: { mcpUserId?: string | null; at?: string; invocationId?: string } = {},
+    ): Promise<{ success: boolean; credits_used: number; usage_id: string | null; error: string | null }> {
+      if (options.at) h().clock.set(options.at);
+      const res = await h().request({
+        method: 'POST',
+        url: '/api/v1/mcp/usage',
+        headers: serviceHeaders(h()),
+        payload: {
+          deployment_id: deploymentId,
+          tool_name: toolName,
+          ...(options.mcpUserId !== undefined ? { mcp_user_id: options.mcpUserId } : {}),
+          ...(options.invocationId ? { invocation_id: options.invocationId } : {}),
+        },
+      });
+      expect(res.statusCode, res.body).toBe(200);
+      return json(res);
+    },
+    /** A tool name of this run mapped to `action` (tool_actions is shared by every test of the run). */
+    async toolFor(action: string, name = unique(`tool-${action}`)): Promise<string> {
+      const res = await h().request({ method: 'PUT', url: `/api/v1/admin/tool-actions/${encodeURIComponent(name)}`, headers: adminHeaders(h()), payload: { action } });
+      expect(res.statusCode, res.body).toBe(200);
+      return name;
+    },
+    async refund(usageId: string, amount: number): Promise<void> {
+      const res = await h().request({ method: 'POST', url: `/api/v1/admin/usage/${usageId}/refund`, headers: adminHeaders(h()), payload: { amount, reason: 'test' } });
+      expect(res.statusCode, res.body).toBe(200);
+    },
+    /** A second (non-primary) deployment of the organization, through the service layer. */
+    async addDeployment(organizationId: string): Promise<string> {
+      const { deployment } = await h().deps.db.transaction((tx) =>
+        createDeployment(tx, h().ctx, { organizationId, name: unique('second'), tier: 'launch', isPrimary: false }),
+      );
+      return deployment.id;
+    },
+    summaryRes: (headers: Record<string, string>, organizationId: string, query = ''): Promise<LightMyRequestResponse> =>
+      h().request({ method: 'GET', url: `/organizations/${organizationId}/usage/summary${query}`, headers }),
+    async summary(headers: Record<string, string>, organizationId: string, query = ''): Promise<Summary> {
+      const res = await h().request({ method: 'GET', url: `/organizations/${organizationId}/usage/summary${query}`, headers });
+      expect(res.statusCode, res.body).toBe(200);
+      return json<{ data: Summary }>(res).data;
+    },
+    recordsRes: (headers: Record<string, string>, organizationId: string, query = ''): Promise<LightMyRequestResponse> =>
+      h().request({ method: 'GET', url: `/organizations/${organizationId}/usage/records${query}`, headers }),
+    /** Every record matching `query`, page by page from `cursor`. */
+    async walk(headers: Record<string, string>, organizationId: string, query: string, cursor: string | null = null): Promise<UsageRecord[]> {
+      const all: UsageRecord[] = [];
+      let pages = 0;
+      let next = cursor;
+      do {
+        const sep = query.includes('?') ? '&' : '?';
+        const res = await h().request({
+          method: 'GET',
+          url: `/organizations/${organizationId}/usage/records${query}${next ? `${sep}cursor=${encodeURIComponent(next)}` : ''}`,
+          headers,
+        });
+        expect(res.statusCode, res.body).toBe(200);
+        const body = json<RecordPage>(res);
+        all.push(...body.data);
+        next = body.meta.next_cursor;
+        pages += 1;
+      } while (next && pages < 200);
+      return all;
+    },
+  };
+}
+
+/** The sum of each count over groups: must equal the totals. */
+export function sumGroups(groups: Group[]): Counts {
+  const sum: Counts = { calls: 0, successful: 0, failed: 0, credits: 0, credits_refunded: 0 };
+  for (const g of groups) for (const k of Object.keys(sum) as Array<keyof Counts>) sum[k] += g[k];
+  return sum;
+}
