@@ -16,11 +16,12 @@ export function idempotencyKeyHeader(request: FastifyRequest): string | undefine
 
 /**
  * A route that takes the header (`config.idempotencyKey`, which also documents it in the OpenAPI
- * document) refuses a malformed one before anything else reads the request: a bad key is bad input
- * whether or not the body carries its own idempotency field or names a row that exists.
+ * document) refuses a malformed one before its handler reads anything: a bad key is bad input whether
+ * or not the body carries its own idempotency field or names a row that exists. After validation, so a
+ * malformed path id is still the 404 it always is (SPEC §10), whatever the headers say.
  */
 export function registerIdempotencyKeyCheck(app: FastifyInstance): void {
-  app.addHook('preValidation', async (request) => {
+  app.addHook('preHandler', async (request) => {
     if (request.routeOptions.config?.idempotencyKey) idempotencyKeyHeader(request);
   });
 }
