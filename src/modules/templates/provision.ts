@@ -26,6 +26,8 @@ type ClaimedRow = TemplateDeploymentRow & { was: Status };
 const CLAIM_DUE_SQL = `WITH due AS (
        SELECT id, status AS was FROM template_deployments
        WHERE status IN ('pending', 'deploying') AND next_attempt_at <= $1 AND (leased_until IS NULL OR leased_until <= $1)
+         -- A deleted organization's deployments are not provisioned (its keys and secrets stopped too).
+         AND NOT EXISTS (SELECT 1 FROM organizations o WHERE o.id = template_deployments.organization_id AND o.deleted_at IS NOT NULL)
        ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED
      )
      UPDATE template_deployments d SET status = 'deploying', leased_until = $3, updated_at = $1
@@ -100,8 +102,12 @@ async function provision(deps: Deps, row: TemplateDeploymentRow): Promise<Outcom
   };
   const outcome = await deps.outbound.attempt({ url, method: 'POST', headers, body });
   if (!outcome.ok) {
-    const excerpt = outcome.responseBody ? `: ${outcome.responseBody.replace(/\s+/g, ' ').slice(0, 500)}` : '';
-    return { ok: false, error: `${outcome.error ?? 'Provisioner failed'}${excerpt}`, final: outcome.blocked, retryAfterMs: outcome.retryAfterMs };
+    // The organization reads last_error (every role): the provisioner's own words (stack traces, internal
+    // host names) go to the operator's log only.
+    if (outcome.responseBody) {
+      deps.log.warn({ templateDeployment: row.id, body: outcome.responseBody.replace(/\s+/g, ' ').slice(0, 500) }, 'the template provisioner refused');
+    }
+    return { ok: false, error: outcome.error ?? 'Provisioner failed', final: outcome.blocked, retryAfterMs: outcome.retryAfterMs };
   }
   return answerOf(outcome.responseBody ?? '', defaultUrl);
 }
