@@ -10,7 +10,7 @@ import { collectProcessMetrics } from './process-metrics.js';
 export class Metrics {
   readonly registry = new Registry();
   private readonly stopProcessMetrics = collectProcessMetrics(this.registry);
-  private readonly scrapeCollectors: Array<{ name: string; collect: () => Promise<void>; reset: () => void }> = [];
+  private readonly scrapeCollectors: Array<{ name: string; collect: () => Promise<void>; reset: () => void; running?: Promise<void> }> = [];
 
   readonly httpRequestDuration = new Histogram({
     name: 'creditgate_http_request_duration_seconds',
@@ -125,7 +125,12 @@ export class Metrics {
       this.scrapeCollectors.map(async (c) => {
         let ok = true;
         try {
-          await withTimeout(c.collect(), SCRAPE_COLLECT_TIMEOUT_MS);
+          // A read that outlived its scrape is still running: the next scrape waits for it (bounded)
+          // instead of starting another, so a slow database never piles up scrape queries.
+          c.running ??= c.collect().finally(() => {
+            c.running = undefined;
+          });
+          await withTimeout(c.running, SCRAPE_COLLECT_TIMEOUT_MS);
         } catch {
           ok = false;
           c.reset();
