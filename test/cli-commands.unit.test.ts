@@ -126,6 +126,8 @@ describe('usage errors: one line, exit 2, nothing sent', () => {
       cli('override', DEPLOYMENT, '--expires-at', '2027-02-30T00:00:00Z'),
       cli('override', DEPLOYMENT, '--monthly-credits', 'lots'),
       cli('cost', 'rag_query', '-1'),
+      cli('cost', '..', '3'),
+      cli('map-tool', '.', 'rag_query'),
     ]);
     const stderr = runs.map((r) => r.stderr);
     expect(stderr).toEqual([
@@ -141,6 +143,9 @@ describe('usage errors: one line, exit 2, nothing sent', () => {
       "creditgate override: --expires-at '2027-02-30T00:00:00Z' must be an ISO 8601 date-time with a time zone, e.g. 2027-01-01T00:00:00Z; see creditgate override --help\n",
       'creditgate override: --monthly-credits \'lots\' must be a whole number, 0 or more, or "null" to remove the override; see creditgate override --help\n',
       "creditgate cost: credits '-1' must be a whole number, 0 or more; see creditgate cost --help\n",
+      // A dot segment would be resolved away by URL parsing: PUT /api/v1/admin/ with the operator key.
+      `creditgate cost: action '..' must not be "." or ".."; see creditgate cost --help\n`,
+      `creditgate map-tool: tool '.' must not be "." or ".."; see creditgate map-tool --help\n`,
     ]);
     for (const run of runs) expect(run).toMatchObject({ code: 2, stdout: '' });
     expect(recorded).toEqual([]);

@@ -67,6 +67,12 @@ export function nonEmpty(value: string): string {
   return value;
 }
 
+/** A name sent as a URL path segment: "." or ".." would be resolved away by URL parsing and reach another admin route. */
+export function pathSegment(value: string): string {
+  if (value === '.' || value === '..') throw new InvalidArgumentError('must not be "." or ".."');
+  return nonEmpty(value);
+}
+
 /** A template id (the same check as uuid, pointing at the command that lists templates). */
 export function templateId(value: string): string {
   if (!UUID.test(value)) throw new InvalidArgumentError('must be a UUID (creditgate templates lists them)');

@@ -91,13 +91,13 @@ export function addDeploymentCommands(program: Command, connect: () => AdminApi,
   program
     .command('cost')
     .description("set an action's credit cost (creates the action if new)")
-    .argument('<action>', 'action name (a-z 0-9 _ . -)')
+    .addArgument(new Argument('<action>', 'action name (a-z 0-9 _ . -)').argParser(parse.pathSegment))
     .addArgument(new Argument('<credits>', 'whole number of credits, 0 or more').argParser(parse.count))
     .action(async (action: string, credits: number) => print(await connect().send('PUT', path`/api/v1/admin/credit-costs/${action}`, { credits })));
   program
     .command('map-tool')
     .description('meter TOOL as ACTION (a tool with no mapping costs platform_basic)')
-    .addArgument(new Argument('<tool>', 'tool name as the MCP server reports it').argParser(parse.nonEmpty))
+    .addArgument(new Argument('<tool>', 'tool name as the MCP server reports it').argParser(parse.pathSegment))
     .addArgument(new Argument('<action>', 'an action of the cost table').argParser(parse.nonEmpty))
     .action(async (tool: string, action: string) => print(await connect().send('PUT', path`/api/v1/admin/tool-actions/${tool}`, { action })));
 }
