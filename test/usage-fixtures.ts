@@ -1,39 +1,15 @@
 import type { LightMyRequestResponse } from 'fastify';
 import { expect } from 'vitest';
 import { createDeployment } from '../src/modules/deployments/service.js';
+import type { UsageRecordView } from '../src/modules/usage/records.js';
+import type { UsageCounts, UsageGroup, UsageSummaryView } from '../src/modules/usage/summary.js';
 import { adminHeaders, type Harness, json, serviceHeaders, unique } from './harness.js';
 
-export interface Counts {
-  calls: number;
-  successful: number;
-  failed: number;
-  credits: number;
-  credits_refunded: number;
-}
-export type Group = Counts & { key: string | null };
-export interface Summary {
-  organization_id: string;
-  deployment_id: string | null;
-  group_by: string;
-  from: string;
-  to: string;
-  groups: Group[];
-  totals: Counts;
-  truncated: boolean;
-}
-export interface UsageRecord {
-  id: string;
-  deployment_id: string;
-  tool_name: string;
-  action: string;
-  mcp_user_id: string | null;
-  credits: number;
-  credits_refunded: number;
-  success: boolean;
-  error: string | null;
-  invocation_id: string | null;
-  timestamp: string;
-}
+// The wire shapes are the service's own view types: a test cannot drift from what the routes answer.
+export type Counts = UsageCounts;
+export type Group = UsageGroup;
+export type Summary = UsageSummaryView;
+export type UsageRecord = UsageRecordView;
 export type RecordPage = { data: UsageRecord[]; meta: { next_cursor: string | null } };
 export type ErrorBody = { error: { code: string; message: string }; details: { fields?: Array<{ field: string }> } };
 
