@@ -43,7 +43,8 @@ export default defineConfig({
           isolate: false,
           include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
           // The examples' end-to-end test exercises the SDK and the examples, not the database.
-          exclude: ['**/*.unit.test.ts', '**/node_modules/**', 'test/examples.test.ts'],
+          // The console's browser tests exercise the pages against the embedded default, like the examples.
+          exclude: ['**/*.unit.test.ts', '**/node_modules/**', 'test/examples.test.ts', 'test/console/**'],
           env: { CG_TEST_DB: 'postgres' },
           globalSetup: ['./test/global-setup-postgres.ts'],
         },

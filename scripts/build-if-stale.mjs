@@ -7,7 +7,7 @@ import { readdirSync, statSync, utimesSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-/** What `npm run build` reads (the service and the client SDK), relative to the repository root. */
+/** What `npm run build` reads (the service, the client SDK and the console), relative to the repository root. */
 export const INPUTS = [
   'src',
   'tsconfig.json',
@@ -16,13 +16,14 @@ export const INPUTS = [
   'packages/client/src',
   'packages/client/package.json',
   'packages/client/tsconfig.build.json',
+  'console',
 ];
 
 /** One file each half of the build writes every time; the older of them is when the build last ran. */
-export const OUTPUTS = ['dist/cli.js', 'packages/client/dist/index.js'];
+export const OUTPUTS = ['dist/cli.js', 'packages/client/dist/index.js', 'dist/console/index.html'];
 
-/** Sources the build compiles: TypeScript and JSON, not the tests beside them. */
-const isSource = (name) => /\.(ts|mts|cts|json)$/.test(name) && !/\.test\.ts$/.test(name);
+/** Sources the build compiles: TypeScript, JSON and the console's pages and styles, not the tests beside them. */
+const isSource = (name) => /\.(ts|tsx|mts|cts|json|css|html|svg)$/.test(name) && !/\.test\.ts$/.test(name);
 
 /**
  * The newest modification under `path`. A directory counts too: adding, removing or renaming a file

@@ -36,6 +36,7 @@ import { entitlementRoutes } from './modules/entitlements/routes.js';
 import { watchOutboxBacklog } from './modules/events/backlog.js';
 import { healthRoutes } from './modules/health/routes.js';
 import { homeRoutes } from './modules/home/routes.js';
+import { CONSOLE_DIR, consoleRoutes } from './modules/console/routes.js';
 import { meteringRoutes } from './modules/metering/routes.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
 import { templateRoutes } from './modules/templates/routes.js';
@@ -57,6 +58,8 @@ export interface BuildOptions {
   bus?: Bus;
   /** Where logs go (tests capture them); stdout when left out. */
   logStream?: NodeJS.WritableStream;
+  /** Where the built console is; dist/console when left out (src/modules/console/routes.ts). */
+  consoleRoot?: string;
 }
 
 /** Secrets never reach the logs: every header that carries one is redacted wherever headers are logged. */
@@ -138,7 +141,9 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   registerIdempotencyKeyCheck(app);
   await registerOpenApi(app, config.publicBaseUrl);
 
-  await app.register(homeRoutes);
+  const consoleRoot = options.consoleRoot ?? CONSOLE_DIR;
+  await app.register(homeRoutes, { consoleRoot });
+  await app.register(consoleRoutes, { root: consoleRoot });
   await app.register(healthRoutes);
   await app.register(meteringRoutes);
   await app.register(entitlementRoutes);

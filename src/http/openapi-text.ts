@@ -13,6 +13,7 @@ export const TAGS = [
   { name: 'Webhook proxy', description: 'Signed, retried, idempotent delivery of a payload to a URL, one credit per send (SPEC §7)' },
   { name: 'Billing proxy', description: 'Stripe Checkout, the Billing Portal and credit packs for a deployment (SPEC §9)' },
   { name: 'Auth', description: 'Sign-up, sign-in, rotating refresh tokens and the profile (SPEC §8)' },
+  { name: 'Console', description: "The web console's sign-in: the auth API with the refresh token in an HttpOnly cookie (docs/console.md)" },
   { name: 'Organizations', description: 'Organizations and their settings' },
   { name: 'Members', description: 'Members, roles, permission overrides and invitations' },
   { name: 'API keys', description: "An organization's API keys (shown once)" },
@@ -28,6 +29,10 @@ export const TAGS = [
 
 export const SUCCESS_DESCRIPTIONS: Record<string, string> = {
   getHealth: 'The process is up',
+  consoleSignIn: 'Signed in: the access token, with the refresh token set as the session cookie',
+  consoleSignUp: 'Account created and signed in: the access token, with the refresh token set as the session cookie',
+  consoleRefresh: 'A new access token; the session cookie was rotated',
+  consoleSignOut: 'The session ended and the cookie was cleared',
   getReadiness: 'Every dependency answers',
   getMetrics: 'The Prometheus text exposition format',
   checkStdioEntitlement: 'Whether the tool may run and its cost; with reserve, the hold placed',

@@ -157,6 +157,7 @@ export async function registerOpenApi(app: FastifyInstance, publicBaseUrl: strin
           metricsToken: { type: 'http', scheme: 'bearer', description: 'METRICS_TOKEN: opens GET /metrics only, for a Prometheus scrape' },
           deploymentId: { type: 'apiKey', in: 'header', name: 'X-Deployment-ID', description: 'Deployment id; sent with X-Deployment-Secret' },
           deploymentSecret: { type: 'apiKey', in: 'header', name: 'X-Deployment-Secret', description: "The deployment's secret" },
+          consoleSession: { type: 'apiKey', in: 'cookie', name: 'cg_console_refresh', description: "The console's HttpOnly session cookie (docs/console.md)" },
         },
       },
     },

@@ -1,0 +1,67 @@
+import { useEffect, useRef } from 'react';
+import uPlot from 'uplot';
+import 'uplot/dist/uPlot.min.css';
+
+export interface StackSeries {
+  name: string;
+  values: number[];
+}
+
+/** Colours of the stacked series, distinguishable for common colour-vision deficiencies (Okabe–Ito). */
+export const PALETTE = ['#0072B2', '#E69F00', '#009E73', '#CC79A7', '#56B4E9', '#D55E00', '#F0E442', '#000000', '#999999', '#7f3c8d', '#11a579'];
+
+/**
+ * Bars per time bucket, one stacked segment per series (uPlot, canvas). uPlot does not stack by itself:
+ * each drawn series is the running sum, drawn largest first so the smaller ones cover its base; the
+ * legend and the table show each series' own value. `times` are bucket starts in seconds.
+ */
+export function StackedBars({ times, series, height = 260, label }: { times: number[]; series: StackSeries[]; height?: number; label: string }) {
+  const box = useRef<HTMLDivElement>(null);
+  useEffect(() => {
+    const el = box.current;
+    if (!el) return;
+    const cumulative: number[][] = [];
+    let running = times.map(() => 0);
+    for (const s of series) {
+      running = running.map((v, i) => v + (s.values[i] ?? 0));
+      cumulative.push(running);
+    }
+    const order = series.map((_, i) => series.length - 1 - i); // top of the stack first
+    const bars = uPlot.paths.bars?.({ size: [0.8, 48], align: 0 });
+    const opts: uPlot.Options = {
+      width: Math.max(el.clientWidth, 320),
+      height,
+      scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] } },
+      axes: [{ space: 60 }, { label: 'credits', size: 60 }],
+      legend: { live: true },
+      cursor: { drag: { x: false, y: false } },
+      series: [
+        { label: 'day', value: (_u, v) => (v == null ? '—' : new Date(v * 1000).toISOString().slice(0, 10)) },
+        ...order.map((i) => {
+          const s = series[i]!;
+          const colour = PALETTE[i % PALETTE.length]!;
+          return {
+            label: s.name,
+            fill: colour,
+            stroke: colour,
+            width: 0,
+            ...(bars ? { paths: bars } : {}),
+            points: { show: false },
+            value: (_u: uPlot, _v: number | null, _si: number, idx: number | null) => (idx == null ? '—' : String(s.values[idx] ?? 0)),
+          };
+        }),
+      ],
+    };
+    const data: uPlot.AlignedData = [times, ...order.map((i) => cumulative[i]!)];
+    const plot = new uPlot(opts, data, el);
+    const resize = new ResizeObserver(() => plot.setSize({ width: Math.max(el.clientWidth, 320), height }));
+    resize.observe(el);
+    el.dataset.rendered = 'true';
+    return () => {
+      resize.disconnect();
+      plot.destroy();
+      delete el.dataset.rendered;
+    };
+  }, [times, series, height]);
+  return <div ref={box} className="chart" role="img" aria-label={label} data-testid="usage-chart" />;
+}

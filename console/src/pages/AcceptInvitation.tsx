@@ -1,0 +1,75 @@
+import { useState } from 'react';
+import { useLocation } from 'wouter';
+import { ApiError, post } from '../api';
+import { absolute, orgPath } from '../org';
+import { useSession } from '../session';
+import { ErrorNote, fmtDate, Loading, PageHeader, useAction, useLoad } from '../ui';
+import { SignIn, SignUp } from './SignIn';
+
+interface InvitationView {
+  organization_name: string;
+  email: string;
+  role: string;
+  inviter: { name: string | null; email: string } | null;
+  expires_at: string;
+  status: string;
+}
+
+/** `/console/invitations/{token}`: what the invitation is for (no sign-in needed), then sign in or up and accept. */
+export function AcceptInvitation({ token }: { token: string }) {
+  const { state } = useSession();
+  const [, navigate] = useLocation();
+  const [mode, setMode] = useState<'in' | 'up'>('in');
+  const invitation = useLoad(async () => {
+    const res = await fetch(`/invitations/${encodeURIComponent(token)}`, { headers: { accept: 'application/json' } });
+    const body = (await res.json()) as { data?: InvitationView; error?: { code: string; message: string } };
+    if (!res.ok || !body.data) throw new ApiError(res.status, body.error?.code ?? 'NOT_FOUND', body.error?.message ?? 'Invitation not found');
+    return body.data;
+  }, [token]);
+  const action = useAction();
+  if (invitation.error) return <main className="auth-card"><ErrorNote error={invitation.error} /></main>;
+  if (!invitation.data || state.status === 'loading') return <Loading />;
+  const inv = invitation.data;
+  return (
+    <main className="auth-card">
+      <PageHeader title={`Join ${inv.organization_name}`} />
+      <p>
+        You are invited as <strong>{inv.role}</strong>
+        {inv.inviter ? ` by ${inv.inviter.name ?? inv.inviter.email}` : ''}, as {inv.email}. The invitation expires {fmtDate(inv.expires_at)} ({inv.status}).
+      </p>
+      {state.status === 'signed-in' ? (
+        <>
+          <p>Signed in as {state.user.email}.</p>
+          <ErrorNote error={action.error} />
+          <button
+            type="button"
+            disabled={action.busy}
+            onClick={() =>
+              void action.run(async () => {
+                const joined = await post<{ organization_id: string }>(`/invitations/${encodeURIComponent(token)}/accept`);
+                navigate(absolute(orgPath(joined.organization_id)));
+              })
+            }
+          >
+            Accept invitation
+          </button>
+        </>
+      ) : mode === 'in' ? (
+        // After signing in here the user stays on this page to accept (the session state re-renders it).
+        <>
+          <SignIn />
+          <button type="button" className="link" onClick={() => setMode('up')}>
+            New here? Create an account with the invited address
+          </button>
+        </>
+      ) : (
+        <>
+          <SignUp email={inv.email} />
+          <button type="button" className="link" onClick={() => setMode('in')}>
+            I have an account
+          </button>
+        </>
+      )}
+    </main>
+  );
+}

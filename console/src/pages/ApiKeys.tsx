@@ -1,0 +1,5 @@
+import { PageHeader } from '../ui';
+
+export function ApiKeys() {
+  return <PageHeader title="ApiKeys" />;
+}

@@ -1,0 +1,5 @@
+import { PageHeader } from '../ui';
+
+export function Audit() {
+  return <PageHeader title="Audit" />;
+}

@@ -1,0 +1,5 @@
+import { PageHeader } from '../ui';
+
+export function Billing() {
+  return <PageHeader title="Billing" />;
+}

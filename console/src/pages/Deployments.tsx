@@ -1,0 +1,5 @@
+import { PageHeader } from '../ui';
+
+export function Deployments() {
+  return <PageHeader title="Deployments" />;
+}

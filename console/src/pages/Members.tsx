@@ -1,0 +1,5 @@
+import { PageHeader } from '../ui';
+
+export function Members() {
+  return <PageHeader title="Members" />;
+}

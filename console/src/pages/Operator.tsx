@@ -1,0 +1,5 @@
+import { PageHeader } from '../ui';
+
+export function Operator() {
+  return <PageHeader title="Operator" />;
+}

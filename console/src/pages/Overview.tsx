@@ -1,0 +1,219 @@
+import { useMemo } from 'react';
+import { Link } from 'wouter';
+import { get, list } from '../api';
+import { StackedBars, type StackSeries } from '../chart';
+import { useOrg } from '../org';
+import { ErrorNote, fmtDate, fmtDay, fmtInt, Loading, PageHeader, useLoad } from '../ui';
+
+export interface Balance {
+  period_start: string;
+  period_end: string;
+  monthly_allocation: number | null;
+  monthly_used: number;
+  monthly_remaining: number | null;
+  purchased: number;
+  reserved: number;
+  available: number | null;
+  ai_tokens_used: number;
+}
+
+export interface Deployment {
+  id: string;
+  name: string;
+  tier: string;
+  status: string;
+  is_primary: boolean;
+  secret_prefix: string;
+  balance: Balance;
+}
+
+export interface UsageCounts {
+  calls: number;
+  successful: number;
+  failed: number;
+  credits: number;
+  credits_refunded: number;
+}
+
+export interface UsageGroup extends UsageCounts {
+  key: string | null;
+  split?: Array<UsageCounts & { key: string | null; other: boolean }>;
+}
+
+export interface UsageSummary {
+  from: string;
+  to: string;
+  groups: UsageGroup[];
+  totals: UsageCounts;
+  truncated: boolean;
+  split_keys?: Array<string | null>;
+}
+
+interface BillingUsage {
+  ai_tokens: { used: number; limit: number | null };
+}
+
+const DAYS = 30;
+
+/** The credits of each day of the range, one series per tool (the largest ten and "other"). */
+export function stackOf(summary: UsageSummary): { times: number[]; series: StackSeries[] } {
+  const times = summary.groups.map((g) => Date.parse(g.key ?? '') / 1000);
+  const names = new Map<string, number>();
+  const series: StackSeries[] = [];
+  const seriesOf = (name: string) => {
+    let i = names.get(name);
+    if (i === undefined) {
+      i = series.length;
+      names.set(name, i);
+      series.push({ name, values: summary.groups.map(() => 0) });
+    }
+    return series[i]!;
+  };
+  for (const key of summary.split_keys ?? []) seriesOf(key ?? '(none)');
+  summary.groups.forEach((g, day) => {
+    for (const part of g.split ?? []) seriesOf(part.other ? 'other' : (part.key ?? '(none)')).values[day] = part.credits;
+  });
+  return { times, series };
+}
+
+export function Overview() {
+  const { org, can } = useOrg();
+  const base = `/organizations/${org.id}`;
+  const deployments = useLoad(() => list<Deployment>(`${base}/deployments`, { limit: 100 }), [org.id]);
+  const ai = useLoad(
+    () => (can('billing.read') ? get<BillingUsage>('/billing/usage', { organization_id: org.id }) : Promise.resolve(null)),
+    [org.id],
+  );
+  // The service's default range: the last 30 days up to its own now (its clock, not the browser's).
+  const range = {};
+  const daily = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'day', split_by: 'tool', ...range }), [org.id]);
+  const tools = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'tool', ...range }), [org.id]);
+  const users = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'mcp_user', ...range }), [org.id]);
+  const stack = useMemo(() => (daily.data ? stackOf(daily.data) : null), [daily.data]);
+
+  const primary = deployments.data?.data.find((d) => d.is_primary);
+  const b = primary?.balance;
+  return (
+    <>
+      <PageHeader title={org.name}>
+        <span className="badge">{org.tier}</span>
+        {primary ? <span className="badge">{primary.tier}</span> : null}
+      </PageHeader>
+      <ErrorNote error={deployments.error} />
+      {b ? (
+        <section className="cards" aria-label="Balance">
+          <Card title="Monthly credits" testId="monthly" value={`${fmtInt(b.monthly_used)} / ${fmtInt(b.monthly_allocation)}`} note={`${fmtInt(b.monthly_remaining)} left`} />
+          <Card title="Purchased credits" testId="purchased" value={fmtInt(b.purchased)} note="never reset" />
+          <Card title="Available now" testId="available" value={fmtInt(b.available)} note={`${fmtInt(b.reserved)} held by reservations`} />
+          <Card
+            title="AI tokens"
+            testId="ai-tokens"
+            value={`${fmtInt(b.ai_tokens_used)} / ${ai.data ? fmtInt(ai.data.ai_tokens.limit) : '…'}`}
+            note="used this period"
+          />
+          <Card title="Period ends" testId="period-end" value={fmtDay(b.period_end)} note={fmtDate(b.period_end)} />
+        </section>
+      ) : deployments.loading ? (
+        <Loading />
+      ) : null}
+
+      <section aria-labelledby="per-day">
+        <h2 id="per-day">Credits per day, by tool (last {DAYS} days, UTC)</h2>
+        <ErrorNote error={daily.error} />
+        {stack && daily.data ? (
+          daily.data.totals.calls === 0 ? (
+            <p className="muted" data-testid="no-usage">
+              No usage in the last {DAYS} days. Record usage with an API key (see the API keys page) and it shows here.
+            </p>
+          ) : (
+            <>
+              <p>
+                <strong data-testid="credits-total">{fmtInt(daily.data.totals.credits)}</strong> credits over{' '}
+                <strong data-testid="calls-total">{fmtInt(daily.data.totals.calls)}</strong> calls ({fmtInt(daily.data.totals.failed)} refused).
+              </p>
+              <StackedBars times={stack.times} series={stack.series} label={`Credits per day by tool, ${daily.data.totals.credits} in all`} />
+              <details>
+                <summary>Show as a table</summary>
+                <table>
+                  <thead>
+                    <tr>
+                      <th scope="col">Day (UTC)</th>
+                      {stack.series.map((s) => (
+                        <th scope="col" key={s.name}>
+                          {s.name}
+                        </th>
+                      ))}
+                    </tr>
+                  </thead>
+                  <tbody>
+                    {stack.times.map((t, i) => (
+                      <tr key={t}>
+                        <th scope="row">{new Date(t * 1000).toISOString().slice(0, 10)}</th>
+                        {stack.series.map((s) => (
+                          <td key={s.name}>{s.values[i]}</td>
+                        ))}
+                      </tr>
+                    ))}
+                  </tbody>
+                </table>
+              </details>
+            </>
+          )
+        ) : (
+          <Loading />
+        )}
+      </section>
+
+      <div className="columns">
+        <TopList title="Top tools" summary={tools.data} error={tools.error} empty="No tool calls yet" testId="top-tools" />
+        <TopList title="Top end users" summary={users.data} error={users.error} empty="No end users yet (stdio mode has none)" testId="top-users" />
+      </div>
+      <p>
+        <Link href="/usage">Explore every call →</Link>
+      </p>
+    </>
+  );
+}
+
+function Card({ title, value, note, testId }: { title: string; value: string; note: string; testId: string }) {
+  return (
+    <div className="card" data-testid={`card-${testId}`}>
+      <h2>{title}</h2>
+      <p className="value">{value}</p>
+      <p className="muted small">{note}</p>
+    </div>
+  );
+}
+
+function TopList({ title, summary, error, empty, testId }: { title: string; summary: UsageSummary | undefined; error: unknown; empty: string; testId: string }) {
+  return (
+    <section aria-label={title} data-testid={testId}>
+      <h2>{title}</h2>
+      <ErrorNote error={error} />
+      {!summary ? (
+        <Loading />
+      ) : summary.groups.length === 0 ? (
+        <p className="muted">{empty}</p>
+      ) : (
+        <table>
+          <thead>
+            <tr>
+              <th scope="col">Name</th>
+              <th scope="col">Calls</th>
+              <th scope="col">Credits</th>
+            </tr>
+          </thead>
+          <tbody>
+            {summary.groups.slice(0, 5).map((g) => (
+              <tr key={g.key ?? '(none)'}>
+                <td>{g.key ?? '(none)'}</td>
+                <td>{fmtInt(g.calls)}</td>
+                <td>{fmtInt(g.credits)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </section>
+  );
+}

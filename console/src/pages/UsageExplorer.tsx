@@ -1,0 +1,5 @@
+import { PageHeader } from '../ui';
+
+export function UsageExplorer() {
+  return <PageHeader title="UsageExplorer" />;
+}

@@ -1,0 +1,5 @@
+import { PageHeader } from '../ui';
+
+export function Webhooks() {
+  return <PageHeader title="Webhooks" />;
+}

@@ -1,0 +1,49 @@
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Config } from '../../config.js';
+import { MINUTE } from '../../clock.js';
+
+/**
+ * The console's sign-in (docs/console.md "Tokens"): the refresh token lives only in an HttpOnly cookie
+ * that script cannot read, scoped to the session paths below and sent same-site only; the access token
+ * (15 minutes) lives in the page's memory. A reload trades the cookie for a new pair, so the API's
+ * refresh rotation (one use per token, reuse revokes the session) is what the console follows.
+ */
+export const SESSION_COOKIE = 'cg_console_refresh';
+export const SESSION_PATH = '/console/session';
+/** The refresh token's own lifetime (30 days, SPEC §8); the cookie never outlives it. */
+export const SESSION_COOKIE_MAX_AGE_S = (30 * 24 * 60 * MINUTE) / 1000;
+
+/** Secure unless the console is reached over plain http (development on a loopback address). */
+export function cookieIsSecure(request: FastifyRequest, config: Pick<Config, 'publicBaseUrl'>): boolean {
+  return request.protocol === 'https' || config.publicBaseUrl.startsWith('https:');
+}
+
+export function setSessionCookie(reply: FastifyReply, request: FastifyRequest, config: Pick<Config, 'publicBaseUrl'>, refreshToken: string): void {
+  reply.setCookie(SESSION_COOKIE, refreshToken, {
+    httpOnly: true,
+    secure: cookieIsSecure(request, config),
+    sameSite: 'strict',
+    path: SESSION_PATH,
+    maxAge: SESSION_COOKIE_MAX_AGE_S,
+  });
+}
+
+export function clearSessionCookie(reply: FastifyReply, request: FastifyRequest, config: Pick<Config, 'publicBaseUrl'>): void {
+  reply.clearCookie(SESSION_COOKIE, { httpOnly: true, secure: cookieIsSecure(request, config), sameSite: 'strict', path: SESSION_PATH });
+}
+
+/**
+ * A cross-site page must not drive the session endpoints. SameSite=Strict already keeps the cookie off
+ * cross-site requests; in addition a browser's `Origin` (sent on every POST and DELETE) must name this
+ * service, and the console's own header must be present (a form cannot set it).
+ */
+export function isSameOrigin(request: FastifyRequest): boolean {
+  if (request.headers['x-creditgate-console'] !== '1') return false;
+  const origin = request.headers.origin;
+  if (origin === undefined) return true; // not a browser, or a same-origin GET: nothing cross-site to fear
+  try {
+    return new URL(origin).host === request.host;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,89 @@
+/**
+ * The console's browser tests (docs/console.md "Tests"): the real service on PGlite listening on a
+ * loopback port, serving the built console (dist/console, made by `npm run build:console`, which
+ * `npm test` runs first), driven by Debian's Chromium through playwright-core.
+ */
+import { existsSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
+import { expect } from 'vitest';
+import type { Config } from '../../src/config.js';
+import { CONSOLE_DIR } from '../../src/modules/console/routes.js';
+import { createHarness, type Harness, unique } from '../harness.js';
+
+export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+
+export interface ConsoleService {
+  h: Harness;
+  baseUrl: string;
+  browser: Browser;
+  /** A fresh browser context (its own cookies) with a page open. */
+  newPage(): Promise<{ context: BrowserContext; page: Page }>;
+  close(): Promise<void>;
+}
+
+/** The service on a loopback port with its clock at the real now (the browser's dates agree), and Chromium. */
+export async function startConsoleService(overrides: Partial<Config> = {}): Promise<ConsoleService> {
+  if (!existsSync(join(CONSOLE_DIR, 'index.html'))) {
+    throw new Error(`The console is not built (${CONSOLE_DIR}): run \`npm run build:console\` (npm test does)`);
+  }
+  if (!existsSync(CHROMIUM)) {
+    throw new Error(`Chromium not found at ${CHROMIUM}: apt-get install chromium (.ci/run does), or set CHROMIUM_PATH`);
+  }
+  const h = await createHarness(overrides, new Date().toISOString());
+  await h.app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = h.app.server.address() as AddressInfo;
+  const baseUrl = `http://127.0.0.1:${port}`;
+  const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage'] });
+  const contexts: BrowserContext[] = [];
+  return {
+    h,
+    baseUrl,
+    browser,
+    async newPage() {
+      const context = await browser.newContext({ baseURL: baseUrl, viewport: { width: 1280, height: 860 } });
+      context.setDefaultTimeout(15_000);
+      contexts.push(context);
+      // A page error (an exception in the console's code) fails the test that caused it.
+      const page = await context.newPage();
+      page.on('pageerror', (err) => {
+        throw err;
+      });
+      return { context, page };
+    },
+    async close() {
+      for (const c of contexts) await c.close().catch(() => undefined);
+      await browser.close();
+      await h.close();
+    },
+  };
+}
+
+export const PASSWORD = 'violet-harbor-lantern-42';
+
+/** Sign up through the console's own form; lands on "New organization" (a new user has none). */
+export async function signUpInBrowser(page: Page, name = 'Ada Console'): Promise<string> {
+  const email = `${unique('console')}@example.com`;
+  await page.goto('/console/signup');
+  await page.getByLabel('Name').fill(name);
+  await page.getByLabel('Email').fill(email);
+  await page.getByLabel('Password').fill(PASSWORD);
+  await page.getByRole('button', { name: 'Create account' }).click();
+  await expect.poll(() => page.getByRole('heading', { name: 'New organization' }).isVisible()).toBe(true);
+  return email;
+}
+
+/** Create an organization through the form; returns its id (from the URL) once its overview shows. */
+export async function createOrganizationInBrowser(page: Page, name = 'Acme Console'): Promise<string> {
+  const slug = unique('acme').toLowerCase().replace(/[^a-z0-9-]/g, '-');
+  await page.getByLabel('Name').fill(name);
+  await page.getByLabel('Slug').fill(slug);
+  await page.getByRole('button', { name: 'Create organization' }).click();
+  await page.getByRole('button', { name: 'Done' }).click();
+  await page.waitForURL(/\/console\/orgs\/[0-9a-f-]{36}$/);
+  const id = /orgs\/([0-9a-f-]{36})/.exec(page.url())?.[1];
+  if (!id) throw new Error(`no organization id in ${page.url()}`);
+  await page.getByRole('heading', { name, level: 1 }).waitFor();
+  return id;
+}
