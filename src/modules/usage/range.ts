@@ -4,6 +4,11 @@ import { ValidationError } from '../../errors.js';
 /** How a usage summary groups its records (docs/usage-analytics.md). */
 export const GROUP_BYS = ['day', 'hour', 'tool', 'action', 'mcp_user'] as const;
 export type GroupBy = (typeof GROUP_BYS)[number];
+/** What a time grouping's buckets may be split by (a stacked chart's series). */
+export const SPLIT_BYS = ['tool', 'action', 'mcp_user'] as const;
+export type SplitBy = (typeof SPLIT_BYS)[number];
+/** A split names at most this many keys (the largest over the range); the rest are one "other" part. */
+export const MAX_SPLIT_KEYS = 10;
 
 /** A summary's default range: the last 30 days ending now. */
 export const DEFAULT_RANGE_DAYS = 30;

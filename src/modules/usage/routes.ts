@@ -47,6 +47,7 @@ export async function usageRoutes(fastify: FastifyInstance): Promise<void> {
         from: request.query.from,
         to: request.query.to,
         deploymentId: request.query.deployment_id,
+        splitBy: request.query.split_by,
       });
       return ok(summary);
     },

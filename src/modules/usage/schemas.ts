@@ -1,7 +1,7 @@
 import { Type } from 'typebox';
 import { PageQuery } from '../../http/envelope.js';
 import { Nullable, StringEnum } from '../../http/schemas.js';
-import { GROUP_BYS, MAX_RANGE_DAYS } from './range.js';
+import { GROUP_BYS, MAX_RANGE_DAYS, MAX_SPLIT_KEYS, SPLIT_BYS } from './range.js';
 
 const Uuid = (description: string) => Type.String({ format: 'uuid', description, examples: ['6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f'] });
 const Int = (description: string, example = 0) => Type.Integer({ description, examples: [example] });
@@ -26,6 +26,12 @@ export const SummaryQuery = Type.Object(
       Instant(`End, exclusive (RFC 3339). Default: now. At most ${MAX_RANGE_DAYS.hour} days after from by hour, ${MAX_RANGE_DAYS.day} otherwise`),
     ),
     deployment_id: DeploymentFilter,
+    split_by: Type.Optional(
+      StringEnum(SPLIT_BYS, {
+        description: `With group_by=day or hour: split each bucket by tool, action or end user (the ${MAX_SPLIT_KEYS} largest over the range by credits, the rest as one "other" part), for a stacked chart`,
+        examples: ['tool'],
+      }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -53,6 +59,15 @@ const Counts = {
 
 export const UsageTotalsSchema = Type.Object(Counts, { title: 'UsageTotals' });
 
+export const UsageSplitSchema = Type.Object(
+  {
+    key: Nullable(Type.String({ description: 'The tool, action or end user (null: calls without an end user, or the "other" part)', examples: ['rag_query'] })),
+    other: Type.Boolean({ description: 'true for the one part that sums every key outside split_keys' }),
+    ...Counts,
+  },
+  { title: 'UsageSplit' },
+);
+
 export const UsageGroupSchema = Type.Object(
   {
     key: Nullable(
@@ -62,6 +77,11 @@ export const UsageGroupSchema = Type.Object(
       }),
     ),
     ...Counts,
+    split: Type.Optional(
+      Type.Array(UsageSplitSchema, {
+        description: 'With split_by: the parts of this bucket with calls, in the order of split_keys, "other" last; they sum to the bucket',
+      }),
+    ),
   },
   { title: 'UsageGroup' },
 );
@@ -78,6 +98,13 @@ export const UsageSummarySchema = Type.Object(
     }),
     totals: UsageTotalsSchema,
     truncated: Type.Boolean({ description: 'More than 1,000 tools, actions or end users: the smallest are left out of groups, not of totals' }),
+    split_by: Type.Optional(StringEnum(SPLIT_BYS, { description: 'The split asked for' })),
+    split_keys: Type.Optional(
+      Type.Array(Nullable(Type.String()), {
+        description: `With split_by: the keys split out, largest first by credits then calls (at most ${MAX_SPLIT_KEYS}; null = calls without an end user)`,
+      }),
+    ),
+    split_other: Type.Optional(Type.Boolean({ description: 'With split_by: whether more keys had usage, summed in each bucket\'s "other" part' })),
   },
   { title: 'UsageSummary' },
 );

@@ -176,6 +176,62 @@ describe('GET /organizations/{id}/usage/summary by tool, action and end user', (
   });
 });
 
+describe('GET /organizations/{id}/usage/summary split_by (a stacked chart)', () => {
+  it('splits every bucket by the largest keys of the range, the rest as "other", and the parts add up to the buckets and totals', async () => {
+    h.clock.set('2026-08-01T00:00:00.000Z');
+    const t = await createTenant(h, { tier: 'launch' });
+    await h.request({ method: 'POST', url: `/api/v1/admin/deployments/${t.deploymentId}/credits`, headers: adminHeaders(h), payload: { amount: 500, reason: 'split test' } });
+    // 12 tools: tool i gets i+1 calls of 1 credit on day 1 (plain tools: platform_basic), so tools 11 and 10 … 2 are the largest ten.
+    const tools = Array.from({ length: 12 }, (_, i) => `${unique('split')}-${String(i).padStart(2, '0')}`);
+    for (const [i, tool] of tools.entries()) {
+      for (let n = 0; n <= i; n++) await f.record(t.deploymentId, tool, { at: '2026-08-02T10:00:00.000Z', mcpUserId: n % 2 === 0 ? 'erin' : undefined });
+    }
+    // Day 3: only the smallest tool (part of "other") and the largest.
+    await f.record(t.deploymentId, tools[0]!, { at: '2026-08-04T01:00:00.000Z' });
+    await f.record(t.deploymentId, tools[11]!, { at: '2026-08-04T02:00:00.000Z' });
+    h.clock.set('2026-08-05T00:00:00.000Z');
+    const q = '?group_by=day&split_by=tool&from=2026-08-02T00:00:00Z&to=2026-08-05T00:00:00Z';
+    const s = await f.summary(key(t.apiKey), t.organizationId, q);
+
+    expect(s.split_by).toBe('tool');
+    expect(s.split_keys).toEqual(tools.slice(2).reverse()); // 13, 12 … 3 calls: the ten largest, largest first
+    expect(s.split_other).toBe(true);
+    expect(s.groups.map((g) => g.key)).toEqual(['2026-08-02T00:00:00.000Z', '2026-08-03T00:00:00.000Z', '2026-08-04T00:00:00.000Z']);
+    const [day1, day2, day3] = s.groups;
+    expect(day1!.split!.map((p) => [p.key, p.other, p.calls])).toEqual([
+      ...tools.slice(2).reverse().map((tool) => [tool, false, Number(tool.slice(-2)) + 1]),
+      [null, true, 1 + 2], // tools 0 and 1
+    ]);
+    expect(day2).toMatchObject({ calls: 0, split: [] });
+    expect(day3!.split!.map((p) => [p.key, p.other, p.calls, p.credits])).toEqual([
+      [tools[11], false, 1, 1],
+      [null, true, 1, 1],
+    ]);
+    // The parts sum to their bucket, the buckets to the totals, and the totals match the unsplit summary.
+    for (const g of s.groups) expect(sumGroups(g.split!)).toEqual({ calls: g.calls, successful: g.successful, failed: g.failed, credits: g.credits, credits_refunded: g.credits_refunded });
+    expect(sumGroups(s.groups)).toEqual(s.totals);
+    const plain = await f.summary(key(t.apiKey), t.organizationId, q.replace('&split_by=tool', ''));
+    expect(s.totals).toEqual(plain.totals);
+    expect(s.groups.map(({ split: _s, ...g }) => g)).toEqual(plain.groups);
+
+    // By end user: calls without one are a key of their own (null, other: false), not "other".
+    const byUser = await f.summary(key(t.apiKey), t.organizationId, q.replace('split_by=tool', 'split_by=mcp_user'));
+    expect(byUser.split_other).toBe(false);
+    expect(new Set(byUser.split_keys)).toEqual(new Set(['erin', null]));
+    expect(byUser.groups[0]!.split!.every((p) => !p.other)).toBe(true);
+    expect(sumGroups(byUser.groups[0]!.split!).calls).toBe(day1!.calls);
+  });
+
+  it('refuses split_by without a time grouping, and an unknown split_by, naming the parameter', async () => {
+    const t = await createTenant(h, { tier: 'launch' });
+    for (const query of ['?group_by=tool&split_by=tool', '?split_by=model']) {
+      const res = await h.request({ method: 'GET', url: `/organizations/${t.organizationId}/usage/summary${query}`, headers: key(t.apiKey) });
+      expect(res.statusCode, query).toBe(400);
+      expect(res.json(), query).toMatchObject({ error: { code: 'VALIDATION_ERROR', message: expect.stringContaining('split_by') } });
+    }
+  });
+});
+
 describe('GET /organizations/{id}/usage/summary under concurrent writes', () => {
   it('every summary lies between the totals before and after, agrees with itself, and the last one is exact', async () => {
     h.clock.set('2026-08-01T00:00:00.000Z');

@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
-import { NotFoundError } from '../../errors.js';
+import { NotFoundError, ValidationError } from '../../errors.js';
 import { authorize } from '../organizations/rbac.js';
-import { BUCKET_MS, bucketStarts, type GroupBy, summaryRange } from './range.js';
+import { BUCKET_MS, bucketStarts, type GroupBy, MAX_SPLIT_KEYS, type SplitBy, summaryRange } from './range.js';
 
 /** At most this many groups by tool, action or end user (the largest by credits, then calls); `truncated` says when there were more. */
 export const MAX_GROUPS = 1000;
@@ -15,8 +15,16 @@ export interface UsageCounts {
   credits_refunded: number;
 }
 
+export interface UsageSplit extends UsageCounts {
+  key: string | null;
+  /** The part that sums every key outside `split_keys`. */
+  other: boolean;
+}
+
 export interface UsageGroup extends UsageCounts {
   key: string | null;
+  /** With split_by: the bucket's parts with calls, in split_keys order, "other" last. */
+  split?: UsageSplit[];
 }
 
 export interface UsageSummaryView {
@@ -29,6 +37,9 @@ export interface UsageSummaryView {
   totals: UsageCounts;
   /** More than MAX_GROUPS tools, actions or end users had usage: the smaller ones are left out (totals still count them). */
   truncated: boolean;
+  split_by?: SplitBy;
+  split_keys?: Array<string | null>;
+  split_other?: boolean;
 }
 
 /**
@@ -89,11 +100,22 @@ const counts = (calls: number, successful: number, credits: number, refunded: nu
  */
 export async function summarizeUsage(
   ctx: Ctx,
-  input: { organizationId: string; groupBy: GroupBy; from?: string | undefined; to?: string | undefined; deploymentId?: string | undefined },
+  input: {
+    organizationId: string;
+    groupBy: GroupBy;
+    from?: string | undefined;
+    to?: string | undefined;
+    deploymentId?: string | undefined;
+    splitBy?: SplitBy | undefined;
+  },
 ): Promise<UsageSummaryView> {
   await authorize(ctx, input.organizationId, 'usage.read');
+  if (input.splitBy !== undefined && input.groupBy !== 'day' && input.groupBy !== 'hour') {
+    throw ValidationError.forField('split_by', 'needs group_by=day or group_by=hour');
+  }
   const { from, to } = summaryRange(input, input.groupBy, ctx.clock.now());
   await assertOwnDeployment(ctx, input.organizationId, input.deploymentId);
+  if (input.splitBy !== undefined && (input.groupBy === 'day' || input.groupBy === 'hour')) return splitSummary(ctx, { ...input, groupBy: input.groupBy, splitBy: input.splitBy }, from, to);
   const rows = await ctx.db.query<GroupRow>(
     `WITH g AS (
        SELECT ${KEY_SQL[input.groupBy]} AS key,
@@ -142,4 +164,99 @@ function withEmptyBuckets(found: UsageGroup[], from: Date, to: Date, width: numb
     const key = start.toISOString();
     return byKey.get(key) ?? { key, ...counts(0, 0, 0, 0) };
   });
+}
+
+interface SplitRow {
+  key: Date;
+  /** 1.. for the split keys (largest first), null for the "other" part. */
+  rank: number | null;
+  part: string | null;
+  calls: number;
+  successful: number;
+  credits: number;
+  credits_refunded: number;
+  part_count: number;
+}
+
+/**
+ * A time grouping with every bucket split by tool, action or end user (a stacked chart): the
+ * MAX_SPLIT_KEYS largest keys over the whole range (by credits, then calls) each get their part, the
+ * rest sum into one "other" part. One statement, so the parts, the buckets and the totals come from
+ * one snapshot and always add up. At most buckets × (MAX_SPLIT_KEYS + 1) rows leave the database;
+ * keys are matched by (is null, value), an equality a hash join can use (a null end user is a key).
+ */
+async function splitSummary(
+  ctx: Ctx,
+  input: { organizationId: string; groupBy: 'day' | 'hour'; deploymentId?: string | undefined; splitBy: SplitBy },
+  from: Date,
+  to: Date,
+): Promise<UsageSummaryView> {
+  const rows = await ctx.db.query<SplitRow>(
+    `WITH r AS (
+       SELECT ${KEY_SQL[input.groupBy]} AS key,
+              ${KEY_SQL[input.splitBy]} AS part,
+              count(*)::bigint AS calls,
+              count(*) FILTER (WHERE success)::bigint AS successful,
+              COALESCE(sum(quantity - refunded) FILTER (WHERE success), 0)::bigint AS credits,
+              COALESCE(sum(refunded) FILTER (WHERE success), 0)::bigint AS credits_refunded
+       FROM usage_records
+       WHERE organization_id = $1 AND "timestamp" >= $2 AND "timestamp" < $3
+         AND ($4::uuid IS NULL OR deployment_id = $4::uuid)
+       GROUP BY 1, 2),
+     ranked AS (
+       SELECT part IS NULL AS part_null, COALESCE(part, '') AS part_value,
+              row_number() OVER (ORDER BY sum(credits) DESC, sum(calls) DESC, part NULLS LAST) AS rank
+       FROM r GROUP BY part)
+     SELECT r.key,
+            CASE WHEN k.rank <= $5 THEN k.rank END AS rank,
+            min(r.part) AS part,
+            sum(r.calls)::bigint AS calls,
+            sum(r.successful)::bigint AS successful,
+            sum(r.credits)::bigint AS credits,
+            sum(r.credits_refunded)::bigint AS credits_refunded,
+            (SELECT count(*) FROM ranked)::bigint AS part_count
+     FROM r JOIN ranked k ON k.part_null = (r.part IS NULL) AND k.part_value = COALESCE(r.part, '')
+     GROUP BY r.key, CASE WHEN k.rank <= $5 THEN k.rank END
+     ORDER BY r.key, 2 NULLS LAST`,
+    [input.organizationId, from, to, input.deploymentId ?? null, MAX_SPLIT_KEYS],
+  );
+  const keys: Array<string | null> = [];
+  const buckets = new Map<string, UsageGroup>();
+  let total = counts(0, 0, 0, 0);
+  for (const row of rows) {
+    const part: UsageSplit = { key: row.rank === null ? null : row.part, other: row.rank === null, ...counts(row.calls, row.successful, row.credits, row.credits_refunded) };
+    if (row.rank !== null) keys[row.rank - 1] = row.part;
+    const key = row.key.toISOString();
+    const bucket = buckets.get(key) ?? { key, ...counts(0, 0, 0, 0), split: [] };
+    buckets.set(key, add(bucket, part));
+    bucket.split!.push(part);
+    total = add(total, part);
+  }
+  const groups = bucketStarts(from, to, BUCKET_MS[input.groupBy]).map((start) => {
+    const key = start.toISOString();
+    return buckets.get(key) ?? { key, ...counts(0, 0, 0, 0), split: [] };
+  });
+  return {
+    organization_id: input.organizationId,
+    deployment_id: input.deploymentId ?? null,
+    group_by: input.groupBy,
+    from: from.toISOString(),
+    to: to.toISOString(),
+    groups,
+    totals: total,
+    truncated: false,
+    split_by: input.splitBy,
+    split_keys: keys,
+    split_other: (rows[0]?.part_count ?? 0) > MAX_SPLIT_KEYS,
+  };
+}
+
+/** `into` with `part`'s counts added (mutates and returns `into`). */
+function add<T extends UsageCounts>(into: T, part: UsageCounts): T {
+  into.calls += part.calls;
+  into.successful += part.successful;
+  into.failed += part.failed;
+  into.credits += part.credits;
+  into.credits_refunded += part.credits_refunded;
+  return into;
 }
