@@ -36,7 +36,7 @@ import { entitlementRoutes } from './modules/entitlements/routes.js';
 import { watchOutboxBacklog } from './modules/events/backlog.js';
 import { healthRoutes } from './modules/health/routes.js';
 import { homeRoutes } from './modules/home/routes.js';
-import { CONSOLE_DIR, consoleRoutes } from './modules/console/routes.js';
+import { CONSOLE_DIR, consoleIsBuilt, consoleRoutes } from './modules/console/routes.js';
 import { meteringRoutes } from './modules/metering/routes.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
 import { templateRoutes } from './modules/templates/routes.js';
@@ -48,6 +48,8 @@ import { webhookProxyRoutes } from './modules/webhooks/routes.js';
 declare module 'fastify' {
   interface FastifyInstance {
     routeList: Array<{ method: string; url: string; auth: string; hidden: boolean }>;
+    /** Whether the console is built and served at /console (links for browsers go there). */
+    consoleBuilt: boolean;
   }
 }
 
@@ -142,6 +144,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await registerOpenApi(app, config.publicBaseUrl);
 
   const consoleRoot = options.consoleRoot ?? CONSOLE_DIR;
+  app.decorate('consoleBuilt', consoleIsBuilt(consoleRoot));
   await app.register(homeRoutes, { consoleRoot });
   await app.register(consoleRoutes, { root: consoleRoot });
   await app.register(healthRoutes);

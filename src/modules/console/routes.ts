@@ -182,7 +182,7 @@ async function staticRoutes(fastify: FastifyInstance, { root }: { root: string }
       .header('content-security-policy', CONSOLE_CSP)
       .header('x-content-type-options', 'nosniff')
       .header('referrer-policy', 'no-referrer')
-      .sendFile('index.html', root);
+      .sendFile('index.html', root, { cacheControl: false });
   };
 
   const hidden = { hide: true };

@@ -42,7 +42,8 @@ export function isSameOrigin(request: FastifyRequest): boolean {
   const origin = request.headers.origin;
   if (origin === undefined) return true; // not a browser, or a same-origin GET: nothing cross-site to fear
   try {
-    return new URL(origin).host === request.host;
+    // Both through URL, so a default port (":80", ":443") compares equal to none.
+    return new URL(origin).host === new URL(`${request.protocol}://${request.host}`).host;
   } catch {
     return false;
   }

@@ -156,12 +156,24 @@ export async function memberRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         tags,
         operationId: 'getInvitation',
-        summary: 'What an invitation link is for: organization, role, inviter, expiry and status (no auth)',
+        summary: 'What an invitation link is for: organization, role, inviter, expiry and status (no auth); a browser is sent to the console',
         params: TokenParams,
-        response: { 200: Envelope(PublicInvitationSchema), ...envelopeErrors(400, 404) },
+        response: {
+          200: Envelope(PublicInvitationSchema),
+          302: Type.Null({
+            description: 'A browser (Accept: text/html) is sent to the console page of the invitation, /console/invitations/{token}',
+          }),
+          ...envelopeErrors(400, 404),
+        },
       },
     },
-    async (request) => ok(await getInvitationByToken(ctxOf(request), request.params.token)),
+    async (request, reply) => {
+      // The accept_url mailed to people: a browser opening it gets the console's page, an API client the JSON.
+      if (request.server.consoleBuilt && /\btext\/html\b/.test(request.headers.accept ?? '')) {
+        return reply.redirect(`/console/invitations/${encodeURIComponent(request.params.token)}`, 302);
+      }
+      return ok(await getInvitationByToken(ctxOf(request), request.params.token));
+    },
   );
 
   app.post(
