@@ -18,8 +18,8 @@ export interface ConsoleService {
   h: Harness;
   baseUrl: string;
   browser: Browser;
-  /** A fresh browser context (its own cookies) with a page open. */
-  newPage(): Promise<{ context: BrowserContext; page: Page }>;
+  /** A fresh browser context (its own cookies) with a page open; `bypassCSP` only to inject a test tool (axe). */
+  newPage(options?: { bypassCSP?: boolean }): Promise<{ context: BrowserContext; page: Page }>;
   close(): Promise<void>;
 }
 
@@ -41,8 +41,8 @@ export async function startConsoleService(overrides: Partial<Config> = {}): Prom
     h,
     baseUrl,
     browser,
-    async newPage() {
-      const context = await browser.newContext({ baseURL: baseUrl, viewport: { width: 1280, height: 860 } });
+    async newPage(options = {}) {
+      const context = await browser.newContext({ baseURL: baseUrl, viewport: { width: 1280, height: 860 }, bypassCSP: options.bypassCSP ?? false });
       context.setDefaultTimeout(15_000);
       contexts.push(context);
       // A page error (an exception in the console's code) fails the test that caused it.

@@ -76,6 +76,23 @@ export function stackOf(summary: UsageSummary): { times: number[]; series: Stack
   return { times, series };
 }
 
+/** The split keys of a split summary with their counts over the whole range: the largest tools, largest first. */
+export function topOf(summary: UsageSummary): UsageSummary {
+  const totals = new Map<string | null, UsageGroup>((summary.split_keys ?? []).map((key) => [key, { key, calls: 0, successful: 0, failed: 0, credits: 0, credits_refunded: 0 }]));
+  for (const group of summary.groups) {
+    for (const part of group.split ?? []) {
+      const t = part.other ? undefined : totals.get(part.key);
+      if (!t) continue;
+      t.calls += part.calls;
+      t.successful += part.successful;
+      t.failed += part.failed;
+      t.credits += part.credits;
+      t.credits_refunded += part.credits_refunded;
+    }
+  }
+  return { ...summary, groups: [...totals.values()] };
+}
+
 export function Overview() {
   const { org, can } = useOrg();
   const base = `/organizations/${org.id}`;
@@ -87,9 +104,10 @@ export function Overview() {
   // The service's default range: the last 30 days up to its own now (its clock, not the browser's).
   const range = {};
   const daily = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'day', split_by: 'tool', ...range }), [org.id]);
-  const tools = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'tool', ...range }), [org.id]);
   const users = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'mcp_user', ...range }), [org.id]);
   const stack = useMemo(() => (daily.data ? stackOf(daily.data) : null), [daily.data]);
+  // The top tools come from the same answer: split_keys are the range's largest tools in group_by=tool's order.
+  const tools = useMemo(() => (daily.data ? topOf(daily.data) : undefined), [daily.data]);
 
   const primary = deployments.data?.data.find((d) => d.is_primary);
   const b = primary?.balance;
@@ -165,7 +183,7 @@ export function Overview() {
       </section>
 
       <div className="columns">
-        <TopList title="Top tools" summary={tools.data} error={tools.error} empty="No tool calls yet" testId="top-tools" />
+        <TopList title="Top tools" summary={tools} error={daily.error} empty="No tool calls yet" testId="top-tools" />
         <TopList title="Top end users" summary={users.data} error={users.error} empty="No end users yet (stdio mode has none)" testId="top-users" />
       </div>
       <p>
