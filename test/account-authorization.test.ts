@@ -24,6 +24,7 @@ const TABLE: Case[] = [
   { method: 'DELETE', url: '/organizations/:id/api-keys/:keyId', write: true, keys: true },
   { method: 'GET', url: '/organizations/:id/deployments', write: false },
   { method: 'POST', url: '/organizations/:id/deployments/:depId/secret', write: true },
+  { method: 'GET', url: '/organizations/:id/deployments/:depId/entitlements', write: false },
   { method: 'GET', url: '/organizations/:id/audit-logs', write: false },
   { method: 'GET', url: '/organizations/:id/usage/summary', write: false },
   { method: 'GET', url: '/organizations/:id/usage/records', write: false },
@@ -60,6 +61,7 @@ const fill = (url: string, orgId: string, userId = SOME) =>
     .replace(':userId', userId)
     .replace(':webhookId', webhookId)
     .replace(':tdId', tdId)
+    .replace(':depId', owner.deploymentId) // a real deployment, so the entitlements read finds one
     .replace(/:[A-Za-z]+/g, SOME);
 
 const send = (c: Case, headers: Record<string, string>, orgId = owner.organizationId, userId?: string) =>

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EVENT_DATA } from '../src/http/openapi-events.js';
-import { EVENT_TYPES } from '../src/modules/webhooks/organization.js';
+import { EVENT_TYPES, TEST_EVENT_TYPE } from '../src/modules/webhooks/organization.js';
 import { createHarness, type Harness } from './harness.js';
 
 let h: Harness;
@@ -127,8 +127,9 @@ describe('GET /openapi.json', () => {
   });
 
   it('the events organization webhooks receive are the webhooks section', () => {
-    expect(Object.keys(doc.webhooks).sort()).toEqual([...EVENT_TYPES].sort());
-    expect(Object.keys(EVENT_DATA).sort()).toEqual([...EVENT_TYPES].sort());
+    // The subscribable events and the test send's webhook.test.
+    expect(Object.keys(doc.webhooks).sort()).toEqual([...EVENT_TYPES, TEST_EVENT_TYPE].sort());
+    expect(Object.keys(EVENT_DATA).sort()).toEqual([...EVENT_TYPES, TEST_EVENT_TYPE].sort());
     expect(JSON.stringify(doc.webhooks['quota.threshold'])).toContain('#/components/schemas/QuotaThresholdEvent');
     expect(JSON.stringify(doc.components.schemas.QuotaThresholdEvent)).toContain('#/components/schemas/QuotaThresholdData');
   });

@@ -91,6 +91,14 @@ export const EVENT_DATA: Record<string, { summary: string; data: TSchema }> = {
       to: Type.String({ description: 'Tier after', examples: ['launch'] }),
     }),
   },
+  'webhook.test': {
+    summary: 'A test send (POST /organizations/{id}/webhooks/{webhookId}/test): to that webhook only; not an event to subscribe to',
+    data: Type.Object({
+      organization_id: Uuid('Organization'),
+      webhook_id: Uuid('The webhook tested'),
+      message: Type.String({ description: 'A fixed text; the time is the body\'s created_at', examples: ['This is a test event'] }),
+    }),
+  },
 };
 
 /** The request headers of every delivery (SPEC §7): the seed's signature and the Standard Webhooks set. */

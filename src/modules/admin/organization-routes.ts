@@ -2,8 +2,10 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { ctxOf } from '../../http/auth.js';
+import { decodeCursor, PageQuery } from '../../http/envelope.js';
 import { flatErrors, Nullable, StringEnum } from '../../http/schemas.js';
 import { setOrganizationPlan } from '../organizations/service.js';
+import { adminSearchOrganizations } from './lists.js';
 import { security, tags, TierSchema } from './routes.js';
 import * as A from './service.js';
 
@@ -15,6 +17,60 @@ const PlanSchema = StringEnum(['free', 'pro', 'enterprise'], {
 /** Operator routes over organizations (SPEC §11): provisioning, keys, and the plan a user cannot give themselves. */
 export async function adminOrganizationRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  app.get(
+    '/api/v1/admin/organizations',
+    {
+      config: { auth: 'admin' },
+      schema: {
+        tags,
+        security,
+        operationId: 'adminListOrganizations',
+        summary: 'Find organizations: name or slug contains q, id or a deployment id is q, or a member has the address q',
+        description:
+          'Newest first, keyset-paginated (`limit` 1–100, default 20; pass `next_cursor` as `cursor`). ' +
+          'Without `q`, every organization. Deleted organizations are included, with `deleted_at` set.',
+        querystring: Type.Object(
+          {
+            q: Type.Optional(
+              Type.String({ maxLength: 320, description: 'Part of a name or slug (case-insensitive), an organization or deployment id, or a member email' }),
+            ),
+            ...PageQuery.properties,
+          },
+          { additionalProperties: false },
+        ),
+        response: {
+          200: Type.Object({
+            organizations: Type.Array(
+              Type.Object(
+                {
+                  id: Type.String(),
+                  name: Type.String(),
+                  slug: Type.String(),
+                  plan: Type.String({ description: 'free, pro or enterprise' }),
+                  deleted_at: Nullable(Type.String({ format: 'date-time', description: 'Set when the organization was deleted' })),
+                  created_at: Type.String({ format: 'date-time' }),
+                  primary_deployment_id: Nullable(Type.String()),
+                  primary_deployment_tier: Nullable(Type.String()),
+                },
+                { title: 'AdminOrganizationHit' },
+              ),
+            ),
+            next_cursor: Nullable(Type.String({ description: 'Pass as ?cursor= for the next page' })),
+          }),
+          ...flatErrors(400, 401),
+        },
+      },
+    },
+    async (request) => {
+      const { items, next } = await adminSearchOrganizations(ctxOf(request), {
+        q: request.query.q,
+        limit: request.query.limit ?? 20,
+        cursor: decodeCursor(request.query.cursor),
+      });
+      return { organizations: items, next_cursor: next };
+    },
+  );
 
   app.post(
     '/api/v1/admin/organizations',

@@ -8,12 +8,15 @@ import { ctxOf } from '../../http/auth.js';
 import { idempotencyKeyHeader } from '../../http/idempotency-key.js';
 import { flatErrors, Nullable, StringEnum } from '../../http/schemas.js';
 import { setExternalId } from '../users/service.js';
+import { adminListCreditCosts, adminListToolActions } from './lists.js';
 import * as A from './service.js';
 
 const Id = Type.Object({ id: Type.String({ format: 'uuid' }) });
 export const TierSchema = StringEnum(['sandbox', 'trial', 'launch', 'growth', 'enterprise'], { description: 'Deployment tier' });
 const NullableInt = Nullable(Type.Integer());
 const Bool = Type.Boolean();
+/** A list without parameters still refuses unknown ones (SPEC §10). */
+const NoQuery = Type.Object({}, { additionalProperties: false });
 
 export const DeploymentViewSchema = Type.Object({
   id: Type.String(),
@@ -198,6 +201,29 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
   );
 
   const CostReply = Type.Object({ action: Type.String(), credits: Type.Integer(), description: Nullable(Type.String()) });
+  app.get(
+    '/api/v1/admin/credit-costs',
+    {
+      config: { auth: 'admin' },
+      schema: {
+        tags,
+        security,
+        operationId: 'adminListCreditCosts',
+        summary: 'The credit cost table as stored now, by action',
+        querystring: NoQuery,
+        response: {
+          200: Type.Object({
+            credit_costs: Type.Array(
+              Type.Object({ action: Type.String(), credits: Type.Integer(), description: Nullable(Type.String()), updated_at: Type.String({ format: 'date-time' }) }),
+            ),
+          }),
+          ...flatErrors(400, 401),
+        },
+      },
+    },
+    async (request) => ({ credit_costs: await adminListCreditCosts(ctxOf(request)) }),
+  );
+
   app.put(
     '/api/v1/admin/credit-costs/:action',
     {
@@ -219,6 +245,34 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
   );
 
   const ToolParams = Type.Object({ tool_name: Type.String({ minLength: 1, maxLength: 200 }) });
+  app.get(
+    '/api/v1/admin/tool-actions',
+    {
+      config: { auth: 'admin' },
+      schema: {
+        tags,
+        security,
+        operationId: 'adminListToolActions',
+        summary: 'Every tool mapping with its action and cost, by tool name (an unmapped tool is metered as platform_basic)',
+        querystring: NoQuery,
+        response: {
+          200: Type.Object({
+            tool_actions: Type.Array(
+              Type.Object({
+                tool_name: Type.String(),
+                action: Type.String(),
+                credits: Type.Integer({ description: 'The cost of the action now' }),
+                updated_at: Type.String({ format: 'date-time' }),
+              }),
+            ),
+          }),
+          ...flatErrors(400, 401),
+        },
+      },
+    },
+    async (request) => ({ tool_actions: await adminListToolActions(ctxOf(request)) }),
+  );
+
   app.put(
     '/api/v1/admin/tool-actions/:tool_name',
     {

@@ -10,6 +10,7 @@ import { effectiveFlags } from '../entitlements/flags.js';
 import { featureDisabled } from '../quotas/ai-tokens.js';
 import { packCheckout, portalSession, subscriptionCheckout, subscriptionInForce, subscriptionPrice } from './checkout.js';
 import type { Ctx } from '../../context.js';
+import { sellingCatalog } from './account-selling.js';
 
 const ReturnUrl = (description: string) => Type.String({ minLength: 1, maxLength: 2048, description, examples: ['https://app.example.com/billing/done'] });
 const PackName = Type.String({ minLength: 1, maxLength: 40, description: 'A pack named in CREDIT_PACKS', examples: ['small'] });
@@ -135,12 +136,7 @@ export async function billingProxyRoutes(fastify: FastifyInstance): Promise<void
     },
     async (request) => {
       const { ctx } = deploymentOf(request);
-      const { creditPacks, stripePriceTiers, stripeSecretKey } = ctx.config;
-      return {
-        configured: stripeSecretKey !== undefined,
-        packs: Object.entries(creditPacks).map(([pack, p]) => ({ pack, credits: p.credits, price_id: p.priceId })),
-        subscription_prices: Object.entries(stripePriceTiers).map(([price_id, tier]) => ({ price_id, tier })),
-      };
+      return sellingCatalog(ctx.config);
     },
   );
 

@@ -3,9 +3,10 @@ import { NotFoundError } from '../../errors.js';
 import { type KeysetPosition, pageOf } from '../../http/envelope.js';
 import { type BalanceView, readBalance, viewBalance } from '../credits/service.js';
 import { type BalanceSummary, summarizeBalance } from '../credits/summary.js';
+import { type EntitlementSnapshot, snapshotOf } from '../entitlements/service.js';
 import { isUuid } from '../metering/state.js';
 import { authorize } from '../organizations/rbac.js';
-import { type DeploymentRow, rotateDeploymentSecret } from './service.js';
+import { type DeploymentRow, getDeployment, rotateDeploymentSecret } from './service.js';
 
 /* Verbs of the application API (SPEC §8): authorization first; another tenant's row is 404. */
 
@@ -73,4 +74,18 @@ export async function rotateOrganizationDeploymentSecret(
   if (!isUuid(input.deploymentId)) throw new NotFoundError('Deployment');
   const { secret } = await rotateDeploymentSecret(ctx, input.deploymentId, input.organizationId);
   return { deployment_id: input.deploymentId, secret, secret_prefix: secret.slice(0, 10) };
+}
+
+/**
+ * A deployment's entitlement snapshot for its organization's members (deployments.read, key scope
+ * read): the answer POST /api/v1/entitlements/check gives the deployment itself, computed by the same
+ * function, so the console shows what the deployment sees. Another organization's deployment is 404.
+ */
+export async function organizationDeploymentEntitlements(
+  ctx: Ctx,
+  input: { organizationId: string; deploymentId: string },
+): Promise<EntitlementSnapshot> {
+  await authorize(ctx, input.organizationId, 'deployments.read');
+  const deployment = await getDeployment(ctx.db, input.deploymentId, input.organizationId);
+  return snapshotOf(ctx, deployment);
 }

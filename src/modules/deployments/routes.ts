@@ -6,7 +6,8 @@ import { ctxOf } from '../../http/auth.js';
 import { Envelope, envelopeErrors, ok, page, PageEnvelope, PageQuery } from '../../http/envelope.js';
 import { decodeCursor } from '../../http/envelope.js';
 import { anyOf } from '../../http/schemas.js';
-import { listOrganizationDeployments, rotateOrganizationDeploymentSecret } from './organization.js';
+import { SnapshotReply } from '../entitlements/routes.js';
+import { listOrganizationDeployments, organizationDeploymentEntitlements, rotateOrganizationDeploymentSecret } from './organization.js';
 
 const Uuid = (description: string) => Type.String({ format: 'uuid', description, examples: ['6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f'] });
 const Timestamp = (description: string) => Type.String({ format: 'date-time', description, examples: ['2026-01-15T12:00:00.000Z'] });
@@ -65,6 +66,24 @@ export async function deploymentRoutes(fastify: FastifyInstance): Promise<void> 
       });
       return page(items, next);
     },
+  );
+
+  app.get(
+    '/organizations/:id/deployments/:depId/entitlements',
+    {
+      config: { auth: 'account' },
+      schema: {
+        tags,
+        security,
+        operationId: 'getDeploymentEntitlements',
+        summary: "A deployment's entitlement snapshot: tier, flags, limits, AI token quota (deployments.read; key scope read)",
+        description: 'The same snapshot POST /api/v1/entitlements/check answers the deployment, computed now (never cached).',
+        params: DeploymentParams,
+        response: { 200: Envelope(SnapshotReply), ...envelopeErrors(400, 401, 403, 404) },
+      },
+    },
+    async (request) =>
+      ok(await organizationDeploymentEntitlements(ctxOf(request), { organizationId: request.params.id, deploymentId: request.params.depId })),
   );
 
   app.post(

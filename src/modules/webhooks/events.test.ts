@@ -14,7 +14,8 @@ import { Ajv } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { EVENT_DATA } from '../../http/openapi-events.js';
 import { dispatchPending } from '../events/outbox.js';
-import { EVENT_TYPES } from './organization.js';
+import { startReceiver } from '../../../test/receiver.js';
+import { EVENT_TYPES, TEST_EVENT_TYPE } from './organization.js';
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
 const ajv = addFormats(new Ajv({ strict: false, allErrors: true }));
@@ -122,6 +123,30 @@ describe('organization events', () => {
     expect(new Set(all.map((d) => d.event_type)).size).toBe(6);
     // The second webhook subscribed to api_key.created only.
     expect((await deliveriesOf(keysWebhookId)).map((d) => d.event_type)).toEqual(['api_key.created']);
+  });
+
+  it('a test send delivers the documented webhook.test event', async () => {
+    const rx = await startReceiver();
+    try {
+      const owner = await signUpWithOrganization(h);
+      const created = await h.request({
+        method: 'POST',
+        url: `/organizations/${owner.organizationId}/webhooks`,
+        headers: bearer(owner.accessToken),
+        payload: { url: `${rx.url}/hooks`, events: ['api_key.created'] },
+      });
+      const webhookId = json<{ data: { id: string } }>(created).data.id;
+      const sent = await h.request({ method: 'POST', url: `/organizations/${owner.organizationId}/webhooks/${webhookId}/test`, headers: bearer(owner.accessToken) });
+      expect(sent.statusCode, sent.body).toBe(200);
+      // What the receiver got, not what was stored: the body on the wire is the documented event.
+      expect(rx.received).toHaveLength(1);
+      const body = JSON.parse(rx.received[0]!.body.toString()) as Delivery['payload'];
+      expect(body).toMatchObject({ type: TEST_EVENT_TYPE, created_at: h.clock.now().toISOString() });
+      expect(body.data).toEqual({ organization_id: owner.organizationId, webhook_id: webhookId, message: 'This is a test event' });
+      expectDocumented(body);
+    } finally {
+      await rx.close();
+    }
   });
 
   it('quota.threshold from a deduction reaches the webhooks once, with its data', async () => {

@@ -20,7 +20,7 @@ import { type Received, type Receiver, startReceiver } from '../../../test/recei
 import { CLAIM_SQL, LEASE_MS } from '../../../test/webhook-worker-child.js';
 import type { WebhookView as OrgWebhookView } from './organization.js';
 import { buildApp } from '../../app.js';
-import type { Database } from '../../db/client.js';
+import type { Database, Queryable } from '../../db/client.js';
 import { WORKERS } from '../../workers/catalog.js';
 import { appendEvent, dispatchPending } from '../events/outbox.js';
 import { DISABLE_AFTER_MS, deliverDue, MAX_ATTEMPTS } from './organization.js';
@@ -860,15 +860,16 @@ describe('manual retry and test send', () => {
     let workerPass: Promise<number> | null = null;
     const racing = new Proxy(base, {
       get(target, prop) {
-        if (prop === 'query') {
-          return async (text: string, params?: readonly unknown[], name?: string) => {
-            const rows = await target.query(text, params, name);
-            if (workerPass === null && text.includes("'webhook.test'")) {
+        if (prop === 'transaction') {
+          // The test row and its audit row commit in one transaction; the worker's pass starts right after.
+          return async (fn: (tx: Queryable) => Promise<unknown>) => {
+            const result = await target.transaction(fn);
+            if (workerPass === null && (result as { event_type?: unknown } | null)?.event_type === 'webhook.test') {
               workerPass = deliverDue(h.deps, 20);
               // The worker has claimed the row and its request is at the receiver.
               await eventually(() => rx.received.length >= 1, 5_000);
             }
-            return rows;
+            return result;
           };
         }
         const value = Reflect.get(target, prop, target) as unknown;

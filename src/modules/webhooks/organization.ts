@@ -277,20 +277,41 @@ export async function retryDelivery(ctx: Ctx, input: { organizationId: string; w
   );
 }
 
-/** A `webhook.test` event to this webhook only, sent at once (one attempt); its record is kept like any other. */
+/** The event a test send delivers (docs/webhooks.md): to the one webhook tested, never subscribable. */
+export const TEST_EVENT_TYPE = 'webhook.test';
+
+/**
+ * A `webhook.test` event to this webhook only, sent at once (one attempt) with the signing of every
+ * delivery; its record is kept like any other. A disabled webhook is 409: the worker would not send
+ * to it either, so a test would only make a record that says so.
+ */
 export async function testWebhook(ctx: Ctx, organizationId: string, webhookId: string): Promise<DeliveryView> {
   await authorize(ctx, organizationId, 'webhooks.manage');
   const webhook = await getWebhook(ctx, organizationId, webhookId);
+  if (!webhook.is_active) {
+    const reason = webhook.disabled_reason ? ` (${webhook.disabled_reason})` : '';
+    throw new AppError('CONFLICT', `The webhook is disabled${reason}: enable it (PATCH is_active: true) before a test send`);
+  }
   const now = ctx.clock.now();
   const eventId = crypto.randomUUID();
-  const payload = { id: eventId, type: 'webhook.test', created_at: now.toISOString(), data: { webhook_id: webhookId, message: 'This is a test event' } };
-  const rows = await ctx.db.query<DeliveryRow>(
-    `INSERT INTO webhook_deliveries (organization_id, webhook_id, event_type, url, method, payload, status, next_retry_at, created_at, updated_at)
-     VALUES ($1, $2, 'webhook.test', $3, 'POST', $4, 'pending', $5, $5, $5) RETURNING *`,
-    [organizationId, webhookId, webhook.url, JSON.stringify(payload), now],
-  );
+  const payload = {
+    id: eventId,
+    type: TEST_EVENT_TYPE,
+    created_at: now.toISOString(),
+    data: { organization_id: organizationId, webhook_id: webhookId, message: 'This is a test event' },
+  };
+  const inserted = await ctx.db.transaction(async (tx) => {
+    const rows = await tx.query<DeliveryRow>(
+      `INSERT INTO webhook_deliveries (organization_id, webhook_id, event_type, url, method, payload, status, next_retry_at, created_at, updated_at)
+       VALUES ($1, $2, $3, $4, 'POST', $5, 'pending', $6, $6, $6) RETURNING *`,
+      [organizationId, webhookId, TEST_EVENT_TYPE, webhook.url, JSON.stringify(payload), now],
+    );
+    const row = rows[0]!;
+    await writeAudit(tx, ctx, { organizationId, action: 'test', resourceType: 'webhook', resourceId: webhookId, metadata: { delivery_id: row.id, url: webhook.url } });
+    return row;
+  });
   // Claimed like the worker does, so a worker running at the same moment cannot send it too.
-  const claimed = await claim(ctx, rows[0]!.id);
+  const claimed = await claim(ctx, inserted.id);
   if (!claimed) throw new AppError('CONFLICT', 'The test delivery is being sent by a worker');
   const sent = await deliverClaimed(ctx, claimed, webhook);
   if (sent.status !== 'pending') return deliveryViewOf(sent);

@@ -518,6 +518,23 @@ export interface webhooks {
         patch?: never;
         trace?: never;
     };
+    "webhook.test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A test send (POST /organizations/{id}/webhooks/{webhookId}/test): to that webhook only; not an event to subscribe to */
+        post: operations["onWebhookTest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface components {
     schemas: {
@@ -553,6 +570,19 @@ export interface components {
             tier: string;
             /** Format: date-time */
             updated_at: string;
+        };
+        /** AdminOrganizationHit */
+        AdminOrganizationHit: {
+            /** Format: date-time */
+            created_at: string;
+            deleted_at: string | null;
+            id: string;
+            name: string;
+            /** @description free, pro or enterprise */
+            plan: string;
+            primary_deployment_id: string | null;
+            primary_deployment_tier: string | null;
+            slug: string;
         };
         /** AiQuota */
         AiQuota: {
@@ -753,6 +783,64 @@ export interface components {
             /** @enum {boolean} */
             success: true;
         };
+        /** BillingCatalog */
+        BillingCatalog: {
+            /** @description Whether this installation sells through Stripe (STRIPE_SECRET_KEY is set) */
+            configured: boolean;
+            /** @description CREDIT_PACKS, in the order configured */
+            packs: {
+                /**
+                 * @description Purchased credits the pack grants
+                 * @example 1000
+                 */
+                credits: number;
+                /**
+                 * @description The pack name to buy
+                 * @example small
+                 */
+                pack: string;
+                /**
+                 * @description The Stripe price that sells it
+                 * @example price_pack_small
+                 */
+                price_id: string;
+            }[];
+            /** @description STRIPE_PRICE_TIERS */
+            subscription_prices: {
+                /**
+                 * @description A subscription price
+                 * @example price_launch_monthly
+                 */
+                price_id: string;
+                /**
+                 * @description The deployment tier it sells
+                 * @example launch
+                 */
+                tier: string;
+            }[];
+        };
+        /** BillingCatalogEnvelope */
+        BillingCatalogEnvelope: {
+            data: components["schemas"]["BillingCatalog"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** BillingPortalSession */
+        BillingPortalSession: {
+            /**
+             * @description Stripe's Billing Portal page: send the customer there
+             * @example https://billing.stripe.com/p/session/test_a1
+             */
+            url: string;
+        };
+        /** BillingPortalSessionEnvelope */
+        BillingPortalSessionEnvelope: {
+            data: components["schemas"]["BillingPortalSession"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
         /** BillingUsage */
         BillingUsage: {
             ai_tokens: {
@@ -905,6 +993,26 @@ export interface components {
             reservation_expires_at?: string;
             tier: string | null;
         };
+        /**
+         * ConsoleSession
+         * @description An access token; the refresh token went into the HttpOnly session cookie
+         */
+        ConsoleSession: {
+            /** @description JWT, 15 minutes; keep it in memory */
+            access_token: string;
+            /** @example 900 */
+            expires_in: number;
+            /** @enum {string} */
+            token_type: "Bearer";
+            user: components["schemas"]["User"];
+        };
+        /** ConsoleSessionEnvelope */
+        ConsoleSessionEnvelope: {
+            data: components["schemas"]["ConsoleSession"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
         /** CreatedApiKey */
         CreatedApiKey: {
             /**
@@ -1055,6 +1163,26 @@ export interface components {
                 /** @example launch */
                 tier: string;
             }[];
+        };
+        /** CreditPackCheckout */
+        CreditPackCheckout: {
+            /**
+             * @description The Checkout Session; its pack is granted once it is paid
+             * @example cs_test_a1
+             */
+            checkout_session_id: string;
+            /**
+             * @description Stripe Checkout's page: send the customer there
+             * @example https://checkout.stripe.com/c/pay/cs_test_a1
+             */
+            url: string;
+        };
+        /** CreditPackCheckoutEnvelope */
+        CreditPackCheckoutEnvelope: {
+            data: components["schemas"]["CreditPackCheckout"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
         };
         /** CreditsPurchasedData */
         CreditsPurchasedData: {
@@ -1237,6 +1365,13 @@ export interface components {
             status: string;
             /** @example launch */
             tier: string;
+        };
+        /** EntitlementSnapshotEnvelope */
+        EntitlementSnapshotEnvelope: {
+            data: components["schemas"]["EntitlementSnapshot"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
         };
         /** @description Error envelope of the application API */
         EnvelopeError: {
@@ -1996,6 +2131,8 @@ export interface components {
              */
             failed: number;
             key: string | null;
+            /** @description With split_by: the parts of this bucket with calls, in the order of split_keys, "other" last; they sum to the bucket */
+            split?: components["schemas"]["UsageSplit"][];
             /**
              * @description Calls that deducted
              * @example 11
@@ -2077,6 +2214,37 @@ export interface components {
             total_refunded: number;
             usage_id: string;
         };
+        /** UsageSplit */
+        UsageSplit: {
+            /**
+             * @description Usage records (calls metered, refused ones included)
+             * @example 12
+             */
+            calls: number;
+            /**
+             * @description Credits deducted, net of refunds
+             * @example 22
+             */
+            credits: number;
+            /**
+             * @description Credits of these calls refunded since
+             * @example 0
+             */
+            credits_refunded: number;
+            /**
+             * @description Calls refused (nothing deducted)
+             * @example 1
+             */
+            failed: number;
+            key: string | null;
+            /** @description true for the one part that sums every key outside split_keys */
+            other: boolean;
+            /**
+             * @description Calls that deducted
+             * @example 11
+             */
+            successful: number;
+        };
         /** UsageSummary */
         UsageSummary: {
             deployment_id: string | null;
@@ -2099,6 +2267,15 @@ export interface components {
              * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
              */
             organization_id: string;
+            /**
+             * @description The split asked for
+             * @enum {string}
+             */
+            split_by?: "tool" | "action" | "mcp_user";
+            /** @description With split_by: the keys split out, largest first by credits then calls (at most 10; null = calls without an end user) */
+            split_keys?: (string | null)[];
+            /** @description With split_by: whether more keys had usage, summed in each bucket's "other" part */
+            split_other?: boolean;
             /**
              * Format: date-time
              * @description End of the range, exclusive (UTC)
@@ -2241,6 +2418,37 @@ export interface components {
             success: boolean;
             /** @description Delivery id; also the webhook-id header the receiver saw */
             webhookId: string;
+        };
+        /** WebhookTestData */
+        WebhookTestData: {
+            /**
+             * @description A fixed text; the time is the body's created_at
+             * @example This is a test event
+             */
+            message: string;
+            /**
+             * Format: uuid
+             * @description Organization
+             */
+            organization_id: string;
+            /**
+             * Format: uuid
+             * @description The webhook tested
+             */
+            webhook_id: string;
+        };
+        /** WebhookTestEvent */
+        WebhookTestEvent: {
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["WebhookTestData"];
+            /**
+             * Format: uuid
+             * @description Event id
+             */
+            id: string;
+            /** @constant */
+            type: "webhook.test";
         };
     };
     responses: never;
@@ -4884,6 +5092,48 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["SubscriptionUpdatedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx: delivered */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Gone: the webhook is disabled */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onWebhookTest: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                "webhook-id": string;
+                /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
+                "webhook-signature": string;
+                /** @description Standard Webhooks timestamp (epoch seconds) */
+                "webhook-timestamp": string;
+                /** @description The delivery id */
+                "x-service-delivery": string;
+                /** @description The event type */
+                "x-service-event": string;
+                /** @description Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included) */
+                "x-service-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookTestEvent"];
             };
         };
         responses: {
