@@ -176,6 +176,24 @@ export async function text(path: string, query: CallOptions['query'], accept: st
   return res.text();
 }
 
+/**
+ * One part of a paged text answer (the usage CSV export): its text and the `Link: <…>; rel="next"`
+ * target when more follows, null when it is the last. Only a path on this origin is followed, so
+ * the access token never goes to a URL the answer names elsewhere.
+ */
+export async function textPart(path: string, query: CallOptions['query'], accept: string): Promise<{ text: string; next: string | null }> {
+  const res = await call('GET', path, { query, accept });
+  return { text: await res.text(), next: nextLink(res.headers.get('link')) };
+}
+
+function nextLink(header: string | null): string | null {
+  for (const part of header?.split(',') ?? []) {
+    const m = /^\s*<([^>]*)>(.*)$/.exec(part);
+    if (m?.[1] && /;\s*rel="?next"?(\s|;|$)/i.test(m[2] ?? '') && m[1].startsWith('/') && !m[1].startsWith('//')) return m[1];
+  }
+  return null;
+}
+
 /** A unique Idempotency-Key for one user action (a retry of the same action reuses it). */
 export function idempotencyKey(): string {
   return crypto.randomUUID();

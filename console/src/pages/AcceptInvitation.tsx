@@ -30,46 +30,47 @@ export function AcceptInvitation({ token }: { token: string }) {
   if (invitation.error) return <main className="auth-card"><ErrorNote error={invitation.error} /></main>;
   if (!invitation.data || state.status === 'loading') return <Loading />;
   const inv = invitation.data;
-  return (
-    <main className="auth-card">
+  const what = (
+    <>
       <PageHeader title={`Join ${inv.organization_name}`} />
       <p>
         You are invited as <strong>{inv.role}</strong>
         {inv.inviter ? ` by ${inv.inviter.name ?? inv.inviter.email}` : ''}, as {inv.email}. The invitation expires {fmtDate(inv.expires_at)} ({inv.status}).
       </p>
-      {state.status === 'signed-in' ? (
-        <>
-          <p>Signed in as {state.user.email}.</p>
-          <ErrorNote error={action.error} />
-          <button
-            type="button"
-            disabled={action.busy}
-            onClick={() =>
-              void action.run(async () => {
-                const joined = await post<{ organization_id: string }>(`/invitations/${encodeURIComponent(token)}/accept`);
-                navigate(absolute(orgPath(joined.organization_id)));
-              })
-            }
-          >
-            Accept invitation
+    </>
+  );
+  if (state.status !== 'signed-in') {
+    // SignIn and SignUp are pages with their own <main>: the invitation goes in a region above them, not around them.
+    return (
+      <>
+        <section className="auth-card" aria-label="Invitation">
+          {what}
+          <button type="button" className="link" onClick={() => setMode(mode === 'in' ? 'up' : 'in')}>
+            {mode === 'in' ? 'New here? Create an account with the invited address' : 'I have an account: sign in'}
           </button>
-        </>
-      ) : mode === 'in' ? (
-        // After signing in here the user stays on this page to accept (the session state re-renders it).
-        <>
-          <SignIn />
-          <button type="button" className="link" onClick={() => setMode('up')}>
-            New here? Create an account with the invited address
-          </button>
-        </>
-      ) : (
-        <>
-          <SignUp email={inv.email} />
-          <button type="button" className="link" onClick={() => setMode('in')}>
-            I have an account
-          </button>
-        </>
-      )}
+        </section>
+        {/* After signing in or up here the user stays on this page to accept (the session state re-renders it). */}
+        {mode === 'in' ? <SignIn /> : <SignUp email={inv.email} />}
+      </>
+    );
+  }
+  return (
+    <main className="auth-card">
+      {what}
+      <p>Signed in as {state.user.email}.</p>
+      <ErrorNote error={action.error} />
+      <button
+        type="button"
+        disabled={action.busy}
+        onClick={() =>
+          void action.run(async () => {
+            const joined = await post<{ organization_id: string }>(`/invitations/${encodeURIComponent(token)}/accept`);
+            navigate(absolute(orgPath(joined.organization_id)));
+          })
+        }
+      >
+        Accept invitation
+      </button>
     </main>
   );
 }

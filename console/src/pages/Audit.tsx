@@ -1,5 +1,124 @@
-import { PageHeader } from '../ui';
+import { type FormEvent, useState } from 'react';
+import { list } from '../api';
+import { useOrg } from '../org';
+import { ErrorNote, Field, Loading, PageHeader, useLoad } from '../ui';
+import { LoadMore, usePages } from './paging';
+
+/** GET /organizations/{id}/audit-logs (SPEC §8): who changed what, newest first. */
+export interface AuditEntry {
+  id: string;
+  user_id: string | null;
+  actor: string;
+  action: string;
+  resource_type: string;
+  resource_id: string | null;
+  metadata: Record<string, unknown>;
+  ip_address: string | null;
+  user_agent: string | null;
+  created_at: string;
+}
+
+interface Member {
+  user_id: string;
+  email: string;
+}
+
+/** An entry's time to the second, UTC. */
+const fmtTime = (iso: string) => `${iso.slice(0, 10)} ${iso.slice(11, 19)} UTC`;
 
 export function Audit() {
-  return <PageHeader title="Audit" />;
+  const { org, can } = useOrg();
+  const [form, setForm] = useState({ action: '', resource_type: '' });
+  const [applied, setApplied] = useState(form);
+  const query = { action: applied.action.trim() || undefined, resource_type: applied.resource_type.trim() || undefined };
+  const entries = usePages(
+    (cursor) => list<AuditEntry>(`/organizations/${org.id}/audit-logs`, { ...query, limit: 50, cursor }),
+    [org.id, query.action, query.resource_type],
+  );
+  // Actors are user ids; members' emails make them readable (an actor who has left stays an id).
+  const members = useLoad(
+    () => (can('members.read') ? list<Member>(`/organizations/${org.id}/users`, { limit: 100 }) : Promise.resolve({ data: [], next: null })),
+    [org.id],
+  );
+  const emails = new Map((members.data?.data ?? []).map((m) => [m.user_id, m.email]));
+
+  if (!can('audit.read')) return <ErrorNote error={new Error('Your role cannot read the audit log (audit.read: owners and admins).')} />;
+
+  const submit = (e: FormEvent) => {
+    e.preventDefault();
+    setApplied(form);
+  };
+  const actorOf = (e: AuditEntry) => (e.user_id ? (emails.get(e.user_id) ?? e.actor) : e.actor);
+
+  return (
+    <>
+      <PageHeader title="Audit log" />
+      <p className="muted">Every change to the organization, newest first: who did it, from where, and what changed.</p>
+      <form className="inline" onSubmit={submit} aria-label="Filter the audit log">
+        <Field label="Action">
+          <input value={form.action} onChange={(e) => setForm((f) => ({ ...f, action: e.target.value }))} maxLength={100} placeholder="create, delete…" />
+        </Field>
+        <Field label="Resource type">
+          <input
+            value={form.resource_type}
+            onChange={(e) => setForm((f) => ({ ...f, resource_type: e.target.value }))}
+            maxLength={100}
+            placeholder="webhook, api_key…"
+          />
+        </Field>
+        <button type="submit">Apply filters</button>
+      </form>
+      <ErrorNote error={entries.error} />
+      {entries.loading && entries.items.length === 0 ? (
+        <Loading />
+      ) : entries.items.length === 0 ? (
+        <p className="muted">No audit entries match.</p>
+      ) : (
+        <>
+          <table data-testid="audit" aria-busy={entries.loading}>
+            <thead>
+              <tr>
+                <th scope="col">Time</th>
+                <th scope="col">Actor</th>
+                <th scope="col">Action</th>
+                <th scope="col">Resource</th>
+                <th scope="col">Details</th>
+              </tr>
+            </thead>
+            <tbody>
+              {entries.items.map((e) => (
+                <tr key={e.id}>
+                  <td>{fmtTime(e.created_at)}</td>
+                  <td>{actorOf(e)}</td>
+                  <td>
+                    <code>{e.action}</code>
+                  </td>
+                  <td>
+                    {e.resource_type}
+                    {e.resource_id ? <div className="muted small">{e.resource_id}</div> : null}
+                  </td>
+                  <td>
+                    <details>
+                      <summary>Show</summary>
+                      <dl className="facts small">
+                        <dt>Actor</dt>
+                        <dd>{e.actor}</dd>
+                        <dt>From</dt>
+                        <dd>
+                          {e.ip_address ?? '—'}
+                          {e.user_agent ? ` · ${e.user_agent}` : ''}
+                        </dd>
+                      </dl>
+                      <pre className="metadata">{JSON.stringify(e.metadata, null, 2)}</pre>
+                    </details>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          <LoadMore pages={entries} noun="entries" />
+        </>
+      )}
+    </>
+  );
 }

@@ -1,5 +1,195 @@
-import { PageHeader } from '../ui';
+import { useCallback, useState } from 'react';
+import { get, list, post } from '../api';
+import { useOrg } from '../org';
+import { ConfirmButton, ErrorNote, fmtDate, fmtInt, Loading, PageHeader, SecretOnce, useAction, useLoad } from '../ui';
+import { usePages } from './paging';
+import { LoadMore } from './paging';
+import type { Deployment } from './Overview';
+
+/** GET /organizations/{id}/deployments/{depId}/entitlements: what POST /api/v1/entitlements/check answers the deployment. */
+interface Snapshot {
+  status: string;
+  tier: string;
+  features: {
+    ai_enabled: boolean;
+    billing_enabled: boolean;
+    custom_domain: boolean;
+    white_label: boolean;
+    mcp_enabled: boolean;
+    ai_monthly_limit: number | null;
+    api_rate_limit: number | null;
+    support_level: string;
+  };
+  quotas: { ai_tokens: { used: number; limit: number | null; remaining: number | null; resets_at: string } };
+  message: string | null;
+}
+
+const FLAG_LABELS: Array<[keyof Snapshot['features'], string]> = [
+  ['mcp_enabled', 'MCP metering'],
+  ['ai_enabled', 'AI proxy'],
+  ['billing_enabled', 'Billing'],
+  ['custom_domain', 'Custom domain'],
+  ['white_label', 'White label'],
+];
+
+interface Rotated {
+  deployment_id: string;
+  secret: string;
+  secret_prefix: string;
+}
 
 export function Deployments() {
-  return <PageHeader title="Deployments" />;
+  const { org, can } = useOrg();
+  const base = `/organizations/${org.id}/deployments`;
+  const load = useCallback((cursor: string | null) => list<Deployment>(base, { limit: 20, cursor }), [base]);
+  const deployments = usePages(load, [base]);
+  return (
+    <>
+      <PageHeader title="Deployments" />
+      <p className="muted">
+        A deployment is what credits are metered against. MCP servers in service mode and the entitlement check authenticate with its id and
+        secret; the secret is shown once, when it is made or rotated.
+      </p>
+      <ErrorNote error={deployments.error} />
+      {deployments.loading ? (
+        <Loading />
+      ) : deployments.error && deployments.items.length === 0 ? null : deployments.items.length === 0 ? (
+        <p className="muted">No deployments.</p>
+      ) : (
+        deployments.items.map((d) => (
+          <DeploymentCard
+            key={d.id}
+            base={base}
+            deployment={d}
+            manage={can('deployments.manage')}
+            onRotated={(r) => deployments.setItems((items) => items.map((x) => (x.id === r.deployment_id ? { ...x, secret_prefix: r.secret_prefix } : x)))}
+          />
+        ))
+      )}
+      {deployments.next ? <LoadMore pages={deployments} noun="deployments" /> : null}
+    </>
+  );
+}
+
+function DeploymentCard({ base, deployment: d, manage, onRotated }: { base: string; deployment: Deployment; manage: boolean; onRotated: (r: Rotated) => void }) {
+  const [rotated, setRotated] = useState<Rotated | null>(null);
+  const rotate = useAction();
+  const b = d.balance;
+  const headingId = `deployment-${d.id}`;
+  return (
+    <section className="panel" aria-labelledby={headingId} data-testid={`deployment-${d.id}`}>
+      <h2 id={headingId}>
+        {d.name} <span className="badge">{d.tier}</span> <span className="badge">{d.status}</span>{' '}
+        {d.is_primary ? <span className="badge">primary</span> : null}
+      </h2>
+      <dl className="facts">
+        <dt>Deployment id</dt>
+        <dd>
+          <code>{d.id}</code>
+        </dd>
+        <dt>Secret</dt>
+        <dd>
+          <code>{d.secret_prefix}…</code>
+        </dd>
+        <dt>Available credits</dt>
+        <dd>{fmtInt(b.available)}</dd>
+        <dt>Monthly credits used</dt>
+        <dd>
+          {fmtInt(b.monthly_used)} of {fmtInt(b.monthly_allocation)} ({fmtInt(b.monthly_remaining)} left)
+        </dd>
+        <dt>Purchased credits</dt>
+        <dd>{fmtInt(b.purchased)}</dd>
+        <dt>Held by reservations</dt>
+        <dd>{fmtInt(b.reserved)}</dd>
+        <dt>Period</dt>
+        <dd>
+          {fmtDate(b.period_start)} to {fmtDate(b.period_end)}
+        </dd>
+      </dl>
+
+      {rotated ? (
+        <SecretOnce label={`New secret of ${d.name}`} value={rotated.secret} onDone={() => setRotated(null)} />
+      ) : manage ? (
+        <div>
+          <ConfirmButton
+            label="Rotate secret"
+            confirmLabel="Rotate now: the old secret stops working at once"
+            onConfirm={async () => {
+              await rotate.run(async () => {
+                const r = await post<Rotated>(`${base}/${d.id}/secret`);
+                onRotated(r);
+                setRotated(r);
+              });
+            }}
+          />
+          <ErrorNote error={rotate.error} />
+        </div>
+      ) : null}
+
+      <Entitlements url={`${base}/${d.id}/entitlements`} name={d.name} />
+    </section>
+  );
+}
+
+function Entitlements({ url, name }: { url: string; name: string }) {
+  const snapshot = useLoad(() => get<Snapshot>(url), [url]);
+  const s = snapshot.data;
+  return (
+    <section aria-label={`Entitlements of ${name}`}>
+      <h3>Entitlements</h3>
+      <ErrorNote error={snapshot.error} />
+      {!s ? (
+        snapshot.loading ? (
+          <Loading />
+        ) : null
+      ) : (
+        <>
+          {s.message ? <p role="status">{s.message}</p> : null}
+          <div className="columns">
+            <div>
+              <h4>Features</h4>
+              <ul className="flags" data-testid="flags">
+                {FLAG_LABELS.map(([flag, label]) => (
+                  <li key={flag} data-flag={flag}>
+                    {label}: <strong>{s.features[flag] ? 'on' : 'off'}</strong>
+                  </li>
+                ))}
+              </ul>
+            </div>
+            <div>
+              <h4>Limits</h4>
+              <table data-testid="limits">
+                <thead>
+                  <tr>
+                    <th scope="col">Limit</th>
+                    <th scope="col">Value</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  <tr>
+                    <th scope="row">AI tokens per period</th>
+                    <td>{fmtInt(s.features.ai_monthly_limit)}</td>
+                  </tr>
+                  <tr>
+                    <th scope="row">AI tokens used</th>
+                    <td>
+                      {fmtInt(s.quotas.ai_tokens.used)} ({fmtInt(s.quotas.ai_tokens.remaining)} left, resets {fmtDate(s.quotas.ai_tokens.resets_at)})
+                    </td>
+                  </tr>
+                  <tr>
+                    <th scope="row">API requests per minute</th>
+                    <td>{fmtInt(s.features.api_rate_limit)}</td>
+                  </tr>
+                  <tr>
+                    <th scope="row">Support</th>
+                    <td>{s.features.support_level}</td>
+                  </tr>
+                </tbody>
+              </table>
+            </div>
+          </div>
+        </>
+      )}
+    </section>
+  );
 }

@@ -1,5 +1,291 @@
-import { PageHeader } from '../ui';
+import { type FormEvent, useCallback, useState } from 'react';
+import { useLocation } from 'wouter';
+import { del, list, post, put } from '../api';
+import { absolute, useOrg } from '../org';
+import { useUser } from '../session';
+import { ConfirmButton, ErrorNote, Field, fmtDate, Loading, PageHeader, SecretOnce, useAction } from '../ui';
+import { usePages } from './paging';
+import { LoadMore } from './paging';
+
+interface Member {
+  id: string;
+  user_id: string;
+  email: string;
+  full_name: string | null;
+  role: string;
+  joined_at: string;
+}
+
+interface Invitation {
+  id: string;
+  email: string;
+  role: string;
+  status: string;
+  expires_at: string;
+  created_at: string;
+}
+
+type CreatedInvitation = Invitation & { token: string; accept_url: string; email_delivery: 'smtp' | 'outbox' };
+
+const ROLES = ['owner', 'admin', 'member', 'viewer'] as const;
+/** The console path (POST /organizations/{id}/users) invites as admin, member or viewer; owners are made by an owner's role change. */
+const INVITE_ROLES = ['admin', 'member', 'viewer'] as const;
 
 export function Members() {
-  return <PageHeader title="Members" />;
+  const { org, can, reload: reloadOrg } = useOrg();
+  const me = useUser();
+  const [, navigate] = useLocation();
+  const base = `/organizations/${org.id}`;
+  const loadMembers = useCallback((cursor: string | null) => list<Member>(`${base}/users`, { limit: 50, cursor }), [base]);
+  const loadInvitations = useCallback((cursor: string | null) => list<Invitation>(`${base}/invitations`, { limit: 50, cursor }), [base]);
+  const members = usePages(loadMembers, [base]);
+  const invitations = usePages(loadInvitations, [base]);
+  const [invited, setInvited] = useState<CreatedInvitation | null>(null);
+  const change = useAction();
+  const isOwner = org.role === 'owner';
+  // Acting on an owner (changing, making or removing one) needs an owner (docs/accounts.md); the server decides.
+  const mayTouch = (m: Member) => m.role !== 'owner' || isOwner;
+
+  const replaceMember = (updated: Member) => members.setItems((items) => items.map((x) => (x.user_id === updated.user_id ? updated : x)));
+
+  return (
+    <>
+      <PageHeader title="Members" />
+      <section aria-labelledby="members-heading">
+        <h2 id="members-heading">Members</h2>
+        <ErrorNote error={members.error ?? change.error} />
+        {members.loading ? (
+          <Loading />
+        ) : members.error && members.items.length === 0 ? null : (
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">Name</th>
+                <th scope="col">Email</th>
+                <th scope="col">Role</th>
+                <th scope="col">Joined</th>
+                <th scope="col">Actions</th>
+              </tr>
+            </thead>
+            <tbody>
+              {members.items.map((m) => {
+                const self = m.user_id === me.id;
+                return (
+                  <tr key={m.user_id} data-testid={`member-${m.email}`}>
+                    <td>
+                      {m.full_name ?? '—'}
+                      {self ? <span className="muted"> (you)</span> : null}
+                    </td>
+                    <td>{m.email}</td>
+                    <td>
+                      {can('members.update') && mayTouch(m) ? (
+                        <RoleChange
+                          member={m}
+                          roles={isOwner ? ROLES : ROLES.filter((r) => r !== 'owner')}
+                          onChange={(role) =>
+                            change.run(async () => {
+                              replaceMember(await put<Member>(`${base}/users/${m.user_id}`, { role }));
+                              // My own role changed: what the console shows and enables changes with it.
+                              if (self) reloadOrg();
+                            })
+                          }
+                        />
+                      ) : (
+                        m.role
+                      )}
+                    </td>
+                    <td>{fmtDate(m.joined_at)}</td>
+                    <td>
+                      {self ? (
+                        <ConfirmButton
+                          label="Leave"
+                          confirmLabel={`Leave ${org.name}`}
+                          onConfirm={async () => {
+                            if (await change.run(() => del(`${base}/users/${m.user_id}`))) navigate(absolute('/'));
+                          }}
+                        />
+                      ) : can('members.remove') && mayTouch(m) ? (
+                        <ConfirmButton
+                          label="Remove"
+                          confirmLabel={`Remove ${m.email}`}
+                          onConfirm={async () => {
+                            await change.run(async () => {
+                              await del(`${base}/users/${m.user_id}`);
+                              members.setItems((items) => items.filter((x) => x.user_id !== m.user_id));
+                            });
+                          }}
+                        />
+                      ) : null}
+                    </td>
+                  </tr>
+                );
+              })}
+            </tbody>
+          </table>
+        )}
+        {members.items.length > 0 ? <LoadMore pages={members} noun="members" /> : null}
+      </section>
+
+      {can('members.invite') ? (
+        <section aria-labelledby="invite-heading">
+          <h2 id="invite-heading">Invite someone</h2>
+          {invited ? (
+            <>
+              <p role="status">
+                {invited.email} is invited as {invited.role}.{' '}
+                {invited.email_delivery === 'smtp' ? 'The invitation was mailed.' : 'No mail went out (no mail server): share the link yourself.'}
+              </p>
+              <SecretOnce label={`Invitation link for ${invited.email}`} value={invited.accept_url} onDone={() => setInvited(null)} />
+            </>
+          ) : (
+            <Invite
+              base={base}
+              onInvited={(inv) => {
+                setInvited(inv);
+                // An address invited again replaces its pending invitation: read the list afresh.
+                invitations.reload();
+              }}
+            />
+          )}
+        </section>
+      ) : null}
+
+      <section aria-labelledby="invitations-heading">
+        <h2 id="invitations-heading">Pending invitations</h2>
+        <InvitationList
+          items={invitations.items}
+          loading={invitations.loading}
+          error={invitations.error}
+          canRevoke={can('members.invite')}
+          onRevoke={async (inv) => {
+            await del(`${base}/invitations/${inv.id}`);
+            invitations.setItems((items) => items.filter((x) => x.id !== inv.id));
+          }}
+        />
+        {invitations.next ? <LoadMore pages={invitations} noun="invitations" /> : null}
+      </section>
+    </>
+  );
+}
+
+function RoleChange({ member, roles, onChange }: { member: Member; roles: readonly string[]; onChange: (role: string) => Promise<boolean> }) {
+  const [role, setRole] = useState(member.role);
+  const [busy, setBusy] = useState(false);
+  // Changing the select does nothing by itself (a keyboard user moves through the options): the button applies it.
+  return (
+    <span className="row">
+      <label>
+        <span className="visually-hidden">Role of {member.email}</span>
+        <select value={role} onChange={(e) => setRole(e.target.value)}>
+          {roles.map((r) => (
+            <option key={r} value={r}>
+              {r}
+            </option>
+          ))}
+        </select>
+      </label>
+      <button
+        type="button"
+        className="secondary"
+        disabled={busy || role === member.role}
+        onClick={async () => {
+          setBusy(true);
+          const done = await onChange(role);
+          setBusy(false);
+          if (!done) setRole(member.role);
+        }}
+      >
+        Change role
+      </button>
+    </span>
+  );
+}
+
+function Invite({ base, onInvited }: { base: string; onInvited: (inv: CreatedInvitation) => void }) {
+  const [email, setEmail] = useState('');
+  const [role, setRole] = useState<(typeof INVITE_ROLES)[number]>('member');
+  const action = useAction();
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    const done = await action.run(async () => onInvited(await post<CreatedInvitation>(`${base}/users`, { email: email.trim(), role })));
+    if (done) {
+      setEmail('');
+      setRole('member');
+    }
+  };
+  return (
+    <form onSubmit={submit} className="inline" aria-labelledby="invite-heading">
+      <Field label="Email to invite">
+        <input type="email" required maxLength={320} value={email} onChange={(e) => setEmail(e.target.value)} />
+      </Field>
+      <Field label="Invite as">
+        <select value={role} onChange={(e) => setRole(e.target.value as (typeof INVITE_ROLES)[number])}>
+          {INVITE_ROLES.map((r) => (
+            <option key={r} value={r}>
+              {r}
+            </option>
+          ))}
+        </select>
+      </Field>
+      <button type="submit" disabled={action.busy}>
+        Invite
+      </button>
+      <ErrorNote error={action.error} />
+    </form>
+  );
+}
+
+function InvitationList({
+  items,
+  loading,
+  error,
+  canRevoke,
+  onRevoke,
+}: {
+  items: Invitation[];
+  loading: boolean;
+  error: unknown;
+  canRevoke: boolean;
+  onRevoke: (inv: Invitation) => Promise<void>;
+}) {
+  const revoke = useAction();
+  if (loading) return <Loading />;
+  if (items.length === 0) return error ? <ErrorNote error={error} /> : <p className="muted">No pending invitations.</p>;
+  return (
+    <>
+      <ErrorNote error={error ?? revoke.error} />
+      <table>
+        <thead>
+          <tr>
+            <th scope="col">Email</th>
+            <th scope="col">Role</th>
+            <th scope="col">Invited</th>
+            <th scope="col">Expires</th>
+            {canRevoke ? <th scope="col">Actions</th> : null}
+          </tr>
+        </thead>
+        <tbody>
+          {items.map((inv) => (
+            <tr key={inv.id} data-testid={`invitation-${inv.email}`}>
+              <td>{inv.email}</td>
+              <td>{inv.role}</td>
+              <td>{fmtDate(inv.created_at)}</td>
+              <td>{fmtDate(inv.expires_at)}</td>
+              {canRevoke ? (
+                <td>
+                  <ConfirmButton
+                    label="Revoke"
+                    confirmLabel={`Revoke the invitation of ${inv.email}`}
+                    onConfirm={async () => {
+                      await revoke.run(() => onRevoke(inv));
+                    }}
+                  />
+                </td>
+              ) : null}
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </>
+  );
 }

@@ -1,5 +1,350 @@
-import { PageHeader } from '../ui';
+import { type FormEvent, useState } from 'react';
+import { del, get, list, post, request } from '../api';
+import { useOrg } from '../org';
+import { ConfirmButton, ErrorNote, Field, fmtDate, Loading, PageHeader, SecretOnce, useAction, useLoad } from '../ui';
+import { LoadMore, usePages } from './paging';
+
+/** An organization webhook as /organizations/{id}/webhooks answers it (docs/webhooks.md). */
+export interface Webhook {
+  id: string;
+  organization_id: string;
+  url: string;
+  events: string[];
+  is_active: boolean;
+  disabled_reason: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface Delivery {
+  id: string;
+  webhook_id: string | null;
+  url: string;
+  event_type: string | null;
+  status: string;
+  status_code: number | null;
+  response_body: string | null;
+  error: string | null;
+  attempt_count: number;
+  next_retry_at: string | null;
+  delivered_at: string | null;
+  created_at: string;
+}
+
+/**
+ * The events a webhook may subscribe to: the API's list (EVENT_TYPES in src/modules/webhooks/organization.ts;
+ * the console's webhooks test checks the two agree), with what each means.
+ */
+export const WEBHOOK_EVENTS: Array<{ type: string; meaning: string }> = [
+  { type: 'organization.member.added', meaning: 'a member joined' },
+  { type: 'organization.member.removed', meaning: 'a member was removed or left' },
+  { type: 'subscription.updated', meaning: 'the subscription changed' },
+  { type: 'api_key.created', meaning: 'an API key was created' },
+  { type: 'api_key.revoked', meaning: 'an API key was revoked' },
+  { type: 'credits.purchased', meaning: 'purchased credits were added' },
+  { type: 'quota.threshold', meaning: 'a deployment used 80 % or 100 % of a quota' },
+  { type: 'deployment.tier_changed', meaning: "a deployment's tier changed" },
+];
+
+/** The delivery worker's limit (MAX_ATTEMPTS): a delivery with this many attempts cannot be retried. */
+const MAX_ATTEMPTS = 5;
 
 export function Webhooks() {
-  return <PageHeader title="Webhooks" />;
+  const { org, can } = useOrg();
+  const base = `/organizations/${org.id}/webhooks`;
+  const hooks = useLoad(() => get<Webhook[]>(base), [org.id]);
+  const [secret, setSecret] = useState<{ url: string; value: string } | null>(null);
+  const [selected, setSelected] = useState<string | null>(null);
+  const [editing, setEditing] = useState<string | null>(null);
+  const [notice, setNotice] = useState<string | null>(null);
+  const [round, setRound] = useState(0);
+  const action = useAction();
+  const manage = can('webhooks.manage');
+
+  if (!can('webhooks.read')) return <ErrorNote error={new Error('Your role cannot see webhooks (webhooks.read).')} />;
+
+  const patch = (id: string, body: Record<string, unknown>) => request<Webhook>('PATCH', `${base}/${id}`, { body });
+  const testSend = (hook: Webhook) =>
+    action.run(async () => {
+      setNotice(null);
+      const d = await post<Delivery>(`${base}/${hook.id}/test`);
+      setSelected(hook.id);
+      setRound((r) => r + 1);
+      setNotice(`Test sent to ${hook.url}: ${d.status}${d.status_code !== null ? `, HTTP ${d.status_code}` : ''}${d.error ? ` (${d.error})` : ''}.`);
+    });
+  const setActive = (hook: Webhook, isActive: boolean) =>
+    action.run(async () => {
+      setNotice(null);
+      await patch(hook.id, { is_active: isActive });
+      hooks.reload();
+      setNotice(`${hook.url} is ${isActive ? 'enabled' : 'disabled'}.`);
+    });
+  const remove = (hook: Webhook) =>
+    action.run(async () => {
+      setNotice(null);
+      await del<Webhook>(`${base}/${hook.id}`);
+      if (selected === hook.id) setSelected(null);
+      if (editing === hook.id) setEditing(null);
+      hooks.reload();
+      setNotice(`${hook.url} is deleted.`);
+    });
+
+  const editedHook = hooks.data?.find((h) => h.id === editing);
+  const selectedHook = hooks.data?.find((h) => h.id === selected);
+  return (
+    <>
+      <PageHeader title="Webhooks" />
+      <p className="muted">
+        Signed POST requests to your URL when something happens in the organization (Standard Webhooks signatures; failed deliveries are retried
+        for about 1 h 15 min over five attempts).
+      </p>
+
+      {secret ? (
+        <SecretOnce label={`Signing secret of ${secret.url}`} value={secret.value} onDone={() => setSecret(null)} />
+      ) : manage ? (
+        <NewWebhook
+          base={base}
+          onCreated={(hook, value) => {
+            setSecret({ url: hook.url, value });
+            hooks.reload();
+          }}
+        />
+      ) : null}
+
+      <section aria-labelledby="webhook-list">
+        <h2 id="webhook-list">Endpoints</h2>
+        <ErrorNote error={hooks.error} />
+        <ErrorNote error={action.error} />
+        {notice ? (
+          <p className="success" role="status">
+            {notice}
+          </p>
+        ) : null}
+        {!hooks.data ? (
+          hooks.error ? null : <Loading />
+        ) : hooks.data.length === 0 ? (
+          <p className="muted">No webhooks yet.</p>
+        ) : (
+          <table data-testid="webhooks">
+            <thead>
+              <tr>
+                <th scope="col">URL</th>
+                <th scope="col">Events</th>
+                <th scope="col">State</th>
+                <th scope="col">Actions</th>
+              </tr>
+            </thead>
+            <tbody>
+              {hooks.data.map((hook) => (
+                <tr key={hook.id}>
+                  <td>
+                    <code>{hook.url}</code>
+                  </td>
+                  <td>{hook.events.join(', ')}</td>
+                  <td>{hook.is_active ? 'Active' : `Disabled${hook.disabled_reason ? `: ${hook.disabled_reason}` : ''}`}</td>
+                  <td>
+                    <span className="row">
+                      <button type="button" className="secondary" onClick={() => setSelected(hook.id)} aria-pressed={selected === hook.id}>
+                        Deliveries
+                      </button>
+                      {manage ? (
+                        <>
+                          <button type="button" onClick={() => void testSend(hook)} disabled={action.busy || !hook.is_active}>
+                            Test send
+                          </button>
+                          <button type="button" className="secondary" onClick={() => setEditing(hook.id)}>
+                            Edit
+                          </button>
+                          <button type="button" className="secondary" onClick={() => void setActive(hook, !hook.is_active)} disabled={action.busy}>
+                            {hook.is_active ? 'Disable' : 'Enable'}
+                          </button>
+                          <ConfirmButton label="Delete" confirmLabel="Delete webhook" onConfirm={() => remove(hook).then(() => undefined)} />
+                        </>
+                      ) : null}
+                    </span>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+      </section>
+
+      {editedHook && manage ? (
+        <EditWebhook
+          key={editedHook.id}
+          hook={editedHook}
+          save={(body) => patch(editedHook.id, body)}
+          onDone={(changed) => {
+            setEditing(null);
+            if (changed) {
+              hooks.reload();
+              setNotice(`${changed.url} is saved.`);
+            }
+          }}
+        />
+      ) : null}
+
+      {selectedHook ? <Deliveries base={`${base}/${selectedHook.id}`} hook={selectedHook} manage={manage} round={round} /> : null}
+    </>
+  );
+}
+
+function EventChoices({ chosen, onChange }: { chosen: string[]; onChange: (events: string[]) => void }) {
+  return (
+    <fieldset className="field">
+      <legend>Events</legend>
+      {WEBHOOK_EVENTS.map((e) => (
+        <label key={e.type} className="check">
+          <input
+            type="checkbox"
+            checked={chosen.includes(e.type)}
+            onChange={(ev) => onChange(ev.target.checked ? [...chosen, e.type] : chosen.filter((t) => t !== e.type))}
+          />
+          <code>{e.type}</code> <span className="muted">{e.meaning}</span>
+        </label>
+      ))}
+    </fieldset>
+  );
+}
+
+function NewWebhook({ base, onCreated }: { base: string; onCreated: (hook: Webhook, secret: string) => void }) {
+  const [url, setUrl] = useState('');
+  const [events, setEvents] = useState<string[]>([]);
+  const action = useAction();
+  const submit = (e: FormEvent) => {
+    e.preventDefault();
+    void action.run(async () => {
+      const created = await post<Webhook & { secret: string }>(base, { url: url.trim(), events });
+      const { secret, ...hook } = created;
+      setUrl('');
+      setEvents([]);
+      onCreated(hook, secret);
+    });
+  };
+  return (
+    <section aria-labelledby="new-webhook">
+      <h2 id="new-webhook">New webhook</h2>
+      <form className="narrow" onSubmit={submit}>
+        <Field label="URL" hint="https; the receiver must answer 2xx within 10 s">
+          <input type="url" value={url} onChange={(e) => setUrl(e.target.value)} required maxLength={2048} placeholder="https://example.com/hooks" />
+        </Field>
+        <EventChoices chosen={events} onChange={setEvents} />
+        <ErrorNote error={action.error} />
+        <button type="submit" disabled={action.busy || events.length === 0}>
+          Create webhook
+        </button>
+      </form>
+    </section>
+  );
+}
+
+function EditWebhook({ hook, save, onDone }: { hook: Webhook; save: (body: Record<string, unknown>) => Promise<Webhook>; onDone: (changed: Webhook | null) => void }) {
+  const [url, setUrl] = useState(hook.url);
+  const [events, setEvents] = useState<string[]>(hook.events);
+  const action = useAction();
+  const submit = (e: FormEvent) => {
+    e.preventDefault();
+    void action.run(async () => onDone(await save({ url: url.trim(), events })));
+  };
+  return (
+    <section aria-labelledby="edit-webhook">
+      <h2 id="edit-webhook">Edit {hook.url}</h2>
+      <form className="narrow" onSubmit={submit}>
+        <Field label="URL">
+          <input type="url" value={url} onChange={(e) => setUrl(e.target.value)} required maxLength={2048} />
+        </Field>
+        <EventChoices chosen={events} onChange={setEvents} />
+        <ErrorNote error={action.error} />
+        <span className="row">
+          <button type="submit" disabled={action.busy || events.length === 0}>
+            Save webhook
+          </button>
+          <button type="button" className="secondary" onClick={() => onDone(null)}>
+            Cancel
+          </button>
+        </span>
+      </form>
+    </section>
+  );
+}
+
+function Deliveries({ base, hook, manage, round }: { base: string; hook: Webhook; manage: boolean; round: number }) {
+  const pages = usePages((cursor) => list<Delivery>(`${base}/deliveries`, { limit: 20, cursor }), [base, round]);
+  const retry = useAction();
+  const [notice, setNotice] = useState<string | null>(null);
+  const retryOne = (d: Delivery) =>
+    retry.run(async () => {
+      setNotice(null);
+      await post<Delivery>(`${base}/deliveries/${d.id}/retry`);
+      pages.reload();
+      setNotice('Retry queued: the delivery worker sends it within seconds. Refresh to see the outcome.');
+    });
+  return (
+    <section aria-labelledby="deliveries">
+      <header className="page-header">
+        <h2 id="deliveries">Deliveries to {hook.url}</h2>
+        <button type="button" className="secondary" onClick={pages.reload} disabled={pages.loading}>
+          Refresh
+        </button>
+      </header>
+      <ErrorNote error={pages.error} />
+      <ErrorNote error={retry.error} />
+      {notice ? (
+        <p className="success" role="status">
+          {notice}
+        </p>
+      ) : null}
+      {pages.loading && pages.items.length === 0 ? (
+        <Loading />
+      ) : pages.items.length === 0 ? (
+        <p className="muted">No deliveries yet. Use Test send to try the endpoint.</p>
+      ) : (
+        <table data-testid="deliveries" aria-busy={pages.loading}>
+          <thead>
+            <tr>
+              <th scope="col">Created</th>
+              <th scope="col">Event</th>
+              <th scope="col">Status</th>
+              <th scope="col" className="num">
+                Attempts
+              </th>
+              <th scope="col">Response</th>
+              <th scope="col">Response body</th>
+              <th scope="col">Next attempt</th>
+              {manage ? <th scope="col">Retry</th> : null}
+            </tr>
+          </thead>
+          <tbody>
+            {pages.items.map((d) => (
+              <tr key={d.id} data-delivery={d.id}>
+                <td>{fmtDate(d.created_at)}</td>
+                <td>
+                  <code>{d.event_type ?? '—'}</code>
+                </td>
+                <td>
+                  <span className={`status status-${d.status}`}>{d.status}</span>
+                  {d.error ? <div className="muted small">{d.error}</div> : null}
+                </td>
+                <td className="num">{d.attempt_count}</td>
+                <td>{d.status_code !== null ? `HTTP ${d.status_code}` : '—'}</td>
+                <td>{d.response_body ? <code className="excerpt">{d.response_body.slice(0, 200)}</code> : <span className="muted">—</span>}</td>
+                <td>{d.status === 'pending' ? fmtDate(d.next_retry_at) : '—'}</td>
+                {manage ? (
+                  <td>
+                    {d.status !== 'delivered' && d.attempt_count < MAX_ATTEMPTS ? (
+                      <button type="button" className="secondary" onClick={() => void retryOne(d)} disabled={retry.busy}>
+                        Retry
+                      </button>
+                    ) : null}
+                  </td>
+                ) : null}
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+      {pages.items.length > 0 ? <LoadMore pages={pages} noun="deliveries" /> : null}
+    </section>
+  );
 }

@@ -1,0 +1,91 @@
+import { type FormEvent, useState } from 'react';
+import { Field, fmtDate, Loading, useLoad } from '../../ui';
+import { type AdminDeployment, adminPath, OperatorError, type OrganizationHit, Outcome, PLANS, useOperator, useOperatorAction } from './common';
+import { DeploymentPanel } from './DeploymentPanel';
+
+/** One organization: its plan and its deployments with their balances, each changeable. */
+export function OrganizationDetail({
+  organization: o,
+  onPlanChanged,
+  onChanged,
+  onClose,
+}: {
+  organization: OrganizationHit;
+  onPlanChanged: (plan: string) => void;
+  onChanged: () => void;
+  onClose: () => void;
+}) {
+  const call = useOperator();
+  const deployments = useLoad(
+    () => call<{ deployments: AdminDeployment[] }>('GET', adminPath('/api/v1/admin/deployments', { organization_id: o.id })),
+    [call, o.id],
+  );
+  const changed = () => {
+    deployments.reload();
+    onChanged();
+  };
+  return (
+    <section aria-labelledby="organization-name" className="operator-detail" data-testid="organization-detail">
+      <header className="page-header">
+        <h2 id="organization-name">{o.name}</h2>
+        <span className="badge">{o.plan}</span>
+        {o.deleted_at ? <span className="badge warning">Deleted {fmtDate(o.deleted_at)}</span> : null}
+        <span className="spacer" />
+        <button type="button" className="secondary" onClick={onClose}>
+          Close
+        </button>
+      </header>
+      <p className="muted small">
+        <code>{o.slug}</code> · id <code>{o.id}</code> · created {fmtDate(o.created_at)}
+      </p>
+      <PlanForm organization={o} onPlanChanged={onPlanChanged} onChanged={onChanged} />
+
+      <h3>Deployments</h3>
+      <OperatorError error={deployments.error} />
+      {!deployments.data ? (
+        deployments.loading ? (
+          <Loading />
+        ) : null
+      ) : deployments.data.deployments.length === 0 ? (
+        <p className="muted">This organization has no deployments.</p>
+      ) : (
+        deployments.data.deployments.map((d) => <DeploymentPanel key={d.id} deployment={d} onChanged={changed} />)
+      )}
+    </section>
+  );
+}
+
+function PlanForm({ organization: o, onPlanChanged, onChanged }: { organization: OrganizationHit; onPlanChanged: (plan: string) => void; onChanged: () => void }) {
+  const call = useOperator();
+  const [plan, setPlan] = useState(o.plan);
+  const action = useOperatorAction();
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    await action.run(async () => {
+      const answer = await call<{ plan: string }>('PUT', `/api/v1/admin/organizations/${o.id}`, { plan });
+      onPlanChanged(answer.plan);
+      onChanged();
+      return `The plan of ${o.name} is now ${answer.plan}.`;
+    });
+  };
+  return (
+    <section aria-labelledby="organization-plan">
+      <h3 id="organization-plan">Plan</h3>
+      <form className="inline" onSubmit={submit}>
+        <Field label="Organization plan">
+          <select value={plan} onChange={(e) => setPlan(e.target.value)}>
+            {PLANS.map((p) => (
+              <option key={p} value={p}>
+                {p}
+              </option>
+            ))}
+          </select>
+        </Field>
+        <button type="submit" disabled={action.busy || plan === o.plan}>
+          Set plan
+        </button>
+      </form>
+      <Outcome action={action} />
+    </section>
+  );
+}

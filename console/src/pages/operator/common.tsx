@@ -1,0 +1,140 @@
+import { createContext, useCallback, useContext, useState } from 'react';
+import { ApiError, admin } from '../../api';
+import { messageOf, useAction } from '../../ui';
+import type { Balance } from '../Overview';
+
+/** An operator call with the key typed into this tab (docs/console.md "Operator"). */
+export type OperatorCall = <T>(method: string, path: string, body?: unknown) => Promise<T>;
+
+const OperatorContext = createContext<OperatorCall | null>(null);
+export const OperatorProvider = OperatorContext.Provider;
+
+export function useOperator(): OperatorCall {
+  const call = useContext(OperatorContext);
+  if (!call) throw new Error('useOperator outside OperatorProvider');
+  return call;
+}
+
+/** The call bound to a key: the key goes in the X-Admin-Key header and nowhere else. */
+export const callWith =
+  (adminKey: string): OperatorCall =>
+  <T,>(method: string, path: string, body?: unknown) =>
+    admin<T>(adminKey, method, path, body);
+
+export function adminPath(path: string, query: Record<string, string | number | null | undefined> = {}): string {
+  const params = new URLSearchParams();
+  for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== null && v !== '') params.set(k, String(v));
+  const q = params.toString();
+  return q ? `${path}?${q}` : path;
+}
+
+/**
+ * A name that goes into the path as one segment. "." and ".." would be resolved away by the browser's
+ * URL parsing (even encoded) and the request, with the operator key, would reach another admin route.
+ */
+export function segment(name: string): string {
+  if (name === '.' || name === '..') throw new Error('A name must not be "." or ".."');
+  return encodeURIComponent(name);
+}
+
+export const TIERS = ['sandbox', 'trial', 'launch', 'growth', 'enterprise'] as const;
+export const PLANS = ['free', 'pro', 'enterprise'] as const;
+
+export interface OrganizationHit {
+  id: string;
+  name: string;
+  slug: string;
+  plan: string;
+  deleted_at: string | null;
+  created_at: string;
+  primary_deployment_id: string | null;
+  primary_deployment_tier: string | null;
+}
+
+export interface AdminDeployment {
+  id: string;
+  organization_id: string;
+  name: string;
+  tier: string;
+  status: string;
+  is_primary: boolean;
+  secret_prefix: string;
+  overrides: { monthly_credits: number | null; api_rate_limit: number | null; ai_tokens_limit: number | null; expires_at: string | null };
+  balance: Balance;
+  updated_at: string;
+}
+
+/** The API's refusal as it came: status, code, message and the fields it names. */
+export function OperatorError({ error }: { error: unknown }) {
+  if (!error) return null;
+  if (!(error instanceof ApiError)) {
+    return (
+      <p className="error" role="alert">
+        {messageOf(error)}
+      </p>
+    );
+  }
+  const fields = error.fields.map((f) => `${f.field} ${f.message}`).join('; ');
+  return (
+    <p className="error" role="alert">
+      <strong>
+        {error.status} {error.code}
+      </strong>
+      : {error.message}
+      {fields ? ` (${fields})` : null}
+    </p>
+  );
+}
+
+export interface OperatorAction {
+  busy: boolean;
+  error: unknown;
+  done: string | null;
+  /** Run a change; its answer, put in words, becomes the success note. */
+  run(change: () => Promise<string>): Promise<boolean>;
+}
+
+export function useOperatorAction(): OperatorAction {
+  const action = useAction();
+  const [done, setDone] = useState<string | null>(null);
+  const { run: runAction } = action;
+  const run = useCallback(
+    async (change: () => Promise<string>) => {
+      setDone(null);
+      let note = '';
+      const ok = await runAction(async () => {
+        note = await change();
+      });
+      if (ok) setDone(note);
+      return ok;
+    },
+    [runAction],
+  );
+  return { busy: action.busy, error: action.error, done, run };
+}
+
+/** What the last action came to: the success note or the error. */
+export function Outcome({ action }: { action: OperatorAction }) {
+  if (action.error) return <OperatorError error={action.error} />;
+  if (action.done) {
+    return (
+      <p className="success" role="status">
+        {action.done}
+      </p>
+    );
+  }
+  return null;
+}
+
+/** An ISO time as a `datetime-local` value read as UTC, and back. */
+export const toUtcInput = (iso: string | null): string => (iso ? iso.slice(0, 19) : '');
+export const fromUtcInput = (value: string): string | null => (value ? new Date(`${value}Z`).toISOString() : null);
+
+/** A number field's text: empty is null, anything else must be a whole number. */
+export function wholeOrNull(value: string, field: string): number | null {
+  const text = value.trim();
+  if (text === '') return null;
+  const n = Number(text);
+  if (!Number.isSafeInteger(n)) throw new Error(`${field} must be a whole number`);
+  return n;
+}
