@@ -18,9 +18,9 @@ export default defineConfig({
     chunkSizeWarningLimit: 600,
   },
   server: {
-    // `npm run console:dev`: the page from vite, every API call to the service on :3000.
+    // `npm run console:dev`: the page from vite, every API call to the service on :8080 (npm start).
     proxy: Object.fromEntries(
-      ['/auth', '/organizations', '/invitations', '/billing', '/templates', '/api', '/console/session'].map((p) => [p, 'http://127.0.0.1:3000']),
+      ['/auth', '/organizations', '/invitations', '/billing', '/templates', '/api', '/console/session'].map((p) => [p, 'http://127.0.0.1:8080']),
     ),
   },
 });

@@ -47,7 +47,9 @@ export function StackedBars({ times, series, height = 260, label }: { times: num
             width: 0,
             ...(bars ? { paths: bars } : {}),
             points: { show: false },
-            value: (_u: uPlot, _v: number | null, _si: number, idx: number | null) => (idx == null ? '—' : String(s.values[idx] ?? 0)),
+            // Under the cursor: that day's value; elsewhere: the series' total over the range.
+            value: (_u: uPlot, _v: number | null, _si: number, idx: number | null) =>
+              String(idx == null ? s.values.reduce((a, b) => a + b, 0) : (s.values[idx] ?? 0)),
           };
         }),
       ],

@@ -76,7 +76,7 @@ describe('operator page: an organization', () => {
     const orgId = await createOrganizationInBrowser(customer.page, 'Granted Org');
     await expect.poll(() => cardValue(customer.page, 'purchased')).toBe('0');
     const header = customer.page.locator('.page-header');
-    await header.getByText('sandbox', { exact: true }).waitFor();
+    await header.getByText('tier sandbox', { exact: true }).waitFor();
 
     // The operator, in another.
     const { page } = await s.newPage();
@@ -127,7 +127,7 @@ describe('operator page: an organization', () => {
     await detail.getByText(/is now growth, active\./).waitFor();
     await expect.poll(() => page.getByTestId('organization-results').getByRole('cell', { name: 'growth' }).count()).toBe(1);
     await customer.page.reload();
-    await header.getByText('growth', { exact: true }).waitFor();
+    await header.getByText('tier growth', { exact: true }).waitFor();
     await expect.poll(() => cardValue(customer.page, 'monthly')).toBe('0 / 20,000');
   });
 

@@ -114,8 +114,8 @@ export function Overview() {
   return (
     <>
       <PageHeader title={org.name}>
-        <span className="badge">{org.tier}</span>
-        {primary ? <span className="badge">{primary.tier}</span> : null}
+        <span className="badge">plan {org.tier}</span>
+        {primary ? <span className="badge">tier {primary.tier}</span> : null}
       </PageHeader>
       <ErrorNote error={deployments.error} />
       {b ? (

@@ -1,0 +1,92 @@
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import type { Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { adminHeaders, serviceHeaders, signUpWithOrganization } from '../harness.js';
+import { type ConsoleService, startConsoleService } from './browser.js';
+
+/**
+ * An accessibility check of every console page with axe-core (issue 17): no serious or critical
+ * violation of WCAG 2.x A/AA rules. The context bypasses the page's CSP only so that axe's script can
+ * be injected; the pages are otherwise exactly as served.
+ */
+const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+
+let s: ConsoleService;
+beforeAll(async () => {
+  s = await startConsoleService();
+});
+afterAll(async () => {
+  await s?.close();
+});
+
+interface Violation {
+  id: string;
+  impact: string | null;
+  help: string;
+  nodes: Array<{ target: string[]; failureSummary?: string }>;
+}
+
+/** Wait until the page settled (a heading, nothing loading), run axe, return serious and critical violations. */
+async function audit(page: Page): Promise<Array<{ id: string; impact: string | null; help: string; targets: string[] }>> {
+  await page.locator('h1').first().waitFor();
+  await expect.poll(() => page.getByText('Loading…').count()).toBe(0);
+  await page.evaluate(AXE_SOURCE);
+  const violations = await page.evaluate(async () => {
+    const axe = (window as unknown as { axe: { run(context: Document, options: object): Promise<{ violations: Violation[] }> } }).axe;
+    const result = await axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice'] }, resultTypes: ['violations'] });
+    return result.violations;
+  });
+  return violations
+    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+    .map((v) => ({ id: v.id, impact: v.impact, help: v.help, targets: v.nodes.map((n) => n.target.join(' ')) }));
+}
+
+describe('console accessibility (axe-core)', () => {
+  it('every page has no serious or critical violation', async () => {
+    const owner = await signUpWithOrganization(s.h);
+    const bearer = { authorization: `Bearer ${owner.accessToken}` };
+    // Data on every page: usage by two tools and an end user, a key, an invitation, a webhook.
+    await s.h.request({ method: 'POST', url: `/api/v1/admin/deployments/${owner.deploymentId}/credits`, headers: adminHeaders(s.h), payload: { amount: 100, reason: 'a11y' } });
+    for (const tool of ['search_docs', 'summarize', 'search_docs']) {
+      const res = await s.h.request({ method: 'POST', url: '/api/v1/mcp/usage', headers: serviceHeaders(s.h), payload: { deployment_id: owner.deploymentId, tool_name: tool, mcp_user_id: 'end-user-1' } });
+      expect(res.statusCode, res.body).toBe(200);
+    }
+    await s.h.request({ method: 'POST', url: `/organizations/${owner.organizationId}/api-keys`, headers: bearer, payload: { name: 'ci key', scopes: ['read'] } });
+    const invite = await s.h.request({ method: 'POST', url: `/organizations/${owner.organizationId}/users`, headers: bearer, payload: { email: 'a11y-invitee@example.com', role: 'viewer' } });
+    const token = (invite.json() as { data: { token: string } }).data.token;
+
+    const { page } = await s.newPage({ bypassCSP: true });
+    const { context: anonymous, page: outside } = await s.newPage({ bypassCSP: true });
+    const found: Record<string, unknown> = {};
+
+    // Signed out: sign-in, sign-up, an invitation, the locked operator view.
+    await anonymous.clearCookies();
+    for (const path of ['/console/', '/console/signup', `/console/invitations/${token}`, '/console/operator']) {
+      await outside.goto(path);
+      found[path] = await audit(outside);
+    }
+
+    // Signed in as the owner: every organization page.
+    await page.goto('/console/');
+    await page.getByLabel('Email').fill(owner.email);
+    await page.getByLabel('Password').fill(owner.password);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.waitForURL(/\/console\/orgs\//);
+    const org = `/console/orgs/${owner.organizationId}`;
+    for (const path of [org, `${org}/usage`, `${org}/api-keys`, `${org}/deployments`, `${org}/members`, `${org}/webhooks`, `${org}/billing`, `${org}/audit`, '/console/orgs/new']) {
+      await page.goto(path);
+      found[path] = await audit(page);
+    }
+
+    // The operator view, unlocked.
+    await outside.goto('/console/operator');
+    await outside.getByLabel('Operator key').fill(s.h.config.adminApiKey);
+    await outside.getByRole('button', { name: /unlock|open|sign in/i }).click();
+    await outside.getByLabel('Operator key').waitFor({ state: 'detached' });
+    found['/console/operator (unlocked)'] = await audit(outside);
+
+    const failing = Object.fromEntries(Object.entries(found).filter(([, v]) => (v as unknown[]).length > 0));
+    expect(failing).toEqual({});
+  });
+});
