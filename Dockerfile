@@ -4,7 +4,7 @@
 
 ARG NODE_IMAGE=node:24-bookworm-slim
 
-# ---- build: every dependency (TypeScript and types), then dist/ -----------------------------------
+# ---- build: every dependency (TypeScript, types, vite), then dist/ with the console ---------------
 FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 # The workspace manifests first: the dependency layer stays cached until one of them changes.
@@ -17,6 +17,9 @@ RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src src
 COPY packages/client packages/client
+# The console (docs/console.md): built by vite into dist/console, its size checked by the budget script.
+COPY console console
+COPY scripts/console-budget.mjs scripts/
 RUN npm run build
 
 # ---- production dependencies only ------------------------------------------------------------------

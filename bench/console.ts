@@ -112,6 +112,7 @@ async function main(): Promise<void> {
     await page.getByRole('button', { name: 'Sign in' }).click();
     await page.waitForURL(/\/console\/orgs\//);
     const loads: number[] = [];
+    let cold = 0;
     for (let i = 0; i < LOADS + 1; i++) {
       await page.goto(`/console/orgs/${org.id}`);
       const ms = await page.waitForFunction(
@@ -127,7 +128,8 @@ async function main(): Promise<void> {
         { polling: 'raf', timeout: 30_000 },
       );
       const value = (await ms.jsonValue()) as number;
-      if (i > 0) loads.push(value); // the first load warms the browser's cache of the assets
+      if (i > 0) loads.push(value);
+      else cold = value; // the first load of the overview fetches its chunks; later ones hit the browser cache
     }
     const credits = await page.getByTestId('credits-total').textContent();
     await browser.close();
@@ -145,6 +147,7 @@ async function main(): Promise<void> {
     console.log(`\n| Overview load in Chromium (${LOADS} loads, warm asset cache) | median ms | p90 ms | max ms |`);
     console.log('|---|---|---|---|');
     console.log(`| navigation start → numbers, chart and top lists shown | ${fmt(s.p50)} | ${fmt(s.p90)} | ${fmt(s.max)} |`);
+    console.log(`\nThe first load after sign-in (the overview's first visit): ${fmt(cold)} ms.`);
     console.log(`\nTarget: under 1,000 ms — ${s.max < 1000 ? 'met (every load)' : s.p50 < 1000 ? 'met at the median, not every load' : 'missed'}.`);
   } finally {
     await app.close();

@@ -87,6 +87,15 @@ describe('console API keys page', () => {
     await page.getByRole('navigation', { name: 'Organization' }).getByRole('link', { name: 'Overview' }).click();
     await expect.poll(() => page.getByTestId('calls-total').textContent()).toBe('3');
     expect(await page.getByTestId('credits-total').textContent()).toBe(String(credits));
+    // The chart drew them, stacked by tool: its canvas is rendered, and its table's last day (today, UTC)
+    // has a column per tool whose values add up to the credits charged.
+    await page.locator('[data-testid="usage-chart"][data-rendered="true"] canvas').waitFor();
+    await page.getByText('Show as a table').click();
+    const columns = await page.locator('details table thead th').allTextContents();
+    expect(columns.slice(1).sort()).toEqual(['rag_query', 'summarize']);
+    const today = await page.locator('details table tbody tr').last().locator('td').allTextContents();
+    expect(today.map(Number).reduce((a, b) => a + b, 0)).toBe(credits);
+    await expect.poll(() => page.getByTestId('top-tools').getByRole('row', { name: /rag_query/ }).textContent()).toMatch(/rag_query2/);
 
     // Revoke in the console (two steps), then the API refuses the key.
     await page.getByRole('navigation', { name: 'Organization' }).getByRole('link', { name: 'API keys' }).click();
