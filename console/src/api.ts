@@ -189,7 +189,10 @@ export async function textPart(path: string, query: CallOptions['query'], accept
 function nextLink(header: string | null): string | null {
   for (const part of header?.split(',') ?? []) {
     const m = /^\s*<([^>]*)>(.*)$/.exec(part);
-    if (m?.[1] && /;\s*rel="?next"?(\s|;|$)/i.test(m[2] ?? '') && m[1].startsWith('/') && !m[1].startsWith('//')) return m[1];
+    if (!m?.[1] || !/;\s*rel="?next"?(\s|;|$)/i.test(m[2] ?? '')) continue;
+    // Resolved as the browser resolves it (a "//host" or backslash path leaves the origin): only this origin is followed.
+    const target = new URL(m[1], window.location.origin);
+    return target.origin === window.location.origin ? `${target.pathname}${target.search}` : null;
   }
   return null;
 }

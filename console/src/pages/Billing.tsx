@@ -45,9 +45,22 @@ export function fmtMoney(amount: number | null, currency: string | null): string
   return format.format(amount / 10 ** digits);
 }
 
+/** An http(s) address from an answer, or null: a `javascript:` or other scheme is never followed or linked. */
+export function webUrl(url: string | null): string | null {
+  if (!url) return null;
+  try {
+    const parsed = new URL(url);
+    return parsed.protocol === 'https:' || parsed.protocol === 'http:' ? parsed.href : null;
+  } catch {
+    return null;
+  }
+}
+
 /** Leave the console for Stripe (Checkout or the portal); the browser comes back to the return URL. */
 function leaveFor(url: string): void {
-  window.location.assign(url);
+  const target = webUrl(url);
+  if (!target) throw new Error('The billing service answered an address that is not http(s); not following it');
+  window.location.assign(target);
 }
 
 const IN_FORCE = ['active', 'past_due', 'unpaid'];
@@ -250,8 +263,8 @@ export function Billing() {
                     <td className="num">{fmtMoney(i.amount_paid, i.currency)}</td>
                     <td>{i.status ?? '—'}</td>
                     <td>
-                      {i.hosted_invoice_url ? (
-                        <a href={i.hosted_invoice_url} target="_blank" rel="noopener noreferrer">
+                      {webUrl(i.hosted_invoice_url) ? (
+                        <a href={webUrl(i.hosted_invoice_url) ?? undefined} target="_blank" rel="noopener noreferrer">
                           View invoice <span className="visually-hidden">{i.stripe_invoice_id} (opens in a new tab)</span>
                         </a>
                       ) : (
