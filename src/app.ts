@@ -29,6 +29,7 @@ import { deploymentRoutes } from './modules/deployments/routes.js';
 import { memberRoutes } from './modules/members/routes.js';
 import { selfHostedRoutes } from './modules/self-hosted/routes.js';
 import { adminOrganizationRoutes } from './modules/admin/organization-routes.js';
+import { adminCostRoutes } from './modules/admin/cost-routes.js';
 import { adminRoutes } from './modules/admin/routes.js';
 import { adminTemplateRoutes } from './modules/admin/template-routes.js';
 import { authRoutes } from './modules/auth/routes.js';
@@ -152,6 +153,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(entitlementRoutes);
   await app.register(aiRoutes);
   await app.register(adminRoutes);
+  await app.register(adminCostRoutes);
   await app.register(adminOrganizationRoutes);
   await app.register(adminTemplateRoutes);
   await app.register(authRoutes);
