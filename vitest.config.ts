@@ -21,7 +21,7 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        test: { name: 'unit', include: ['src/**/*.unit.test.ts', 'test/**/*.unit.test.ts', 'packages/*/test/**/*.unit.test.ts'] },
+        test: { name: 'unit', include: ['src/**/*.unit.test.ts', 'test/**/*.unit.test.ts', 'packages/*/test/**/*.unit.test.ts', 'console/src/**/*.unit.test.ts'] },
       },
       {
         extends: true,

@@ -4,6 +4,8 @@
  * to carry away. The refresh token is an HttpOnly cookie the browser sends to /console/session only.
  */
 
+import { sameOriginNext } from './links';
+
 export interface User {
   id: string;
   email: string;
@@ -179,22 +181,11 @@ export async function text(path: string, query: CallOptions['query'], accept: st
 /**
  * One part of a paged text answer (the usage CSV export): its text and the `Link: <…>; rel="next"`
  * target when more follows, null when it is the last. Only a path on this origin is followed, so
- * the access token never goes to a URL the answer names elsewhere.
+ * the access token never goes to a URL the answer names elsewhere (links.ts).
  */
 export async function textPart(path: string, query: CallOptions['query'], accept: string): Promise<{ text: string; next: string | null }> {
   const res = await call('GET', path, { query, accept });
-  return { text: await res.text(), next: nextLink(res.headers.get('link')) };
-}
-
-function nextLink(header: string | null): string | null {
-  for (const part of header?.split(',') ?? []) {
-    const m = /^\s*<([^>]*)>(.*)$/.exec(part);
-    if (!m?.[1] || !/;\s*rel="?next"?(\s|;|$)/i.test(m[2] ?? '')) continue;
-    // Resolved as the browser resolves it (a "//host" or backslash path leaves the origin): only this origin is followed.
-    const target = new URL(m[1], window.location.origin);
-    return target.origin === window.location.origin ? `${target.pathname}${target.search}` : null;
-  }
-  return null;
+  return { text: await res.text(), next: sameOriginNext(res.headers.get('link'), window.location.origin) };
 }
 
 /** A unique Idempotency-Key for one user action (a retry of the same action reuses it). */

@@ -5,6 +5,7 @@ import { useOrg } from '../org';
 import { ErrorNote, Field, fmtDate, fmtInt, Loading, PageHeader, useAction, useLoad } from '../ui';
 import type { Deployment } from './Overview';
 import { LoadMore, usePages } from './paging';
+import { webUrl } from '../links';
 
 /** GET /billing/subscription (docs/billing.md): the subscription in force, else the latest ended one, else null. */
 export interface Subscription {
@@ -43,17 +44,6 @@ export function fmtMoney(amount: number | null, currency: string | null): string
   const format = new Intl.NumberFormat('en-US', { style: 'currency', currency: currency.toUpperCase() });
   const digits = format.resolvedOptions().maximumFractionDigits ?? 2;
   return format.format(amount / 10 ** digits);
-}
-
-/** An http(s) address from an answer, or null: a `javascript:` or other scheme is never followed or linked. */
-export function webUrl(url: string | null): string | null {
-  if (!url) return null;
-  try {
-    const parsed = new URL(url);
-    return parsed.protocol === 'https:' || parsed.protocol === 'http:' ? parsed.href : null;
-  } catch {
-    return null;
-  }
 }
 
 /** Leave the console for Stripe (Checkout or the portal); the browser comes back to the return URL. */

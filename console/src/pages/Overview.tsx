@@ -1,8 +1,9 @@
 import { useMemo } from 'react';
 import { Link } from 'wouter';
 import { get, list } from '../api';
-import { StackedBars, type StackSeries } from '../chart';
+import { StackedBars } from '../chart';
 import { useOrg } from '../org';
+import { stackOf, topOf, type UsageSummary } from '../series';
 import { ErrorNote, fmtDate, fmtDay, fmtInt, Loading, PageHeader, useLoad } from '../ui';
 
 export interface Balance {
@@ -27,71 +28,11 @@ export interface Deployment {
   balance: Balance;
 }
 
-export interface UsageCounts {
-  calls: number;
-  successful: number;
-  failed: number;
-  credits: number;
-  credits_refunded: number;
-}
-
-export interface UsageGroup extends UsageCounts {
-  key: string | null;
-  split?: Array<UsageCounts & { key: string | null; other: boolean }>;
-}
-
-export interface UsageSummary {
-  from: string;
-  to: string;
-  groups: UsageGroup[];
-  totals: UsageCounts;
-  truncated: boolean;
-  split_keys?: Array<string | null>;
-}
-
 interface BillingUsage {
   ai_tokens: { used: number; limit: number | null };
 }
 
 const DAYS = 30;
-
-/** The credits of each day of the range, one series per tool (the largest ten and "other"). */
-export function stackOf(summary: UsageSummary): { times: number[]; series: StackSeries[] } {
-  const times = summary.groups.map((g) => Date.parse(g.key ?? '') / 1000);
-  const names = new Map<string, number>();
-  const series: StackSeries[] = [];
-  const seriesOf = (name: string) => {
-    let i = names.get(name);
-    if (i === undefined) {
-      i = series.length;
-      names.set(name, i);
-      series.push({ name, values: summary.groups.map(() => 0) });
-    }
-    return series[i]!;
-  };
-  for (const key of summary.split_keys ?? []) seriesOf(key ?? '(none)');
-  summary.groups.forEach((g, day) => {
-    for (const part of g.split ?? []) seriesOf(part.other ? 'other' : (part.key ?? '(none)')).values[day] = part.credits;
-  });
-  return { times, series };
-}
-
-/** The split keys of a split summary with their counts over the whole range: the largest tools, largest first. */
-export function topOf(summary: UsageSummary): UsageSummary {
-  const totals = new Map<string | null, UsageGroup>((summary.split_keys ?? []).map((key) => [key, { key, calls: 0, successful: 0, failed: 0, credits: 0, credits_refunded: 0 }]));
-  for (const group of summary.groups) {
-    for (const part of group.split ?? []) {
-      const t = part.other ? undefined : totals.get(part.key);
-      if (!t) continue;
-      t.calls += part.calls;
-      t.successful += part.successful;
-      t.failed += part.failed;
-      t.credits += part.credits;
-      t.credits_refunded += part.credits_refunded;
-    }
-  }
-  return { ...summary, groups: [...totals.values()] };
-}
 
 export function Overview() {
   const { org, can } = useOrg();
@@ -156,8 +97,9 @@ export function Overview() {
                   <thead>
                     <tr>
                       <th scope="col">Day (UTC)</th>
-                      {stack.series.map((s) => (
-                        <th scope="col" key={s.name}>
+                      {stack.series.map((s, n) => (
+                        // biome-ignore lint/suspicious/noArrayIndexKey: the series are fixed for this answer; names may repeat
+                        <th scope="col" key={n}>
                           {s.name}
                         </th>
                       ))}
@@ -167,8 +109,9 @@ export function Overview() {
                     {stack.times.map((t, i) => (
                       <tr key={t}>
                         <th scope="row">{new Date(t * 1000).toISOString().slice(0, 10)}</th>
-                        {stack.series.map((s) => (
-                          <td key={s.name}>{s.values[i]}</td>
+                        {stack.series.map((s, n) => (
+                          // biome-ignore lint/suspicious/noArrayIndexKey: as in the header row
+                          <td key={n}>{s.values[i]}</td>
                         ))}
                       </tr>
                     ))}
