@@ -85,6 +85,14 @@ describe('console accessibility (axe-core)', () => {
     await outside.getByRole('button', { name: /unlock|open|sign in/i }).click();
     await outside.getByLabel('Operator key').waitFor({ state: 'detached' });
     found['/console/operator (unlocked)'] = await audit(outside);
+    await outside.getByLabel('Search').fill(owner.email);
+    await outside.getByRole('button', { name: 'Search', exact: true }).click();
+    await outside.getByTestId('organization-results').getByRole('button').first().click();
+    await outside.getByRole('heading', { name: 'Deployments' }).waitFor();
+    found['/console/operator (an organization open)'] = await audit(outside);
+    await outside.getByRole('button', { name: 'Costs and tools' }).click();
+    await outside.getByRole('heading', { name: /cost/i }).first().waitFor();
+    found['/console/operator (costs and tools)'] = await audit(outside);
 
     const failing = Object.fromEntries(Object.entries(found).filter(([, v]) => (v as unknown[]).length > 0));
     expect(failing).toEqual({});
