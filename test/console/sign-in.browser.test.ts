@@ -43,6 +43,31 @@ describe('console sign-in (docs/console.md "Tokens")', () => {
     await page.getByRole('heading', { name: 'Acme Console', level: 1 }).waitFor();
   });
 
+  it('an expired access token is refreshed from the cookie once and the request retried, without the user noticing', async () => {
+    const { context, page } = await s.newPage();
+    await signUpInBrowser(page);
+    await createOrganizationInBrowser(page, 'Expiry Org');
+    const before = (await context.cookies()).find((c) => c.name === 'cg_console_refresh')?.value;
+    // 16 minutes later by the service's clock: the access token in the page's memory has expired (15 min).
+    s.h.clock.advance(16 * 60_000);
+    const refreshes: string[] = [];
+    const unauthorized: string[] = [];
+    page.on('response', (res) => {
+      if (res.url().endsWith('/console/session/refresh')) refreshes.push(String(res.status()));
+      else if (res.status() === 401) unauthorized.push(res.url());
+    });
+    // A page change inside the app (no reload): its first API call gets 401, then one refresh, then the retry.
+    await page.getByRole('navigation', { name: 'Organization' }).getByRole('link', { name: 'Members' }).click();
+    await page.getByRole('heading', { name: 'Members', level: 1 }).waitFor();
+    await expect.poll(() => page.getByText('Loading…').count()).toBe(0);
+    expect(refreshes).toEqual(['200']);
+    expect(unauthorized.length).toBeGreaterThan(0);
+    expect(await page.getByRole('alert').count()).toBe(0);
+    const after = (await context.cookies()).find((c) => c.name === 'cg_console_refresh')?.value;
+    expect(after).toBeDefined();
+    expect(after).not.toBe(before); // rotated, as every refresh rotates
+  });
+
   it('shows the sign-in error the API gives for a wrong password', async () => {
     const { page } = await s.newPage();
     await page.goto('/console/');
