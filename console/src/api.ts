@@ -5,14 +5,9 @@
  */
 
 import { sameOriginNext } from './links';
+import type { Schemas } from './types';
 
-export interface User {
-  id: string;
-  email: string;
-  email_verified: boolean;
-  full_name: string | null;
-  default_organization_id: string | null;
-}
+export type User = Schemas['User'];
 
 export interface SessionAnswer {
   access_token: string;

@@ -2,16 +2,9 @@ import { createContext, type ReactNode, useContext } from 'react';
 import { get } from './api';
 import { can } from './roles';
 import { ErrorNote, Loading, useLoad } from './ui';
+import type { Schemas } from './types';
 
-export interface Organization {
-  id: string;
-  name: string;
-  slug: string;
-  tier: string;
-  subscription_status: string | null;
-  role: string | null;
-  created_at: string;
-}
+export type Organization = Schemas['Organization'];
 
 interface OrgContextValue {
   org: Organization;

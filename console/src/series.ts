@@ -4,28 +4,13 @@
  * (docs/usage-analytics.md "Split buckets").
  */
 import type { StackSeries } from './chart';
+import type { Schemas } from './types';
 
-export interface UsageCounts {
-  calls: number;
-  successful: number;
-  failed: number;
-  credits: number;
-  credits_refunded: number;
-}
+export type UsageCounts = Schemas['UsageTotals'];
 
-export interface UsageGroup extends UsageCounts {
-  key: string | null;
-  split?: Array<UsageCounts & { key: string | null; other: boolean }>;
-}
+export type UsageGroup = Schemas['UsageGroup'];
 
-export interface UsageSummary {
-  from: string;
-  to: string;
-  groups: UsageGroup[];
-  totals: UsageCounts;
-  truncated: boolean;
-  split_keys?: Array<string | null>;
-}
+export type UsageSummary = Schemas['UsageSummary'];
 
 /**
  * The credits of each day of the range, one series per split key (the largest ten, in split_keys

@@ -5,6 +5,9 @@ const counts = (credits: number, calls = credits) => ({ calls, successful: calls
 
 /** Two days: tools a (largest) and "other" (a tool really named so), the rest summed as the other part. */
 const summary: UsageSummary = {
+  organization_id: '6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f',
+  deployment_id: null,
+  group_by: 'day',
   from: '2026-01-01T00:00:00.000Z',
   to: '2026-01-03T00:00:00.000Z',
   truncated: false,

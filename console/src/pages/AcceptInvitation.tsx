@@ -5,15 +5,9 @@ import { absolute, orgPath } from '../org';
 import { useSession } from '../session';
 import { ErrorNote, fmtDate, Loading, PageHeader, useAction, useLoad } from '../ui';
 import { SignIn, SignUp } from './SignIn';
+import type { Schemas } from '../types';
 
-interface InvitationView {
-  organization_name: string;
-  email: string;
-  role: string;
-  inviter: { name: string | null; email: string } | null;
-  expires_at: string;
-  status: string;
-}
+type InvitationView = Schemas['PublicInvitation'];
 
 /** `/console/invitations/{token}`: what the invitation is for (no sign-in needed), then sign in or up and accept. */
 export function AcceptInvitation({ token }: { token: string }) {

@@ -3,18 +3,9 @@ import { del, list, post } from '../api';
 import { useOrg } from '../org';
 import { ConfirmButton, ErrorNote, Field, fmtDate, Loading, PageHeader, SecretOnce, useAction } from '../ui';
 import { LoadMore, usePages } from './paging';
+import type { Schemas } from '../types';
 
-export interface ApiKey {
-  id: string;
-  name: string;
-  key_prefix: string;
-  scopes: Scope[];
-  last_used_at: string | null;
-  expires_at: string | null;
-  created_by: string | null;
-  created_at: string;
-  revoked_at: string | null;
-}
+export type ApiKey = Schemas['ApiKey'];
 
 type Scope = 'read' | 'write' | 'admin';
 type CreatedKey = ApiKey & { key: string };

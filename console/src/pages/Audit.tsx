@@ -3,25 +3,12 @@ import { list } from '../api';
 import { useOrg } from '../org';
 import { ErrorNote, Field, Loading, PageHeader, useLoad } from '../ui';
 import { LoadMore, usePages } from './paging';
+import type { Schemas } from '../types';
 
 /** GET /organizations/{id}/audit-logs (SPEC §8): who changed what, newest first. */
-export interface AuditEntry {
-  id: string;
-  user_id: string | null;
-  actor: string;
-  action: string;
-  resource_type: string;
-  resource_id: string | null;
-  metadata: Record<string, unknown>;
-  ip_address: string | null;
-  user_agent: string | null;
-  created_at: string;
-}
+export type AuditEntry = Schemas['AuditLogEntry'];
 
-interface Member {
-  user_id: string;
-  email: string;
-}
+type Member = Schemas['Member'];
 
 /** An entry's time to the second, UTC. */
 const fmtTime = (iso: string) => `${iso.slice(0, 10)} ${iso.slice(11, 19)} UTC`;

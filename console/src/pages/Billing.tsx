@@ -6,37 +6,15 @@ import { ErrorNote, Field, fmtDate, fmtInt, Loading, PageHeader, useAction, useL
 import type { Deployment } from './Overview';
 import { LoadMore, usePages } from './paging';
 import { webUrl } from '../links';
+import type { Schemas } from '../types';
 
 /** GET /billing/subscription (docs/billing.md): the subscription in force, else the latest ended one, else null. */
-export interface Subscription {
-  id: string;
-  status: string;
-  stripe_subscription_id: string;
-  stripe_price_id: string | null;
-  current_period_start: string | null;
-  current_period_end: string | null;
-  cancel_at_period_end: boolean;
-}
+export type Subscription = Schemas['Subscription'];
 
-export interface Invoice {
-  id: string;
-  stripe_invoice_id: string;
-  status: string | null;
-  amount_due: number | null;
-  amount_paid: number | null;
-  currency: string | null;
-  hosted_invoice_url: string | null;
-  period_start: string | null;
-  period_end: string | null;
-  created_at: string;
-}
+export type Invoice = Schemas['Invoice'];
 
 /** GET /billing/catalog: what this installation sells. */
-export interface Catalog {
-  configured: boolean;
-  packs: Array<{ pack: string; credits: number; price_id: string }>;
-  subscription_prices: Array<{ price_id: string; tier: string }>;
-}
+export type Catalog = Schemas['BillingCatalog'];
 
 /** An amount in the smallest currency unit, as the currency writes it (4900 usd → $49.00). */
 export function fmtMoney(amount: number | null, currency: string | null): string {

@@ -2,27 +2,12 @@ import { useCallback, useState } from 'react';
 import { get, list, post } from '../api';
 import { useOrg } from '../org';
 import { ConfirmButton, ErrorNote, fmtDate, fmtInt, Loading, PageHeader, SecretOnce, useAction, useLoad } from '../ui';
-import { usePages } from './paging';
-import { LoadMore } from './paging';
+import { LoadMore, usePages } from './paging';
 import type { Deployment } from './Overview';
+import type { Schemas } from '../types';
 
 /** GET /organizations/{id}/deployments/{depId}/entitlements: what POST /api/v1/entitlements/check answers the deployment. */
-interface Snapshot {
-  status: string;
-  tier: string;
-  features: {
-    ai_enabled: boolean;
-    billing_enabled: boolean;
-    custom_domain: boolean;
-    white_label: boolean;
-    mcp_enabled: boolean;
-    ai_monthly_limit: number | null;
-    api_rate_limit: number | null;
-    support_level: string;
-  };
-  quotas: { ai_tokens: { used: number; limit: number | null; remaining: number | null; resets_at: string } };
-  message: string | null;
-}
+type Snapshot = Schemas['EntitlementSnapshot'];
 
 const FLAG_LABELS: Array<[keyof Snapshot['features'], string]> = [
   ['mcp_enabled', 'MCP metering'],
@@ -32,11 +17,7 @@ const FLAG_LABELS: Array<[keyof Snapshot['features'], string]> = [
   ['white_label', 'White label'],
 ];
 
-interface Rotated {
-  deployment_id: string;
-  secret: string;
-  secret_prefix: string;
-}
+type Rotated = Schemas['DeploymentSecretRotated'];
 
 export function Deployments() {
   const { org, can } = useOrg();

@@ -6,24 +6,11 @@ import { useUser } from '../session';
 import { ConfirmButton, ErrorNote, Field, fmtDate, Loading, PageHeader, SecretOnce, useAction } from '../ui';
 import { usePages } from './paging';
 import { LoadMore } from './paging';
+import type { Schemas } from '../types';
 
-interface Member {
-  id: string;
-  user_id: string;
-  email: string;
-  full_name: string | null;
-  role: string;
-  joined_at: string;
-}
+type Member = Schemas['Member'];
 
-interface Invitation {
-  id: string;
-  email: string;
-  role: string;
-  status: string;
-  expires_at: string;
-  created_at: string;
-}
+type Invitation = Schemas['Invitation'];
 
 type CreatedInvitation = Invitation & { token: string; accept_url: string; email_delivery: 'smtp' | 'outbox' };
 

@@ -5,32 +5,13 @@ import { StackedBars } from '../chart';
 import { useOrg } from '../org';
 import { stackOf, topOf, type UsageSummary } from '../series';
 import { ErrorNote, fmtDate, fmtDay, fmtInt, Loading, PageHeader, useLoad } from '../ui';
+import type { Schemas } from '../types';
 
-export interface Balance {
-  period_start: string;
-  period_end: string;
-  monthly_allocation: number | null;
-  monthly_used: number;
-  monthly_remaining: number | null;
-  purchased: number;
-  reserved: number;
-  available: number | null;
-  ai_tokens_used: number;
-}
+export type Balance = Schemas['CreditBalance'];
 
-export interface Deployment {
-  id: string;
-  name: string;
-  tier: string;
-  status: string;
-  is_primary: boolean;
-  secret_prefix: string;
-  balance: Balance;
-}
+export type Deployment = Schemas['Deployment'];
 
-interface BillingUsage {
-  ai_tokens: { used: number; limit: number | null };
-}
+type BillingUsage = Schemas['BillingUsage'];
 
 const DAYS = 30;
 

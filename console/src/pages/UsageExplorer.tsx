@@ -4,21 +4,10 @@ import { useOrg } from '../org';
 import { ErrorNote, Field, fmtInt, PageHeader, useAction, useLoad } from '../ui';
 import type { Deployment } from './Overview';
 import { LoadMore, usePages } from './paging';
+import type { Schemas } from '../types';
 
 /** A usage record as GET /organizations/{id}/usage/records answers it (docs/usage-analytics.md). */
-export interface UsageRecord {
-  id: string;
-  deployment_id: string;
-  tool_name: string;
-  action: string;
-  mcp_user_id: string | null;
-  credits: number;
-  credits_refunded: number;
-  success: boolean;
-  error: string | null;
-  invocation_id: string | null;
-  timestamp: string;
-}
+export type UsageRecord = Schemas['UsageRecord'];
 
 /** The filter form's values: dates as the date inputs give them (YYYY-MM-DD, read as UTC days). */
 interface Filters {

@@ -3,33 +3,12 @@ import { del, get, list, post, request } from '../api';
 import { useOrg } from '../org';
 import { ConfirmButton, ErrorNote, Field, fmtDate, Loading, PageHeader, SecretOnce, useAction, useLoad } from '../ui';
 import { LoadMore, usePages } from './paging';
+import type { Schemas } from '../types';
 
 /** An organization webhook as /organizations/{id}/webhooks answers it (docs/webhooks.md). */
-export interface Webhook {
-  id: string;
-  organization_id: string;
-  url: string;
-  events: string[];
-  is_active: boolean;
-  disabled_reason: string | null;
-  created_at: string;
-  updated_at: string;
-}
+export type Webhook = Schemas['Webhook'];
 
-export interface Delivery {
-  id: string;
-  webhook_id: string | null;
-  url: string;
-  event_type: string | null;
-  status: string;
-  status_code: number | null;
-  response_body: string | null;
-  error: string | null;
-  attempt_count: number;
-  next_retry_at: string | null;
-  delivered_at: string | null;
-  created_at: string;
-}
+export type Delivery = Schemas['WebhookDelivery'];
 
 /**
  * The events a webhook may subscribe to: the API's list (EVENT_TYPES in src/modules/webhooks/organization.ts;

@@ -1,7 +1,7 @@
 import { createContext, useCallback, useContext, useState } from 'react';
 import { ApiError, admin } from '../../api';
 import { messageOf, useAction } from '../../ui';
-import type { Balance } from '../Overview';
+import type { Schemas } from '../../types';
 
 /** An operator call with the key typed into this tab (docs/console.md "Operator"). */
 export type OperatorCall = <T>(method: string, path: string, body?: unknown) => Promise<T>;
@@ -40,29 +40,9 @@ export function segment(name: string): string {
 export const TIERS = ['sandbox', 'trial', 'launch', 'growth', 'enterprise'] as const;
 export const PLANS = ['free', 'pro', 'enterprise'] as const;
 
-export interface OrganizationHit {
-  id: string;
-  name: string;
-  slug: string;
-  plan: string;
-  deleted_at: string | null;
-  created_at: string;
-  primary_deployment_id: string | null;
-  primary_deployment_tier: string | null;
-}
+export type OrganizationHit = Schemas['AdminOrganizationHit'];
 
-export interface AdminDeployment {
-  id: string;
-  organization_id: string;
-  name: string;
-  tier: string;
-  status: string;
-  is_primary: boolean;
-  secret_prefix: string;
-  overrides: { monthly_credits: number | null; api_rate_limit: number | null; ai_tokens_limit: number | null; expires_at: string | null };
-  balance: Balance;
-  updated_at: string;
-}
+export type AdminDeployment = Schemas['AdminDeployment'];
 
 /** The API's refusal as it came: status, code, message and the fields it names. */
 export function OperatorError({ error }: { error: unknown }) {
