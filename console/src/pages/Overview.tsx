@@ -23,10 +23,9 @@ export function Overview() {
     () => (can('billing.read') ? get<BillingUsage>('/billing/usage', { organization_id: org.id }) : Promise.resolve(null)),
     [org.id],
   );
-  // The service's default range: the last 30 days up to its own now (its clock, not the browser's).
-  const range = {};
-  const daily = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'day', split_by: 'tool', ...range }), [org.id]);
-  const users = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'mcp_user', ...range }), [org.id]);
+  // No from/to: the service's default range, the last 30 days up to its own now (its clock, not the browser's).
+  const daily = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'day', split_by: 'tool' }), [org.id]);
+  const users = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'mcp_user' }), [org.id]);
   const stack = useMemo(() => (daily.data ? stackOf(daily.data) : null), [daily.data]);
   // The top tools come from the same answer: split_keys are the range's largest tools in group_by=tool's order.
   const tools = useMemo(() => (daily.data ? topOf(daily.data) : undefined), [daily.data]);

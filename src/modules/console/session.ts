@@ -1,6 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../../config.js';
-import { MINUTE } from '../../clock.js';
+import { REFRESH_TOKEN_TTL_MS } from '../auth/tokens.js';
 
 /**
  * The console's sign-in (docs/console.md "Tokens"): the refresh token lives only in an HttpOnly cookie
@@ -10,8 +10,8 @@ import { MINUTE } from '../../clock.js';
  */
 export const SESSION_COOKIE = 'cg_console_refresh';
 export const SESSION_PATH = '/console/session';
-/** The refresh token's own lifetime (30 days, SPEC §8); the cookie never outlives it. */
-export const SESSION_COOKIE_MAX_AGE_S = (30 * 24 * 60 * MINUTE) / 1000;
+/** The refresh token's own lifetime (SPEC §8): the cookie never outlives it. */
+export const SESSION_COOKIE_MAX_AGE_S = REFRESH_TOKEN_TTL_MS / 1000;
 
 /** Secure unless the console is reached over plain http (development on a loopback address). */
 export function cookieIsSecure(request: FastifyRequest, config: Pick<Config, 'publicBaseUrl'>): boolean {
