@@ -16,10 +16,20 @@ export interface Queryable {
   query<T = Row>(text: string, params?: readonly unknown[], name?: string): Promise<T[]>;
 }
 
+export interface TransactionOptions {
+  /**
+   * Plan every statement of the transaction for its own parameters (`plan_cache_mode =
+   * force_custom_plan`), even a named one. For statements over arrays (`unnest`) whose tables start
+   * empty and grow fast: a generic plan cached while a table was small keeps scanning all of it once
+   * it is large (docs/adr/0004-group-commit.md). Free on PGlite, whose statements are never cached.
+   */
+  customPlans?: boolean;
+}
+
 export interface Database extends Queryable {
   readonly kind: 'postgres' | 'pglite';
   /** One transaction; rolled back when fn throws. */
-  transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
+  transaction<T>(fn: (tx: Queryable) => Promise<T>, options?: TransactionOptions): Promise<T>;
   ping(): Promise<void>;
   close(): Promise<void>;
   /** The underlying driver, for the migrator and drizzle. */
@@ -62,7 +72,7 @@ class PostgresDatabase implements Database {
     return result.rows as T[];
   }
 
-  async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
+  async transaction<T>(fn: (tx: Queryable) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
     const client = await wrap(this.driver.connect());
     let broken = false;
     const tx: Queryable = {
@@ -72,7 +82,8 @@ class PostgresDatabase implements Database {
       },
     };
     try {
-      await tx.query('BEGIN');
+      // One round trip either way: without parameters both statements go as one simple query.
+      await tx.query(options.customPlans ? 'BEGIN; SET LOCAL plan_cache_mode = force_custom_plan' : 'BEGIN');
       const out = await fn(tx);
       await tx.query('COMMIT');
       return out;

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
-import { createHarness, type Harness, type Tenant } from '../../../test/harness.js';
+import { createHarness, dbKind, type Harness, type Tenant } from '../../../test/harness.js';
 import { type BatchDeduction, type BatchOutcome, DeductionBatcher } from './batcher.js';
 import type { DeductResult } from './deduct.js';
 import type { Queryable } from '../../db/client.js';
@@ -384,4 +384,25 @@ describe('money changes that are not deductions (ops) in a batch', () => {
     expect(outcomes[1]!.status).toBe('rejected');
     expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 0, purchased_balance: 5 });
   });
+});
+
+describe('plans', () => {
+  it.runIf(dbKind === 'postgres')(
+    "plans a batch's statements for their own arrays, and only inside the batch's transaction",
+    async () => {
+      // A generic plan cached on a pooled connection while `invocations` held a few hundred rows kept
+      // scanning the whole table once it had grown (about 12 ms per batch at 27,000 rows, growing):
+      // the batch transaction asks PostgreSQL for a plan per execution (docs/adr/0004-group-commit.md, "Plans").
+      const t = await f.tenantWith(10);
+      const b = batcher();
+      const [, mode] = await Promise.all([
+        b.submit(request(t, 1, { invocationId: 'plans-1', claimInvocation: { requestHash: 'h' } })),
+        b.within(t.deploymentId, async (tx) => (await tx.query<{ plan_cache_mode: string }>('SHOW plan_cache_mode'))[0]!.plan_cache_mode),
+      ]);
+      expect(mode).toBe('force_custom_plan');
+      // SET LOCAL: the connection goes back to the pool with the server's default.
+      const after = await h.deps.db.transaction(async (tx) => (await tx.query<{ plan_cache_mode: string }>('SHOW plan_cache_mode'))[0]!.plan_cache_mode);
+      expect(after).toBe('auto');
+    },
+  );
 });

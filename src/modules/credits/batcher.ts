@@ -98,6 +98,12 @@ interface Change {
   periodStart: Date;
 }
 
+/**
+ * Every statement of a batch planned for its own arrays: a plan cached while `invocations` was small
+ * keeps scanning the whole table once it has grown (docs/adr/0004-group-commit.md, "Plans").
+ */
+const PLANNED_FOR_ITS_ARRAYS = { customPlans: true } as const;
+
 export class DeductionBatcher {
   private queue: Pending[] = [];
   private inFlight = 0;
@@ -199,7 +205,7 @@ export class DeductionBatcher {
         const done = await applyOps(tx, ops.map((p) => p.op));
         written = true;
         return [out, done] as const;
-      });
+      }, PLANNED_FOR_ITS_ARRAYS);
     } catch (err) {
       if (written) {
         // COMMIT itself failed: whether it happened is unknown, so nothing is retried here (a request
