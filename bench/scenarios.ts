@@ -41,6 +41,8 @@ export function creditgateTarget(
     path,
     shapes: chosen.map((t) => shape(endpoint, t, serviceKey)),
     isSuccess: (body) => body.includes(expect),
+    // Records always carry a fresh invocation id, as the SDK middleware sends (issue 14's method).
+    uniqueInvocationIds: endpoint !== 'check',
   };
 }
 

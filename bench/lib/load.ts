@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { randomUUID } from 'node:crypto';
 import autocannon from 'autocannon';
 import { type CpuShare, cpuShare, cpuSnapshot } from './cpu.js';
 import { type LatencySummary, round, Samples } from './stats.js';
@@ -16,7 +17,17 @@ export interface LoadTarget {
   shapes: RequestShape[];
   /** Whether a 2xx answer is what the scenario expects (allowed, deducted); anything else is a failure. */
   isSuccess: (body: string) => boolean;
+  /**
+   * Give every request its own `invocation_id` (issue 14's method: the SDK middleware always sends one,
+   * so a record claims a fresh invocation). The body must be a JSON object.
+   */
+  uniqueInvocationIds?: boolean;
 }
+
+/** Run-unique invocation ids: a random prefix and a counter (cheap for the load generator, which shares the CPU). */
+const INVOCATION_PREFIX = `bench-${randomUUID().slice(0, 8)}-`;
+let invocationCounter = 0;
+const withInvocationId = (body: string) => `{"invocation_id":"${INVOCATION_PREFIX}${(invocationCounter++).toString(36)}",${body.slice(1)}`;
 
 export interface LoadOptions {
   connections: number;
@@ -118,10 +129,12 @@ export async function runLoad(target: LoadTarget, options: LoadOptions): Promise
       if (status >= 200 && status < 300 && target.isSuccess(body)) successes++;
     },
   };
-  if (shapes.length > 1) {
+  if (shapes.length > 1 || target.uniqueInvocationIds) {
+    const unique = target.uniqueInvocationIds === true;
     base.setupRequest = (req) => {
       const shape = shapes[next++ % shapes.length]!;
-      return { ...req, headers: { 'content-type': 'application/json', ...shape.headers }, body: shape.body };
+      const body = unique ? withInvocationId(shape.body) : shape.body;
+      return { ...req, headers: { 'content-type': 'application/json', ...shape.headers }, body };
     };
   }
   const onResponse = (_client: autocannon.Client, statusCode: number, _bytes: number, ms: number) => {
