@@ -22,7 +22,7 @@ export function countStatements(db: Database): () => Record<string, number> {
     count(labelOf(text, name));
     return query(text, params, name);
   };
-  patched.transaction = (fn) =>
+  patched.transaction = (fn, options) =>
     transaction((tx) => {
       count('BEGIN … COMMIT');
       return fn({
@@ -30,8 +30,16 @@ export function countStatements(db: Database): () => Record<string, number> {
           count(`tx: ${labelOf(text, name)}`);
           return tx.query(text, params, name);
         },
+        pipeline: (list) => {
+          for (const s of list) count(`tx: ${labelOf(s.text, s.name)}`);
+          return tx.pipeline(list);
+        },
+        queryAndCommit: (text, params, name) => {
+          count(`tx: ${labelOf(text, name)}`);
+          return tx.queryAndCommit(text, params, name);
+        },
       });
-    });
+    }, options);
   return () => ({ ...statements });
 }
 

@@ -1,4 +1,5 @@
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
@@ -16,6 +17,35 @@ export interface Queryable {
   query<T = Row>(text: string, params?: readonly unknown[], name?: string): Promise<T[]>;
 }
 
+/** One statement of a pipeline (Transaction.pipeline). */
+export interface Statement {
+  text: string;
+  params?: readonly unknown[];
+  /** A named prepared statement on PostgreSQL (see Queryable.query). */
+  name?: string;
+}
+
+/**
+ * An open transaction. On PostgreSQL its BEGIN travels with its first statement: the connection
+ * pipelines (sends the next message without waiting for the previous answer), so BEGIN costs no round
+ * trip of its own (docs/adr/0004-group-commit.md, "Round trips").
+ */
+export interface Transaction extends Queryable {
+  /**
+   * Statements run in order and sent together: one round trip on PostgreSQL, one after another on
+   * PGlite. Resolves with each statement's rows, in order. Rejects with the first failure: the
+   * statements after it fail too (the transaction is aborted), and the transaction is rolled back.
+   */
+  pipeline(statements: readonly Statement[]): Promise<Row[][]>;
+  /**
+   * The transaction's last statement, sent with COMMIT in one round trip; nothing may run in the
+   * transaction after it. Resolves once both succeeded. An error with a SQLSTATE (the statement's or
+   * COMMIT's) means nothing was committed; a lost connection (ServiceUnavailableError) leaves it
+   * unknown, as with any COMMIT.
+   */
+  queryAndCommit<T = Row>(text: string, params?: readonly unknown[], name?: string): Promise<T[]>;
+}
+
 export interface TransactionOptions {
   /**
    * Plan every statement of the transaction for its own parameters (`plan_cache_mode =
@@ -28,8 +58,8 @@ export interface TransactionOptions {
 
 export interface Database extends Queryable {
   readonly kind: 'postgres' | 'pglite';
-  /** One transaction; rolled back when fn throws. */
-  transaction<T>(fn: (tx: Queryable) => Promise<T>, options?: TransactionOptions): Promise<T>;
+  /** One transaction; rolled back when fn throws (unless it ended with `queryAndCommit`). */
+  transaction<T>(fn: (tx: Transaction) => Promise<T>, options?: TransactionOptions): Promise<T>;
   ping(): Promise<void>;
   close(): Promise<void>;
   /** The underlying driver, for the migrator and drizzle. */
@@ -63,6 +93,20 @@ function wrap<T>(promise: Promise<T>): Promise<T> {
   });
 }
 
+/**
+ * Waits for every promise (none is left unheard) and resolves with their values, or rejects with the
+ * first rejection in order: in a pipeline, the statements after a failed one fail only because it did.
+ */
+async function settleInOrder<T>(promises: Promise<T>[]): Promise<T[]> {
+  const settled = await Promise.allSettled(promises);
+  const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  if (failed) {
+    if (isConnectionError(failed.reason)) throw new ServiceUnavailableError();
+    throw failed.reason;
+  }
+  return settled.map((s) => (s as PromiseFulfilledResult<T>).value);
+}
+
 class PostgresDatabase implements Database {
   readonly kind = 'postgres' as const;
   constructor(readonly driver: pg.Pool) {}
@@ -72,24 +116,51 @@ class PostgresDatabase implements Database {
     return result.rows as T[];
   }
 
-  async transaction<T>(fn: (tx: Queryable) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
+  async transaction<T>(fn: (tx: Transaction) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
     const client = await wrap(this.driver.connect());
-    let broken = false;
-    const tx: Queryable = {
+    // new: nothing sent yet; open: BEGIN sent; over: committed or rolled back by queryAndCommit.
+    const at: { state: 'new' | 'open' | 'over' } = { state: 'new' };
+    const begin = options.customPlans ? 'BEGIN; SET LOCAL plan_cache_mode = force_custom_plan' : 'BEGIN';
+    /** Every statement queued at once (the pool's connections pipeline); BEGIN first if not sent yet. */
+    const send = (statements: readonly Statement[]): Promise<pg.QueryResult[]> => {
+      if (at.state === 'over') return Promise.reject(new Error('the transaction is over (queryAndCommit ran)'));
+      const all = at.state === 'new' ? [{ text: begin }, ...statements] : statements;
+      const skip = all.length - statements.length;
+      at.state = 'open';
+      // Pipelined queries are written as they are queued: corked, they leave in one write.
+      const stream = (client as unknown as { connection?: { stream?: Partial<Pick<Socket, 'cork' | 'uncork'>> } }).connection?.stream;
+      stream?.cork?.();
+      let sent: Promise<pg.QueryResult>[];
+      try {
+        sent = all.map((s) => client.query({ text: s.text, values: s.params as unknown[] | undefined, name: s.name }));
+      } finally {
+        stream?.uncork?.();
+      }
+      return settleInOrder(sent).then((results) => results.slice(skip));
+    };
+    const tx: Transaction = {
       query: async <R = Row>(text: string, params: readonly unknown[] = [], name?: string) => {
-        const result = await wrap(client.query({ text, values: params as unknown[], name }));
-        return result.rows as R[];
+        const [result] = await send([{ text, params, name }]);
+        return result!.rows as R[];
+      },
+      pipeline: async (statements) => (await send(statements)).map((r) => r.rows as Row[]),
+      queryAndCommit: async <R = Row>(text: string, params: readonly unknown[] = [], name?: string) => {
+        const pending = send([{ text, params, name }, { text: 'COMMIT' }]);
+        // Ended either way: a failed statement aborted the transaction, and its COMMIT rolled it back.
+        at.state = 'over';
+        const [result, commit] = await pending;
+        if (commit!.command !== 'COMMIT') throw new Error(`COMMIT answered ${commit!.command}`);
+        return result!.rows as R[];
       },
     };
+    let broken = false;
     try {
-      // One round trip either way: without parameters both statements go as one simple query.
-      await tx.query(options.customPlans ? 'BEGIN; SET LOCAL plan_cache_mode = force_custom_plan' : 'BEGIN');
       const out = await fn(tx);
-      await tx.query('COMMIT');
+      if (at.state === 'open') await wrap(client.query('COMMIT'));
       return out;
     } catch (err) {
       broken = err instanceof ServiceUnavailableError || isConnectionError(err);
-      if (!broken) {
+      if (!broken && at.state === 'open') {
         try {
           await client.query('ROLLBACK');
         } catch {
@@ -123,11 +194,27 @@ class PgliteDatabase implements Database {
     return result.rows;
   }
 
-  async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
+  async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
     return this.driver.transaction(async (t) => {
-      const tx: Queryable = {
-        query: async <R = Row>(text: string, params: readonly unknown[] = []) =>
-          (await t.query<R>(text, params as unknown[])).rows,
+      // PGlite runs in this thread: no round trips to save, so a pipeline is its statements in turn.
+      let over = false;
+      const run = async <R = Row>(text: string, params: readonly unknown[] = []): Promise<R[]> => {
+        if (over) throw new Error('the transaction is over (queryAndCommit ran)');
+        return (await t.query<R>(text, params as unknown[])).rows;
+      };
+      const tx: Transaction = {
+        query: run,
+        pipeline: async (statements) => {
+          const out: Row[][] = [];
+          for (const s of statements) out.push(await run(s.text, s.params));
+          return out;
+        },
+        // PGlite commits when fn returns, which must be right after this.
+        queryAndCommit: async <R = Row>(text: string, params: readonly unknown[] = []) => {
+          const rows = await run<R>(text, params);
+          over = true;
+          return rows;
+        },
       };
       return fn(tx);
     });
@@ -159,6 +246,8 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
       connectionString: databaseUrl,
       max: options.poolSize ?? 20,
       connectionTimeoutMillis: 5_000,
+      // A transaction's statements may be sent without waiting for the previous answer (Transaction.pipeline).
+      pipeline: true,
       types: {
         getTypeParser: ((oid: number, format?: string) =>
           oid === 20 ? parseInt8 : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
