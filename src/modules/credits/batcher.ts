@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Deps } from '../../context.js';
-import { type Database, isConnectionError, type Queryable } from '../../db/client.js';
+import { pgArray } from '../../db/arrays.js';
+import { type Database, isConnectionError, type Queryable, type Statement, type Transaction } from '../../db/client.js';
 import { ServiceUnavailableError } from '../../errors.js';
 import { reachedThresholds, thresholdKey } from '../quotas/thresholds.js';
 import { noteDeduction } from './balance-cache.js';
@@ -189,7 +190,9 @@ export class DeductionBatcher {
       await new Promise<void>((resolve) => setImmediate(resolve));
       batch.push(...this.queue.splice(0, this.settings.maxBatch - batch.length));
     }
-    let written = false;
+    // Once the batch's COMMIT is sent (with the writes, or after the ops), a lost connection leaves
+    // it unknown whether the batch committed.
+    const progress = { committing: false };
     const deductions = batch.filter((p): p is Extract<Pending, { item: BatchDeduction }> => p.item !== undefined);
     const ops = batch.filter((p): p is Extract<Pending, { op: BatchOp }> => p.op !== undefined);
     let outcomes: BatchOutcome[];
@@ -201,18 +204,21 @@ export class DeductionBatcher {
           deductions.map((p) => p.item),
           this.reportToMeter,
           ops.map((p) => p.op.deploymentId),
+          // The ops run after the writes, so their COMMIT cannot go with them.
+          ops.length === 0 ? { progress } : undefined,
         );
         const done = await applyOps(tx, ops.map((p) => p.op));
-        written = true;
+        progress.committing = true;
         return [out, done] as const;
       }, PLANNED_FOR_ITS_ARRAYS);
     } catch (err) {
-      if (written) {
-        // COMMIT itself failed: whether it happened is unknown, so nothing is retried here (a request
-        // with an invocation id is safe for its client to retry; it replays if the batch did commit).
+      if (progress.committing && (err instanceof ServiceUnavailableError || isConnectionError(err))) {
+        // Whether the batch committed is unknown, so nothing is retried here (a request with an
+        // invocation id is safe for its client to retry; it replays if the batch did commit).
         for (const p of batch) p.reject(err);
         return;
       }
+      // An error the database answered (the writes' or COMMIT's own) means nothing was committed.
       this.stats.fallbacks++;
       this.deps.metrics?.deductionBatchFallbacks.inc();
       this.onFallback(err, batch.length);
@@ -323,32 +329,45 @@ interface HeldRow {
  * a database error (the batch is then rolled back and retried one by one).
  */
 export async function applyBatch(
-  tx: Queryable,
+  tx: Transaction,
   items: BatchDeduction[],
   reportToMeter: boolean,
   /** Balance rows the batch's ops change: locked with the others, in deployment order. */
   alsoLock: string[] = [],
+  /**
+   * Send the batch's writes with COMMIT in one round trip (`Transaction.queryAndCommit`): only when
+   * nothing else runs in the transaction after them. `progress.committing` turns true as they go.
+   */
+  commit?: { progress: { committing: boolean } },
 ): Promise<BatchOutcome[]> {
   const outcomes: Array<BatchOutcome | undefined> = new Array(items.length);
   const batchNow = items.map((it) => it.now).reduce(latest, new Date(0));
   /** Per item: what it deducts, holds or gives back, and what of `reserved` it frees. */
   const terms = items.map((it) => ({ kind: (it.hold ? 'hold' : it.release ? 'release' : 'deduct') as Kind, cost: it.cost, release: it.releaseReserved }));
 
+  // Steps 1, 1b and 2 go in one round trip (Transaction.pipeline, with the transaction's BEGIN): none
+  // of them needs another's answer to be sent, and PostgreSQL runs them in this order, so the lock
+  // order (invocation rows, then balance rows in deployment order) is kept.
+  const claims = items.map((it, index) => ({ it, index })).filter(({ it }) => (it.claimInvocation || it.hold) && it.invocationId !== null);
+  // Every key a record or a release could settle; what is not held comes back empty.
+  const settleable = items.filter((it) => (it.claimInvocation || it.release) && it.invocationId !== null);
+  // Every deployment the batch may touch; a row locked and then not needed costs nothing.
+  const lockIds = [...new Set([...items.map((it) => it.deploymentId), ...alsoLock])].sort();
+  // Ops of one deployment alone lock their row themselves, as on their own: no order to keep.
+  const lockBalances = !(lockIds.length === 0 || (items.length === 0 && lockIds.length === 1));
+  const statements: Statement[] = [];
   // 1. Claim fresh invocation ids in one statement; the first of duplicates wins, the others take the full path.
   //    Records are claimed `pending` (step 4 marks them), holds `reserved` (a refused hold's row is deleted in step 4).
-  const claims = items.map((it, index) => ({ it, index })).filter(({ it }) => (it.claimInvocation || it.hold) && it.invocationId !== null);
-  const claimedHere = new Set<string>();
-  const losers: number[] = [];
   if (claims.length > 0) {
-    const won = await tx.query<{ deployment_id: string; invocation_id: string }>(
-      `INSERT INTO invocations (deployment_id, invocation_id, organization_id, tool_name, request_hash, status, reserved_amount,
+    statements.push({
+      text: `INSERT INTO invocations (deployment_id, invocation_id, organization_id, tool_name, request_hash, status, reserved_amount,
                                 reservation_expires_at, created_at, updated_at)
        SELECT d, i, o, t, h, CASE WHEN x IS NULL THEN 'pending' ELSE 'reserved' END, CASE WHEN x IS NULL THEN 0 ELSE c END, x, a, a
        FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::timestamptz[], $7::bigint[], $8::timestamptz[])
          AS u(d, i, o, t, h, a, c, x)
        ON CONFLICT (deployment_id, invocation_id) DO NOTHING
        RETURNING deployment_id, invocation_id`,
-      [
+      params: [
         claims.map(({ it }) => it.deploymentId),
         claims.map(({ it }) => it.invocationId),
         claims.map(({ it }) => it.organizationId),
@@ -357,9 +376,41 @@ export async function applyBatch(
         claims.map(({ it }) => it.now),
         claims.map(({ it }) => it.cost),
         claims.map(({ it }) => it.hold?.expiresAt ?? null),
-      ],
-      'credits_batch_claim',
-    );
+      ].map(pgArray),
+      name: 'credits_batch_claim',
+    });
+  }
+  // 1b. Reservations this batch may settle: the record of a held call spends its hold (the price was
+  //     fixed when it was held), a release gives it back. Their rows are locked in key order (as every
+  //     batch does, so batches never deadlock on them) before any balance row, as the single path locks
+  //     them. Rows this batch just claimed are its own and are told apart below.
+  if (settleable.length > 0) {
+    statements.push({
+      text: `SELECT i.deployment_id, i.invocation_id, i.tool_name, i.reserved_amount, i.reservation_expires_at, i.created_at
+       FROM invocations i JOIN unnest($1::uuid[], $2::text[]) AS k(d, inv) ON i.deployment_id = k.d AND i.invocation_id = k.inv
+       WHERE i.status = 'reserved'
+       ORDER BY i.deployment_id, i.invocation_id
+       FOR UPDATE OF i`,
+      params: [pgArray(settleable.map((it) => it.deploymentId)), pgArray(settleable.map((it) => it.invocationId))],
+      name: 'credits_batch_lock_held',
+    });
+  }
+  // 2. Lock the balance rows once, in deployment order.
+  if (lockBalances) {
+    statements.push({
+      text: 'SELECT * FROM credit_balances WHERE deployment_id = ANY($1::uuid[]) ORDER BY deployment_id FOR UPDATE',
+      params: [pgArray(lockIds)],
+      name: 'credits_batch_lock',
+    });
+  }
+  const answers = await tx.pipeline(statements);
+  const won = (claims.length > 0 ? answers.shift() : []) as Array<{ deployment_id: string; invocation_id: string }>;
+  const held = (settleable.length > 0 ? answers.shift() : []) as unknown as HeldRow[];
+  const locked = (lockBalances ? answers.shift() : []) as unknown as BalanceRow[];
+
+  const claimedHere = new Set<string>();
+  const losers: number[] = [];
+  if (claims.length > 0) {
     const free = new Set(won.map((r) => keyOf(r.deployment_id, r.invocation_id)));
     for (const key of free) claimedHere.add(key);
     for (const { it, index } of claims) {
@@ -370,27 +421,14 @@ export async function applyBatch(
     }
   }
 
-  // 1b. Reservations this batch settles: the record of a held call spends its hold (the price was fixed
-  //     when it was held), a release gives it back. Their rows are locked in key order (as every batch
-  //     does, so batches never deadlock on them) before any balance row, as the single path locks them.
-  //     Only a reservation still inside its hold is spent here (an overdue one may be expired by a
-  //     sweep of this very batch); every other existing id (a replay, a reuse, another tool) takes the
-  //     full path after the batch.
+  // Only a reservation still inside its hold is spent here (an overdue one may be expired by a sweep
+  // of this very batch); every other existing id (a replay, a reuse, another tool) takes the full
+  // path after the batch.
   const settling = [
     ...losers,
     ...items.map((it, index) => ({ it, index })).filter(({ it }) => it.release && it.invocationId !== null).map(({ index }) => index),
   ].sort((a, b) => a - b);
   if (settling.length > 0) {
-    const keys = settling.filter((i) => !claimedHere.has(keyOf(items[i]!.deploymentId, items[i]!.invocationId!)));
-    const held = keys.length === 0 ? [] : await tx.query<HeldRow>(
-      `SELECT i.deployment_id, i.invocation_id, i.tool_name, i.reserved_amount, i.reservation_expires_at, i.created_at
-       FROM invocations i JOIN unnest($1::uuid[], $2::text[]) AS k(d, inv) ON i.deployment_id = k.d AND i.invocation_id = k.inv
-       WHERE i.status = 'reserved'
-       ORDER BY i.deployment_id, i.invocation_id
-       FOR UPDATE OF i`,
-      [keys.map((i) => items[i]!.deploymentId), keys.map((i) => items[i]!.invocationId)],
-      'credits_batch_lock_held',
-    );
     const rowsByKey = new Map(held.map((r) => [keyOf(r.deployment_id, r.invocation_id), r]));
     const idempotencyFloor = batchNow.getTime() - IDEMPOTENCY_WINDOW_MS;
     for (const index of settling) {
@@ -418,7 +456,7 @@ export async function applyBatch(
     }
   }
 
-  // 2. Lock the balance rows once, in deployment order; bring stale ones up to date.
+  // Bring stale balance rows up to date.
   const byDeployment = new Map<string, number[]>();
   for (const [index, it] of items.entries()) {
     if (outcomes[index]) continue;
@@ -427,16 +465,8 @@ export async function applyBatch(
     byDeployment.set(it.deploymentId, list);
   }
   const deployments = [...byDeployment.keys()].sort();
-  const lockIds = [...new Set([...deployments, ...alsoLock])].sort();
-  // Ops of one deployment alone lock their row themselves, as on their own: no order to keep.
-  if (lockIds.length === 0 || (deployments.length === 0 && lockIds.length === 1)) return outcomes as BatchOutcome[];
-  const rows = new Map<string, BalanceRow>();
-  const locked = await tx.query<BalanceRow>(
-    'SELECT * FROM credit_balances WHERE deployment_id = ANY($1::uuid[]) ORDER BY deployment_id FOR UPDATE',
-    [lockIds],
-    'credits_batch_lock',
-  );
   if (deployments.length === 0) return outcomes as BatchOutcome[];
+  const rows = new Map<string, BalanceRow>();
   for (const row of locked) rows.set(row.deployment_id, row);
   for (const id of deployments) {
     const indexes = byDeployment.get(id)!;
@@ -465,7 +495,7 @@ export async function applyBatch(
     rows.set(id, applied.row);
   }
 
-  await writeBatch(tx, items, changes, rows, reportToMeter);
+  await writeBatch(tx, items, changes, rows, reportToMeter, commit);
   for (const c of changes) {
     outcomes[c.index] = {
       claimed: true,
@@ -614,11 +644,12 @@ SELECT (SELECT count(*) FROM bal)::int AS balances, (SELECT count(*) FROM used):
 
 /** The batch's writes: one statement (WRITE_BATCH_SQL). */
 async function writeBatch(
-  tx: Queryable,
+  tx: Transaction,
   items: BatchDeduction[],
   all: Change[],
   rows: Map<string, BalanceRow>,
   reportToMeter: boolean,
+  commit: { progress: { committing: boolean } } | undefined,
 ): Promise<void> {
   const touched = [...new Set(all.filter((c) => c.deducted).map((c) => c.deploymentId))];
   const refusedHolds = all.filter((c) => c.kind === 'hold' && !c.deducted);
@@ -630,13 +661,12 @@ async function writeBatch(
   const claimed = changes.filter((c) => items[c.index]!.claimInvocation && (c.kind === 'deduct' || c.deducted));
   const metered = reportToMeter ? done.filter((c) => c.cost > 0) : [];
   const alerts = thresholdEvents(items, done, rows);
-  const updatedAt = (id: string) =>
-    all
-      .filter((c) => c.deploymentId === id)
-      .map((c) => items[c.index]!.now)
-      .reduce(latest);
+  const lastChange = new Map<string, Date>();
+  for (const c of all) lastChange.set(c.deploymentId, latest(lastChange.get(c.deploymentId) ?? new Date(0), items[c.index]!.now));
+  const updatedAt = (id: string) => lastChange.get(id)!;
   const item = (c: Change) => items[c.index]!;
-  await tx.query(
+  if (commit) commit.progress.committing = true;
+  await (commit ? tx.queryAndCommit.bind(tx) : tx.query.bind(tx))(
     WRITE_BATCH_SQL,
     [
       touched,
@@ -704,7 +734,7 @@ async function writeBatch(
       alerts.map((a) => JSON.stringify(a.data)),
       alerts.map((a) => a.dedupeKey),
       alerts.map((a) => a.at),
-    ],
+    ].map(pgArray),
     'credits_batch_write',
   );
 }
@@ -720,8 +750,13 @@ function thresholdEvents(
   rows: Map<string, BalanceRow>,
 ): Array<{ organizationId: string; deploymentId: string; data: Record<string, unknown>; dedupeKey: string; at: Date }> {
   const events = [];
-  for (const id of new Set(done.map((c) => c.deploymentId))) {
-    const mine = done.filter((c) => c.deploymentId === id);
+  const byDeployment = new Map<string, Change[]>();
+  for (const c of done) {
+    const list = byDeployment.get(c.deploymentId);
+    if (list) list.push(c);
+    else byDeployment.set(c.deploymentId, [c]);
+  }
+  for (const [id, mine] of byDeployment) {
     const first = mine[0]!;
     const last = mine[mine.length - 1]!;
     const row = rows.get(id)!;
