@@ -398,7 +398,10 @@ export async function applyBatch(
   // 2. Lock the balance rows once, in deployment order.
   if (lockBalances) {
     statements.push({
-      text: 'SELECT * FROM credit_balances WHERE deployment_id = ANY($1::uuid[]) ORDER BY deployment_id FOR UPDATE',
+      // BalanceRow's columns, not updated_at: one timestamp fewer to parse per row.
+      text: `SELECT deployment_id, organization_id, period_start, period_end, sync_before, monthly_allocation, monthly_used,
+                    purchased_balance, reserved, ai_tokens_used, ai_tokens_over_limit, ai_tokens_reserved, ai_credits_reserved, purchased_consumed
+             FROM credit_balances WHERE deployment_id = ANY($1::uuid[]) ORDER BY deployment_id FOR UPDATE`,
       params: [pgArray(lockIds)],
       name: 'credits_batch_lock',
     });
@@ -597,37 +600,40 @@ WITH bal AS (
   WHERE i.deployment_id = x.d AND i.invocation_id = x.inv AND i.status = 'reserved'
   RETURNING 1
 ), led AS (
+  -- The deductions among the changes ($12…$19, $29…$31): monthly_after is NULL exactly when the allocation is (unlimited).
   INSERT INTO credit_ledger (organization_id, deployment_id, kind, amount, monthly_delta, purchased_delta,
                              monthly_after, purchased_after, actor, usage_id, created_at)
-  SELECT o, d, 'deduct', -c, md, -pt, ma, pa, a, u, t
-  FROM unnest($12::uuid[], $13::uuid[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[], $19::text[], $20::uuid[], $21::timestamptz[])
-    AS x(o, d, c, md, pt, ma, pa, a, u, t)
+  SELECT o, d, 'deduct', -q, CASE WHEN ma IS NULL THEN 0 ELSE -mt END, -pt, ma, pa, a, id, t
+  FROM unnest($12::uuid[], $13::uuid[], $14::uuid[], $15::bigint[], $16::boolean[], $17::bigint[], $18::bigint[], $19::timestamptz[],
+              $29::bigint[], $30::bigint[], $31::text[])
+    AS x(id, o, d, q, s, mt, pt, t, ma, pa, a)
+  WHERE s
   RETURNING id, usage_id
 ), used AS (
   -- Every deduction, and every final refusal (SPEC §4 keeps a record either way).
   INSERT INTO usage_records (id, organization_id, deployment_id, metric, quantity, tool_name, mcp_user_id, metadata,
                              success, error, ledger_id, invocation_id, monthly_taken, purchased_taken, period_start, "timestamp")
   SELECT x.id, o, d, m, q, tn, mu, md::jsonb, s, e, led.id, i, mt, pt, ps, t
-  FROM unnest($22::uuid[], $23::uuid[], $24::uuid[], $25::text[], $26::bigint[], $27::text[], $28::text[], $29::text[], $30::boolean[],
-              $31::text[], $32::text[], $33::bigint[], $34::bigint[], $35::timestamptz[], $36::timestamptz[])
-    AS x(id, o, d, m, q, tn, mu, md, s, e, i, mt, pt, ps, t)
+  FROM unnest($12::uuid[], $13::uuid[], $14::uuid[], $15::bigint[], $16::boolean[], $17::bigint[], $18::bigint[], $19::timestamptz[],
+              $20::text[], $21::text[], $22::text[], $23::text[], $24::text[], $25::text[], $26::timestamptz[])
+    AS x(id, o, d, q, s, mt, pt, t, m, tn, mu, md, e, i, ps)
   LEFT JOIN led ON led.usage_id = x.id
   RETURNING 1
 ), answered AS (
-  -- Claimed invocations recorded with their answer, or denied; a spent reservation recorded.
+  -- Claimed invocations (those with a request hash) recorded with their answer, or denied; a spent reservation recorded.
   UPDATE invocations i
   SET status = CASE WHEN x.ok THEN 'recorded' ELSE 'denied' END,
       usage_id = CASE WHEN x.ok THEN x.u ELSE NULL END,
       request_hash = x.h, reserved_amount = 0, reservation_expires_at = NULL, updated_at = x.t,
       response = CASE WHEN x.ok THEN x.r::jsonb ELSE NULL END
-  FROM unnest($37::uuid[], $38::text[], $39::boolean[], $40::uuid[], $41::text[], $42::timestamptz[], $43::text[]) AS x(d, inv, ok, u, h, t, r)
-  WHERE i.deployment_id = x.d AND i.invocation_id = x.inv
+  FROM unnest($12::uuid[], $14::uuid[], $16::boolean[], $19::timestamptz[], $25::text[], $27::text[], $28::text[]) AS x(u, d, ok, t, inv, h, r)
+  WHERE x.h IS NOT NULL AND i.deployment_id = x.d AND i.invocation_id = x.inv
   RETURNING 1
 ), met AS (
   -- Meter events of subscribed organizations (SPEC §9), as DEDUCT_SQL's met step.
   INSERT INTO meter_event_outbox (identifier, organization_id, deployment_id, stripe_customer_id, value, event_at, next_attempt_at)
   SELECT x.u, x.o, x.d, o.stripe_customer_id, x.v, x.t, x.t
-  FROM unnest($44::uuid[], $45::uuid[], $46::uuid[], $47::bigint[], $48::timestamptz[]) AS x(u, o, d, v, t)
+  FROM unnest($32::uuid[], $33::uuid[], $34::uuid[], $35::bigint[], $36::timestamptz[]) AS x(u, o, d, v, t)
   JOIN organizations o ON o.id = x.o
   WHERE ${SUBSCRIBED}
   ON CONFLICT (identifier) DO NOTHING
@@ -636,7 +642,7 @@ WITH bal AS (
   -- quota.threshold, once per threshold per period by its dedupe key (quotas/thresholds.ts).
   INSERT INTO outbox_events (organization_id, deployment_id, type, data, dedupe_key, created_at)
   SELECT o, d, 'quota.threshold', data::jsonb, k, t
-  FROM unnest($49::uuid[], $50::uuid[], $51::text[], $52::text[], $53::timestamptz[]) AS x(o, d, data, k, t)
+  FROM unnest($37::uuid[], $38::uuid[], $39::text[], $40::text[], $41::timestamptz[]) AS x(o, d, data, k, t)
   ON CONFLICT (dedupe_key) DO NOTHING
   RETURNING 1
 )
@@ -658,7 +664,7 @@ async function writeBatch(
   if (touched.length === 0 && refusedHolds.length === 0 && changes.length === 0) return;
   const done = changes.filter((c) => c.deducted);
   // A spent reservation refused (an adjustment took its credits meanwhile) stays held, as on the single path.
-  const claimed = changes.filter((c) => items[c.index]!.claimInvocation && (c.kind === 'deduct' || c.deducted));
+  const claims = (c: Change) => items[c.index]!.claimInvocation !== undefined && (c.kind === 'deduct' || c.deducted);
   const metered = reportToMeter ? done.filter((c) => c.cost > 0) : [];
   const alerts = thresholdEvents(items, done, rows);
   const lastChange = new Map<string, Date>();
@@ -680,50 +686,44 @@ async function writeBatch(
       releases.map((c) => c.deploymentId),
       releases.map((c) => item(c).invocationId),
       releases.map((c) => item(c).now),
-      done.map((c) => c.organizationId),
-      done.map((c) => c.deploymentId),
-      done.map((c) => c.cost),
-      done.map((c) => (c.after.monthly_allocation === null ? 0 : -c.monthlyTaken)),
-      done.map((c) => c.purchasedTaken),
-      done.map((c) => (c.after.monthly_allocation === null ? null : Math.max(0, c.after.monthly_allocation - c.after.monthly_used))),
-      done.map((c) => c.after.purchased_balance),
-      done.map((c) => item(c).actor),
-      done.map((c) => c.usageId),
-      done.map((c) => item(c).now),
+      // $12…$19: every change, read by the ledger, usage and answer inserts alike.
       changes.map((c) => c.usageId),
       changes.map((c) => c.organizationId),
       changes.map((c) => c.deploymentId),
-      changes.map((c) => item(c).action),
       changes.map((c) => (c.deducted ? c.cost : 0)),
+      changes.map((c) => c.deducted),
+      changes.map((c) => c.monthlyTaken),
+      changes.map((c) => c.purchasedTaken),
+      changes.map((c) => item(c).now),
+      // $20…$26: the usage record's own.
+      changes.map((c) => item(c).action),
       changes.map((c) => item(c).toolName),
       changes.map((c) => item(c).mcpUserId),
       changes.map((c) => {
         const m = item(c).metadata;
         return m === undefined || m === null ? null : JSON.stringify(m);
       }),
-      changes.map((c) => c.deducted),
       changes.map((c) => (c.deducted ? null : 'insufficient_credits')),
       changes.map((c) => item(c).invocationId),
-      changes.map((c) => c.monthlyTaken),
-      changes.map((c) => c.purchasedTaken),
       changes.map((c) => c.periodStart),
-      changes.map((c) => item(c).now),
-      claimed.map((c) => c.deploymentId),
-      claimed.map((c) => item(c).invocationId),
-      claimed.map((c) => c.deducted),
-      claimed.map((c) => c.usageId),
-      claimed.map((c) => item(c).claimInvocation!.requestHash),
-      claimed.map((c) => item(c).now),
-      claimed.map((c) =>
-        JSON.stringify({
-          success: true,
-          credits_used: c.cost,
-          credits_remaining: remaining(c.after),
-          error: null,
-          usage_id: c.usageId,
-          invocation_id: item(c).invocationId,
-        }),
+      // $27, $28: the invocation's answer, for the claimed ones (a request hash marks them).
+      changes.map((c) => (claims(c) ? item(c).claimInvocation!.requestHash : null)),
+      changes.map((c) =>
+        claims(c) && c.deducted
+          ? JSON.stringify({
+              success: true,
+              credits_used: c.cost,
+              credits_remaining: remaining(c.after),
+              error: null,
+              usage_id: c.usageId,
+              invocation_id: item(c).invocationId,
+            })
+          : null,
       ),
+      // $29…$31: the ledger row's own, for deductions.
+      changes.map((c) => (!c.deducted || c.after.monthly_allocation === null ? null : Math.max(0, c.after.monthly_allocation - c.after.monthly_used))),
+      changes.map((c) => (c.deducted ? c.after.purchased_balance : null)),
+      changes.map((c) => (c.deducted ? item(c).actor : null)),
       metered.map((c) => c.usageId),
       metered.map((c) => c.organizationId),
       metered.map((c) => c.deploymentId),
