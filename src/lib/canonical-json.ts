@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 
 /** JSON with object keys sorted at every depth, so equal values hash equally whatever their key order. */
 export function canonicalJson(value: unknown): string {
@@ -11,5 +11,5 @@ export function canonicalJson(value: unknown): string {
 }
 
 export function requestHash(value: unknown): string {
-  return createHash('sha256').update(canonicalJson(value)).digest('hex');
+  return hash('sha256', canonicalJson(value));
 }

@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { hash, randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import type { Clock } from '../clock.js';
 import { AppError } from '../errors.js';
@@ -51,7 +51,7 @@ export function retryAfterSeconds(decision: Decision): number {
 
 /** A subject built from personal data (an email address) goes into Redis keys only as a hash. */
 export function hashedSubject(kind: string, ...parts: string[]): string {
-  return `${kind}:${createHash('sha256').update(parts.join('|')).digest('base64url').slice(0, 22)}`;
+  return `${kind}:${hash('sha256', parts.join('|'), 'base64url').slice(0, 22)}`;
 }
 
 /**
