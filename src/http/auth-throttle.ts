@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import { MINUTE } from '../clock.js';
 import { AppError } from '../errors.js';
 import { hashedSubject, retryAfterSeconds, type WindowSpec } from '../lib/rate-limiter.js';
@@ -45,11 +45,17 @@ export async function refuseThrottledClient(request: FastifyRequest): Promise<vo
 
 /** After the answer is decided: a 401 on /api/v1 is one failure of the client IP (refusals themselves are 429 and never count). */
 export function registerFailedAuthCounting(app: FastifyInstance): void {
-  app.addHook('onSend', async (request, reply, payload) => {
-    if (reply.statusCode !== 401 || !isThrottledPath(request.url)) return payload;
+  // Callback style: every answer passes here, and only a 401 has anything to wait for.
+  app.addHook('onSend', (request, reply, payload, done) => {
+    if (reply.statusCode !== 401 || !isThrottledPath(request.url)) {
+      done(null, payload);
+      return;
+    }
     const { limiter, caches } = request.server.deps;
     caches.authFailures.set(request.ip, true);
-    await limiter.hit(failureWindow(request.ip));
-    return payload;
+    limiter.hit(failureWindow(request.ip)).then(
+      () => done(null, payload),
+      (err: unknown) => done(err as FastifyError),
+    );
   });
 }

@@ -21,7 +21,14 @@ export function idempotencyKeyHeader(request: FastifyRequest): string | undefine
  * malformed path id is still the 404 it always is (SPEC §10), whatever the headers say.
  */
 export function registerIdempotencyKeyCheck(app: FastifyInstance): void {
-  app.addHook('preHandler', async (request) => {
-    if (request.routeOptions.config?.idempotencyKey) idempotencyKeyHeader(request);
+  // Callback style: no promise per request for work that never waits.
+  app.addHook('preHandler', (request, _reply, done) => {
+    try {
+      if (request.routeOptions.config?.idempotencyKey) idempotencyKeyHeader(request);
+    } catch (err) {
+      done(err as Error);
+      return;
+    }
+    done();
   });
 }

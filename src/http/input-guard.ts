@@ -126,7 +126,14 @@ export function guardRequest(request: FastifyRequest): void {
 }
 
 export function registerInputGuard(app: FastifyInstance): void {
-  app.addHook('preValidation', async (request) => {
-    guardRequest(request);
+  // Callback style: no promise per request for work that never waits.
+  app.addHook('preValidation', (request, _reply, done) => {
+    try {
+      guardRequest(request);
+    } catch (err) {
+      done(err as Error);
+      return;
+    }
+    done();
   });
 }
