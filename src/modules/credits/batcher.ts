@@ -406,7 +406,8 @@ export async function applyBatch(
       name: 'credits_batch_lock',
     });
   }
-  const answers = await tx.pipeline(statements);
+  // Nothing to send (ops of one deployment alone): BEGIN then goes with the first op's statement.
+  const answers = statements.length > 0 ? await tx.pipeline(statements) : [];
   const won = (claims.length > 0 ? answers.shift() : []) as Array<{ deployment_id: string; invocation_id: string }>;
   const held = (settleable.length > 0 ? answers.shift() : []) as unknown as HeldRow[];
   const locked = (lockBalances ? answers.shift() : []) as unknown as BalanceRow[];
