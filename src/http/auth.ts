@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { Actor, Ctx, Deps } from '../context.js';
+import { type Actor, actingAs, type Ctx, type Deps } from '../context.js';
 import { AppError, UnauthorizedError } from '../errors.js';
 import { API_KEY_PREFIX, safeEqual, sha256Hex } from '../lib/secrets.js';
 import { authenticateAccessToken } from '../modules/auth/service.js';
@@ -61,7 +61,7 @@ declare module 'fastify' {
 }
 
 export function ctxFor(request: FastifyRequest, actor: Actor): Ctx {
-  return { ...request.server.deps, actor, ip: request.ip, userAgent: request.headers['user-agent'] };
+  return actingAs(request.server.deps, actor, request.ip, request.headers['user-agent']);
 }
 
 function header(request: FastifyRequest, name: string): string | undefined {

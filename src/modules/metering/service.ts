@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { type Ctx, actorLabel } from '../../context.js';
 import { requestHash } from '../../lib/canonical-json.js';
-import { type DeductInput, type DeductResult, recordDeniedUsage, remainingAfter } from '../credits/deduct.js';
+import type { BatchDeduction } from '../credits/batcher.js';
+import { type DeductResult, recordDeniedUsage, remainingAfter } from '../credits/deduct.js';
 import { recordInvocation, reserveInvocation, type StoredRecordAnswer } from '../credits/invocations.js';
 import { costOfTool } from './costs.js';
 import { type DenialReason, decide, gate } from './decide.js';
@@ -106,8 +107,14 @@ async function recordOnce(
   const cost = await costOfTool(ctx, input.toolName);
   const now = ctx.clock.now();
   const denied = gate(state, missing);
-  const base: Omit<DeductInput, 'recordFailure' | 'releaseReserved' | 'cost'> = {
+  // Every field a deduction takes, set once: adding a field to a spread object is V8's slow path
+  // (about 2 µs on Node 20), overwriting one is not.
+  const base: BatchDeduction = {
     deploymentId: state?.deployment_id ?? '',
+    organizationId: state?.organization_id ?? '',
+    cost: cost.credits,
+    releaseReserved: 0,
+    claimInvocation: undefined,
     now,
     action: cost.action,
     toolName: input.toolName,
@@ -126,11 +133,11 @@ async function recordOnce(
   }
   const s = state!;
   if (input.invocationId === undefined) {
-    const outcome = await ctx.deductions.submit({ ...base, organizationId: s.organization_id, cost: cost.credits, releaseReserved: 0 });
+    const outcome = await ctx.deductions.submit(base);
     if (!outcome.claimed) throw new Error('a deduction without an invocation id claims nothing');
     return { replayed: false, result: toRecordResult(outcome.result, cost.credits, null) };
   }
-  return recordIdempotent(ctx, s, { ...base, cost: cost.credits }, input);
+  return recordIdempotent(ctx, s, base, input);
 }
 
 function toRecordResult(r: DeductResult, cost: number, invocationId: string | null): RecordResult {
@@ -147,7 +154,7 @@ function toRecordResult(r: DeductResult, cost: number, invocationId: string | nu
 async function recordIdempotent(
   ctx: Ctx,
   state: DeploymentState,
-  base: Omit<DeductInput, 'recordFailure' | 'releaseReserved'>,
+  base: BatchDeduction,
   input: RecordInput,
 ): Promise<RecordOutcome> {
   const invocationId = input.invocationId!;
@@ -155,7 +162,7 @@ async function recordIdempotent(
   // The common cases, a fresh id and the record of a held reservation (which spends it at the price it
   // was held for), go through the group commit; any other id seen before (a retry, a reuse, an overdue
   // reservation) takes the full path, which replays, refuses or starts over.
-  const batched = await ctx.deductions.submit({ ...base, organizationId: state.organization_id, invocationId, releaseReserved: 0, claimInvocation: { requestHash: hash } });
+  const batched = await ctx.deductions.submit({ ...base, invocationId, claimInvocation: { requestHash: hash } });
   if (batched.claimed) return { replayed: false, result: toRecordResult(batched.result, batched.cost, invocationId) };
   // The balance this instance holds may be a cached copy: assume others hold credits, so a refusal
   // first releases expired holds (one more statement, on a refusal only).
