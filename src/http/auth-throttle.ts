@@ -53,9 +53,12 @@ export function registerFailedAuthCounting(app: FastifyInstance): void {
     }
     const { limiter, caches } = request.server.deps;
     caches.authFailures.set(request.ip, true);
-    limiter.hit(failureWindow(request.ip)).then(
-      () => done(null, payload),
-      (err: unknown) => done(err as FastifyError),
-    );
+    // A throw inside becomes a rejection, as it was in the async hook.
+    Promise.resolve()
+      .then(() => limiter.hit(failureWindow(request.ip)))
+      .then(
+        () => done(null, payload),
+        (err: unknown) => done(err as FastifyError),
+      );
   });
 }
