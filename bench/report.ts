@@ -30,6 +30,8 @@ const pgCols = (p: PgPerRequest | undefined) => (p ? `${p.xacts} | ${p.walSyncs}
 const scenarioLabel = (s: ScenarioResult) => `${ENDPOINTS[s.endpoint].label}, ${SPREADS[s.spread]}`;
 const SHORT: Record<BaselineName, string> = { hello: 'hello', select: 'SELECT', update: 'UPDATE', hot: 'hot-row UPDATE' };
 const ratio = (s: ScenarioResult) => (s.baselineRps > 0 ? s.throughput.rps / s.baselineRps : 0);
+/** The paired baseline measurement the ratio is taken against (bench/run.ts measurePaired). */
+const paired = (s: ScenarioResult) => (s.pairedBaseline ? ` (${n(s.baselineRps)}/s${mark(s.pairedBaseline)})` : '');
 const yes = (ok: boolean) => (ok ? 'yes' : '**no**');
 /** † marks a measurement during which a test suite ran on the machine. */
 const mark = (m: Measurement | undefined) => (m?.vitest ? ' †' : '');
@@ -51,7 +53,7 @@ function throughputTable(results: Results, r: StorageResult): string[] {
     const t = s.throughput;
     const pgPart = isPg ? ` ≥ ${pct(s.targetRatio)} | ${yes(ratio(s) >= s.targetRatio)} | ${pgCols(s.pg)} |` : '';
     lines.push(
-      `| ${scenarioLabel(s)}${mark(t)} | ${n(t.rps)} | ${ms(t.latency.p50)} | ${ms(t.latency.p99)} | ${pct(ratio(s))} of ${SHORT[s.baseline]} |${pgPart} ${cpu(t, isPg)} |`,
+      `| ${scenarioLabel(s)}${mark(t)} | ${n(t.rps)} | ${ms(t.latency.p50)} | ${ms(t.latency.p99)} | ${pct(ratio(s))} of ${SHORT[s.baseline]}${paired(s)} |${pgPart} ${cpu(t, isPg)} |`,
     );
   }
   return lines;
@@ -94,6 +96,12 @@ function accountingTable(results: Results): string[] {
   return lines;
 }
 
+/** With a paired baseline, the ratio to the baselines table's row too (measured minutes earlier). */
+function firstRatio(s: ScenarioResult): string {
+  if (!s.pairedBaseline || !s.firstBaselineRps) return '';
+  return ` measured next to it at ${n(s.baselineRps)}/s; ${pct(s.throughput.rps / s.firstBaselineRps)} of the table's ${n(s.firstBaselineRps)}/s`;
+}
+
 function targetSummary(results: Results): string[] {
   const pg = results.storages.find((r) => r.storage === 'postgres');
   if (!pg) return ['No PostgreSQL run in this results file: the targets were not evaluated.'];
@@ -102,14 +110,14 @@ function targetSummary(results: Results): string[] {
     const share = ratio(s);
     const p99 = s.fixed.latency.p99;
     lines.push(
-      `- ${scenarioLabel(s)}: ${n(s.throughput.rps)} req/s = ${pct(share)} of the ${SHORT[s.baseline]} baseline (target ${pct(s.targetRatio)}: ${share >= s.targetRatio ? 'met' : 'missed'}); p99 ${ms(p99)} ms at ${n(s.fixed.offered ?? 0)} req/s offered (target < ${TARGET_P99_MS} ms: ${p99 < TARGET_P99_MS ? 'met' : 'missed'}${s.fixed.rps < (s.fixed.offered ?? 0) * 0.95 ? `; only ${n(s.fixed.rps)} req/s achieved, the server is past saturation` : ''}).`,
+      `- ${scenarioLabel(s)}: ${n(s.throughput.rps)} req/s = ${pct(share)} of the ${SHORT[s.baseline]} baseline${firstRatio(s)} (target ${pct(s.targetRatio)}: ${share >= s.targetRatio ? 'met' : 'missed'}); p99 ${ms(p99)} ms at ${n(s.fixed.offered ?? 0)} req/s offered (target < ${TARGET_P99_MS} ms: ${p99 < TARGET_P99_MS ? 'met' : 'missed'}${s.fixed.rps < (s.fixed.offered ?? 0) * 0.95 ? `; only ${n(s.fixed.rps)} req/s achieved, the server is past saturation` : ''}).`,
     );
   }
   return lines;
 }
 
 function hasMarks(r: StorageResult): boolean {
-  const all = [...r.baselines.flatMap((b) => [b.throughput, b.fixed]), ...r.scenarios.flatMap((s) => [s.throughput, s.fixed])];
+  const all = [...r.baselines.flatMap((b) => [b.throughput, b.fixed]), ...r.scenarios.flatMap((s) => [s.throughput, s.fixed, s.pairedBaseline])];
   return all.some((m) => mark(m) !== '');
 }
 
@@ -127,7 +135,10 @@ export function renderResults(results: Results): string {
     '',
     `Settings: ${st.connections} connections, ${st.seconds} s per measurement after a ${st.warmupSeconds} s warm-up; ` +
       `${n(st.tenants)} tenants + 1 hot one (tier ${BENCH_TIER}, ${n(BENCH_GRANT)} purchased credits each); pg pool ${st.poolSize} in every server; ` +
-      `fixed load = ${pct(st.fixedLoadFraction)} of the matching baseline's throughput.`,
+      `fixed load = ${pct(st.fixedLoadFraction)} of the matching baseline's throughput` +
+      (results.storages.some((r) => r.scenarios.some((x) => x.pairedBaseline))
+        ? '. Each scenario is compared with its matching baseline measured again right before it (in parentheses), not with the table\'s row measured minutes earlier.'
+        : '.'),
     '',
   ];
   for (const r of results.storages) {

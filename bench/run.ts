@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import type { Seeded, Verification } from './fixtures.js';
-import { spawnServer } from './lib/child.js';
+import { type ServerProcess, spawnServer } from './lib/child.js';
 import { gitState, productionServerEnv } from './lib/env.js';
 import { runLoad, type LoadTarget, type Measurement } from './lib/load.js';
 import { type BenchDatabase, createBenchDatabase, perRequest } from './lib/postgres.js';
@@ -89,7 +89,18 @@ async function measure(target: LoadTarget, serverPid: number, rate?: number): Pr
   return m;
 }
 
-async function runBaseline(name: BaselineName, storage: Storage, db: BenchDatabase | undefined): Promise<BaselineResult> {
+/** A baseline server kept running through its storage's creditgate scenarios, to be measured again next to each. */
+interface LiveBaseline {
+  name: BaselineName;
+  server: ServerProcess;
+  target: LoadTarget;
+}
+
+async function runBaseline(
+  name: BaselineName,
+  storage: Storage,
+  db: BenchDatabase | undefined,
+): Promise<{ result: BaselineResult; live: LiveBaseline }> {
   const env = { PATH: process.env.PATH, HOME: process.env.HOME, BENCH_DATABASE_URL: db?.url, BENCH_POOL_SIZE: String(settings.poolSize) };
   const server = await spawnServer('baseline-server.ts', [name, storage], env);
   try {
@@ -104,10 +115,22 @@ async function runBaseline(name: BaselineName, storage: Storage, db: BenchDataba
       result.fixed = await measure(target, server.pid, Math.round(throughput.rps * settings.fixedLoadFraction));
       log(`[${storage}] baseline ${name} @ ${result.fixed.offered} req/s: ${fmt(result.fixed)}`);
     }
-    return result;
-  } finally {
+    return { result, live: { name, server, target } };
+  } catch (err) {
     await server.stop();
+    throw err;
   }
+}
+
+/**
+ * The matching baseline measured again right before a scenario: the machine's speed drifts over
+ * minutes (docs/benchmarks.md, "Method"), so the ratio compares two measurements seconds apart.
+ */
+async function measurePaired(live: LiveBaseline, storage: Storage): Promise<Measurement> {
+  await runLoad(live.target, { connections: settings.connections, seconds: settings.warmupSeconds });
+  const m = await measure(live.target, live.server.pid);
+  log(`[${storage}]   paired baseline ${live.name}: ${fmt(m)}`);
+  return m;
 }
 
 function creditgateEnv(storage: Storage, db: BenchDatabase | undefined, dataDir: string, serviceKey: string): NodeJS.ProcessEnv {
@@ -125,7 +148,12 @@ function creditgateEnv(storage: Storage, db: BenchDatabase | undefined, dataDir:
   });
 }
 
-async function runCreditgate(storage: Storage, db: BenchDatabase | undefined, baselines: BaselineResult[]): Promise<StorageResult> {
+async function runCreditgate(
+  storage: Storage,
+  db: BenchDatabase | undefined,
+  baselines: BaselineResult[],
+  live: LiveBaseline[],
+): Promise<StorageResult> {
   const dataDir = mkdtempSync(join(os.tmpdir(), 'creditgate-bench-'));
   const serviceKey = randomBytes(32).toString('base64url');
   const server = await spawnServer('server.ts', [], creditgateEnv(storage, db, dataDir, serviceKey));
@@ -143,7 +171,10 @@ async function runCreditgate(storage: Storage, db: BenchDatabase | undefined, ba
         if (only && !only.includes(`${endpoint}:${spread}`)) continue;
         const target = creditgateTarget(server.url, endpoint, spread, seeded, serviceKey);
         const baseline = MATCHING_BASELINE[endpoint][spread];
-        const baselineRps = baselines.find((b) => b.name === baseline)?.throughput.rps ?? 0;
+        const firstBaselineRps = baselines.find((b) => b.name === baseline)?.throughput.rps ?? 0;
+        const pairedLive = live.find((b) => b.name === baseline);
+        const pairedBaseline = pairedLive ? await measurePaired(pairedLive, storage) : undefined;
+        const baselineRps = pairedBaseline?.rps ?? firstBaselineRps;
         const warm = await runLoad(target, { connections: settings.connections, seconds: settings.warmupSeconds });
         const from = await db?.stats();
         const throughput = await measure(target, server.pid);
@@ -177,8 +208,20 @@ async function runCreditgate(storage: Storage, db: BenchDatabase | undefined, ba
           runs.every((m) => m.drained);
         if (now.mismatches > 0) log(`  ledger mismatches: ${JSON.stringify(now.sample)}`);
         last = now;
-        scenarios.push({ endpoint, spread, baseline, baselineRps, targetRatio: TARGET_RATIO[endpoint][spread], throughput, fixed, accounting, pg });
-        log(`[${storage}] ${ENDPOINTS[endpoint].label}, ${SPREADS[spread]}: ${fmt(throughput)}`);
+        scenarios.push({
+          endpoint,
+          spread,
+          baseline,
+          baselineRps,
+          firstBaselineRps,
+          pairedBaseline,
+          targetRatio: TARGET_RATIO[endpoint][spread],
+          throughput,
+          fixed,
+          accounting,
+          pg,
+        });
+        log(`[${storage}] ${ENDPOINTS[endpoint].label}, ${SPREADS[spread]}: ${fmt(throughput)} = ${(throughput.rps / Math.max(1, baselineRps)).toFixed(2)}x ${baseline}`);
         log(`[${storage}]   @ ${rate} req/s: ${fmt(fixed)}`);
         log(
           `[${storage}]   accounting: ${accounting.ok ? 'OK' : 'MISMATCH'} (${successes} successes, ${usageRecords} usage records, ` +
@@ -227,10 +270,25 @@ async function main(): Promise<void> {
     let hello: BaselineResult | undefined;
     for (const storage of storages) {
       const sdb = storage === 'postgres' ? db : undefined;
-      hello ??= await runBaseline('hello', storage, undefined);
-      const baselines = [hello, await runBaseline('select', storage, sdb), await runBaseline('update', storage, sdb), await runBaseline('hot', storage, sdb)];
+      if (!hello) {
+        const first = await runBaseline('hello', storage, undefined);
+        await first.live.server.stop();
+        hello = first.result;
+      }
+      // The database baselines stay up, to be measured again next to each scenario.
+      const live: LiveBaseline[] = [];
+      try {
+        const baselines = [hello];
+        for (const name of ['select', 'update', 'hot'] as const) {
+          const b = await runBaseline(name, storage, sdb);
+          live.push(b.live);
+          baselines.push(b.result);
+        }
+        results.storages.push(await runCreditgate(storage, sdb, baselines, live));
+      } finally {
+        for (const b of live) await b.server.stop();
+      }
       await sdb?.exec('DROP TABLE IF EXISTS bench_baseline_rows');
-      results.storages.push(await runCreditgate(storage, sdb, baselines));
     }
   } finally {
     await db?.drop();

@@ -37,7 +37,15 @@ export interface ScenarioResult {
   endpoint: Endpoint;
   spread: Spread;
   baseline: BaselineName;
+  /**
+   * The matching baseline's throughput the ratio is taken against: the paired measurement when there is
+   * one (runs from 2026-11-26 evening on), else the baseline table's.
+   */
   baselineRps: number;
+  /** The matching baseline's row in the baselines table, measured before any scenario. */
+  firstBaselineRps?: number;
+  /** The matching baseline measured again right before this scenario (same server, seconds apart). */
+  pairedBaseline?: Measurement;
   targetRatio: number;
   throughput: Measurement;
   fixed: Measurement;
