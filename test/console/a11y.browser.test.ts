@@ -42,8 +42,14 @@ async function audit(page: Page): Promise<Array<{ id: string; impact: string | n
     .map((v) => ({ id: v.id, impact: v.impact, help: v.help, targets: v.nodes.map((n) => n.target.join(' ')) }));
 }
 
+/**
+ * Sixteen page audits, each a page load and a full axe run: 23 s alone on this machine, and longer than
+ * the suite's 30 s per test in one CI run (Node 24, loaded machine), so this test has a bound of its own.
+ */
+const AUDIT_ALL_PAGES_TIMEOUT_MS = 180_000;
+
 describe('console accessibility (axe-core)', () => {
-  it('every page has no serious or critical violation', async () => {
+  it('every page has no serious or critical violation', { timeout: AUDIT_ALL_PAGES_TIMEOUT_MS }, async () => {
     const owner = await signUpWithOrganization(s.h);
     const bearer = { authorization: `Bearer ${owner.accessToken}` };
     // Data on every page: usage by two tools and an end user, a key, an invitation, a webhook.
