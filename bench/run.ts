@@ -144,6 +144,7 @@ function creditgateEnv(storage: Storage, db: BenchDatabase | undefined, dataDir:
       DEDUCT_BATCH_IN_FLIGHT: process.env.DEDUCT_BATCH_IN_FLIGHT,
       DEDUCT_BATCH_WINDOW_MS: process.env.DEDUCT_BATCH_WINDOW_MS,
       DEDUCT_BATCH_MAX: process.env.DEDUCT_BATCH_MAX,
+      DEDUCT_BATCH_REMEMBER_MS: process.env.DEDUCT_BATCH_REMEMBER_MS,
     },
   });
 }

@@ -116,6 +116,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
       maxBatch: config.deductBatchMax,
       // PGlite has one connection: batches would only queue behind each other.
       maxInFlight: db.kind === 'pglite' ? 1 : config.deductBatchInFlight,
+      rememberMs: config.deductBatchRememberMs,
     },
     (err, size) => app.log.warn({ err, size }, 'deduction batch failed; its requests run one by one'),
   );

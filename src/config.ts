@@ -76,6 +76,8 @@ export interface Config {
   deductBatchWindowMs: number;
   deductBatchMax: number;
   deductBatchInFlight: number;
+  /** How long a batch remembers the balance rows it committed, to write the next batch on them in one round trip (0: never). */
+  deductBatchRememberMs: number;
   /** In-process cache of API keys and deployments, dropped on every instance through the bus (docs/adr/0005-cached-checks.md). */
   principalCacheMs: number;
   /** How stale a balance an advisory check reads may be (docs/adr/0005-cached-checks.md); 0 reads it every time. */
@@ -381,6 +383,7 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     deductBatchWindowMs: int(env, 'DEDUCT_BATCH_WINDOW_MS', 0, 0, 100),
     deductBatchMax: int(env, 'DEDUCT_BATCH_MAX', 256, 1, 10_000),
     deductBatchInFlight: int(env, 'DEDUCT_BATCH_IN_FLIGHT', 1, 1, 1000),
+    deductBatchRememberMs: int(env, 'DEDUCT_BATCH_REMEMBER_MS', 60_000, 0, 3_600_000),
     principalCacheMs: int(env, 'PRINCIPAL_CACHE_MS', 60_000, 0, 3_600_000),
     balanceCacheMs: int(env, 'BALANCE_CACHE_MS', 1_000, 0, 60_000),
     passwordHashLogN: int(env, 'PASSWORD_HASH_LOG_N', 17, nodeEnv === 'production' ? 17 : 10, 20),
@@ -456,6 +459,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     deductBatchWindowMs: 0,
     deductBatchMax: 256,
     deductBatchInFlight: 4,
+    deductBatchRememberMs: 60_000,
     principalCacheMs: 60_000,
     balanceCacheMs: 1_000,
     // Cheap hashes keep the suite fast; the scrypt code path is the same.

@@ -54,6 +54,12 @@ export interface TransactionOptions {
    * it is large (docs/adr/0004-group-commit.md). Free on PGlite, whose statements are never cached.
    */
   customPlans?: boolean;
+  /**
+   * Give up a lock wait after this long (`lock_timeout`, SQLSTATE 55P03) instead of waiting: for a
+   * transaction that has another way to do its work and should yield rather than queue (or deadlock)
+   * behind others. Ignored on PGlite, which has one connection and never waits for a lock.
+   */
+  lockTimeoutMs?: number;
 }
 
 export interface Database extends Queryable {
@@ -120,7 +126,11 @@ class PostgresDatabase implements Database {
     const client = await wrap(this.driver.connect());
     // new: nothing sent yet; open: BEGIN sent; over: committed or rolled back by queryAndCommit.
     const at: { state: 'new' | 'open' | 'over' } = { state: 'new' };
-    const begin = options.customPlans ? 'BEGIN; SET LOCAL plan_cache_mode = force_custom_plan' : 'BEGIN';
+    const begin = [
+      'BEGIN',
+      ...(options.customPlans ? ['SET LOCAL plan_cache_mode = force_custom_plan'] : []),
+      ...(options.lockTimeoutMs !== undefined ? [`SET LOCAL lock_timeout = ${Math.max(1, Math.round(options.lockTimeoutMs))}`] : []),
+    ].join('; ');
     /** Every statement queued at once (the pool's connections pipeline); BEGIN first if not sent yet. */
     const send = (statements: readonly Statement[]): Promise<pg.QueryResult[]> => {
       if (at.state === 'over') return Promise.reject(new Error('the transaction is over (queryAndCommit ran)'));

@@ -49,6 +49,12 @@ export class Metrics {
     help: 'Batches whose statements failed and whose requests ran one by one',
     registers: [this.registry],
   });
+  readonly deductionBatchRemembered = new Counter({
+    name: 'creditgate_deduction_batch_remembered_total',
+    help: 'Batches sent in one round trip on remembered balance rows, by outcome: committed, or stale (a row or id changed; the batch took the locking path)',
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+  });
   readonly reservations = new Counter({
     name: 'creditgate_reservations_total',
     help: 'Reservations (check-entitlement with reserve: true) by outcome: held, refused (not enough credits), released',

@@ -9,6 +9,7 @@ import { type DeductInput, type DeductResult, deductWithRetry } from './deduct.j
 import { SUBSCRIBED } from './meter-outbox.js';
 import { IDEMPOTENCY_WINDOW_MS } from './invocations.js';
 import { expireReservations } from './reservations.js';
+import { NotOptimistic, type OptimisticPlan, RowMemory, type Written } from './row-memory.js';
 import { type BalanceRow, syncBalance } from './service.js';
 
 /**
@@ -29,6 +30,8 @@ export interface BatchSettings {
   maxBatch: number;
   /** Batches (connections) in flight at once, per instance. */
   maxInFlight: number;
+  /** How long a committed balance row is remembered for a one-round-trip batch (0: every batch reads and locks its rows). */
+  rememberMs?: number;
 }
 
 /** A deduction for the batcher. With `claimInvocation` the request's invocation row is created in the batch. */
@@ -74,6 +77,8 @@ type Pending =
   | { item: BatchDeduction; op?: undefined; resolve: (outcome: BatchOutcome) => void; reject: (err: unknown) => void }
   | { op: BatchOp; item?: undefined; resolve: (value: unknown) => void; reject: (err: unknown) => void };
 
+const deploymentOf = (p: Pending) => (p.item ? p.item.deploymentId : p.op.deploymentId);
+
 type OpResult = { ok: true; value: unknown } | { ok: false; error: unknown };
 
 type Kind = 'deduct' | 'spend' | 'hold' | 'release';
@@ -104,14 +109,26 @@ interface Change {
  * keeps scanning the whole table once it has grown (docs/adr/0004-group-commit.md, "Plans").
  */
 const PLANNED_FOR_ITS_ARRAYS = { customPlans: true } as const;
+/**
+ * A batch on remembered rows locks its balance rows and invocation ids in one statement, in no order
+ * it can choose: rather than wait (or deadlock) behind another transaction, it gives up after this
+ * long and the batch takes the locking path (docs/adr/0004-group-commit.md).
+ */
+const REMEMBERED_TRANSACTION = { customPlans: true, lockTimeoutMs: 100 } as const;
 
 export class DeductionBatcher {
   private queue: Pending[] = [];
   private inFlight = 0;
   private timer: NodeJS.Timeout | null = null;
   private idleWaiters: Array<() => void> = [];
-  /** Batches committed and requests in them, for the metrics and the benchmark. */
-  readonly stats = { batches: 0, requests: 0, fallbacks: 0, ops: 0 };
+  /**
+   * Batches committed and requests in them, for the metrics and the benchmark; `optimistic`: batches
+   * committed in one round trip on remembered balance rows; `stale`: optimistic attempts that found a
+   * row changed (or a claim taken) and ran the locking path instead.
+   */
+  readonly stats = { batches: 0, requests: 0, fallbacks: 0, ops: 0, optimistic: 0, stale: 0 };
+  /** The balance rows this instance's batches last committed, with their row versions (see RowMemory). */
+  private readonly memory: RowMemory;
 
   private readonly db: Database;
   private readonly reportToMeter: boolean;
@@ -126,6 +143,7 @@ export class DeductionBatcher {
     private readonly onFallback: (err: unknown, size: number) => void = () => {},
   ) {
     this.db = deps.db;
+    this.memory = new RowMemory(settings.rememberMs ?? 0);
     this.reportToMeter = deps.config.stripeMeterEventName !== undefined;
   }
 
@@ -190,28 +208,55 @@ export class DeductionBatcher {
       await new Promise<void>((resolve) => setImmediate(resolve));
       batch.push(...this.queue.splice(0, this.settings.maxBatch - batch.length));
     }
-    // Once the batch's COMMIT is sent (with the writes, or after the ops), a lost connection leaves
-    // it unknown whether the batch committed.
-    const progress = { committing: false };
     const deductions = batch.filter((p): p is Extract<Pending, { item: BatchDeduction }> => p.item !== undefined);
     const ops = batch.filter((p): p is Extract<Pending, { op: BatchOp }> => p.op !== undefined);
-    let outcomes: BatchOutcome[];
-    let opResults: OpResult[];
+    const items = deductions.map((p) => p.item);
+    // Once the batch's COMMIT is sent (with the writes, or after the ops), a lost connection leaves
+    // it unknown whether the batch committed.
+    let progress = { committing: false };
+    let outcomes: BatchOutcome[] | undefined;
+    let opResults: OpResult[] = [];
+    let written: Written | undefined;
     try {
-      [outcomes, opResults] = await this.db.transaction(async (tx) => {
-        const out = await applyBatch(
-          tx,
-          deductions.map((p) => p.item),
-          this.reportToMeter,
-          ops.map((p) => p.op.deploymentId),
-          // The ops run after the writes, so their COMMIT cannot go with them.
-          ops.length === 0 ? { progress } : undefined,
-        );
-        const done = await applyOps(tx, ops.map((p) => p.op));
-        progress.committing = true;
-        return [out, done] as const;
-      }, PLANNED_FOR_ITS_ARRAYS);
+      const remembered = ops.length === 0 ? this.memory.plan(items) : undefined;
+      if (remembered) {
+        try {
+          [outcomes, written] = await this.db.transaction(
+            (tx) => applyBatch(tx, items, this.reportToMeter, [], { progress }, remembered),
+            REMEMBERED_TRANSACTION,
+          );
+          this.stats.optimistic++;
+          this.deps.metrics?.deductionBatchRemembered.inc({ outcome: 'committed' });
+        } catch (err) {
+          if (err instanceof ServiceUnavailableError || isConnectionError(err)) throw err;
+          if (!(err instanceof NotOptimistic)) {
+            // The database refused the one-round-trip batch (a row changed since it was remembered, an
+            // id claimed meanwhile, a deadlock with another instance): nothing was written.
+            this.stats.stale++;
+            this.deps.metrics?.deductionBatchRemembered.inc({ outcome: 'stale' });
+            this.memory.contended(items.map((it) => it.deploymentId), remembered.now);
+          }
+          progress = { committing: false };
+        }
+      }
+      if (!outcomes) {
+        const p = progress;
+        [outcomes, written, opResults] = await this.db.transaction(async (tx) => {
+          const [out, versions] = await applyBatch(
+            tx,
+            items,
+            this.reportToMeter,
+            ops.map((o) => o.op.deploymentId),
+            // The ops run after the writes, so their COMMIT cannot go with them.
+            ops.length === 0 ? { progress: p } : undefined,
+          );
+          const done = await applyOps(tx, ops.map((o) => o.op));
+          p.committing = true;
+          return [out, versions, done] as const;
+        }, PLANNED_FOR_ITS_ARRAYS);
+      }
     } catch (err) {
+      this.memory.forget(batch.map(deploymentOf));
       if (progress.committing && (err instanceof ServiceUnavailableError || isConnectionError(err))) {
         // Whether the batch committed is unknown, so nothing is retried here (a request with an
         // invocation id is safe for its client to retry; it replays if the batch did commit).
@@ -225,6 +270,8 @@ export class DeductionBatcher {
       await this.oneByOne(batch);
       return;
     }
+    // Rows an op changed after the writes are not what the batch remembers of them.
+    if (written) this.memory.remember(written, ops.map((o) => o.op.deploymentId));
     this.stats.batches++;
     this.stats.requests += batch.length;
     this.stats.ops += ops.length;
@@ -249,6 +296,7 @@ export class DeductionBatcher {
 
   /** The single-request path for each request of a failed batch: a bad request fails alone. */
   private async oneByOne(batch: Pending[]): Promise<void> {
+    this.memory.forget(batch.map(deploymentOf));
     for (const p of batch) {
       try {
         if (p.op) p.resolve(await this.db.transaction(p.op.apply));
@@ -339,9 +387,16 @@ export async function applyBatch(
    * nothing else runs in the transaction after them. `progress.committing` turns true as they go.
    */
   commit?: { progress: { committing: boolean } },
-): Promise<BatchOutcome[]> {
+  /**
+   * The batch's balance rows as this instance last committed them (RowMemory.plan): nothing is read or
+   * locked first; the writes go in one round trip and fail as a whole, with nothing written, if any
+   * row changed since or any invocation id is taken (the caller then runs the locking path).
+   */
+  remembered?: OptimisticPlan,
+): Promise<[BatchOutcome[], Written]> {
   const outcomes: Array<BatchOutcome | undefined> = new Array(items.length);
   const batchNow = items.map((it) => it.now).reduce(latest, new Date(0));
+  const nothingWritten: Written = { versions: [], now: batchNow };
   /** Per item: what it deducts, holds or gives back, and what of `reserved` it frees. */
   const terms = items.map((it) => ({ kind: (it.hold ? 'hold' : it.release ? 'release' : 'deduct') as Kind, cost: it.cost, release: it.releaseReserved }));
 
@@ -407,7 +462,16 @@ export async function applyBatch(
     });
   }
   // Nothing to send (ops of one deployment alone): BEGIN then goes with the first op's statement.
-  const answers = statements.length > 0 ? await tx.pipeline(statements) : [];
+  // Remembered rows: the claims are made by the writes themselves, and no existing row is settled.
+  const answers = remembered
+    ? [
+        ...(claims.length > 0 ? [claims.map(({ it }) => ({ deployment_id: it.deploymentId, invocation_id: it.invocationId }))] : []),
+        ...(settleable.length > 0 ? [[]] : []),
+        ...(lockBalances ? [[...remembered.rows.values()].map((r) => r.row)] : []),
+      ]
+    : statements.length > 0
+      ? await tx.pipeline(statements)
+      : [];
   const won = (claims.length > 0 ? answers.shift() : []) as Array<{ deployment_id: string; invocation_id: string }>;
   const held = (settleable.length > 0 ? answers.shift() : []) as unknown as HeldRow[];
   const locked = (lockBalances ? answers.shift() : []) as unknown as BalanceRow[];
@@ -469,7 +533,7 @@ export async function applyBatch(
     byDeployment.set(it.deploymentId, list);
   }
   const deployments = [...byDeployment.keys()].sort();
-  if (deployments.length === 0) return outcomes as BatchOutcome[];
+  if (deployments.length === 0) return [outcomes as BatchOutcome[], nothingWritten];
   const rows = new Map<string, BalanceRow>();
   for (const row of locked) rows.set(row.deployment_id, row);
   for (const id of deployments) {
@@ -477,7 +541,10 @@ export async function applyBatch(
     const now = indexes.map((i) => items[i]!.now).reduce(latest);
     const row = rows.get(id);
     if (!row) throw new Error(`no balance row for deployment ${id}`);
-    if (row.sync_before.getTime() <= now.getTime()) rows.set(id, await syncBalance(tx, id, now, items[indexes[0]!]!.actor));
+    if (row.sync_before.getTime() <= now.getTime()) {
+      if (remembered) throw new NotOptimistic();
+      rows.set(id, await syncBalance(tx, id, now, items[indexes[0]!]!.actor));
+    }
   }
 
   // 3. Each deployment's requests in arrival order, by DEDUCT_SQL's rule; a refusal while other
@@ -487,6 +554,7 @@ export async function applyBatch(
     const indexes = byDeployment.get(id)!;
     let applied = applyDeployment(rows.get(id)!, indexes, terms);
     const refusedWhileHeld = applied.changes.some((c) => !c.deducted) && rows.get(id)!.reserved > 0;
+    if (refusedWhileHeld && remembered) throw new NotOptimistic();
     if (refusedWhileHeld) {
       const now = indexes.map((i) => items[i]!.now).reduce(latest);
       if ((await expireReservations(tx, now, id)) > 0) {
@@ -499,7 +567,7 @@ export async function applyBatch(
     rows.set(id, applied.row);
   }
 
-  await writeBatch(tx, items, changes, rows, reportToMeter, commit);
+  const versions = await writeBatch(tx, items, changes, rows, reportToMeter, commit, remembered);
   for (const c of changes) {
     outcomes[c.index] = {
       claimed: true,
@@ -507,7 +575,7 @@ export async function applyBatch(
       cost: c.cost,
     };
   }
-  return outcomes as BatchOutcome[];
+  return [outcomes as BatchOutcome[], { versions: versions.map((v) => ({ ...v, row: rows.get(v.id)! })), now: batchNow }];
 }
 
 /** A release of an id that holds nothing: no balance row was read. */
@@ -582,13 +650,16 @@ function applyDeployment(
  * touch disjoint rows (a batch settles each invocation key once), so their order does not matter.
  * Threshold events are fanned out to webhooks by the dispatcher, as those of DEDUCT_SQL are.
  */
-const WRITE_BATCH_SQL = `
+const writeBatchSql = (optimistic: boolean) => `
 WITH bal AS (
   UPDATE credit_balances b
   SET monthly_used = u.used, purchased_balance = u.purchased, purchased_consumed = u.consumed, reserved = u.reserved, updated_at = u.at
-  FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::timestamptz[]) AS u(id, used, purchased, consumed, reserved, at)
-  WHERE b.deployment_id = u.id
-  RETURNING 1
+  FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::timestamptz[]${optimistic ? ', $42::xid[]' : ''})
+    AS u(id, used, purchased, consumed, reserved, at${optimistic ? ', version' : ''})
+  WHERE b.deployment_id = u.id${optimistic ? `
+    -- Only the row version the batch computed from (RowMemory): any other writer since gives a new one.
+    AND b.xmin = u.version` : ''}
+  RETURNING b.deployment_id AS id, b.xmin::text AS version
 ), refused AS (
   -- As the single path's rollback: a refused reservation leaves no invocation behind.
   DELETE FROM invocations i USING unnest($7::uuid[], $8::text[]) AS x(d, inv)
@@ -620,7 +691,20 @@ WITH bal AS (
     AS x(id, o, d, q, s, mt, pt, t, m, tn, mu, md, e, i, ps)
   LEFT JOIN led ON led.usage_id = x.id
   RETURNING 1
-), answered AS (
+), answered AS (${
+  optimistic
+    ? `
+  -- Fresh invocations claimed and answered at once (recorded with their answer, or denied): an id
+  -- taken meanwhile is not inserted, and the check below then refuses the whole statement.
+  INSERT INTO invocations (deployment_id, invocation_id, organization_id, tool_name, request_hash, status, usage_id, response, created_at, updated_at)
+  SELECT x.d, x.inv, x.o, x.tn, x.h, CASE WHEN x.ok THEN 'recorded' ELSE 'denied' END, CASE WHEN x.ok THEN x.u ELSE NULL END,
+         CASE WHEN x.ok THEN x.r::jsonb ELSE NULL END, x.t, x.t
+  FROM unnest($12::uuid[], $13::uuid[], $14::uuid[], $16::boolean[], $19::timestamptz[], $21::text[], $25::text[], $27::text[], $28::text[])
+    AS x(u, o, d, ok, t, tn, inv, h, r)
+  WHERE x.h IS NOT NULL
+  ON CONFLICT (deployment_id, invocation_id) DO NOTHING
+  RETURNING 1`
+    : `
   -- Claimed invocations (those with a request hash) recorded with their answer, or denied; a spent reservation recorded.
   UPDATE invocations i
   SET status = CASE WHEN x.ok THEN 'recorded' ELSE 'denied' END,
@@ -629,7 +713,8 @@ WITH bal AS (
       response = CASE WHEN x.ok THEN x.r::jsonb ELSE NULL END
   FROM unnest($12::uuid[], $14::uuid[], $16::boolean[], $19::timestamptz[], $25::text[], $27::text[], $28::text[]) AS x(u, d, ok, t, inv, h, r)
   WHERE x.h IS NOT NULL AND i.deployment_id = x.d AND i.invocation_id = x.inv
-  RETURNING 1
+  RETURNING 1`
+}
 ), met AS (
   -- Meter events of subscribed organizations (SPEC §9), as DEDUCT_SQL's met step.
   INSERT INTO meter_event_outbox (identifier, organization_id, deployment_id, stripe_customer_id, value, event_at, next_attempt_at)
@@ -647,7 +732,18 @@ WITH bal AS (
   ON CONFLICT (dedupe_key) DO NOTHING
   RETURNING 1
 )
-SELECT (SELECT count(*) FROM bal)::int AS balances, (SELECT count(*) FROM used)::int AS usage`;
+SELECT (SELECT count(*) FROM used)::int AS usage,
+       (SELECT coalesce(json_agg(json_build_object('id', id, 'version', version)), '[]') FROM bal) AS versions${
+         optimistic
+           ? `,
+       -- Every remembered row still the one computed from, and every id claimed here; else nothing
+       -- of the statement stays (a division by zero, SQLSTATE 22012, refuses it as a whole).
+       1 / ((SELECT count(*) FROM bal) = cardinality($1::uuid[])
+            AND (SELECT count(*) FROM answered) = cardinality(array_remove($27::text[], NULL)))::int AS fresh`
+           : ''
+       }`;
+const WRITE_BATCH_SQL = writeBatchSql(false);
+const WRITE_REMEMBERED_SQL = writeBatchSql(true);
 
 /** The batch's writes: one statement (WRITE_BATCH_SQL). */
 async function writeBatch(
@@ -657,12 +753,13 @@ async function writeBatch(
   rows: Map<string, BalanceRow>,
   reportToMeter: boolean,
   commit: { progress: { committing: boolean } } | undefined,
-): Promise<void> {
+  remembered: OptimisticPlan | undefined,
+): Promise<Array<{ id: string; version: string }>> {
   const touched = [...new Set(all.filter((c) => c.deducted).map((c) => c.deploymentId))];
   const refusedHolds = all.filter((c) => c.kind === 'hold' && !c.deducted);
   const releases = all.filter((c) => c.kind === 'release');
   const changes = all.filter((c) => c.kind === 'deduct' || c.kind === 'spend');
-  if (touched.length === 0 && refusedHolds.length === 0 && changes.length === 0) return;
+  if (touched.length === 0 && refusedHolds.length === 0 && changes.length === 0) return [];
   const done = changes.filter((c) => c.deducted);
   // A spent reservation refused (an adjustment took its credits meanwhile) stays held, as on the single path.
   const claims = (c: Change) => items[c.index]!.claimInvocation !== undefined && (c.kind === 'deduct' || c.deducted);
@@ -673,8 +770,8 @@ async function writeBatch(
   const updatedAt = (id: string) => lastChange.get(id)!;
   const item = (c: Change) => items[c.index]!;
   if (commit) commit.progress.committing = true;
-  await (commit ? tx.queryAndCommit.bind(tx) : tx.query.bind(tx))(
-    WRITE_BATCH_SQL,
+  const [answer] = await (commit ? tx.queryAndCommit.bind(tx) : tx.query.bind(tx))<{ versions: Array<{ id: string; version: string }> }>(
+    remembered ? WRITE_REMEMBERED_SQL : WRITE_BATCH_SQL,
     [
       touched,
       touched.map((id) => rows.get(id)!.monthly_used),
@@ -735,9 +832,11 @@ async function writeBatch(
       alerts.map((a) => JSON.stringify(a.data)),
       alerts.map((a) => a.dedupeKey),
       alerts.map((a) => a.at),
+      ...(remembered ? [touched.map((id) => remembered.rows.get(id)!.version)] : []),
     ].map(pgArray),
-    'credits_batch_write',
+    remembered ? 'credits_batch_write_remembered' : 'credits_batch_write',
   );
+  return answer!.versions;
 }
 
 /**

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
-import { adminHeaders, bearer, createHarness, createTenant, type Harness, json } from '../../../test/harness.js';
+import { adminHeaders, bearer, createHarness, createTenant, grant, type Harness, json } from '../../../test/harness.js';
 import { type Scrape, scrape } from '../../../test/metrics.js';
 
 /**
@@ -139,6 +139,23 @@ describe('what a scrape shows', () => {
     expect(after.count - before.count).toBeGreaterThanOrEqual(1);
     expect(after.count - before.count).toBeLessThanOrEqual(6);
     expect(after.sum - before.sum).toBe(6);
+  });
+
+  it('batches on remembered rows: committed, and stale once another writer changed the row', async () => {
+    const t = await createTenant(h);
+    const tool = await toolFor('task_basic');
+    const name = 'creditgate_deduction_batch_remembered_total';
+    const before = await scrape(h);
+    // One at a time: the first batch reads and locks the row, the second goes on what the first left.
+    for (let i = 0; i < 2; i++) expect(json(await record(t.apiKey, tool, `inv-${randomUUID()}`))).toMatchObject({ success: true });
+    const middle = await scrape(h);
+    expect(delta(before, middle, name, { outcome: 'committed' })).toBe(1);
+    // An operator's grant writes the row: the next remembered attempt is refused and the locking path records it.
+    await grant(h, t.deploymentId, 5);
+    expect(json(await record(t.apiKey, tool, `inv-${randomUUID()}`))).toMatchObject({ success: true });
+    const after = await scrape(h);
+    expect(delta(middle, after, name, { outcome: 'stale' })).toBe(1);
+    expect(delta(middle, after, name, { outcome: 'committed' })).toBe(0);
   });
 
   it('reservations held, refused and released', async () => {

@@ -1,0 +1,112 @@
+import type { BatchDeduction } from './batcher.js';
+import type { BalanceRow } from './service.js';
+
+/**
+ * What one instance remembers of the balance rows its batches committed, so that the next batch of
+ * plain deductions on them can skip reading and locking them: it is computed from the remembered rows
+ * and written in ONE round trip, guarded by each row's version (PostgreSQL's `xmin`, which every other
+ * writer of the row changes). If any row changed since, or any invocation id was claimed meanwhile, the
+ * statement is refused as a whole, nothing of it stays, and the batch runs the locking path
+ * (docs/adr/0004-group-commit.md, "One round trip on remembered rows"). The memory is a hint: a wrong
+ * one costs a round trip, never a credit.
+ */
+
+/** Rows remembered at most (the oldest are dropped first). */
+export const REMEMBER_MAX = 10_000;
+/** After a refused attempt, the batch's deployments take the locking path this long (another instance writes them too). */
+export const CONTENDED_MS = 1_000;
+
+/** The rows of a batch that may go in one round trip, with the versions they were committed at. */
+export interface OptimisticPlan {
+  now: Date;
+  rows: Map<string, { row: BalanceRow; version: string }>;
+}
+
+/** The rows a committed batch wrote, with their new versions. */
+export interface Written {
+  versions: Array<{ id: string; version: string; row: BalanceRow }>;
+  now: Date;
+}
+
+/** Thrown before anything is sent: the batch needs what only the locking path does (a period sync, a sweep of overdue holds). */
+export class NotOptimistic extends Error {
+  constructor() {
+    super('the batch needs the locking path');
+  }
+}
+
+export class RowMemory {
+  /** @param rememberMs how long a remembered row may be used (DEDUCT_BATCH_REMEMBER_MS; 0: never), then it is read again. */
+  constructor(private readonly rememberMs: number) {}
+
+  private readonly rows = new Map<string, { row: BalanceRow; version: string; at: number }>();
+  private readonly contendedUntil = new Map<string, number>();
+
+  /**
+   * The remembered rows for a batch, or undefined when it must take the locking path: only plain
+   * deductions (no reservation held, spent or released), each invocation id once, every row
+   * remembered, younger than `rememberMs`, not due for its period sync and holding no reservation.
+   */
+  plan(items: BatchDeduction[]): OptimisticPlan | undefined {
+    if (items.length === 0 || this.rememberMs === 0) return undefined;
+    const ids = new Set<string>();
+    let now = 0;
+    for (const it of items) {
+      if (it.hold || it.release || it.releaseReserved > 0 || (it.claimInvocation && it.invocationId === null)) return undefined;
+      if (it.claimInvocation) {
+        const key = `${it.deploymentId}\u0000${it.invocationId}`;
+        if (ids.has(key)) return undefined;
+        ids.add(key);
+      }
+      now = Math.max(now, it.now.getTime());
+    }
+    const rows = new Map<string, { row: BalanceRow; version: string }>();
+    for (const it of items) {
+      if (rows.has(it.deploymentId)) continue;
+      const known = this.rows.get(it.deploymentId);
+      if (!known || now - known.at > this.rememberMs || known.at > now || known.row.sync_before.getTime() <= now) return undefined;
+      // Credits held: a record may be spending its reservation, which only the locking path settles.
+      if (known.row.reserved !== 0) return undefined;
+      rows.set(it.deploymentId, { row: known.row, version: known.version });
+    }
+    return { now: new Date(now), rows };
+  }
+
+  /** After a commit: the rows the batch wrote, except those something else in its transaction changed afterwards. */
+  remember(written: Written, except: string[]): void {
+    if (this.rememberMs === 0) return;
+    const now = written.now.getTime();
+    for (const id of except) this.rows.delete(id);
+    for (const { id, version, row } of written.versions) {
+      this.rows.delete(id);
+      if (except.includes(id)) continue;
+      const until = this.contendedUntil.get(id);
+      if (until !== undefined) {
+        if (until > now) continue;
+        this.contendedUntil.delete(id);
+      }
+      this.rows.set(id, { row, version, at: now });
+    }
+    for (const id of this.rows.keys()) {
+      if (this.rows.size <= REMEMBER_MAX) break;
+      this.rows.delete(id);
+    }
+  }
+
+  /** Rows whose state is unknown after a failure. */
+  forget(ids: string[]): void {
+    for (const id of ids) this.rows.delete(id);
+  }
+
+  /** A one-round-trip attempt was refused: these rows are written elsewhere too, so read them for a while. */
+  contended(ids: string[], now: Date): void {
+    for (const id of ids) {
+      this.rows.delete(id);
+      this.contendedUntil.set(id, now.getTime() + CONTENDED_MS);
+    }
+    for (const id of this.contendedUntil.keys()) {
+      if (this.contendedUntil.size <= REMEMBER_MAX) break;
+      this.contendedUntil.delete(id);
+    }
+  }
+}
