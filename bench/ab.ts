@@ -8,7 +8,8 @@
  * Usage: tsx bench/ab.ts --a "DEDUCT_BATCH_IN_FLIGHT=1" --b "DEDUCT_BATCH_IN_FLIGHT=2"
  *          [--scenario record:many] [--rounds 5] [--seconds 5] [--rate 3000] [--tenants 1000]
  * `--rate` offers a fixed load (requests per second) instead of the closed loop, to compare latency.
- * The two servers share one database and its tenants, as two instances would.
+ * The two servers share one database; each serves tenants of its own, so that neither's writes make the
+ * other's in-process state (caches, remembered rows) stale.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -75,11 +76,13 @@ try {
   servers.push(a);
   const b = await spawnServer('server.ts', [], { ...shared, ...parseEnv(values.b!) });
   servers.push(b);
-  const seeded = await a.call<Seeded>('seed', { count: Number(values.tenants) });
+  // Each its own tenants: what one writes must not make the other's in-process state stale.
+  const seededA = await a.call<Seeded>('seed', { count: Number(values.tenants) });
+  const seededB = await b.call<Seeded>('seed', { count: Number(values.tenants), prefix: 'bench-b' });
   const contenders: Array<{ name: string; server: ServerProcess; target: LoadTarget }> = [
     { name: baselineName, server: baseline, target: baselineTarget(baseline.url) },
-    { name: `A ${values.a}`, server: a, target: creditgateTarget(a.url, endpoint, spread, seeded, serviceKey) },
-    { name: `B ${values.b}`, server: b, target: creditgateTarget(b.url, endpoint, spread, seeded, serviceKey) },
+    { name: `A ${values.a}`, server: a, target: creditgateTarget(a.url, endpoint, spread, seededA, serviceKey) },
+    { name: `B ${values.b}`, server: b, target: creditgateTarget(b.url, endpoint, spread, seededB, serviceKey) },
   ];
   for (const c of contenders) await runLoad(c.target, { connections: CONNECTIONS, seconds: 4 });
   const ratios: Record<'A' | 'B', number[]> = { A: [], B: [] };

@@ -52,8 +52,8 @@ async function createTenant(ctx: Ctx, slug: string): Promise<Tenant> {
   return { organizationId: organization.id, deploymentId: deployment.id, apiKey: key };
 }
 
-/** `count` tenants for "many deployments" and one more for "one hot deployment". */
-export async function seedTenants(app: FastifyInstance, count: number): Promise<Seeded> {
+/** `count` tenants for "many deployments" and one more for "one hot deployment"; slugs start with `prefix`. */
+export async function seedTenants(app: FastifyInstance, count: number, prefix = 'bench'): Promise<Seeded> {
   const started = performance.now();
   const ctx = operatorCtx(app);
   const many: Tenant[] = new Array(count);
@@ -61,11 +61,11 @@ export async function seedTenants(app: FastifyInstance, count: number): Promise<
   const worker = async () => {
     while (next < count) {
       const i = next++;
-      many[i] = await createTenant(ctx, `bench-${i}`);
+      many[i] = await createTenant(ctx, `${prefix}-${i}`);
     }
   };
   await Promise.all(Array.from({ length: app.deps.db.kind === 'postgres' ? 8 : 1 }, worker));
-  const hot = await createTenant(ctx, 'bench-hot');
+  const hot = await createTenant(ctx, `${prefix}-hot`);
   // The hot deployment takes thousands of calls a minute: a per-deployment rate limit (SPEC §6,
   // growth 10,000/min) would answer 429 and the run would measure the limiter's refusals.
   await setOverrides(ctx, hot.deploymentId, { api_rate_limit: 1_000_000_000 });

@@ -12,7 +12,8 @@ const app = await serve(process.env);
 let tenants = 0;
 serveParent((app.server.address() as AddressInfo).port, {
   seed: async (args) => {
-    const seeded = await seedTenants(app, (args as { count: number }).count);
+    const { count, prefix } = args as { count: number; prefix?: string };
+    const seeded = await seedTenants(app, count, prefix);
     tenants += seeded.many.length + 1;
     return seeded;
   },
