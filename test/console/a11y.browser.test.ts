@@ -3,7 +3,9 @@ import { createRequire } from 'node:module';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { adminHeaders, serviceHeaders, signUpWithOrganization } from '../harness.js';
-import { type ConsoleService, startConsoleService } from './browser.js';
+import { type ConsoleService, startConsoleService, browserTimeouts } from './browser.js';
+
+browserTimeouts();
 
 /**
  * An accessibility check of every console page with axe-core (issue 17): no serious or critical

@@ -2,7 +2,9 @@ import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { signUpAsMember, signUpWithOrganization } from '../harness.js';
 import { type StripeStandIn, startStripeStandIn } from '../stripe-stand-in/server.js';
-import { type ConsoleService, startConsoleService } from './browser.js';
+import { type ConsoleService, startConsoleService, browserTimeouts } from './browser.js';
+
+browserTimeouts();
 
 /**
  * The billing page against the Stripe stand-in (docs/billing.md): a subscription bought through the

@@ -18,7 +18,16 @@ import { createHarness, type Harness, unique } from '../harness.js';
  * several pages longer than 30 s. They are bounds, not expectations: a passing step returns at once.
  */
 const BROWSER_STEP_TIMEOUT_MS = 45_000;
-vi.setConfig({ testTimeout: 120_000 });
+const BROWSER_TEST_TIMEOUT_MS = 120_000;
+
+/**
+ * Call at the top level of every browser test file: vitest sets a test's timeout as the file is
+ * collected and resets `vi.setConfig` after each file, and with `isolate: false` this module's own top
+ * level runs only for the first browser file of a worker (the others kept the suite's 30 s).
+ */
+export function browserTimeouts(): void {
+  vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
+}
 
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 

@@ -1,7 +1,9 @@
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createKeyOverHttp, json, setTierOverHttp, signUpAsMember, signUpWithOrganization } from '../harness.js';
-import { type ConsoleService, createOrganizationInBrowser, PASSWORD, signUpInBrowser, startConsoleService } from './browser.js';
+import { type ConsoleService, createOrganizationInBrowser, PASSWORD, signUpInBrowser, startConsoleService, browserTimeouts } from './browser.js';
+
+browserTimeouts();
 
 let s: ConsoleService;
 beforeAll(async () => {

@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, json, verifyEmailOf } from '../harness.js';
-import { type ConsoleService, createOrganizationInBrowser, PASSWORD, signUpInBrowser, startConsoleService } from './browser.js';
+import { type ConsoleService, createOrganizationInBrowser, PASSWORD, signUpInBrowser, startConsoleService, browserTimeouts } from './browser.js';
+
+browserTimeouts();
 
 let s: ConsoleService;
 beforeAll(async () => {

@@ -1,7 +1,9 @@
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { adminHeaders, bearer, unique } from '../harness.js';
-import { type ConsoleService, createOrganizationInBrowser, PASSWORD, signUpInBrowser, startConsoleService } from './browser.js';
+import { type ConsoleService, createOrganizationInBrowser, PASSWORD, signUpInBrowser, startConsoleService, browserTimeouts } from './browser.js';
+
+browserTimeouts();
 
 /** The operator page (docs/console.md "Operator"): the operator key in this tab's memory, and the operator API behind it. */
 let s: ConsoleService;

@@ -4,7 +4,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CSV_HEADER, type UsageRecordView } from '../../src/modules/usage/records.js';
 import { parseCsv } from '../csv-reader.js';
 import { bearer, createKeyOverHttp, json, setTierOverHttp, signUpWithOrganization } from '../harness.js';
-import { type ConsoleService, startConsoleService } from './browser.js';
+import { type ConsoleService, startConsoleService, browserTimeouts } from './browser.js';
+
+browserTimeouts();
 
 let s: ConsoleService;
 beforeAll(async () => {

@@ -4,7 +4,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deliverDue, EVENT_TYPES } from '../../src/modules/webhooks/organization.js';
 import { bearer, json, signUpAsMember, signUpWithOrganization } from '../harness.js';
 import { type Receiver, startReceiver } from '../receiver.js';
-import { type ConsoleService, startConsoleService } from './browser.js';
+import { type ConsoleService, startConsoleService, browserTimeouts } from './browser.js';
+
+browserTimeouts();
 
 let s: ConsoleService;
 let rx: Receiver;
