@@ -13,7 +13,7 @@ import { validatorCompiler } from './http/validation.js';
 import { type Bus, LocalBus, RedisBus } from './lib/bus.js';
 import { Caches } from './lib/caches.js';
 import { requestSerializer, SecretRoutes } from './lib/log-redaction.js';
-import { logDestination, OneLinePerRequest } from './lib/logger.js';
+import { lazyChildLoggerFactory, logDestination, OneLinePerRequest } from './lib/logger.js';
 import { Metrics } from './lib/metrics.js';
 import { LocalRateLimiter, type RateLimiter, RedisRateLimiter } from './lib/rate-limiter.js';
 import { registerRateLimits } from './http/rate-limit.js';
@@ -87,6 +87,8 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
       ...logDestination(config.logFormat, options.logStream),
     },
     ...(config.logFormat === 'pretty' ? { logController: new OneLinePerRequest(secretRoutes) } : {}),
+    // A request's logger is made when it first logs (src/lib/logger.ts).
+    childLoggerFactory: lazyChildLoggerFactory,
     bodyLimit: 1024 * 1024,
     // Path ids may be as long as the bodies allow (invocation ids: 200); longer ones reach the schema and get a 400.
     routerOptions: { maxParamLength: 512 },

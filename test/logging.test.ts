@@ -7,7 +7,7 @@ import { bearer, createHarness, createTenant, type Harness, json, signUp, signUp
 let h: Harness;
 
 /** An app on the harness database whose logs (at trace level) are kept in `output()`. */
-async function capturingApp() {
+async function capturingApp(logLevel = 'trace') {
   let output = '';
   const stream = new Writable({
     write(chunk, _encoding, done) {
@@ -15,7 +15,7 @@ async function capturingApp() {
       done();
     },
   });
-  const config = testConfig({ logLevel: 'trace' });
+  const config = testConfig({ logLevel });
   const app = await buildApp({ config, db: h.deps.db, clock: h.clock, logStream: stream });
   return { app, config, output: () => output };
 }
@@ -57,6 +57,31 @@ describe('logs', () => {
       for (const secret of [t.apiKey, config.adminApiKey, config.mcpServiceKey, t.deploymentSecret]) {
         expect(output).not.toContain(secret);
       }
+    } finally {
+      await app.close();
+    }
+  });
+
+  it("a request's lines carry its request id, through children too; lines below the level are not written", async () => {
+    const { app, output } = await capturingApp('warn');
+    try {
+      app.get('/api/v1/log-probe', { config: { auth: 'public' } }, async (request) => {
+        request.log.info('below the level');
+        request.log.warn({ step: 1 }, 'at the level');
+        request.log.child({ part: 'nested' }).error('from a child');
+        return { ok: true, id: request.id };
+      });
+      await app.ready();
+      const res = await app.inject({ method: 'GET', url: '/api/v1/log-probe' });
+      expect(res.statusCode).toBe(200);
+      const id = res.json<{ id: string }>().id;
+      const lines = output()
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+      expect(lines.some((l) => l.msg === 'below the level')).toBe(false);
+      expect(lines.find((l) => l.msg === 'at the level')).toMatchObject({ reqId: id, step: 1, level: 40 });
+      expect(lines.find((l) => l.msg === 'from a child')).toMatchObject({ reqId: id, part: 'nested', level: 50 });
     } finally {
       await app.close();
     }

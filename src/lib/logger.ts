@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
-import { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
+import { type FastifyBaseLogger, type FastifyReply, type FastifyRequest, LogController } from 'fastify';
+import type { Bindings, ChildLoggerOptions, Logger } from 'pino';
 import type { SecretRoutes } from './log-redaction.js';
 
 // pino-pretty (31 modules) is loaded only in pretty mode: a production start never pays for it.
@@ -54,4 +55,38 @@ export class OneLinePerRequest extends LogController {
     if (error) reply.log.error({ err: error }, line);
     else reply.log.info(line);
   }
+}
+
+type Level = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
+const LEVELS: readonly Level[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'];
+
+/**
+ * Fastify's `childLoggerFactory`: each request's logger (`request.log`) is made when it first logs a
+ * line at an enabled level, not for every request. pino's child applies the redaction paths to its
+ * bindings as it is made (about 5 % of the server's CPU on a cached check at a `warn` level, where
+ * no request logs anything; docs/benchmarks.md). A route with its own level or serializers gets its
+ * child at once, as before.
+ */
+export function lazyChildLoggerFactory(this: unknown, logger: FastifyBaseLogger, bindings: Bindings, opts: ChildLoggerOptions): FastifyBaseLogger {
+  if (Object.keys(opts).length > 0) return logger.child(bindings, opts);
+  let real: FastifyBaseLogger | undefined;
+  const child = () => (real ??= logger.child(bindings, opts));
+  const lazy = {
+    get level() {
+      return real?.level ?? logger.level;
+    },
+    set level(level: string) {
+      child().level = level;
+    },
+    isLevelEnabled: (level: string) => ((real ?? logger) as Logger).isLevelEnabled(level),
+    child: (more: Bindings, moreOpts?: ChildLoggerOptions) => child().child(more, moreOpts),
+    silent: () => {},
+  } as Record<string, unknown>;
+  for (const level of LEVELS) {
+    lazy[level] = (...args: unknown[]) => {
+      if (real === undefined && !(logger as Logger).isLevelEnabled(level)) return;
+      (child()[level] as (...a: unknown[]) => void)(...args);
+    };
+  }
+  return lazy as unknown as FastifyBaseLogger;
 }
