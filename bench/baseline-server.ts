@@ -73,7 +73,24 @@ const db = mode === 'hello' ? undefined : await openStorage();
 const app = Fastify({ logger: false });
 const randomRow = () => 1 + Math.floor(Math.random() * BASELINE_ROWS);
 
-app.post('/baseline', { schema: { body, response: answer } }, async () => {
+/**
+ * BENCH_BASELINE_RATE_HEADERS=1: answer with the five rate-limit fields SPEC §6 puts on every
+ * metering answer (same names, same sizes), to see what they cost the server and the load generator.
+ */
+const rateHeaders = process.env.BENCH_BASELINE_RATE_HEADERS === '1';
+let remaining = 1_000_000;
+
+app.post('/baseline', { schema: { body, response: answer } }, async (_request, reply) => {
+  if (rateHeaders) {
+    remaining = remaining > 1 ? remaining - 1 : 1_000_000;
+    reply.headers({
+      'x-ratelimit-limit': '2000',
+      'x-ratelimit-remaining': String(remaining % 2000),
+      'x-ratelimit-reset': String(Math.ceil(Date.now() / 1000) + 60),
+      'ratelimit-policy': '"minute";q=2000;w=60',
+      ratelimit: `"minute";r=${remaining % 2000};t=60`,
+    });
+  }
   if (!db) return { ok: true };
   const rows =
     mode === 'select'
