@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
-import { createHarness, dbKind, type Harness, type Tenant, unique } from '../../../test/harness.js';
+import { createHarness, dbKind, grant, type Harness, type Tenant, unique } from '../../../test/harness.js';
 import { type BatchDeduction, type BatchOutcome, DeductionBatcher } from './batcher.js';
 import type { DeductResult } from './deduct.js';
 import type { Queryable } from '../../db/client.js';
@@ -526,6 +526,19 @@ describe('one round trip on remembered rows', () => {
     expect(one.stats).toMatchObject({ optimistic: 0, stale: 1, fallbacks: 0, batches: 2 });
     expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 10, reserved: 0 });
     expect((await invocationsOf(t)).map((r) => r.status)).toEqual(['denied', 'denied', 'denied']);
+    await f.expectLedgerConsistent(t);
+  });
+
+  it('a refusal is not taken from a stale row: credits granted since the row was remembered are spent', async () => {
+    const t = await f.tenantWith(3);
+    const b = remembering();
+    await Promise.all([1, 2, 3].map(() => b.submit(request(t, 1))));
+    // Remembered with nothing left; an operator grants 2 purchased credits meanwhile.
+    await grant(h, t.deploymentId, 2);
+    const after = await Promise.all([b.submit(request(t, 1)), b.submit(request(t, 1))]);
+    expect(after.map((o) => resultOf(o).deducted)).toEqual([true, true]);
+    expect(b.stats).toMatchObject({ optimistic: 0, stale: 1, fallbacks: 0 });
+    expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 3, purchased_balance: 0 });
     await f.expectLedgerConsistent(t);
   });
 

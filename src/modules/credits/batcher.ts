@@ -660,7 +660,16 @@ WITH bal AS (
     -- Only the row version the batch computed from (RowMemory): any other writer since gives a new one.
     AND b.xmin = u.version` : ''}
   RETURNING b.deployment_id AS id, b.xmin::text AS version
-), refused AS (
+),${
+  optimistic
+    ? ` unchanged AS (
+  -- The batch's other rows (every request refused): their refusals were computed from the remembered
+  -- version too, so it must still be the one this statement sees.
+  SELECT 1 FROM credit_balances b JOIN unnest($43::uuid[], $44::xid[]) AS c(id, version) ON b.deployment_id = c.id
+  WHERE b.xmin = c.version
+),`
+    : ''
+} refused AS (
   -- As the single path's rollback: a refused reservation leaves no invocation behind.
   DELETE FROM invocations i USING unnest($7::uuid[], $8::text[]) AS x(d, inv)
   WHERE i.deployment_id = x.d AND i.invocation_id = x.inv AND i.status = 'reserved'
@@ -739,6 +748,7 @@ SELECT (SELECT count(*) FROM used)::int AS usage,
        -- Every remembered row still the one computed from, and every id claimed here; else nothing
        -- of the statement stays (a division by zero, SQLSTATE 22012, refuses it as a whole).
        1 / ((SELECT count(*) FROM bal) = cardinality($1::uuid[])
+            AND (SELECT count(*) FROM unchanged) = cardinality($43::uuid[])
             AND (SELECT count(*) FROM answered) = cardinality(array_remove($27::text[], NULL)))::int AS fresh`
            : ''
        }`;
@@ -761,6 +771,8 @@ async function writeBatch(
   const changes = all.filter((c) => c.kind === 'deduct' || c.kind === 'spend');
   if (touched.length === 0 && refusedHolds.length === 0 && changes.length === 0) return [];
   const done = changes.filter((c) => c.deducted);
+  // Remembered rows the batch does not write (every request refused) are checked, not written.
+  const untouched = remembered ? [...remembered.rows.keys()].filter((id) => !touched.includes(id)).sort() : [];
   // A spent reservation refused (an adjustment took its credits meanwhile) stays held, as on the single path.
   const claims = (c: Change) => items[c.index]!.claimInvocation !== undefined && (c.kind === 'deduct' || c.deducted);
   const metered = reportToMeter ? done.filter((c) => c.cost > 0) : [];
@@ -832,7 +844,7 @@ async function writeBatch(
       alerts.map((a) => JSON.stringify(a.data)),
       alerts.map((a) => a.dedupeKey),
       alerts.map((a) => a.at),
-      ...(remembered ? [touched.map((id) => remembered.rows.get(id)!.version)] : []),
+      ...(remembered ? [touched.map((id) => remembered.rows.get(id)!.version), untouched, untouched.map((id) => remembered.rows.get(id)!.version)] : []),
     ].map(pgArray),
     remembered ? 'credits_batch_write_remembered' : 'credits_batch_write',
   );
