@@ -256,6 +256,7 @@ export class DeductionBatcher {
         }, PLANNED_FOR_ITS_ARRAYS);
       }
     } catch (err) {
+      // Whatever happened (one by one, or unknown), these rows are read again by the next batch.
       this.memory.forget(batch.map(deploymentOf));
       if (progress.committing && (err instanceof ServiceUnavailableError || isConnectionError(err))) {
         // Whether the batch committed is unknown, so nothing is retried here (a request with an
@@ -296,7 +297,6 @@ export class DeductionBatcher {
 
   /** The single-request path for each request of a failed batch: a bad request fails alone. */
   private async oneByOne(batch: Pending[]): Promise<void> {
-    this.memory.forget(batch.map(deploymentOf));
     for (const p of batch) {
       try {
         if (p.op) p.resolve(await this.db.transaction(p.op.apply));

@@ -12,9 +12,9 @@ import type { BalanceRow } from './service.js';
  */
 
 /** Rows remembered at most (the oldest are dropped first). */
-export const REMEMBER_MAX = 10_000;
+const REMEMBER_MAX = 10_000;
 /** After a refused attempt, the batch's deployments take the locking path this long (another instance writes them too). */
-export const CONTENDED_MS = 1_000;
+const CONTENDED_MS = 1_000;
 
 /** The rows of a batch that may go in one round trip, with the versions they were committed at. */
 export interface OptimisticPlan {
