@@ -19,6 +19,7 @@ import { LocalRateLimiter, type RateLimiter, RedisRateLimiter } from './lib/rate
 import { registerRateLimits } from './http/rate-limit.js';
 import { registerRequestMetrics } from './http/request-metrics.js';
 import { aiRoutes } from './modules/ai/routes.js';
+import { BalanceReads } from './modules/credits/balance-reads.js';
 import { DeductionBatcher } from './modules/credits/batcher.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
 import { auditRoutes } from './modules/audit/routes.js';
@@ -122,7 +123,8 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
     },
     (err, size) => app.log.warn({ err, size }, 'deduction batch failed; its requests run one by one'),
   );
-  const deps: Deps = { config, db, clock, bus, caches, limiter, metrics, outbound, deductions, log: app.log };
+  const balanceReads = new BalanceReads(db);
+  const deps: Deps = { config, db, clock, bus, caches, limiter, metrics, outbound, deductions, balanceReads, log: app.log };
   app.decorate('deps', deps);
   registerRequestMetrics(app);
   registerMetricsListener(app);

@@ -5,6 +5,7 @@ import type { Database } from './db/client.js';
 import type { Bus } from './lib/bus.js';
 import type { Caches } from './lib/caches.js';
 import type { Metrics } from './lib/metrics.js';
+import type { BalanceReads } from './modules/credits/balance-reads.js';
 import type { DeductionBatcher } from './modules/credits/batcher.js';
 import type { RateLimiter } from './lib/rate-limiter.js';
 import type { OutboundHttp } from './modules/webhooks/deliver.js';
@@ -22,6 +23,8 @@ export interface Deps {
   outbound: OutboundHttp;
   /** Group commit of deductions: every deduction of the hot paths goes through it (credits/batcher.ts). */
   deductions: DeductionBatcher;
+  /** Balance reads of advisory checks, gathered into one statement (credits/balance-reads.ts). */
+  balanceReads: BalanceReads;
   log: FastifyBaseLogger;
 }
 
@@ -69,6 +72,7 @@ export function actingAs(deps: Deps, actor: Actor, ip?: string, userAgent?: stri
     metrics: deps.metrics,
     outbound: deps.outbound,
     deductions: deps.deductions,
+    balanceReads: deps.balanceReads,
     log: deps.log,
     actor,
     ip,

@@ -1,6 +1,6 @@
 import type { Deps } from '../../context.js';
 import type { DeductResult } from './deduct.js';
-import type { BalanceRow } from './service.js';
+import { type BalanceRow, syncBalance } from './service.js';
 
 /**
  * The balance an advisory check may read without a round trip (docs/adr/0005-cached-checks.md).
@@ -11,6 +11,26 @@ import type { BalanceRow } from './service.js';
  */
 export function cachedBalance(deps: Pick<Deps, 'caches'>, deploymentId: string): BalanceRow | null {
   return deps.caches.balances.get(deploymentId) ?? null;
+}
+
+/**
+ * The row of record for a check, through the gathered reads (balance-reads.ts); a row past its
+ * `sync_before` (period or override boundary, an expiring grant) is brought up to date first, as
+ * `readBalance` does.
+ */
+export async function readBalanceOfRecord(deps: Pick<Deps, 'db' | 'balanceReads'>, deploymentId: string, now: Date): Promise<BalanceRow> {
+  const row = await deps.balanceReads.read(deploymentId);
+  if (row && row.sync_before.getTime() > now.getTime()) return row;
+  return deps.db.transaction((tx) => syncBalance(tx, deploymentId, now, 'system'));
+}
+
+/**
+ * A recent copy of this instance, else the row of record, read once for every check of the deployment
+ * that misses while it is read (`TtlCache.load`: a hot deployment's hundred checks in flight when its
+ * copy expires make one read, not a hundred) and remembered unless an invalidation came meanwhile.
+ */
+export function loadBalance(deps: Pick<Deps, 'db' | 'balanceReads' | 'caches'>, deploymentId: string, now: Date): Promise<BalanceRow> {
+  return deps.caches.balances.load(deploymentId, () => readBalanceOfRecord(deps, deploymentId, now));
 }
 
 export function rememberBalance(deps: Pick<Deps, 'caches'>, row: BalanceRow): void {

@@ -1,7 +1,7 @@
 import type { Deps } from '../../context.js';
 import { expireReservations } from '../credits/reservations.js';
-import { rememberBalance } from '../credits/balance-cache.js';
-import { readBalance, viewBalance } from '../credits/service.js';
+import { loadBalance, readBalanceOfRecord, rememberBalance } from '../credits/balance-cache.js';
+import { viewBalance } from '../credits/service.js';
 import { effectiveFlags } from '../entitlements/flags.js';
 import type { DeploymentState } from './state.js';
 
@@ -52,16 +52,21 @@ export async function decide(
   const s = state!;
   const now = deps.clock.now();
   const read = async () => {
-    const row = await readBalance(deps.db, s.deployment_id, now, 'system');
+    const row = await readBalanceOfRecord(deps, s.deployment_id, now);
     rememberBalance(deps, row);
     return row;
   };
   // A recent copy of this instance may answer "allowed" (SPEC §4: the check is advisory; record-usage
-  // deducts under the row lock); a refusal is always judged on the row of record.
+  // deducts under the row lock); a refusal is always judged on the row of record read for this check.
+  // Without a copy, the checks of one deployment that miss together share one read, and the reads of
+  // many deployments share one statement (credits/balance-reads.ts).
   const cached = s.balance !== null && s.balance.sync_before.getTime() > now.getTime();
-  let balance = cached ? s.balance! : await read();
+  let balance = cached ? s.balance! : await loadBalance(deps, s.deployment_id, now);
+  // A shared read was judged current at its first caller's clock; a boundary since then reads again.
+  if (balance.sync_before.getTime() <= now.getTime()) balance = await read();
   let available = viewBalance(balance).available;
-  if (available !== null && available < cost && cached) {
+  if (available !== null && available < cost) {
+    // The copy, or a read another check began, may predate a grant: a refusal reads again for itself.
     balance = await read();
     available = viewBalance(balance).available;
   }

@@ -1,0 +1,99 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createHarness, createTenant, type Harness, json, serviceHeaders } from '../../../test/harness.js';
+import type { Database } from '../../db/client.js';
+import { BalanceReads } from './balance-reads.js';
+import { readBalance } from './service.js';
+
+/**
+ * Gathered balance reads (docs/adr/0005-cached-checks.md): the reads asked for while one statement is
+ * under way go together in the next one, and a hot deployment's checks that miss its copy together
+ * share one read.
+ */
+let h: Harness;
+beforeAll(async () => {
+  h = await createHarness();
+});
+afterAll(async () => {
+  await h.close();
+});
+
+/** Counts the statements on `db` that read credit_balances until stop(); the driver still runs each. */
+function countBalanceReads(db: Database): { stop: () => string[] } {
+  const original = db.query;
+  const seen: string[] = [];
+  db.query = ((text: string, params?: readonly unknown[], name?: string) => {
+    if (/\bFROM\s+credit_balances\b/i.test(text)) seen.push(name ?? text);
+    return original.call(db, text, params, name);
+  }) as typeof db.query;
+  return {
+    stop: () => {
+      db.query = original;
+      return seen;
+    },
+  };
+}
+
+describe('BalanceReads', () => {
+  it('reads asked for while one is under way go together in one statement, each answered with its own row', async () => {
+    const tenants = await Promise.all(Array.from({ length: 6 }, () => createTenant(h, { tier: 'trial', purchased: 5 })));
+    const reads = new BalanceReads(h.deps.db);
+    const missing = randomUUID();
+    const ids = [...tenants.map((t) => t.deploymentId), tenants[2]!.deploymentId, missing];
+    // The first read goes at once; the seven asked for in the same tick wait for it and go as one.
+    const rows = await Promise.all(ids.map((id) => reads.read(id)));
+    expect(reads.stats).toEqual({ statements: 2, reads: ids.length });
+    for (const [i, id] of ids.entries()) {
+      if (id === missing) expect(rows[i]).toBeUndefined();
+      else expect(rows[i]).toMatchObject({ deployment_id: id, purchased_balance: 5, monthly_used: 0 });
+    }
+    // The same rows as the one-by-one read of record.
+    for (const t of tenants) {
+      const one = await readBalance(h.deps.db, t.deploymentId, h.clock.now(), 'test');
+      expect(rows[ids.indexOf(t.deploymentId)]).toEqual(one);
+    }
+  });
+
+  it('sends no more than maxBatch deployments per statement', async () => {
+    const tenants = await Promise.all(Array.from({ length: 5 }, () => createTenant(h, { tier: 'trial' })));
+    const reads = new BalanceReads(h.deps.db, { maxInFlight: 1, maxBatch: 2 });
+    const rows = await Promise.all(tenants.map((t) => reads.read(t.deploymentId)));
+    // 1 at once, then the four waiting in statements of 2.
+    expect(reads.stats).toEqual({ statements: 3, reads: 5 });
+    expect(rows.map((r) => r?.deployment_id)).toEqual(tenants.map((t) => t.deploymentId));
+  });
+
+  it('a failed statement fails only the reads it carried; the next reads are answered', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    let fail = true;
+    const db: Pick<Database, 'query'> = {
+      query: (text, params, name) => (fail ? Promise.reject(new Error('connection lost')) : h.deps.db.query(text, params, name)),
+    };
+    const reads = new BalanceReads(db);
+    const failed = await Promise.allSettled([reads.read(t.deploymentId), reads.read(t.deploymentId)]);
+    expect(failed.map((r) => r.status)).toEqual(['rejected', 'rejected']);
+    fail = false;
+    expect(await reads.read(t.deploymentId)).toMatchObject({ deployment_id: t.deploymentId });
+  });
+});
+
+describe('checks whose cached balance expired', () => {
+  const check = (deploymentId: string) =>
+    h.request({
+      method: 'POST',
+      url: '/api/v1/mcp/check-entitlement',
+      headers: serviceHeaders(h),
+      payload: { deployment_id: deploymentId, tool_name: 'x' },
+    });
+
+  it("a hot deployment's checks that miss its copy together make one read", async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    expect(json(await check(t.deploymentId)).allowed).toBe(true);
+    h.clock.advance(h.config.balanceCacheMs + 1);
+    const reads = countBalanceReads(h.deps.db);
+    const answers = await Promise.all(Array.from({ length: 20 }, () => check(t.deploymentId)));
+    const statements = reads.stop();
+    for (const res of answers) expect(json(res)).toMatchObject({ allowed: true, credits_available: 100 });
+    expect(statements).toHaveLength(1);
+  });
+});
