@@ -123,7 +123,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
     },
     (err, size) => app.log.warn({ err, size }, 'deduction batch failed; its requests run one by one'),
   );
-  const balanceReads = new BalanceReads(db);
+  const balanceReads = new BalanceReads(db, undefined, metrics);
   const deps: Deps = { config, db, clock, bus, caches, limiter, metrics, outbound, deductions, balanceReads, log: app.log };
   app.decorate('deps', deps);
   registerRequestMetrics(app);

@@ -55,6 +55,12 @@ export class Metrics {
     labelNames: ['outcome'] as const,
     registers: [this.registry],
   });
+  readonly balanceReadBatchSize = new Histogram({
+    name: 'creditgate_balance_read_batch_size',
+    help: 'Balance reads of advisory checks per gathered statement (a check whose cached balance expired, or that would refuse; docs/adr/0005-cached-checks.md)',
+    buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+    registers: [this.registry],
+  });
   readonly reservations = new Counter({
     name: 'creditgate_reservations_total',
     help: 'Reservations (check-entitlement with reserve: true) by outcome: held, refused (not enough credits), released',

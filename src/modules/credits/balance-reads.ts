@@ -1,4 +1,5 @@
 import type { Database } from '../../db/client.js';
+import type { Metrics } from '../../lib/metrics.js';
 import type { BalanceRow } from './service.js';
 
 interface Waiter {
@@ -35,6 +36,7 @@ export class BalanceReads {
   constructor(
     private readonly db: Pick<Database, 'query'>,
     private readonly settings: BalanceReadSettings = { maxInFlight: 1, maxBatch: 500 },
+    private readonly metrics?: Pick<Metrics, 'balanceReadBatchSize'>,
   ) {}
 
   read(deploymentId: string): Promise<BalanceRow | undefined> {
@@ -63,6 +65,10 @@ export class BalanceReads {
     this.inFlight++;
     this.stats.statements++;
     const ids = [...batch.keys()];
+    let reads = 0;
+    for (const waiters of batch.values()) reads += waiters.length;
+    this.stats.reads += reads;
+    this.metrics?.balanceReadBatchSize.observe(reads);
     const statement =
       ids.length === 1
         ? this.db.query<BalanceRow>('SELECT * FROM credit_balances WHERE deployment_id = $1', ids, 'balance_read')
@@ -73,7 +79,6 @@ export class BalanceReads {
           const byId = new Map<string, BalanceRow>();
           for (const row of rows) byId.set(row.deployment_id, row);
           for (const [id, waiters] of batch) {
-            this.stats.reads += waiters.length;
             const row = byId.get(id);
             for (const w of waiters) w.resolve(row);
           }

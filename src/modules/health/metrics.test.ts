@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
-import { adminHeaders, bearer, createHarness, createTenant, grant, type Harness, json } from '../../../test/harness.js';
+import { adminHeaders, bearer, createHarness, createTenant, grant, type Harness, json, serviceHeaders } from '../../../test/harness.js';
 import { type Scrape, scrape } from '../../../test/metrics.js';
 
 /**
@@ -156,6 +156,19 @@ describe('what a scrape shows', () => {
     const after = await scrape(h);
     expect(delta(middle, after, name, { outcome: 'stale' })).toBe(1);
     expect(delta(middle, after, name, { outcome: 'committed' })).toBe(0);
+  });
+
+  it('balance reads of checks, per gathered statement', async () => {
+    const tenants = await Promise.all(Array.from({ length: 3 }, () => createTenant(h)));
+    const name = 'creditgate_balance_read_batch_size';
+    const check = (deploymentId: string) =>
+      h.request({ method: 'POST', url: '/api/v1/mcp/check-entitlement', headers: serviceHeaders(h), payload: { deployment_id: deploymentId, tool_name: 'x' } });
+    const before = (await scrape(h)).histogram(name);
+    // Each check reads its deployment's balance once; the next ones answer from the copy.
+    for (const t of tenants) for (let i = 0; i < 2; i++) expect(json(await check(t.deploymentId))).toMatchObject({ allowed: true });
+    const after = (await scrape(h)).histogram(name);
+    expect(after.count - before.count).toBe(3);
+    expect(after.sum - before.sum).toBe(3);
   });
 
   it('reservations held, refused and released', async () => {
