@@ -72,7 +72,16 @@ describe('BalanceReads', () => {
     const reads = new BalanceReads(db);
     const failed = await Promise.allSettled([reads.read(t.deploymentId), reads.read(t.deploymentId)]);
     expect(failed.map((r) => r.status)).toEqual(['rejected', 'rejected']);
+    // A driver that throws instead of rejecting fails its reads too, and the reader goes on.
+    const throwing = new BalanceReads({
+      query: () => {
+        if (fail) throw new Error('driver bug');
+        return h.deps.db.query('SELECT * FROM credit_balances WHERE deployment_id = $1', [t.deploymentId]);
+      },
+    } as Pick<Database, 'query'>);
+    await expect(throwing.read(t.deploymentId)).rejects.toThrow('driver bug');
     fail = false;
+    expect(await throwing.read(t.deploymentId)).toMatchObject({ deployment_id: t.deploymentId });
     expect(await reads.read(t.deploymentId)).toMatchObject({ deployment_id: t.deploymentId });
   });
 });

@@ -69,11 +69,13 @@ export class BalanceReads {
     for (const waiters of batch.values()) reads += waiters.length;
     this.stats.reads += reads;
     this.metrics?.balanceReadBatchSize.observe(reads);
-    const statement =
-      ids.length === 1
-        ? this.db.query<BalanceRow>('SELECT * FROM credit_balances WHERE deployment_id = $1', ids, 'balance_read')
-        : this.db.query<BalanceRow>('SELECT * FROM credit_balances WHERE deployment_id = ANY($1::uuid[])', [ids], 'balance_read_many');
-    statement
+    // Started inside a promise: a driver that threw instead of rejecting must still answer every waiter.
+    Promise.resolve()
+      .then(() =>
+        ids.length === 1
+          ? this.db.query<BalanceRow>('SELECT * FROM credit_balances WHERE deployment_id = $1', ids, 'balance_read')
+          : this.db.query<BalanceRow>('SELECT * FROM credit_balances WHERE deployment_id = ANY($1::uuid[])', [ids], 'balance_read_many'),
+      )
       .then(
         (rows) => {
           const byId = new Map<string, BalanceRow>();
