@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createHarness, createTenant, type Harness, json, serviceHeaders } from '../../../test/harness.js';
 import type { Database } from '../../db/client.js';
 import { BalanceReads } from './balance-reads.js';
@@ -35,14 +35,33 @@ function countBalanceReads(db: Database): { stop: () => string[] } {
 }
 
 describe('BalanceReads', () => {
-  it('reads asked for while one is under way go together in one statement, each answered with its own row', async () => {
+  /** h's database, with each statement held until release() (to ask for reads while one is under way). */
+  function heldDatabase(): { db: Pick<Database, 'query'>; sent: string[][]; release: () => void } {
+    const sent: string[][] = [];
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    return {
+      sent,
+      release: open,
+      db: {
+        query: (async (text: string, params?: readonly unknown[], name?: string) => {
+          sent.push((Array.isArray(params?.[0]) ? params[0] : params) as string[]);
+          await gate;
+          return h.deps.db.query(text, params, name);
+        }) as Database['query'],
+      },
+    };
+  }
+
+  it('reads asked for in one turn go as one statement, each answered with its own row', async () => {
     const tenants = await Promise.all(Array.from({ length: 6 }, () => createTenant(h, { tier: 'trial', purchased: 5 })));
     const reads = new BalanceReads(h.deps.db);
     const missing = randomUUID();
     const ids = [...tenants.map((t) => t.deploymentId), tenants[2]!.deploymentId, missing];
-    // The first read goes at once; the seven asked for in the same tick wait for it and go as one.
     const rows = await Promise.all(ids.map((id) => reads.read(id)));
-    expect(reads.stats).toEqual({ statements: 2, reads: ids.length });
+    expect(reads.stats).toEqual({ statements: 1, reads: ids.length });
     for (const [i, id] of ids.entries()) {
       if (id === missing) expect(rows[i]).toBeUndefined();
       else expect(rows[i]).toMatchObject({ deployment_id: id, purchased_balance: 5, monthly_used: 0 });
@@ -54,11 +73,25 @@ describe('BalanceReads', () => {
     }
   });
 
+  it('reads asked for while a statement is under way wait for it and go together next', async () => {
+    const tenants = await Promise.all(Array.from({ length: 4 }, () => createTenant(h, { tier: 'trial' })));
+    const held = heldDatabase();
+    const reads = new BalanceReads(held.db);
+    const first = reads.read(tenants[0]!.deploymentId);
+    await vi.waitFor(() => expect(held.sent).toHaveLength(1));
+    const later = tenants.slice(1).map((t) => reads.read(t.deploymentId));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(held.sent).toHaveLength(1); // nothing more is sent while the first is under way
+    held.release();
+    const rows = await Promise.all([first, ...later]);
+    expect(held.sent).toEqual([[tenants[0]!.deploymentId], tenants.slice(1).map((t) => t.deploymentId)]);
+    expect(rows.map((r) => r?.deployment_id)).toEqual(tenants.map((t) => t.deploymentId));
+  });
+
   it('sends no more than maxBatch deployments per statement', async () => {
     const tenants = await Promise.all(Array.from({ length: 5 }, () => createTenant(h, { tier: 'trial' })));
     const reads = new BalanceReads(h.deps.db, { maxInFlight: 1, maxBatch: 2 });
     const rows = await Promise.all(tenants.map((t) => reads.read(t.deploymentId)));
-    // 1 at once, then the four waiting in statements of 2.
     expect(reads.stats).toEqual({ statements: 3, reads: 5 });
     expect(rows.map((r) => r?.deployment_id)).toEqual(tenants.map((t) => t.deploymentId));
   });
