@@ -104,6 +104,25 @@ export async function createTenant(
   return { organizationId: organization.id, deploymentId: deployment.id, deploymentSecret, userId: user.id, apiKey: key };
 }
 
+/**
+ * The statements sent through `db` whose text matches `pattern` (their names, else their text), from
+ * now until stop(). The driver still runs every statement.
+ */
+export function watchStatements(db: Database, pattern: RegExp): { stop: () => string[] } {
+  const original = db.query;
+  const seen: string[] = [];
+  db.query = ((text: string, params?: readonly unknown[], name?: string) => {
+    if (pattern.test(text)) seen.push(name ?? text);
+    return original.call(db, text, params, name);
+  }) as typeof db.query;
+  return {
+    stop: () => {
+      db.query = original;
+      return seen;
+    },
+  };
+}
+
 export async function grant(h: Harness, deploymentId: string, amount: number): Promise<void> {
   await h.deps.db.transaction((tx) =>
     changePurchased(tx, { deploymentId, amount, reason: 'test grant', actor: 'operator', now: h.clock.now() }),

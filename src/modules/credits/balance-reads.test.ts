@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { createHarness, createTenant, type Harness, json, serviceHeaders } from '../../../test/harness.js';
+import { createHarness, createTenant, type Harness, json, serviceHeaders, watchStatements } from '../../../test/harness.js';
 import type { Database } from '../../db/client.js';
 import { BalanceReads } from './balance-reads.js';
 import { readBalance } from './service.js';
@@ -17,22 +17,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await h.close();
 });
-
-/** Counts the statements on `db` that read credit_balances until stop(); the driver still runs each. */
-function countBalanceReads(db: Database): { stop: () => string[] } {
-  const original = db.query;
-  const seen: string[] = [];
-  db.query = ((text: string, params?: readonly unknown[], name?: string) => {
-    if (/\bFROM\s+credit_balances\b/i.test(text)) seen.push(name ?? text);
-    return original.call(db, text, params, name);
-  }) as typeof db.query;
-  return {
-    stop: () => {
-      db.query = original;
-      return seen;
-    },
-  };
-}
 
 describe('BalanceReads', () => {
   /** h's database, with each statement held until release() (to ask for reads while one is under way). */
@@ -132,7 +116,7 @@ describe('checks whose cached balance expired', () => {
     const t = await createTenant(h, { tier: 'trial' });
     expect(json(await check(t.deploymentId)).allowed).toBe(true);
     h.clock.advance(h.config.balanceCacheMs + 1);
-    const reads = countBalanceReads(h.deps.db);
+    const reads = watchStatements(h.deps.db, /\bFROM\s+credit_balances\b/i);
     const answers = await Promise.all(Array.from({ length: 20 }, () => check(t.deploymentId)));
     const statements = reads.stop();
     for (const res of answers) expect(json(res)).toMatchObject({ allowed: true, credits_available: 100 });

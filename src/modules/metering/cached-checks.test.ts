@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { adminHeaders, bearer, createHarness, createTenant, type Harness, json, serviceHeaders, testDatabase } from '../../../test/harness.js';
+import { adminHeaders, bearer, createHarness, createTenant, type Harness, json, serviceHeaders, testDatabase, watchStatements } from '../../../test/harness.js';
 import { buildApp } from '../../app.js';
 import { testConfig } from '../../config.js';
 import { createApiKey } from '../api-keys/service.js';
@@ -55,25 +55,8 @@ async function monthlyCredits(deploymentId: string, credits: number): Promise<vo
   expect(res.statusCode, res.body).toBe(200);
 }
 
-/**
- * The statements sent through the database object (the one both instances share) whose text reads the
- * principal or balance tables, from now until stop(). The driver still runs every statement.
- */
-function watchReads(): { stop: () => string[] } {
-  const db = h.deps.db;
-  const original = db.query;
-  const seen: string[] = [];
-  db.query = ((text: string, params?: readonly unknown[], name?: string) => {
-    if (/\bFROM\s+(api_keys|deployments|credit_balances|organizations)\b/i.test(text)) seen.push(name ?? text);
-    return original.call(db, text, params, name);
-  }) as typeof db.query;
-  return {
-    stop: () => {
-      db.query = original;
-      return seen;
-    },
-  };
-}
+/** The statements that read the principal or balance tables, through the database both instances share. */
+const watchReads = () => watchStatements(h.deps.db, /\bFROM\s+(api_keys|deployments|credit_balances|organizations)\b/i);
 
 describe('cached principals and balances', () => {
   it('a repeated check reads neither the key, the deployment nor the balance', async () => {
