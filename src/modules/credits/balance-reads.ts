@@ -20,9 +20,9 @@ export interface BalanceReadSettings {
  * `SELECT … WHERE deployment_id = ANY($1)`, and the reads of one deployment that wait together share its
  * row. At rest a read goes at the end of its turn (one round trip, as before); under load the
  * statement under way is the window, so the reads per statement grow with the load and no timer adds
- * latency. At 1,000 deployments checked ten times a second each, the
- * 1 s balance cache still asks for about 1,000 reads a second: one statement each cost the server
- * more CPU than the rest of those checks (docs/benchmarks.md).
+ * latency. At 1,000 deployments checked ten times a second each, the 1 s balance cache still asks for
+ * about 1,000 reads a second; one statement each took about a third of the server's CPU at
+ * saturation (docs/benchmarks.md).
  *
  * A read answers the row as stored, or undefined when there is none; the caller brings a row past its
  * `sync_before` up to date (credits/service.ts `readBalance`). It only reads: every write of a balance
