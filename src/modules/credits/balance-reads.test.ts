@@ -6,9 +6,9 @@ import { BalanceReads } from './balance-reads.js';
 import { readBalance } from './service.js';
 
 /**
- * Gathered balance reads (docs/adr/0005-cached-checks.md): the reads asked for while one statement is
- * under way go together in the next one, and a hot deployment's checks that miss its copy together
- * share one read.
+ * Gathered balance reads (docs/adr/0005-cached-checks.md): the reads asked for in one turn of the event
+ * loop go as one statement, those asked for while one is under way go together in the next, and a hot
+ * deployment's checks that miss its copy together share one read.
  */
 let h: Harness;
 beforeAll(async () => {
