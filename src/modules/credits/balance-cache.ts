@@ -1,6 +1,6 @@
 import type { Deps } from '../../context.js';
 import type { DeductResult } from './deduct.js';
-import { type BalanceRow, syncBalance } from './service.js';
+import { type BalanceRow, currentBalance } from './service.js';
 
 /**
  * The balance an advisory check may read without a round trip (docs/adr/0005-cached-checks.md).
@@ -19,9 +19,7 @@ export function cachedBalance(deps: Pick<Deps, 'caches'>, deploymentId: string):
  * `readBalance` does.
  */
 export async function readBalanceOfRecord(deps: Pick<Deps, 'db' | 'balanceReads'>, deploymentId: string, now: Date): Promise<BalanceRow> {
-  const row = await deps.balanceReads.read(deploymentId);
-  if (row && row.sync_before.getTime() > now.getTime()) return row;
-  return deps.db.transaction((tx) => syncBalance(tx, deploymentId, now, 'system'));
+  return currentBalance(deps.db, deploymentId, await deps.balanceReads.read(deploymentId), now, 'system');
 }
 
 /**

@@ -191,7 +191,17 @@ export async function readBalance(
   actor: string,
 ): Promise<BalanceRow> {
   const rows = await db.query<BalanceRow>('SELECT * FROM credit_balances WHERE deployment_id = $1', [deploymentId], 'balance_read');
-  const row = rows[0];
+  return currentBalance(db, deploymentId, rows[0], now, actor);
+}
+
+/** `row` as read, when it is current at `now`; else the row brought up to date (none read: made). */
+export async function currentBalance(
+  db: { transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> },
+  deploymentId: string,
+  row: BalanceRow | undefined,
+  now: Date,
+  actor: string,
+): Promise<BalanceRow> {
   if (row && row.sync_before.getTime() > now.getTime()) return row;
   return db.transaction((tx) => syncBalance(tx, deploymentId, now, actor));
 }
