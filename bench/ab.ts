@@ -55,6 +55,26 @@ function parseEnv(spec: string): Record<string, string> {
 const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
 const line = (m: Measurement) => `${String(m.rps).padStart(6)}/s p50 ${m.latency.p50} p99 ${m.latency.p99} ms (cpu srv/pg ${m.cpu.server}/${m.cpu.postgres}%)`;
 
+/**
+ * Mean and count of the histograms that break a request's time down (the batcher's wait and batch, the
+ * balance reads, the HTTP request of the measured route), from Prometheus text.
+ */
+function summarizeHistograms(text: string): string[] {
+  const sums = new Map<string, { sum: number; count: number }>();
+  for (const line of text.split('\n')) {
+    const m = /^(creditgate_(?:deduction_batch_\w+|balance_read_batch_size|http_request_duration_seconds))_(sum|count)(\{[^}]*\})? (\S+)$/.exec(line);
+    if (!m || (m[3] && !m[3].includes('status_code="2'))) continue;
+    const key = `${m[1]}${m[3] ?? ''}`;
+    const entry = sums.get(key) ?? { sum: 0, count: 0 };
+    entry[m[2] as 'sum' | 'count'] = Number(m[4]);
+    sums.set(key, entry);
+  }
+  return [...sums].map(([key, { sum, count }]) => {
+    const mean = count === 0 ? 0 : sum / count;
+    return `${key}: count ${count}, mean ${key.includes('seconds') ? `${(mean * 1000).toFixed(2)} ms` : mean.toFixed(1)}`;
+  });
+}
+
 const db = await createBenchDatabase();
 const dataDirs: string[] = [];
 const servers: ServerProcess[] = [];
@@ -106,6 +126,11 @@ try {
     process.stdout.write(
       `round ${round + 1}: base ${line(base)}\n         A    ${line(ma)} = ${(ma.rps / base.rps).toFixed(2)}x\n         B    ${line(mb)} = ${(mb.rps / base.rps).toFixed(2)}x\n`,
     );
+  }
+  // What the servers' own histograms say over all rounds (warm-ups included): where a request's time went.
+  for (const [label, server] of [['A', a] as const, ['B', b] as const]) {
+    const res = await fetch(`${server.url}/metrics`, { headers: { 'x-admin-key': shared.ADMIN_API_KEY! } });
+    process.stdout.write(`${label}: ${summarizeHistograms(await res.text()).join('\n   ')}\n`);
   }
   process.stdout.write(
     `median: A ${median(ratios.A).toFixed(2)}x (p99 ${median(p99.A)} ms)  B ${median(ratios.B).toFixed(2)}x (p99 ${median(p99.B)} ms)  baseline p99 ${median(p99.base)} ms\n`,

@@ -44,6 +44,18 @@ export class Metrics {
     buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
     registers: [this.registry],
   });
+  readonly deductionBatchWait = new Histogram({
+    name: 'creditgate_deduction_batch_wait_seconds',
+    help: 'Per request, from its arrival at the group-commit batcher to the start of the batch that carries it (waiting for the batch in flight)',
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+    registers: [this.registry],
+  });
+  readonly deductionBatchDuration = new Histogram({
+    name: 'creditgate_deduction_batch_duration_seconds',
+    help: 'Per batch, from its start to its answers (its transaction, and a one-by-one fallback when there was one)',
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+    registers: [this.registry],
+  });
   readonly deductionBatchFallbacks = new Counter({
     name: 'creditgate_deduction_batch_fallbacks_total',
     help: 'Batches whose statements failed and whose requests ran one by one',

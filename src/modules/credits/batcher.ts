@@ -73,9 +73,10 @@ export interface BatchOp {
   apply: (tx: Queryable) => Promise<unknown>;
 }
 
+/** `queuedAt`: performance.now() at arrival, for creditgate_deduction_batch_wait_seconds. */
 type Pending =
-  | { item: BatchDeduction; op?: undefined; resolve: (outcome: BatchOutcome) => void; reject: (err: unknown) => void }
-  | { op: BatchOp; item?: undefined; resolve: (value: unknown) => void; reject: (err: unknown) => void };
+  | { item: BatchDeduction; op?: undefined; queuedAt: number; resolve: (outcome: BatchOutcome) => void; reject: (err: unknown) => void }
+  | { op: BatchOp; item?: undefined; queuedAt: number; resolve: (value: unknown) => void; reject: (err: unknown) => void };
 
 const deploymentOf = (p: Pending) => (p.item ? p.item.deploymentId : p.op.deploymentId);
 
@@ -149,7 +150,7 @@ export class DeductionBatcher {
 
   submit(item: BatchDeduction): Promise<BatchOutcome> {
     return new Promise<BatchOutcome>((resolve, reject) => {
-      this.queue.push({ item, resolve, reject });
+      this.queue.push({ item, queuedAt: performance.now(), resolve, reject });
       this.schedule();
     });
   }
@@ -161,7 +162,7 @@ export class DeductionBatcher {
    */
   within<T>(deploymentId: string, apply: (tx: Queryable) => Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.queue.push({ op: { deploymentId, apply }, resolve: resolve as (value: unknown) => void, reject });
+      this.queue.push({ op: { deploymentId, apply }, queuedAt: performance.now(), resolve: resolve as (value: unknown) => void, reject });
       this.schedule();
     });
   }
@@ -192,7 +193,9 @@ export class DeductionBatcher {
     while (this.inFlight < this.settings.maxInFlight && this.queue.length > 0) {
       const batch = this.queue.splice(0, this.settings.maxBatch);
       this.inFlight++;
+      const started = performance.now();
       void this.run(batch).finally(() => {
+        this.deps.metrics?.deductionBatchDuration.observe((performance.now() - started) / 1000);
         this.inFlight--;
         if (this.queue.length > 0) this.schedule();
         else if (this.inFlight === 0) for (const wake of this.idleWaiters.splice(0)) wake();
@@ -207,6 +210,11 @@ export class DeductionBatcher {
       // hold only the requests that were already waiting. Give pending I/O one turn to join first.
       await new Promise<void>((resolve) => setImmediate(resolve));
       batch.push(...this.queue.splice(0, this.settings.maxBatch - batch.length));
+    }
+    const wait = this.deps.metrics?.deductionBatchWait;
+    if (wait) {
+      const now = performance.now();
+      for (const p of batch) wait.observe((now - p.queuedAt) / 1000);
     }
     const deductions = batch.filter((p): p is Extract<Pending, { item: BatchDeduction }> => p.item !== undefined);
     const ops = batch.filter((p): p is Extract<Pending, { op: BatchOp }> => p.op !== undefined);

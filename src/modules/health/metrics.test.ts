@@ -127,18 +127,27 @@ describe('what a scrape shows', () => {
     expect(delta(before, after, 'creditgate_credits_deducted_total')).toBe(0);
   });
 
-  it('group-commit batch sizes', async () => {
+  it('group-commit batch sizes, waits and durations', async () => {
     const t = await createTenant(h);
     const tool = await toolFor('task_basic');
     const name = 'creditgate_deduction_batch_size';
-    const before = (await scrape(h)).histogram(name);
+    const first = await scrape(h);
+    const before = first.histogram(name);
     // Sent together: however they are grouped, every request is in exactly one committed batch.
     const answers = await Promise.all(Array.from({ length: 6 }, () => record(t.apiKey, tool, `inv-${randomUUID()}`)));
     for (const res of answers) expect(res.statusCode).toBe(200);
-    const after = (await scrape(h)).histogram(name);
-    expect(after.count - before.count).toBeGreaterThanOrEqual(1);
-    expect(after.count - before.count).toBeLessThanOrEqual(6);
+    const last = await scrape(h);
+    const after = last.histogram(name);
+    const batches = after.count - before.count;
+    expect(batches).toBeGreaterThanOrEqual(1);
+    expect(batches).toBeLessThanOrEqual(6);
     expect(after.sum - before.sum).toBe(6);
+    // One wait per request, one duration per batch; a batch's transaction takes time.
+    const wait = 'creditgate_deduction_batch_wait_seconds';
+    expect(last.histogram(wait).count - first.histogram(wait).count).toBe(6);
+    const duration = 'creditgate_deduction_batch_duration_seconds';
+    expect(last.histogram(duration).count - first.histogram(duration).count).toBe(batches);
+    expect(last.histogram(duration).sum - first.histogram(duration).sum).toBeGreaterThan(0);
   });
 
   it('batches on remembered rows: committed, and stale once another writer changed the row', async () => {
