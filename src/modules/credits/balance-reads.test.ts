@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { createHarness, createTenant, type Harness, json, serviceHeaders, watchStatements } from '../../../test/harness.js';
 import type { Database } from '../../db/client.js';
 import { BalanceReads } from './balance-reads.js';
@@ -17,6 +18,8 @@ beforeAll(async () => {
 afterAll(async () => {
   await h.close();
 });
+
+const { setMonthly } = creditFixtures(() => h);
 
 describe('BalanceReads', () => {
   /** h's database, with each statement held until release() (to ask for reads while one is under way). */
@@ -121,5 +124,16 @@ describe('checks whose cached balance expired', () => {
     const statements = reads.stop();
     for (const res of answers) expect(json(res)).toMatchObject({ allowed: true, credits_available: 100 });
     expect(statements).toHaveLength(1);
+  });
+
+  it('a check that would refuse on a shared read reads the row again for itself', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    await setMonthly(t.deploymentId, 0);
+    expect(json(await check(t.deploymentId))).toMatchObject({ allowed: false, reason: 'insufficient_credits' });
+    h.clock.advance(h.config.balanceCacheMs + 1);
+    // The shared read may have begun before a grant committed: a refusal is judged on a read of its own.
+    const reads = watchStatements(h.deps.db, /\bFROM\s+credit_balances\b/i);
+    expect(json(await check(t.deploymentId))).toMatchObject({ allowed: false, reason: 'insufficient_credits' });
+    expect(reads.stop()).toHaveLength(2);
   });
 });
