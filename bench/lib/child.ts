@@ -1,6 +1,10 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { existsSync, rmSync, symlinkSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 
 /**
  * The servers under test run in their own process (the load generator must not share their event
@@ -22,14 +26,41 @@ export interface ServerProcess {
 
 const START_TIMEOUT_MS = 120_000;
 
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const BUILD_DIR = join(ROOT, '.bench-build');
+let built: Promise<void> | undefined;
+
 /**
- * Start `bench/<file>` under tsx with IPC; resolves once it listens on 127.0.0.1.
+ * Compile the servers of `npm run bench` and `bench/ab.ts` (tsconfig.bench.json: bench/server.ts,
+ * bench/baseline-server.ts and what they import) with tsc into .bench-build/, once per process, so
+ * they run as `npm start` runs creditgate: tsc's JavaScript, not tsx's on-the-fly transform, whose
+ * esbuild output names every function it creates with a `__name` call (a few % of a busy server's
+ * CPU; docs/benchmarks.md, "Method"). The tree keeps its depth, so the paths src/ resolves against
+ * its own location (migrations/, package.json, dist/console/) are linked in beside it.
+ */
+function buildServers(): Promise<void> {
+  built ??= (async () => {
+    rmSync(BUILD_DIR, { recursive: true, force: true });
+    const tsc = join(dirname(createRequire(import.meta.url).resolve('typescript/package.json')), 'bin', 'tsc');
+    await promisify(execFile)(process.execPath, [tsc, '-p', 'tsconfig.bench.json'], { cwd: ROOT });
+    for (const name of ['package.json', 'migrations', 'dist']) symlinkSync(join(ROOT, name), join(BUILD_DIR, name));
+  })();
+  return built;
+}
+
+/**
+ * Start `bench/<file>` with IPC; resolves once it listens on 127.0.0.1. The servers tsconfig.bench.json
+ * names run compiled (see buildServers), unless the server's env says BENCH_RUNTIME=tsx; the others
+ * (the webhook, limiter, MCP and AI benchmarks' servers) run under tsx.
  * BENCH_SERVER_NODE_ARGS adds node flags to the servers (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof").
  */
 export async function spawnServer(file: string, args: string[], env: NodeJS.ProcessEnv): Promise<ServerProcess> {
-  const script = fileURLToPath(new URL(`../${file}`, import.meta.url));
+  await buildServers();
+  const compiled = join(BUILD_DIR, 'bench', file.replace(/\.ts$/, '.js'));
+  const script = env.BENCH_RUNTIME !== 'tsx' && existsSync(compiled) ? compiled : fileURLToPath(new URL(`../${file}`, import.meta.url));
+  const loader = script === compiled ? [] : ['--import', 'tsx'];
   const nodeArgs = process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
-  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', script, ...args], {
+  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, ...loader, script, ...args], {
     env,
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
