@@ -52,7 +52,7 @@ export class Metrics {
   });
   readonly deductionBatchDuration = new Histogram({
     name: 'creditgate_deduction_batch_duration_seconds',
-    help: 'Per batch, from its start to its answers (its transaction, and a one-by-one fallback when there was one)',
+    help: 'Per batch, from its start to its commit (a batch that failed: to the end of its one-by-one fallback)',
     buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
     registers: [this.registry],
   });

@@ -3,7 +3,7 @@ import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { createHarness, dbKind, grant, type Harness, type Tenant, unique } from '../../../test/harness.js';
 import { type BatchDeduction, type BatchOutcome, DeductionBatcher } from './batcher.js';
 import type { DeductResult } from './deduct.js';
-import type { Queryable } from '../../db/client.js';
+import type { Database, Queryable, Transaction } from '../../db/client.js';
 import { AppError, ServiceUnavailableError } from '../../errors.js';
 
 /**
@@ -46,6 +46,48 @@ const resultOf = (o: BatchOutcome): DeductResult => {
   if (!o.claimed) throw new Error('not claimed');
   return o.result;
 };
+
+/**
+ * h's database, noting for each transaction which of `ids` its statements name, and when it began and
+ * ended on one counter (to tell which transactions were open at the same time).
+ */
+interface Watched {
+  ids: Set<string>;
+  start: number;
+  /** When its first statement was sent. */
+  sent?: number;
+  end?: number;
+}
+function watchedTransactions(ids: string[]): { db: Database; transactions: Watched[]; tick: () => number } {
+  const transactions: Watched[] = [];
+  let counter = 0;
+  const tick = () => counter++;
+  const real = h.deps.db;
+  const db = Object.create(real) as Database;
+  db.transaction = ((fn: (tx: Transaction) => Promise<unknown>, options?: unknown) => {
+    const entry: Watched = { ids: new Set(), start: tick() };
+    transactions.push(entry);
+    const note = <T>(params: T): T => {
+      entry.sent ??= tick();
+      const text = JSON.stringify(params ?? []);
+      for (const id of ids) if (text.includes(id)) entry.ids.add(id);
+      return params;
+    };
+    const run = real.transaction(
+      (tx) =>
+        fn({
+          query: (text, params, name) => tx.query(text, note(params), name),
+          pipeline: (statements) => tx.pipeline(statements.map((s) => ({ ...s, params: note(s.params) }))),
+          queryAndCommit: (text, params, name) => tx.queryAndCommit(text, note(params), name),
+        }),
+      options as never,
+    );
+    return run.finally(() => {
+      entry.end = tick();
+    });
+  }) as Database['transaction'];
+  return { db, transactions, tick };
+}
 
 async function usageOf(t: Tenant) {
   return h.deps.db.query<{ success: boolean; quantity: number; invocation_id: string | null }>(
@@ -147,6 +189,48 @@ describe('one batch', () => {
     // same tick join it.
     expect(b.stats).toMatchObject({ batches: h.deps.db.kind === 'pglite' ? 1 : 2, requests: 50 });
     expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 50 });
+    await f.expectLedgerConsistent(t);
+  });
+
+  it('two batches in flight never carry one deployment: its later requests wait for its batch, in arrival order', async () => {
+    const [one, two] = [await f.tenantWith(2), await f.tenantWith(10)];
+    const { db, transactions } = watchedTransactions([one.deploymentId, two.deploymentId]);
+    const b = new DeductionBatcher({ ...h.deps, db }, { windowMs: 0, maxBatch: 1000, maxInFlight: 2 });
+    // The first goes at once; of those submitted while it is in flight, a second batch takes only the
+    // other deployment's, and the first deployment's wait for the batch after its own.
+    const first = b.submit(request(one, 1));
+    const rest = [request(one, 1), request(two, 3), request(one, 1), request(two, 4)].map((r) => b.submit(r));
+    const outcomes = await Promise.all([first, ...rest]);
+    expect(outcomes.map((o) => resultOf(o).deducted)).toEqual([true, true, true, false, true]);
+    expect(b.stats).toMatchObject({ requests: 5, fallbacks: 0 });
+    const overlapping = transactions.flatMap((x, i) => transactions.slice(i + 1).filter((y) => x.start < y.end! && y.start < x.end!).map((y) => [x, y] as const));
+    // PGlite runs one batch's transaction to its end before the next begins: nothing overlaps there.
+    if (h.deps.db.kind === 'postgres') expect(overlapping.length).toBeGreaterThan(0);
+    for (const [x, y] of overlapping) expect([...x.ids].filter((id) => y.ids.has(id))).toEqual([]);
+    expect(await f.balanceOf(one.deploymentId)).toMatchObject({ monthly_used: 2 });
+    expect(await f.balanceOf(two.deploymentId)).toMatchObject({ monthly_used: 7 });
+    await f.expectLedgerConsistent(one);
+    await f.expectLedgerConsistent(two);
+  });
+
+  // PGlite: a batch waits a turn before it starts, so the two requests form one batch.
+  it.skipIf(dbKind === 'pglite')("the next batch is sent once a batch committed, before that batch's answers run on", async () => {
+    const t = await f.tenantWith(10);
+    const { db, transactions, tick } = watchedTransactions([t.deploymentId]);
+    const b = new DeductionBatcher({ ...h.deps, db }, { windowMs: 0, maxBatch: 1000, maxInFlight: 1 });
+    let answered: number | undefined;
+    const first = b.submit(request(t, 1)).then((o) => {
+      answered = tick();
+      return o;
+    });
+    // Submitted while the first is in flight: the next batch.
+    const second = b.submit(request(t, 1));
+    expect([resultOf(await first).deducted, resultOf(await second).deducted]).toEqual([true, true]);
+    expect(transactions).toHaveLength(2);
+    // Not before the first one's commit (its transaction is over), and its statements leave before
+    // the first request's answer is delivered.
+    expect(transactions[1]!.start).toBeGreaterThan(transactions[0]!.end!);
+    expect(transactions[1]!.sent!).toBeLessThan(answered!);
     await f.expectLedgerConsistent(t);
   });
 

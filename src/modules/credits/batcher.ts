@@ -120,6 +120,12 @@ const REMEMBERED_TRANSACTION = { customPlans: true, lockTimeoutMs: 100 } as cons
 export class DeductionBatcher {
   private queue: Pending[] = [];
   private inFlight = 0;
+  /**
+   * The deployments of the batches in flight, each with its batch: a batch that starts while others
+   * are in flight takes only requests of other deployments, so no two batches wait on one balance row
+   * and each deployment's requests are applied in arrival order, one batch after the other.
+   */
+  private readonly busy = new Map<string, object>();
   private timer: NodeJS.Timeout | null = null;
   private idleWaiters: Array<() => void> = [];
   /**
@@ -191,25 +197,63 @@ export class DeductionBatcher {
       this.timer = null;
     }
     while (this.inFlight < this.settings.maxInFlight && this.queue.length > 0) {
-      const batch = this.queue.splice(0, this.settings.maxBatch);
+      const token = {};
+      const batch = this.take(this.settings.maxBatch, token);
+      // Every request waiting belongs to a deployment a batch in flight carries.
+      if (batch.length === 0) break;
       this.inFlight++;
       const started = performance.now();
-      void this.run(batch).finally(() => {
+      let released = false;
+      // The batch's place is given up once its transaction is over, before its requests are answered:
+      // the next batch is on its way to the database while this one's answers are written out.
+      const release = () => {
+        if (released) return;
+        released = true;
         this.deps.metrics?.deductionBatchDuration.observe((performance.now() - started) / 1000);
+        for (const p of batch) if (this.busy.get(deploymentOf(p)) === token) this.busy.delete(deploymentOf(p));
         this.inFlight--;
         if (this.queue.length > 0) this.schedule();
-        else if (this.inFlight === 0) for (const wake of this.idleWaiters.splice(0)) wake();
+      };
+      void this.run(batch, token, release).finally(() => {
+        release();
+        if (this.inFlight === 0 && this.queue.length === 0) for (const wake of this.idleWaiters.splice(0)) wake();
       });
     }
   }
 
-  private async run(batch: Pending[]): Promise<void> {
+  /**
+   * Up to `room` waiting requests for the batch `token`, in arrival order, skipping those of deployments
+   * another batch in flight carries (they stay queued, in their order, for the batch after it).
+   */
+  private take(room: number, token: object): Pending[] {
+    let taken: Pending[];
+    if (this.busy.size === 0) taken = this.queue.splice(0, room);
+    else {
+      taken = [];
+      const left: Pending[] = [];
+      for (const p of this.queue) {
+        const owner = this.busy.get(deploymentOf(p));
+        if (taken.length < room && (owner === undefined || owner === token)) taken.push(p);
+        else left.push(p);
+      }
+      this.queue = left;
+    }
+    for (const p of taken) this.busy.set(deploymentOf(p), token);
+    return taken;
+  }
+
+  /**
+   * Apply `batch` and answer its requests. `release` is called once its transaction committed (the
+   * rows it wrote remembered), before the answers, so the next batch can start; a failed batch keeps
+   * its place until its requests ran one by one.
+   */
+  private async run(batch: Pending[], token: object, release: () => void): Promise<void> {
     if (this.db.kind === 'pglite') {
       // PGlite runs each statement synchronously on this thread and answers through promises only:
       // a batch would run from BEGIN to COMMIT without letting one socket be read, so each batch would
       // hold only the requests that were already waiting. Give pending I/O one turn to join first.
       await new Promise<void>((resolve) => setImmediate(resolve));
-      batch.push(...this.queue.splice(0, this.settings.maxBatch - batch.length));
+      batch.push(...this.take(this.settings.maxBatch - batch.length, token));
     }
     const wait = this.deps.metrics?.deductionBatchWait;
     if (wait) {
@@ -285,6 +329,12 @@ export class DeductionBatcher {
     this.stats.requests += batch.length;
     this.stats.ops += ops.length;
     this.deps.metrics?.deductionBatchSize.observe(batch.length);
+    release();
+    // When the release started the next batch, its statements are sent first: answering runs the
+    // answered requests on to their responses in this turn's microtasks, and the next batch's connect
+    // and send would queue behind all of them (about 2 ms for 48 records; docs/adr/0004-group-commit.md).
+    // Not on PGlite, whose next batch waits a turn before it starts anyway.
+    if (this.inFlight > 0 && this.db.kind !== 'pglite') await new Promise<void>((resolve) => setImmediate(resolve));
     for (const [i, p] of deductions.entries()) this.answer(p, outcomes[i]!);
     for (const [i, p] of ops.entries()) {
       const r = opResults[i]!;
