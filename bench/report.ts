@@ -135,6 +135,7 @@ export function renderResults(results: Results): string {
     '',
     `Settings: ${st.connections} connections, ${st.seconds} s per measurement after a ${st.warmupSeconds} s warm-up; ` +
       `${n(st.tenants)} tenants + 1 hot one (tier ${BENCH_TIER}, ${n(BENCH_GRANT)} purchased credits each); pg pool ${st.poolSize} in every server; ` +
+      `servers ${st.runtime === 'compiled' ? 'compiled by tsc, as `npm start` runs them' : 'run under tsx'}; ` +
       `fixed load = ${pct(st.fixedLoadFraction)} of the matching baseline's throughput` +
       (results.storages.some((r) => r.scenarios.some((x) => x.pairedBaseline))
         ? '. Each scenario is compared with its matching baseline measured again right before it (in parentheses), not with the table\'s row measured minutes earlier.'

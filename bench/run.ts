@@ -34,6 +34,7 @@ const settings: Settings = {
   tenants: smoke ? 50 : 1000,
   poolSize: 20,
   fixedLoadFraction: 0.5,
+  runtime: 'compiled',
 };
 const SERVER_WARMUP_SECONDS = smoke ? 2 : 6;
 const storages = (process.env.BENCH_STORAGES ?? 'postgres,pglite').split(',') as Storage[];

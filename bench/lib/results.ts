@@ -84,6 +84,8 @@ export interface Settings {
   poolSize: number;
   /** Offered load of the fixed-load runs as a fraction of the matching baseline's throughput. */
   fixedLoadFraction: number;
+  /** How the servers ran: tsc's output (bench/lib/child.ts, from 2026-11-27) or under tsx (results without it). */
+  runtime?: 'compiled' | 'tsx';
 }
 
 export interface Results {
