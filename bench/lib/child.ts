@@ -1,6 +1,6 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, rmSync, symlinkSync } from 'node:fs';
+import { readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -28,6 +28,8 @@ const START_TIMEOUT_MS = 120_000;
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const BUILD_DIR = join(ROOT, '.bench-build');
+/** The servers tsconfig.bench.json compiles, as `bench/<file>` (read in the runner only: the servers import this module too). */
+const compiledServers = () => (JSON.parse(readFileSync(join(ROOT, 'tsconfig.bench.json'), 'utf8')) as { files: string[] }).files;
 let built: Promise<void> | undefined;
 
 /**
@@ -55,10 +57,11 @@ function buildServers(): Promise<void> {
  * BENCH_SERVER_NODE_ARGS adds node flags to the servers (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof").
  */
 export async function spawnServer(file: string, args: string[], env: NodeJS.ProcessEnv): Promise<ServerProcess> {
-  await buildServers();
-  const compiled = join(BUILD_DIR, 'bench', file.replace(/\.ts$/, '.js'));
-  const script = env.BENCH_RUNTIME !== 'tsx' && existsSync(compiled) ? compiled : fileURLToPath(new URL(`../${file}`, import.meta.url));
-  const loader = script === compiled ? [] : ['--import', 'tsx'];
+  // Only a server that runs compiled waits for (and triggers) the build.
+  const compiled = env.BENCH_RUNTIME !== 'tsx' && compiledServers().includes(`bench/${file}`);
+  if (compiled) await buildServers();
+  const script = compiled ? join(BUILD_DIR, 'bench', file.replace(/\.ts$/, '.js')) : fileURLToPath(new URL(`../${file}`, import.meta.url));
+  const loader = compiled ? [] : ['--import', 'tsx'];
   const nodeArgs = process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
   const child: ChildProcess = spawn(process.execPath, [...nodeArgs, ...loader, script, ...args], {
     env,
