@@ -2,7 +2,7 @@ import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { signUpAsMember, signUpWithOrganization } from '../harness.js';
 import { type StripeStandIn, startStripeStandIn } from '../stripe-stand-in/server.js';
-import { type ConsoleService, startConsoleService, browserTimeouts } from './browser.js';
+import { type ConsoleService, signInInBrowser, startConsoleService, browserTimeouts } from './browser.js';
 
 browserTimeouts();
 
@@ -39,13 +39,6 @@ afterAll(async () => {
   await standIn?.close();
 });
 
-/** Sign a user made through the harness in through the console's form. */
-async function signInInBrowser(page: Page, user: { email: string; password: string }): Promise<void> {
-  await page.goto('/console/');
-  await page.getByLabel('Email').fill(user.email);
-  await page.getByLabel('Password').fill(user.password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-}
 
 async function openBilling(page: Page): Promise<void> {
   await page.getByRole('navigation', { name: 'Organization' }).getByRole('link', { name: 'Billing' }).click();

@@ -104,3 +104,16 @@ export async function createOrganizationInBrowser(page: Page, name = 'Acme Conso
   await page.getByRole('heading', { name, level: 1 }).waitFor();
   return id;
 }
+
+/**
+ * Sign a user made through the harness in through the console's form, and wait until the console
+ * shows an organization: the sign-in's answer (and its refresh cookie) has arrived, so a `page.goto`
+ * after this cannot cut it off and land on the sign-in form again.
+ */
+export async function signInInBrowser(page: Page, user: { email: string; password: string }): Promise<void> {
+  await page.goto('/console/');
+  await page.getByLabel('Email').fill(user.email);
+  await page.getByLabel('Password').fill(user.password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('navigation', { name: 'Organization' }).waitFor();
+}

@@ -1,7 +1,6 @@
-import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createKeyOverHttp, json, setTierOverHttp, signUpAsMember, signUpWithOrganization } from '../harness.js';
-import { type ConsoleService, createOrganizationInBrowser, PASSWORD, signUpInBrowser, startConsoleService, browserTimeouts } from './browser.js';
+import { type ConsoleService, createOrganizationInBrowser, PASSWORD, signUpInBrowser, signInInBrowser, startConsoleService, browserTimeouts } from './browser.js';
 
 browserTimeouts();
 
@@ -13,13 +12,6 @@ afterAll(async () => {
   await s?.close();
 });
 
-/** Sign a user made through the harness in through the console's form. */
-async function signInInBrowser(page: Page, user: { email: string; password: string }): Promise<void> {
-  await page.goto('/console/');
-  await page.getByLabel('Email').fill(user.email);
-  await page.getByLabel('Password').fill(user.password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-}
 
 type ApiKey = { id: string; name: string; scopes: string[]; expires_at: string | null; revoked_at: string | null };
 

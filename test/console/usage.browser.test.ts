@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CSV_HEADER, type UsageRecordView } from '../../src/modules/usage/records.js';
 import { parseCsv } from '../csv-reader.js';
 import { bearer, createKeyOverHttp, json, setTierOverHttp, signUpWithOrganization } from '../harness.js';
-import { type ConsoleService, startConsoleService, browserTimeouts } from './browser.js';
+import { type ConsoleService, signInInBrowser, startConsoleService, browserTimeouts } from './browser.js';
 
 browserTimeouts();
 
@@ -16,13 +16,6 @@ afterAll(async () => {
   await s?.close();
 });
 
-/** Sign a user made through the harness in through the console's form. */
-async function signInInBrowser(page: Page, user: { email: string; password: string }): Promise<void> {
-  await page.goto('/console/');
-  await page.getByLabel('Email').fill(user.email);
-  await page.getByLabel('Password').fill(user.password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-}
 
 /** The Tool column of the records table. */
 const toolsShown = (page: Page) => page.getByTestId('usage-records').locator('tbody tr td:nth-child(2)').allTextContents();

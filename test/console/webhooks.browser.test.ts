@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deliverDue, EVENT_TYPES } from '../../src/modules/webhooks/organization.js';
 import { bearer, json, signUpAsMember, signUpWithOrganization } from '../harness.js';
 import { type Receiver, startReceiver } from '../receiver.js';
-import { type ConsoleService, startConsoleService, browserTimeouts } from './browser.js';
+import { type ConsoleService, signInInBrowser, startConsoleService, browserTimeouts } from './browser.js';
 
 browserTimeouts();
 
@@ -19,13 +19,6 @@ afterAll(async () => {
   await s?.close();
 });
 
-/** Sign a user made through the harness in through the console's form. */
-async function signInInBrowser(page: Page, user: { email: string; password: string }): Promise<void> {
-  await page.goto('/console/');
-  await page.getByLabel('Email').fill(user.email);
-  await page.getByLabel('Password').fill(user.password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-}
 
 /** The service clock is fixed: move it a second before each action, so lists ordered by time have one order. */
 const tick = () => s.h.clock.advance(1000);
@@ -126,7 +119,8 @@ describe('console webhooks page', () => {
       .poll(async () => (await webhookRows.allTextContents()).map((t) => /(create|test|update)webhook/.exec(t)?.[1]))
       .toEqual(['update', 'update', 'test', 'test', 'create']);
     const createdRow = webhookRows.last();
-    expect(await createdRow.getByRole('cell').nth(1).textContent()).toBe(owner.email);
+    // The actor reads as an email once the members list (loaded beside the entries) has arrived.
+    await expect.poll(() => createdRow.getByRole('cell').nth(1).textContent()).toBe(owner.email);
     await createdRow.getByText('Show').click();
     expect(await createdRow.locator('pre').textContent()).toContain(url);
 
