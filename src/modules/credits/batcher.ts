@@ -702,6 +702,16 @@ function applyDeployment(
 }
 
 /**
+ * The answer a recorded invocation replays (SPEC §4, the single path's `RecordResult` of a deduction),
+ * built in the statement from the columns it already has: `q` the credits used, `rem` the credits
+ * remaining (NULL when the allocation is unlimited), `u` the usage record, `inv` the invocation id.
+ * Sending it as JSON text instead cost the server a stringify and an escaped array element per record,
+ * and a batch of 48 about 8 KB more to send (docs/benchmarks.md).
+ */
+const RECORDED_ANSWER = `jsonb_build_object('success', true, 'credits_used', x.q, 'credits_remaining', x.rem, 'error', NULL,
+                           'usage_id', x.u, 'invocation_id', x.inv)`;
+
+/**
  * The batch's writes in ONE statement (one round trip while the balance rows are locked): the balance
  * rows, refused holds, releases, ledger rows, usage records (joined to their ledger rows), invocation
  * answers, meter events and `quota.threshold` events, each a data-modifying CTE over arrays. The CTEs
@@ -765,9 +775,9 @@ WITH bal AS (
   -- taken meanwhile is not inserted, and the check below then refuses the whole statement.
   INSERT INTO invocations (deployment_id, invocation_id, organization_id, tool_name, request_hash, status, usage_id, response, created_at, updated_at)
   SELECT x.d, x.inv, x.o, x.tn, x.h, CASE WHEN x.ok THEN 'recorded' ELSE 'denied' END, CASE WHEN x.ok THEN x.u ELSE NULL END,
-         CASE WHEN x.ok THEN x.r::jsonb ELSE NULL END, x.t, x.t
-  FROM unnest($12::uuid[], $13::uuid[], $14::uuid[], $16::boolean[], $19::timestamptz[], $21::text[], $25::text[], $27::text[], $28::text[])
-    AS x(u, o, d, ok, t, tn, inv, h, r)
+         CASE WHEN x.ok THEN ${RECORDED_ANSWER} ELSE NULL END, x.t, x.t
+  FROM unnest($12::uuid[], $13::uuid[], $14::uuid[], $16::boolean[], $19::timestamptz[], $21::text[], $25::text[], $27::text[], $15::bigint[], $28::bigint[])
+    AS x(u, o, d, ok, t, tn, inv, h, q, rem)
   WHERE x.h IS NOT NULL
   ON CONFLICT (deployment_id, invocation_id) DO NOTHING
   RETURNING 1`
@@ -777,8 +787,9 @@ WITH bal AS (
   SET status = CASE WHEN x.ok THEN 'recorded' ELSE 'denied' END,
       usage_id = CASE WHEN x.ok THEN x.u ELSE NULL END,
       request_hash = x.h, reserved_amount = 0, reservation_expires_at = NULL, updated_at = x.t,
-      response = CASE WHEN x.ok THEN x.r::jsonb ELSE NULL END
-  FROM unnest($12::uuid[], $14::uuid[], $16::boolean[], $19::timestamptz[], $25::text[], $27::text[], $28::text[]) AS x(u, d, ok, t, inv, h, r)
+      response = CASE WHEN x.ok THEN ${RECORDED_ANSWER} ELSE NULL END
+  FROM unnest($12::uuid[], $14::uuid[], $16::boolean[], $19::timestamptz[], $25::text[], $27::text[], $15::bigint[], $28::bigint[])
+    AS x(u, d, ok, t, inv, h, q, rem)
   WHERE x.h IS NOT NULL AND i.deployment_id = x.d AND i.invocation_id = x.inv
   RETURNING 1`
 }
@@ -874,20 +885,10 @@ async function writeBatch(
       changes.map((c) => (c.deducted ? null : 'insufficient_credits')),
       changes.map((c) => item(c).invocationId),
       changes.map((c) => c.periodStart),
-      // $27, $28: the invocation's answer, for the claimed ones (a request hash marks them).
+      // $27, $28: the claimed ones' request hash (which marks them), and the credits_remaining of the
+      // answer stored for a replay (RECORDED_ANSWER builds the rest from the columns above).
       changes.map((c) => (claims(c) ? item(c).claimInvocation!.requestHash : null)),
-      changes.map((c) =>
-        claims(c) && c.deducted
-          ? JSON.stringify({
-              success: true,
-              credits_used: c.cost,
-              credits_remaining: remaining(c.after),
-              error: null,
-              usage_id: c.usageId,
-              invocation_id: item(c).invocationId,
-            })
-          : null,
-      ),
+      changes.map((c) => (claims(c) && c.deducted ? remaining(c.after) : null)),
       // $29…$31: the ledger row's own, for deductions.
       changes.map((c) => (!c.deducted || c.after.monthly_allocation === null ? null : Math.max(0, c.after.monthly_allocation - c.after.monthly_used))),
       changes.map((c) => (c.deducted ? c.after.purchased_balance : null)),
