@@ -58,7 +58,6 @@ export class OneLinePerRequest extends LogController {
 }
 
 type Level = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
-const LEVELS: readonly Level[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'];
 
 /**
  * Fastify's `childLoggerFactory`: each request's logger (`request.log`) is made when it first logs a
@@ -69,24 +68,54 @@ const LEVELS: readonly Level[] = ['fatal', 'error', 'warn', 'info', 'debug', 'tr
  */
 export function lazyChildLoggerFactory(this: unknown, logger: FastifyBaseLogger, bindings: Bindings, opts: ChildLoggerOptions): FastifyBaseLogger {
   if (Object.keys(opts).length > 0) return logger.child(bindings, opts);
-  let real: FastifyBaseLogger | undefined;
-  const child = () => (real ??= logger.child(bindings, opts));
-  const lazy = {
-    get level() {
-      return real?.level ?? logger.level;
-    },
-    set level(level: string) {
-      child().level = level;
-    },
-    isLevelEnabled: (level: string) => ((real ?? logger) as Logger).isLevelEnabled(level),
-    child: (more: Bindings, moreOpts?: ChildLoggerOptions) => child().child(more, moreOpts),
-    silent: () => {},
-  } as Record<string, unknown>;
-  for (const level of LEVELS) {
-    lazy[level] = (...args: unknown[]) => {
-      if (real === undefined && !(logger as Logger).isLevelEnabled(level)) return;
-      (child()[level] as (...a: unknown[]) => void)(...args);
-    };
+  return new LazyChild(logger, bindings, opts) as unknown as FastifyBaseLogger;
+}
+
+/** The lazy request logger: its methods live on the prototype, so a request that logs nothing allocates one small object. */
+class LazyChild {
+  private real: FastifyBaseLogger | undefined;
+  constructor(
+    private readonly parent: FastifyBaseLogger,
+    private readonly bindings: Bindings,
+    private readonly opts: ChildLoggerOptions,
+  ) {}
+  private made(): FastifyBaseLogger {
+    this.real ??= this.parent.child(this.bindings, this.opts);
+    return this.real;
   }
-  return lazy as unknown as FastifyBaseLogger;
+  private write(level: Level, args: unknown[]): void {
+    if (this.real === undefined && !(this.parent as Logger).isLevelEnabled(level)) return;
+    (this.made()[level] as (...a: unknown[]) => void)(...args);
+  }
+  get level(): string {
+    return this.real?.level ?? this.parent.level;
+  }
+  set level(level: string) {
+    this.made().level = level;
+  }
+  isLevelEnabled(level: string): boolean {
+    return ((this.real ?? this.parent) as Logger).isLevelEnabled(level);
+  }
+  child(bindings: Bindings, opts?: ChildLoggerOptions): FastifyBaseLogger {
+    return this.made().child(bindings, opts);
+  }
+  silent(): void {}
+  fatal(...args: unknown[]): void {
+    this.write('fatal', args);
+  }
+  error(...args: unknown[]): void {
+    this.write('error', args);
+  }
+  warn(...args: unknown[]): void {
+    this.write('warn', args);
+  }
+  info(...args: unknown[]): void {
+    this.write('info', args);
+  }
+  debug(...args: unknown[]): void {
+    this.write('debug', args);
+  }
+  trace(...args: unknown[]): void {
+    this.write('trace', args);
+  }
 }
