@@ -84,15 +84,17 @@ function stateOf(deps: Deps, d: CachedDeployment): DeploymentState {
 
 /**
  * Authenticate an organization API key and attach its organization's primary deployment. Malformed
- * keys are refused before any lookup (checksum); known keys are served from the instance's cache,
+ * keys are refused before any database read (checksum); known keys are served from the instance's cache,
  * which every instance drops when a key is revoked (docs/adr/0005-cached-checks.md). Expiry is judged
  * on every request.
  */
 export async function loadApiKeyPrincipal(deps: Deps, key: string | undefined): Promise<ApiKeyPrincipal> {
-  if (!key || !isWellFormedToken(key, API_KEY_PREFIX)) throw new UnauthorizedError('Missing or invalid API key');
+  if (!key) throw new UnauthorizedError('Missing or invalid API key');
   const hash = sha256Hex(key);
-  // Unknown and revoked keys are not cached: they are refused from the database every time.
+  // Unknown and revoked keys are not cached: they are refused from the database every time. A cached
+  // hash is a key that was well formed when it was loaded, so the checksum is checked on a miss only.
   const cached = await deps.caches.apiKeys.load(hash, async () => {
+      if (!isWellFormedToken(key, API_KEY_PREFIX)) throw new UnauthorizedError('Missing or invalid API key');
       const rows = await deps.db.query<{
         api_key_id: string;
         organization_id: string;
