@@ -55,12 +55,16 @@ function buildServers(): Promise<void> {
  * names run compiled (see buildServers), unless the server's env says BENCH_RUNTIME=tsx; the others
  * (the webhook, limiter, MCP and AI benchmarks' servers) run under tsx.
  * BENCH_SERVER_NODE_ARGS adds node flags to the servers (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof").
+ * BENCH_SERVER_BUILD=<dir> runs a compiled server from that build instead (docs/benchmarks.md, "Method").
  */
 export async function spawnServer(file: string, args: string[], env: NodeJS.ProcessEnv): Promise<ServerProcess> {
   // Only a server that runs compiled waits for (and triggers) the build.
   const compiled = env.BENCH_RUNTIME !== 'tsx' && compiledServers().includes(`bench/${file}`);
-  if (compiled) await buildServers();
-  const script = compiled ? join(BUILD_DIR, 'bench', file.replace(/\.ts$/, '.js')) : fileURLToPath(new URL(`../${file}`, import.meta.url));
+  // BENCH_SERVER_BUILD: run this server from another checkout's build (its .bench-build/), e.g. the
+  // commit before a change, for bench/ab.ts to compare two versions of the code round by round.
+  const buildDir = compiled ? (env.BENCH_SERVER_BUILD ?? BUILD_DIR) : undefined;
+  if (buildDir === BUILD_DIR) await buildServers();
+  const script = buildDir ? join(buildDir, 'bench', file.replace(/\.ts$/, '.js')) : fileURLToPath(new URL(`../${file}`, import.meta.url));
   const loader = compiled ? [] : ['--import', 'tsx'];
   const nodeArgs = process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
   const child: ChildProcess = spawn(process.execPath, [...nodeArgs, ...loader, script, ...args], {
