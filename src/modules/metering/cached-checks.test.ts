@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { adminHeaders, bearer, createHarness, createTenant, type Harness, json, serviceHeaders, testDatabase, watchStatements } from '../../../test/harness.js';
 import { buildApp } from '../../app.js';
 import { testConfig } from '../../config.js';
+import { generateApiKey } from '../../lib/secrets.js';
 import { createApiKey } from '../api-keys/service.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
 
@@ -65,6 +66,21 @@ describe('cached principals and balances', () => {
     const reads = watchReads();
     for (let i = 0; i < 5; i++) expect(json(await stdioCheck(h.app, t.apiKey)).allowed).toBe(true);
     expect(reads.stop()).toEqual([]);
+  });
+
+  it('a mistyped key is refused without a read, every time; an unknown well-formed key is read each time, never cached', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    // The last character is part of the checksum: changed, the key cannot be one that was issued.
+    const mistyped = t.apiKey.slice(0, -1) + (t.apiKey.endsWith('A') ? 'B' : 'A');
+    const unknown = generateApiKey();
+    const reads = watchReads();
+    for (let i = 0; i < 2; i++) {
+      expect((await stdioCheck(h.app, mistyped)).statusCode).toBe(401);
+      expect((await stdioCheck(h.app, unknown)).statusCode).toBe(401);
+    }
+    expect(reads.stop()).toEqual(['api_key_principal', 'api_key_principal']);
+    // The real key, now cached, is still served.
+    expect(json(await stdioCheck(h.app, t.apiKey)).allowed).toBe(true);
   });
 
   it('record-usage reads no principal: the deduction is its only statement on the balance', async () => {
