@@ -85,8 +85,12 @@ export async function authenticateDeployment(
   error: () => AppError = () => new UnauthorizedError('Invalid deployment credentials'),
   fresh = false,
 ): Promise<DeploymentRow> {
-  if (!id || !secret || !isUuid(id) || !isWellFormedToken(secret, DEPLOYMENT_SECRET_PREFIX)) throw error();
-  const found = await loadDeployment(ctx, id, fresh);
+  if (!id || !secret || !isUuid(id)) throw error();
+  // A cached deployment is judged by its secret's hash alone; only a miss, which reads the database,
+  // checks the checksum first, so a mistyped secret still costs no read.
+  const cached = fresh ? undefined : ctx.caches.deployments.get(id);
+  if (cached === undefined && !isWellFormedToken(secret, DEPLOYMENT_SECRET_PREFIX)) throw error();
+  const found = cached !== undefined ? cached : await loadDeployment(ctx, id, fresh);
   if (!found || found.orgDeleted || !safeEqual(found.row.secret_hash, sha256Hex(secret))) throw error();
   return found.row;
 }

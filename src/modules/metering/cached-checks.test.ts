@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { adminHeaders, bearer, createHarness, createTenant, type Harness, json, serviceHeaders, testDatabase, watchStatements } from '../../../test/harness.js';
+import { adminHeaders, bearer, createHarness, createTenant, type Harness, json, mistyped, serviceHeaders, testDatabase, watchStatements } from '../../../test/harness.js';
 import { buildApp } from '../../app.js';
 import { testConfig } from '../../config.js';
 import { generateApiKey } from '../../lib/secrets.js';
@@ -70,12 +70,10 @@ describe('cached principals and balances', () => {
 
   it('a mistyped key is refused without a read, every time; an unknown well-formed key is read each time, never cached', async () => {
     const t = await createTenant(h, { tier: 'trial' });
-    // The last character is part of the checksum: changed, the key cannot be one that was issued.
-    const mistyped = t.apiKey.slice(0, -1) + (t.apiKey.endsWith('A') ? 'B' : 'A');
     const unknown = generateApiKey();
     const reads = watchReads();
     for (let i = 0; i < 2; i++) {
-      expect((await stdioCheck(h.app, mistyped)).statusCode).toBe(401);
+      expect((await stdioCheck(h.app, mistyped(t.apiKey))).statusCode).toBe(401);
       expect((await stdioCheck(h.app, unknown)).statusCode).toBe(401);
     }
     expect(reads.stop()).toEqual(['api_key_principal', 'api_key_principal']);
@@ -167,5 +165,22 @@ describe('cached principals and balances', () => {
     const res = await quota(other.deploymentSecret);
     expect(res.statusCode).toBe(401);
     expect((await quota(t.deploymentSecret)).statusCode).toBe(200);
+  });
+
+  it('a mistyped deployment secret is refused without a read, whether the deployment is cached or not', async () => {
+    const t = await createTenant(h, { tier: 'launch' });
+    const quota = (secret: string) =>
+      h.request({ method: 'GET', url: '/api/v1/ai/quota', headers: { 'x-deployment-id': t.deploymentId, 'x-deployment-secret': secret } });
+    h.deps.caches.deployments.clear();
+    // The principal's tables only: the AI quota reads its balance after authentication.
+    const watchPrincipal = () => watchStatements(h.deps.db, /\bFROM\s+(api_keys|deployments|organizations)\b/i);
+    const reads = watchPrincipal();
+    expect((await quota(mistyped(t.deploymentSecret))).statusCode).toBe(401);
+    expect(reads.stop()).toEqual([]);
+    expect((await quota(t.deploymentSecret)).statusCode).toBe(200);
+    const cachedReads = watchPrincipal();
+    expect((await quota(mistyped(t.deploymentSecret))).statusCode).toBe(401);
+    expect((await quota(t.deploymentSecret)).statusCode).toBe(200);
+    expect(cachedReads.stop()).toEqual([]);
   });
 });
