@@ -43,6 +43,9 @@ function makeToken(prefix: string): string {
 export const generateApiKey = (): string => makeToken(API_KEY_PREFIX);
 export const generateDeploymentSecret = (): string => makeToken(DEPLOYMENT_SECRET_PREFIX);
 
+/** True when `token` is as long as a token with `prefix` is: a cheap first refusal, before anything is hashed. */
+export const hasTokenLength = (token: string, prefix: string): boolean => token.length === prefix.length + BODY_LENGTH + CHECKSUM_LENGTH;
+
 /** True when `token` has the shape and a matching checksum; no database read needed to refuse it. */
 export function isWellFormedToken(token: string, prefix: string): boolean {
   if (token.length !== prefix.length + BODY_LENGTH + CHECKSUM_LENGTH || !token.startsWith(prefix)) return false;

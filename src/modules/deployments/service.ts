@@ -1,7 +1,7 @@
 import { type Ctx, actorLabel } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { type AppError, NotFoundError, UnauthorizedError } from '../../errors.js';
-import { DEPLOYMENT_SECRET_PREFIX, generateDeploymentSecret, isWellFormedToken, safeEqual, sha256Hex } from '../../lib/secrets.js';
+import { DEPLOYMENT_SECRET_PREFIX, generateDeploymentSecret, hasTokenLength, isWellFormedToken, safeEqual, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
 import { openBalance, syncBalance } from '../credits/service.js';
@@ -85,7 +85,7 @@ export async function authenticateDeployment(
   error: () => AppError = () => new UnauthorizedError('Invalid deployment credentials'),
   fresh = false,
 ): Promise<DeploymentRow> {
-  if (!id || !secret || !isUuid(id)) throw error();
+  if (!id || !secret || !isUuid(id) || !hasTokenLength(secret, DEPLOYMENT_SECRET_PREFIX)) throw error();
   // A cached deployment is judged by its secret's hash alone; only a miss, which reads the database,
   // checks the checksum first, so a mistyped secret still costs no read.
   const cached = fresh ? undefined : ctx.caches.deployments.get(id);

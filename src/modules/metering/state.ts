@@ -1,6 +1,6 @@
 import type { Deps } from '../../context.js';
 import { AppError, UnauthorizedError } from '../../errors.js';
-import { API_KEY_PREFIX, isWellFormedToken, sha256Hex } from '../../lib/secrets.js';
+import { API_KEY_PREFIX, hasTokenLength, isWellFormedToken, sha256Hex } from '../../lib/secrets.js';
 import { cachedBalance } from '../credits/balance-cache.js';
 import type { BalanceRow } from '../credits/service.js';
 import type { DeploymentTerms } from '../credits/terms.js';
@@ -89,7 +89,7 @@ function stateOf(deps: Deps, d: CachedDeployment): DeploymentState {
  * on every request.
  */
 export async function loadApiKeyPrincipal(deps: Deps, key: string | undefined): Promise<ApiKeyPrincipal> {
-  if (!key) throw new UnauthorizedError('Missing or invalid API key');
+  if (!key || !hasTokenLength(key, API_KEY_PREFIX)) throw new UnauthorizedError('Missing or invalid API key');
   const hash = sha256Hex(key);
   // Unknown and revoked keys are not cached: they are refused from the database every time. A cached
   // hash is a key that was well formed when it was loaded, so the checksum is checked on a miss only.
