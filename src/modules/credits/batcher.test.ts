@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { createHarness, dbKind, grant, type Harness, type Tenant, unique } from '../../../test/harness.js';
-import { type BatchDeduction, type BatchOutcome, DeductionBatcher } from './batcher.js';
+import { type BatchDeduction, type BatchOutcome, DeductionBatcher, WRITE_COLUMN_NAMES, type WriteShape, writeStatement } from './batcher.js';
 import type { DeductResult } from './deduct.js';
 import type { Database, Queryable, Transaction } from '../../db/client.js';
 import { AppError, ServiceUnavailableError } from '../../errors.js';
@@ -564,6 +564,63 @@ describe('plans', () => {
       expect(after).toBe('auto');
     },
   );
+});
+
+describe('the write statement, of the parts a batch needs', () => {
+  // Every combination of the optional parts (unchanged rows only with remembered ones).
+  const shapes: WriteShape[] = [];
+  for (let bits = 0; bits < 64; bits++) {
+    const [remembered, unchanged, refused, released, metered, alerts] = [0, 1, 2, 3, 4, 5].map((i) => (bits & (1 << i)) !== 0) as [
+      boolean,
+      boolean,
+      boolean,
+      boolean,
+      boolean,
+      boolean,
+    ];
+    if (unchanged && !remembered) continue;
+    shapes.push({ remembered, unchanged, refused, released, metered, alerts });
+  }
+
+  it('every shape names only arrays the batcher makes, each once per number, and a part only when the shape has it', () => {
+    expect(shapes).toHaveLength(48);
+    const names = new Set<string>();
+    for (const shape of shapes) {
+      const statement = writeStatement(shape);
+      expect(new Set(statement.names).size).toBe(statement.names.length);
+      for (const name of statement.names) expect(WRITE_COLUMN_NAMES).toContain(name);
+      expect(statement.text).not.toMatch(/\$[a-z]/);
+      const numbers = [...statement.text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1]));
+      expect(Math.max(...numbers)).toBe(statement.names.length);
+      expect(statement.text.includes('unchanged AS')).toBe(shape.unchanged);
+      expect(statement.text.includes('refused AS')).toBe(shape.refused);
+      expect(statement.text.includes('released AS')).toBe(shape.released);
+      expect(statement.text.includes('meter_event_outbox')).toBe(shape.metered);
+      expect(statement.text.includes('outbox_events (')).toBe(shape.alerts);
+      names.add(statement.name);
+    }
+    // One prepared statement per shape; every array is named by some shape.
+    expect(names.size).toBe(shapes.length);
+    expect(new Set(shapes.flatMap((s) => writeStatement(s).names))).toEqual(new Set(WRITE_COLUMN_NAMES));
+  });
+
+  it('every shape runs on this database (empty arrays, rolled back)', async () => {
+    for (const shape of shapes) {
+      const statement = writeStatement(shape);
+      const rolledBack = new Error('rolled back');
+      const run = h.deps.db.transaction(async (tx) => {
+        const [row] = await tx.query<{ usage: number; versions: unknown[]; fresh?: number }>(
+          statement.text,
+          statement.names.map(() => '{}'),
+          statement.name,
+        );
+        expect(row).toMatchObject({ usage: 0, versions: [] });
+        if (shape.remembered) expect(row!.fresh).toBe(1);
+        throw rolledBack;
+      });
+      await expect(run, JSON.stringify(shape)).rejects.toBe(rolledBack);
+    }
+  });
 });
 
 describe('one round trip on remembered rows', () => {
