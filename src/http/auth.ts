@@ -5,7 +5,7 @@ import { API_KEY_PREFIX, safeEqual, sha256Hex } from '../lib/secrets.js';
 import { authenticateAccessToken } from '../modules/auth/service.js';
 import { authenticateDeployment, type DeploymentRow } from '../modules/deployments/service.js';
 import { type ApiKeyPrincipal, loadApiKeyPrincipal, requireScope } from '../modules/metering/state.js';
-import { refuseThrottledClient, registerFailedAuthCounting } from './auth-throttle.js';
+import { registerFailedAuthCounting } from './auth-throttle.js';
 
 /**
  * How a route authenticates, declared in its `config.auth`. The onRequest hook below runs it before
@@ -145,8 +145,6 @@ export function registerAuth(app: FastifyInstance): void {
     }
   });
   app.addHook('onRequest', async (request) => {
-    // An IP throttled for failed authentication is refused before its credentials are looked at.
-    await refuseThrottledClient(request);
     const config = request.routeOptions.config as { auth?: AuthMode; scope?: KeyScope; spends?: boolean } | undefined;
     if (config?.auth) request.authResult = await authenticate(request, config.auth, config.scope);
     // SPEC §8: a suspended deployment may read (quotas, entitlements) but not spend or send.
@@ -154,6 +152,7 @@ export function registerAuth(app: FastifyInstance): void {
       throw new AppError('DEPLOYMENT_SUSPENDED', 'This deployment is suspended: it can read its quotas and entitlements, but not spend or send');
     }
   });
+  // A 401 on /api/v1 counts a failure of the client IP, and becomes 429 once it has failed too often.
   registerFailedAuthCounting(app);
 }
 

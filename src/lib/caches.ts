@@ -33,8 +33,6 @@ export class Caches {
   readonly terms: TtlCache<DeploymentTerms | null>;
   /** Plans of organizations and users (highest of their organizations) for the hourly limit. */
   readonly plans: TtlCache<Plan>;
-  /** Client IPs that failed authentication on /api/v1 lately: only they are checked against the failure window (http/auth-throttle.ts). */
-  readonly authFailures: TtlCache<true>;
 
   /**
    * Principals (docs/adr/0005-cached-checks.md): API keys by the hash of the key, deployments (with
@@ -58,8 +56,6 @@ export class Caches {
     bus.subscribe('resolve-cache', () => this.resolve.clear());
     this.terms = new TtlCache(clock, 30 * SECOND);
     this.plans = new TtlCache(clock, MINUTE);
-    // Two windows: the sliding counter still weighs the previous minute's failures.
-    this.authFailures = new TtlCache(clock, 2 * MINUTE);
     bus.subscribe('cost-cache', () => this.costs.clear());
     this.apiKeys = new TtlCache(clock, ttl.principalTtlMs, 100_000);
     this.deployments = new TtlCache(clock, ttl.principalTtlMs, 100_000);

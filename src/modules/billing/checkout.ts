@@ -131,7 +131,11 @@ export async function subscriptionCheckout(ctx: Ctx, organizationId: string, pri
   return answerOf(session);
 }
 
-/** A credit pack for a deployment: a Checkout Session in payment mode, its sale recorded before the customer pays. */
+/**
+ * A credit pack for a deployment: a Checkout Session in payment mode, its sale (deployment, pack,
+ * credits, amount, currency) recorded before the customer can pay. The metadata is for people reading
+ * Stripe's dashboard and for matching a refund; no event is granted from it.
+ */
 export async function packCheckout(ctx: Ctx, deployment: DeploymentRow, pack: string, urls: ReturnUrls, idempotencyKey?: string): Promise<CheckoutAnswer> {
   const packs = ctx.config.creditPacks;
   const names = Object.keys(packs);
@@ -163,9 +167,24 @@ export async function packCheckout(ctx: Ctx, deployment: DeploymentRow, pack: st
       idempotencyKey ? { idempotencyKey: `creditgate-pack-${deployment.id}-${sha256Hex(idempotencyKey)}` } : undefined,
     ),
   );
+  // The stored row is what a paid event may grant (docs/billing.md, "Credit packs"), checked against the
+  // amount Stripe priced the session at. Without one the session is never shown, so nobody can pay it.
+  const amountTotal = session.amount_total;
+  if (typeof amountTotal !== 'number' || !Number.isSafeInteger(amountTotal) || amountTotal < 0 || typeof session.currency !== 'string' || session.currency === '') {
+    throw new AppError('PAYMENT_PROVIDER_ERROR', 'Stripe answered a pack\'s Checkout Session without its amount and currency');
+  }
   await recordPackCheckout(
     ctx.db,
-    { organizationId: deployment.organization_id, deploymentId: deployment.id, pack, credits: chosen.credits, checkoutSessionId: session.id, priceId: chosen.priceId },
+    {
+      organizationId: deployment.organization_id,
+      deploymentId: deployment.id,
+      pack,
+      credits: chosen.credits,
+      checkoutSessionId: session.id,
+      priceId: chosen.priceId,
+      amountTotal,
+      currency: session.currency.slice(0, 10),
+    },
     ctx.clock.now(),
   );
   return answerOf(session);

@@ -57,19 +57,42 @@ export function requireStripe(deps: Pick<Deps, 'config' | 'metrics'>): Stripe {
   return client;
 }
 
+/** Seconds a signature's timestamp may differ from the service clock, either way (docs/billing.md, "Inbound events"). */
+export const SIGNATURE_TOLERANCE_S = 300;
+
+/** The timestamp the SDK verified: it reads `t=` as below (the last one wins), and that is the one the HMAC covers. */
+function signedAt(header: string): number {
+  let timestamp = -1;
+  for (const item of header.split(',')) {
+    const [key, value] = item.split('=');
+    if (key === 't') timestamp = Number.parseInt(value ?? '', 10);
+  }
+  return timestamp;
+}
+
+const badSignature = (reason: string) =>
+  new ValidationError(`Invalid Stripe signature: ${reason}`, [
+    { field: 'stripe-signature', message: 'does not verify (wrong secret, altered body, or signed more than 5 minutes before or after now)' },
+  ]);
+
 /**
- * Verify a delivery with the SDK (raw body, `Stripe-Signature`, 5-minute tolerance) against the
- * service's clock. Any failure, including a body that is not an event, is 400 naming the header.
+ * Verify a delivery with the SDK (raw body, `Stripe-Signature`) against the service's clock, 5 minutes
+ * either way. The SDK checks only that the signature is not too old (`receivedAt` is our clock, so
+ * tests move it); a timestamp too far ahead is refused here, so a signature cannot be made to stay
+ * valid for longer than the tolerance. Any failure, including a body that is not an event, is 400
+ * naming the header or the body.
  */
 export function verifyStripeEvent(rawBody: string, signature: string, secret: string, now: Date): Stripe.Event {
   let event: Stripe.Event;
   try {
-    event = Stripe.webhooks.constructEvent(rawBody, signature, secret, 300, undefined, now.getTime());
+    event = Stripe.webhooks.constructEvent(rawBody, signature, secret, SIGNATURE_TOLERANCE_S, undefined, now.getTime());
   } catch (error) {
-    throw new ValidationError(`Invalid Stripe signature: ${(error as Error).message}`, [
-      { field: 'stripe-signature', message: 'does not verify (wrong secret, altered body or older than 5 minutes)' },
-    ]);
+    throw badSignature((error as Error).message);
   }
+  // A timestamp that is not a number (`t=x` signs "NaN.<body>") passes the SDK's age check forever.
+  const timestamp = signedAt(signature);
+  if (!Number.isSafeInteger(timestamp)) throw badSignature('Timestamp is not a number');
+  if (timestamp - Math.floor(now.getTime() / 1000) > SIGNATURE_TOLERANCE_S) throw badSignature('Timestamp is in the future beyond the tolerance');
   const e = event as unknown as Record<string, unknown>;
   const data = e.data as { object?: unknown } | undefined;
   if (typeof e.id !== 'string' || typeof e.type !== 'string' || typeof e.created !== 'number' || !data || typeof data.object !== 'object' || data.object === null) {

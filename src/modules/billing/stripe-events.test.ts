@@ -4,6 +4,7 @@ import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { bearer, createHarness, createTenant, type Harness, json, type Tenant, unique } from '../../../test/harness.js';
 import { checkoutSessionObject, deliver, stripeConfig, stripeEvent, subscriptionObject } from '../../../test/stripe-events-fixtures.js';
 import { WORKERS } from '../../workers/catalog.js';
+import { recordPackCheckout } from '../credits/purchases.js';
 import { handleStoredEvent } from './stripe-events.js';
 
 /**
@@ -45,13 +46,23 @@ async function ok(res: { statusCode: number; body: string }) {
   expect(JSON.parse(res.body)).toEqual({ status: 'success' });
 }
 
-/** A tenant with no credits whose organization is a Stripe customer, and a paid session of a 1,000-credit pack for 500. */
+/** The sale stored when creditgate makes a pack's Checkout Session (billing/checkout.ts): the only thing an event can grant. */
+async function storeSale(t: Tenant, session: Record<string, unknown>, credits = 1000) {
+  await recordPackCheckout(
+    h.deps.db,
+    { organizationId: t.organizationId, deploymentId: t.deploymentId, pack: 'small', credits, checkoutSessionId: session.id as string, priceId: 'price_pack_small', amountTotal: 500, currency: 'usd' },
+    h.clock.now(),
+  );
+}
+
+/** A tenant with no credits whose organization is a Stripe customer, and a stored, paid session of a 1,000-credit pack for 500. */
 async function packBuyer() {
   const t = await f.tenantWith(0);
   const customer = unique('cus');
   await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [t.organizationId, customer]);
   const paymentIntent = unique('pi');
   const session = checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: t.deploymentId, pack: 'small', credits: 1000, paymentIntent, amountTotal: 500 });
+  await storeSale(t, session);
   return { t, customer, paymentIntent, session };
 }
 
@@ -325,6 +336,7 @@ describe('credit packs: granted once, refunds take back only what is unspent (SP
     const customer = unique('cus');
     await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [t.organizationId, customer]);
     const session = checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: t.deploymentId, pack: 'small', credits: 1000, paymentIntent: unique('pi') });
+    await storeSale(t, session);
     const other = await createHarness(stripeConfig, h.clock.now().toISOString());
     try {
       const completed = stripeEvent('checkout.session.completed', session, h.clock.now());
@@ -341,22 +353,20 @@ describe('credit packs: granted once, refunds take back only what is unspent (SP
     await f.expectLedgerConsistent(t);
   });
 
-  it('an unpaid session grants nothing; a session naming another organization’s deployment grants nothing', async () => {
+  it('an unpaid session grants nothing; a stored session whose event names another organization’s deployment grants nothing', async () => {
     const t = await createTenant(h, { tier: 'trial' });
     const other = await createTenant(h, { tier: 'trial' });
     const customer = unique('cus');
     await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [t.organizationId, customer]);
-    const unpaid = stripeEvent(
-      'checkout.session.completed',
-      checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: t.deploymentId, pack: 'small', credits: 1000, paymentIntent: unique('pi'), paymentStatus: 'unpaid' }),
-      h.clock.now(),
-    );
+    const unpaidSession = checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: t.deploymentId, pack: 'small', credits: 1000, paymentIntent: unique('pi'), paymentStatus: 'unpaid' });
+    await storeSale(t, unpaidSession);
+    const unpaid = stripeEvent('checkout.session.completed', unpaidSession, h.clock.now());
     await ok(await deliver(h, unpaid));
-    const crossed = stripeEvent(
-      'checkout.session.completed',
-      checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: other.deploymentId, pack: 'small', credits: 1000, paymentIntent: unique('pi') }),
-      h.clock.now(),
-    );
+    expect(await storedEvent(unpaid.id)).toMatchObject({ status: 'ignored', last_error: 'payment_status unpaid' });
+    // A stored session of t whose event names the other organization's deployment (docs/billing.md, "Credit packs").
+    const crossedSession = checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: other.deploymentId, pack: 'small', credits: 1000, paymentIntent: unique('pi') });
+    await storeSale(t, crossedSession);
+    const crossed = stripeEvent('checkout.session.completed', crossedSession, h.clock.now());
     await ok(await deliver(h, crossed));
     expect((await balance(t)).purchased_balance).toBe(0);
     expect((await balance(other)).purchased_balance).toBe(0);

@@ -5,7 +5,8 @@ import { AppError, ValidationError } from '../../errors.js';
 import { findInputFault } from '../../http/input-guard.js';
 import { tierCachesChanged } from '../deployments/service.js';
 import { stripeClient, verifyStripeEvent } from './stripe-client.js';
-import { handleChargeRefunded, handleCheckoutSession, handleInvoice, packSaleOf } from './stripe-handlers.js';
+import { storedPackSale } from '../credits/purchases.js';
+import { handleChargeRefunded, handleCheckoutSession, handleInvoice } from './stripe-handlers.js';
 import { type EventOutcome, stripeId } from './stripe-objects.js';
 import { applySubscription, subscriptionState } from './subscriptions.js';
 
@@ -106,6 +107,10 @@ export async function handleStoredEvent(deps: Deps, id: string): Promise<void> {
       );
       return result;
     });
+    // What was ignored is acknowledged to Stripe (200) and kept with its reason; a grant asked for
+    // what was never sold is worth an operator's look.
+    if (outcome?.refused) deps.log.warn({ stripeEvent: id, type: stored.type, reason: outcome.ignored }, 'stripe event refused: it grants nothing');
+    else if (outcome?.ignored) deps.log.info({ stripeEvent: id, type: stored.type, reason: outcome.ignored }, 'stripe event ignored');
     if (outcome?.tierChanged) tierCachesChanged(ctx);
     if (outcome?.planChanged) ctx.bus.publish('plan-cache');
     // Packs granted or taken back, periods moved: rare, so every instance drops every cached balance.
@@ -126,8 +131,11 @@ async function balanceChangedBy(deps: Deps, stored: StoredEvent): Promise<string
   const object = stored.payload.data.object as unknown;
   switch (stored.type) {
     case 'checkout.session.completed':
-    case 'checkout.session.async_payment_succeeded':
-      return packSaleOf(object as Stripe.Checkout.Session)?.deploymentId ?? null;
+    case 'checkout.session.async_payment_succeeded': {
+      // The stored sale's deployment, whatever the event's metadata says.
+      const id = (object as { id?: unknown }).id;
+      return typeof id === 'string' ? ((await storedPackSale(deps.db, id))?.deployment_id ?? null) : null;
+    }
     case 'charge.refunded': {
       const paymentIntent = stripeId((object as Stripe.Charge).payment_intent);
       if (!paymentIntent) return null;

@@ -1,9 +1,8 @@
 import type Stripe from 'stripe';
 import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
-import { grantPack, type PackSale, takeBackRefund } from '../credits/purchases.js';
+import { grantPack, storedPackSale, takeBackRefund } from '../credits/purchases.js';
 import { emitEvent } from '../events/outbox.js';
-import { isUuid } from '../metering/state.js';
 import { type EventOutcome, organizationOfCustomer, stripeId, toDate, wholeNumber } from './stripe-objects.js';
 
 /**
@@ -11,51 +10,60 @@ import { type EventOutcome, organizationOfCustomer, stripeId, toDate, wholeNumbe
  * event processed. Subscriptions are in billing/subscriptions.ts.
  */
 
-/** The metadata creditgate puts on a pack's Checkout Session (billing/checkout.ts). */
-export function packSaleOf(session: Stripe.Checkout.Session): PackSale | null {
+/** What the pack's metadata says (billing/checkout.ts puts it there) against the stored sale: a value present and different is a forgery. */
+function metadataDisagrees(session: Stripe.Checkout.Session, sale: StoredSale): string | null {
   const m = session.metadata ?? {};
-  const credits = Number(m.creditgate_credits);
-  if (session.mode !== 'payment' || !m.creditgate_pack || !Number.isSafeInteger(credits) || credits <= 0 || credits > 1_000_000_000) return null;
-  if (!isUuid(m.organization_id ?? '') || !isUuid(m.deployment_id ?? '')) return null;
-  return {
-    organizationId: m.organization_id!,
-    deploymentId: m.deployment_id!,
-    pack: m.creditgate_pack,
-    credits,
-    checkoutSessionId: session.id,
-    priceId: m.creditgate_price ?? '',
+  const expected: Record<string, string> = {
+    organization_id: sale.organization_id,
+    deployment_id: sale.deployment_id,
+    creditgate_pack: sale.pack,
+    creditgate_credits: String(sale.credits),
+    creditgate_price: sale.stripe_price_id,
   };
+  for (const [key, value] of Object.entries(expected)) {
+    if (Object.hasOwn(m, key) && m[key] !== value) return key;
+  }
+  return null;
 }
+
+type StoredSale = NonNullable<Awaited<ReturnType<typeof storedPackSale>>>;
 
 /**
  * `checkout.session.completed` (paid) and `checkout.session.async_payment_succeeded`: a pack's credits,
- * once per session. A subscription's session only links the customer: its subscription events do the rest.
+ * once per session, and only for a session this installation made and stored (docs/billing.md,
+ * "Credit packs"): credits, pack and deployment come from the stored row, never from the event. A
+ * subscription's session only links the customer: its subscription events do the rest.
  */
 export async function handleCheckoutSession(tx: Queryable, ctx: Ctx, session: Stripe.Checkout.Session): Promise<EventOutcome> {
   const customer = stripeId(session.customer);
-  const sale = packSaleOf(session);
+  const sale = typeof session.id === 'string' ? await storedPackSale(tx, session.id) : null;
   if (!sale) {
+    if (session.mode === 'payment') return { ignored: 'a payment Checkout Session this installation did not store: nothing granted', refused: true };
     const organizationId = await organizationOfCustomer(tx, customer, session.metadata?.organization_id ?? null);
     return organizationId ? { organizationId } : { ignored: 'not a creditgate Checkout Session' };
   }
-  if (session.payment_status !== 'paid') return { organizationId: sale.organizationId, ignored: `payment_status ${session.payment_status}` };
-  // The session's deployment must belong to the organization it names, and that organization to the customer.
-  const owner = await tx.query<{ organization_id: string; stripe_customer_id: string | null }>(
-    'SELECT d.organization_id, o.stripe_customer_id FROM deployments d JOIN organizations o ON o.id = d.organization_id WHERE d.id = $1',
-    [sale.deploymentId],
-  );
-  const o = owner[0];
-  if (!o || o.organization_id !== sale.organizationId || (customer !== null && o.stripe_customer_id !== null && o.stripe_customer_id !== customer)) {
-    return { ignored: 'the session names a deployment of another organization or customer' };
+  const organizationId = sale.organization_id;
+  if (session.payment_status !== 'paid') return { organizationId, ignored: `payment_status ${session.payment_status}` };
+  const forged = metadataDisagrees(session, sale);
+  if (forged) return { organizationId, ignored: `metadata ${forged} differs from the stored sale: nothing granted`, refused: true };
+  // The customer paying must be the organization's (set when the session was made for it).
+  const owner = await tx.query<{ stripe_customer_id: string | null }>('SELECT stripe_customer_id FROM organizations WHERE id = $1', [organizationId]);
+  const known = owner[0]?.stripe_customer_id ?? null;
+  if (customer !== null && known !== null && known !== customer) {
+    return { organizationId, ignored: 'the session names another customer than the organization’s: nothing granted', refused: true };
   }
   const result = await grantPack(tx, {
-    sale,
+    checkoutSessionId: sale.stripe_checkout_session_id,
     paymentIntentId: stripeId(session.payment_intent),
     amountTotal: wholeNumber(session.amount_total),
     currency: typeof session.currency === 'string' ? session.currency.slice(0, 10) : null,
     now: ctx.clock.now(),
   });
-  return result.granted ? { organizationId: sale.organizationId } : { organizationId: sale.organizationId, ignored: 'pack already granted for this session' };
+  if (result.granted) return { organizationId };
+  if (result.reason === 'amount or currency differs') {
+    return { organizationId, ignored: `amount ${String(session.amount_total).slice(0, 40)} ${String(session.currency).slice(0, 10)} is not the stored sale's: nothing granted`, refused: true };
+  }
+  return { organizationId, ignored: result.reason === 'already granted' ? 'pack already granted for this session' : 'no stored sale' };
 }
 
 /** `charge.refunded`: a pack's refunded share comes back out of purchased credits, as far as unspent. */

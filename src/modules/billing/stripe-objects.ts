@@ -6,6 +6,8 @@ export interface EventOutcome {
   organizationId?: string;
   /** Nothing to act on, and why (stored as the event's last_error with status `ignored`). */
   ignored?: string;
+  /** Ignored because it asked for what this installation never sold (a forged or altered grant): logged at warn. */
+  refused?: boolean;
   tierChanged?: boolean;
   planChanged?: boolean;
 }

@@ -21,7 +21,7 @@ export async function stripeWebhookRoutes(fastify: FastifyInstance): Promise<voi
         operationId: 'receiveStripeEvent',
         summary: 'Stripe events (signed with STRIPE_WEBHOOK_SECRET): subscriptions, Checkout Sessions, refunds, invoices',
         description:
-          'Verified with the Stripe-Signature header over the raw body, 5-minute tolerance. Each event is stored by its id before it is acted on; a duplicate is acknowledged and ignored; an event whose handling failed is retried by the stripe-events worker.',
+          'Verified with the Stripe-Signature header over the raw body, 5-minute tolerance either way (too old or dated ahead: 400). A Checkout event grants only a sale this installation stored when it made the session, never what the event carries (docs/billing.md). Each event is stored by its id before it is acted on; a duplicate is acknowledged and ignored; an event whose handling failed is retried by the stripe-events worker.',
         headers: Type.Object({ 'stripe-signature': Type.Optional(Type.String({ maxLength: 4096, description: 't=<unix seconds>,v1=<hex HMAC-SHA256>' })) }),
         body: Type.String({ description: 'A Stripe event, exactly as Stripe sent it', contentMediaType: 'application/json' }),
         response: {

@@ -2,9 +2,12 @@ import type { Queryable } from '../../db/client.js';
 import { changePurchased, purchasedFloor, syncBalance } from './service.js';
 
 /**
- * Credit packs sold through Stripe Checkout (SPEC §9), the money side. A pack is granted once per
- * Checkout Session: the grant claims `granted_at` with a guarded UPDATE in its own transaction, so
- * duplicate deliveries, the completed/async-succeeded pair and several instances all grant once.
+ * Credit packs sold through Stripe Checkout (docs/billing.md, "Credit packs"), the money side. What a
+ * paid session grants comes from the `credit_purchases` row written when this installation made the
+ * session, never from the event: an event grants only for a stored row, only when its amount and
+ * currency are the row's, and once per row — the grant claims `granted_at` with a guarded UPDATE in its
+ * own transaction, so duplicate deliveries, the completed/async-succeeded pair and several instances
+ * all grant once.
  */
 
 export interface PackSale {
@@ -14,14 +17,18 @@ export interface PackSale {
   credits: number;
   checkoutSessionId: string;
   priceId: string;
+  /** What Stripe said the session will charge, in the currency's smallest unit, and its currency. */
+  amountTotal: number;
+  currency: string;
 }
 
-/** The row written when the Checkout Session is made; a grant without one (a crash in between) writes it from the session's metadata. */
+/** The row written when the Checkout Session is made, before its URL is given to anyone: the only thing a later event can grant. */
 export async function recordPackCheckout(tx: Queryable, sale: PackSale, now: Date): Promise<void> {
   await tx.query(
-    `INSERT INTO credit_purchases (organization_id, deployment_id, pack, credits, stripe_checkout_session_id, stripe_price_id, created_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (stripe_checkout_session_id) DO NOTHING`,
-    [sale.organizationId, sale.deploymentId, sale.pack, sale.credits, sale.checkoutSessionId, sale.priceId, now],
+    `INSERT INTO credit_purchases (organization_id, deployment_id, pack, credits, stripe_checkout_session_id, stripe_price_id,
+       amount_total, currency, created_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (stripe_checkout_session_id) DO NOTHING`,
+    [sale.organizationId, sale.deploymentId, sale.pack, sale.credits, sale.checkoutSessionId, sale.priceId, sale.amountTotal, sale.currency.toLowerCase(), now],
   );
 }
 
@@ -32,28 +39,53 @@ interface PurchaseRow {
   pack: string;
   credits: number;
   stripe_checkout_session_id: string;
+  stripe_price_id: string;
+  amount_total: number | null;
+  currency: string | null;
+  granted_at: Date | null;
   refund_share: number;
   credits_taken_back: number;
 }
 
+/** The stored sale of a Checkout Session this installation made, or null (the session is not ours to grant). */
+export async function storedPackSale(tx: Queryable, checkoutSessionId: string): Promise<PurchaseRow | null> {
+  const rows = await tx.query<PurchaseRow>('SELECT * FROM credit_purchases WHERE stripe_checkout_session_id = $1', [checkoutSessionId]);
+  return rows[0] ?? null;
+}
+
+export type PackGrant =
+  | { granted: true; credits: number; organizationId: string }
+  | { granted: false; reason: 'not stored' | 'already granted' | 'amount or currency differs'; organizationId?: string };
+
 /**
- * The customer paid: grant the pack's credits as purchased credits, with the ledger row and the
- * `credits.purchased` event, unless this session was granted before. The credits are the ones recorded
- * when the session was made (a pack changed since does not change what was sold).
+ * The customer paid the stored session `checkoutSessionId`: grant the row's credits to the row's
+ * deployment as purchased credits, with the ledger row and the `credits.purchased` event, unless the
+ * row is missing, was granted before, or the paid amount or currency is not the row's. A row made
+ * before amounts were recorded (`amount_total` null, docs/billing.md) takes the paid amount.
  */
 export async function grantPack(
   tx: Queryable,
-  input: { sale: PackSale; paymentIntentId: string | null; amountTotal: number | null; currency: string | null; now: Date },
-): Promise<{ granted: boolean; credits: number }> {
-  await recordPackCheckout(tx, input.sale, input.now);
+  input: { checkoutSessionId: string; paymentIntentId: string | null; amountTotal: number | null; currency: string | null; now: Date },
+): Promise<PackGrant> {
+  const currency = input.currency?.toLowerCase() ?? null;
+  // The payment intent maps refunds to the row: one that already names another row is not taken over.
   const claimed = await tx.query<PurchaseRow>(
-    `UPDATE credit_purchases SET granted_at = $2, stripe_payment_intent_id = COALESCE(stripe_payment_intent_id, $3),
-       amount_total = $4, currency = $5
-     WHERE stripe_checkout_session_id = $1 AND granted_at IS NULL RETURNING *`,
-    [input.sale.checkoutSessionId, input.now, input.paymentIntentId, input.amountTotal, input.currency],
+    `UPDATE credit_purchases SET granted_at = $2,
+       stripe_payment_intent_id = COALESCE(stripe_payment_intent_id,
+         (SELECT $3::text WHERE NOT EXISTS (SELECT 1 FROM credit_purchases o WHERE o.stripe_payment_intent_id = $3::text))),
+       amount_total = COALESCE(amount_total, $4), currency = COALESCE(currency, $5)
+     WHERE stripe_checkout_session_id = $1 AND granted_at IS NULL
+       AND $4::bigint IS NOT NULL AND $5::text IS NOT NULL
+       AND (amount_total IS NULL OR amount_total = $4::bigint) AND (currency IS NULL OR currency = $5::text)
+     RETURNING *`,
+    [input.checkoutSessionId, input.now, input.paymentIntentId, input.amountTotal, currency],
   );
   const row = claimed[0];
-  if (!row) return { granted: false, credits: 0 };
+  if (!row) {
+    const stored = await storedPackSale(tx, input.checkoutSessionId);
+    if (!stored) return { granted: false, reason: 'not stored' };
+    return { granted: false, reason: stored.granted_at ? 'already granted' : 'amount or currency differs', organizationId: stored.organization_id };
+  }
   const after = await changePurchased(tx, {
     deploymentId: row.deployment_id,
     amount: row.credits,
@@ -63,7 +95,7 @@ export async function grantPack(
     eventData: { pack: row.pack, checkout_session_id: row.stripe_checkout_session_id },
   });
   await tx.query('UPDATE credit_purchases SET ledger_id = $2 WHERE id = $1', [row.id, after.ledgerId]);
-  return { granted: true, credits: row.credits };
+  return { granted: true, credits: row.credits, organizationId: row.organization_id };
 }
 
 /**

@@ -256,9 +256,25 @@ export async function listDeliveries(
 }
 
 /** Manual retry (seed eligibility: not delivered, fewer than 5 attempts): due now. */
+/**
+ * A send asked for by the organization (a test send, a manual retry) acts for its primary deployment,
+ * as an organization API key's calls do; while that deployment is suspended it may read but not send
+ * (docs/webhooks.md, "Suspended deployments"). Deliveries of the organization's own events go on.
+ */
+async function refuseWhileSuspended(ctx: Ctx, organizationId: string): Promise<void> {
+  const rows = await ctx.db.query<{ status: string }>('SELECT status FROM deployments WHERE organization_id = $1 AND is_primary', [organizationId]);
+  if (rows[0] && rows[0].status !== 'active') {
+    throw new AppError(
+      'DEPLOYMENT_SUSPENDED',
+      "The organization's primary deployment is suspended: webhooks can be read, but not sent on request until the operator reactivates it",
+    );
+  }
+}
+
 export async function retryDelivery(ctx: Ctx, input: { organizationId: string; webhookId: string; deliveryId: string }): Promise<DeliveryView> {
   await authorize(ctx, input.organizationId, 'webhooks.manage');
   await getWebhook(ctx, input.organizationId, input.webhookId);
+  await refuseWhileSuspended(ctx, input.organizationId);
   if (!isUuid(input.deliveryId)) throw new NotFoundError('Delivery');
   const now = ctx.clock.now();
   const rows = await ctx.db.query<DeliveryRow>(
@@ -288,6 +304,7 @@ export const TEST_EVENT_TYPE = 'webhook.test';
 export async function testWebhook(ctx: Ctx, organizationId: string, webhookId: string): Promise<DeliveryView> {
   await authorize(ctx, organizationId, 'webhooks.manage');
   const webhook = await getWebhook(ctx, organizationId, webhookId);
+  await refuseWhileSuspended(ctx, organizationId);
   if (!webhook.is_active) {
     const reason = webhook.disabled_reason ? ` (${webhook.disabled_reason})` : '';
     throw new AppError('CONFLICT', `The webhook is disabled${reason}: enable it (PATCH is_active: true) before a test send`);
