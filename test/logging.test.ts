@@ -126,4 +126,36 @@ describe('logs', () => {
       await app.close();
     }
   });
+
+  it('never contain a token sent as /invitations%2F<token> or in any query parameter; UUIDs stay readable (docs/accounts.md, "Secrets in logs")', async () => {
+    const owner = await signUpWithOrganization(h);
+    const invited = await h.request({
+      method: 'POST',
+      url: `/organizations/${owner.organizationId}/users`,
+      headers: bearer(owner.accessToken),
+      payload: { email: `${owner.organizationId}-encoded@example.com` },
+    });
+    const { token } = json<{ data: { token: string } }>(invited).data;
+    const { app, output } = await capturingApp();
+    try {
+      await app.ready();
+      // The review's attack URLs: no route pattern matches them, so only the shape of the value can hide it.
+      const attacks = [
+        `/invitations%2F${token}`,
+        `/invitations%2f${token}/accept`,
+        `/organizations/${owner.organizationId}?foo=${token}`,
+        `/verify-email?next=%2Finvitations%2F${token}`,
+        `/x?${token}`,
+      ];
+      for (const url of attacks) expect((await app.inject({ method: 'GET', url })).statusCode, url).toBeLessThan(500);
+      const logged = output();
+      expect(logged).toContain(`"url":"/invitations%2F[redacted]"`);
+      expect(logged).toContain(`"url":"/organizations/${owner.organizationId}?foo=[redacted]"`);
+      expect(logged).toContain(`"url":"/verify-email?next=%2Finvitations%2F[redacted]"`);
+      expect(logged).not.toContain(token);
+      expect(logged).not.toContain(token.slice('cginv_'.length));
+    } finally {
+      await app.close();
+    }
+  });
 });

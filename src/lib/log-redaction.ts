@@ -1,9 +1,14 @@
 import type { FastifyRequest, RouteOptions } from 'fastify';
 
 /**
- * SPEC §8: secrets never reach logs, including secrets in URL paths (an invitation token in
- * `/invitations/{token}`). Headers are covered by the logger's redact paths (app.ts, REDACT_PATHS);
- * this file covers the URL, which pino would otherwise log verbatim with every request.
+ * Secrets never reach logs, including secrets in URLs (docs/accounts.md, "Secrets in logs"). Headers
+ * are covered by the logger's redact paths (app.ts, REDACT_PATHS); this file covers the URL, which pino
+ * would otherwise log verbatim with every request. The rule: every token-shaped value anywhere in the
+ * URL — any path segment, any query name or value, after percent-decoding (so `%2F` and other escapes
+ * hide nothing) — is logged as `[redacted]` (tokenShaped below). Routes may also declare secret path
+ * parameters (`config.secretParams`) and a few query names are always secret: those are hidden
+ * whatever their shape, a second net for values the shape rule would let through (a short or
+ * mangled token in a known place).
  */
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -38,6 +43,76 @@ function decoded(segment: string): string {
 }
 
 /**
+ * The prefixes of the secrets this service issues (lib/secrets.ts, auth, invitations, webhooks) and of
+ * the payment processor's: a value starting with one, followed by at least 8 characters of which one is
+ * a digit or a capital, is a secret even when too short for the general rule (a truncated token).
+ */
+const SECRET_PREFIX = /^(?:cginv_|cgev_|cgrt_|cgds_|cg_|whsec_|sk_live_|sk_test_|rk_live_|rk_test_)/;
+/** Candidate runs: a prefixed secret (with base64's `+/=` too), or any run of base62/base64url characters. */
+const RUN = /(?:cginv_|cgev_|cgrt_|cgds_|cg_|whsec_|sk_live_|sk_test_|rk_live_|rk_test_)[A-Za-z0-9+/=_-]*|[A-Za-z0-9_-]{20,}/g;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const MIXED = /[0-9A-Z]/;
+
+/**
+ * Token-shaped (docs/accounts.md, "Secrets in logs"): a run of 20 or more base62/base64url characters
+ * (`A-Z a-z 0-9 _ -`) holding at least one digit or capital letter, unless it is a UUID; or a known
+ * secret prefix followed by 8 or more characters holding a digit or capital. UUIDs are ids, not
+ * secrets, and stay readable; so do words and slugs (`template-deployments`, `search_documents`),
+ * which a random token of that length is all but certain not to look like (the chance that 20 random
+ * base62 characters hold no digit and no capital is about 3 in 10^8).
+ */
+export function isTokenShaped(run: string): boolean {
+  const prefix = SECRET_PREFIX.exec(run);
+  if (prefix) {
+    const rest = run.slice(prefix[0].length);
+    if (rest.length >= 8 && MIXED.test(rest)) return true;
+  }
+  return run.length >= 20 && MIXED.test(run) && !UUID.test(run);
+}
+
+/**
+ * Percent-decoding that a stray or malformed escape cannot stop (one bad `%` would make
+ * decodeURIComponent give up on the whole piece, and an escape inside a token would then split it):
+ * each run of escapes is decoded on its own, ASCII ones always, and the whole is decoded again, up to
+ * three times, so a double-encoded token (`%2541`) is seen too.
+ */
+function decodedForSearch(raw: string): string {
+  let text = raw;
+  for (let round = 0; round < 3 && text.includes('%'); round++) {
+    const next = text.replace(/(?:%[0-9A-Fa-f]{2})+/g, (escapes) => {
+      try {
+        return decodeURIComponent(escapes);
+      } catch {
+        return escapes.replace(/%([0-9A-Fa-f]{2})/g, (sequence, hex: string) => {
+          const code = Number.parseInt(hex, 16);
+          return code < 0x80 ? String.fromCharCode(code) : sequence;
+        });
+      }
+    });
+    if (next === text) break;
+    text = next;
+  }
+  return text;
+}
+
+/**
+ * One piece of a URL (a path segment, a query name or value) with every token-shaped run replaced by
+ * `[redacted]`. A piece with none is returned exactly as sent; one with a token is written decoded and
+ * re-escaped around the `[redacted]` (`invitations%2F[redacted]`), so what is left is still readable.
+ */
+export function redactTokens(raw: string): string {
+  const text = decodedForSearch(raw);
+  let out = '';
+  let last = 0;
+  for (const match of text.matchAll(RUN)) {
+    if (!isTokenShaped(match[0])) continue;
+    out += `${encodeURIComponent(text.slice(last, match.index))}${REDACTED}`;
+    last = match.index + match[0].length;
+  }
+  return last === 0 ? raw : out + encodeURIComponent(text.slice(last));
+}
+
+/**
  * The one list of where secrets sit in URLs, filled from the routes themselves (`config.secretParams`),
  * so a new route with a token in its path declares it once, beside its schema. Matching works on the
  * raw URL, so it also holds for requests no route answered (a 404 under `/invitations/<token>/…`).
@@ -61,7 +136,7 @@ export class SecretRoutes {
     this.routes.push({ segments, secret });
   }
 
-  /** The URL with every secret path segment and secret query value replaced by `[redacted]`. */
+  /** The URL with every token-shaped value, secret path segment and secret query value replaced by `[redacted]`. */
   redactUrl(url: string): string {
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
@@ -86,7 +161,7 @@ export class SecretRoutes {
         else if (paramName(pattern) === null && decoded(parts[position]!).toLowerCase() !== pattern.toLowerCase()) break;
       }
     }
-    return hidden.size === 0 ? path : parts.map((part, i) => (hidden.has(i) ? REDACTED : part)).join('/');
+    return parts.map((part, i) => (hidden.has(i) ? REDACTED : redactTokens(part))).join('/');
   }
 }
 
@@ -95,8 +170,10 @@ function redactQuery(query: string): string {
     .split('&')
     .map((pair) => {
       const eq = pair.indexOf('=');
-      const name = decoded(eq === -1 ? pair : pair.slice(0, eq)).toLowerCase();
-      return SECRET_QUERY_PARAMS.has(name) ? `${eq === -1 ? pair : pair.slice(0, eq)}=${REDACTED}` : pair;
+      const rawName = eq === -1 ? pair : pair.slice(0, eq);
+      if (SECRET_QUERY_PARAMS.has(decoded(rawName).toLowerCase())) return `${rawName}=${REDACTED}`;
+      // Any other parameter, whatever its name (`?foo=<token>`), and the name itself: the shape rule.
+      return eq === -1 ? redactTokens(pair) : `${redactTokens(rawName)}=${redactTokens(pair.slice(eq + 1))}`;
     })
     .join('&');
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { REDACTED, requestSerializer, SecretRoutes } from './log-redaction.js';
+import { isTokenShaped, REDACTED, requestSerializer, SecretRoutes } from './log-redaction.js';
 
 /** Where secrets sit in URLs comes from the routes (config.secretParams); the raw URL is matched, routed or not. */
 function routes(): SecretRoutes {
@@ -38,5 +38,52 @@ describe('URL redaction for logs', () => {
     const serialize = requestSerializer(secrets);
     const raw = { method: 'GET', url: '/invitations/cginv_abc', headers: { host: 'h', authorization: 'Bearer x' }, socket: { remoteAddress: '10.0.0.1', remotePort: 5 } };
     expect(serialize(raw as never)).toEqual({ method: 'GET', url: `/invitations/${REDACTED}`, version: undefined, host: 'h', remoteAddress: '10.0.0.1', remotePort: 5 });
+  });
+
+  describe('token-shaped values, anywhere in the URL (docs/accounts.md, "Secrets in logs")', () => {
+    const token = 'cginv_7Qd2LmX9pRt4VbN8cZk1YhWs3FgJ6aE0uTqOiP5n';
+    const apiKey = 'cg_AbCdEfGhIjKlMnOpQrStUvWxYz0123ab12cd';
+    const uuid = '6f1c2a9e-3b7d-4c1e-9f20-8a4b5c6d7e8f';
+    it.each([
+      // The review's attack URLs: an encoded slash hides the token from the route patterns; any query name.
+      [`/invitations%2F${token}`, `/invitations%2F${REDACTED}`],
+      [`/invitations%2f${token}/accept`, `/invitations%2F${REDACTED}/accept`],
+      [`/x?foo=${token}`, `/x?foo=${REDACTED}`],
+      [`/x?a=1&next=%2Finvitations%2F${token}&b=2`, `/x?a=1&next=%2Finvitations%2F${REDACTED}&b=2`],
+      [`/x?${token}`, `/x?${REDACTED}`],
+      [`/x?${token}=1`, `/x?${REDACTED}=1`],
+      // Escapes inside the token, a double-encoded one, a stray % that would stop decodeURIComponent.
+      [`/x/${token.slice(0, 10)}%41${token.slice(10)}`, `/x/${REDACTED}`],
+      [`/x/invitations%252F${token}`, `/x/invitations%2F${REDACTED}`],
+      [`/x/${token}%`, `/x/${REDACTED}%25`],
+      // Any secret this service issues, in any place; a short (truncated) one with its prefix.
+      [`/anything/${apiKey}/more`, `/anything/${REDACTED}/more`],
+      ['/y/cgrt_Ab3dEfGh', `/y/${REDACTED}`],
+      ['/hooks?s=whsec_Ab+cD/eF=gh12', `/hooks?s=${REDACTED}`],
+      // Long base64url values without a prefix (a foreign key, a JWT's parts); shorter runs stay.
+      ['/cb?code=eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.dBjftJeZ4CVPmB92K27uhbUJU1p1r', `/cb?code=${REDACTED}.eyJzdWIiOiIxIn0.${REDACTED}`],
+    ])('%s → %s', (url, logged) => {
+      expect(secrets.redactUrl(url)).toBe(logged);
+    });
+
+    it.each([
+      [`/organizations/${uuid}/invitations/${uuid.toUpperCase()}`],
+      ['/organizations/abc/template-deployments/x/verify-domain'],
+      ['/api/v1/admin/tool-actions/search_documents_by_keyword'],
+      ['/organizations?limit=20&status=all&q=hello+world'],
+      ['/x?from=2026-01-15T12:00:00.000Z&to=2026-01-16'],
+      ['/x/short-Token-1'],
+    ])('ordinary ids and words stay readable: %s', (url) => {
+      expect(secrets.redactUrl(url)).toBe(url);
+    });
+
+    it('defines the shape', () => {
+      expect(isTokenShaped(`${'a'.repeat(19)}B`)).toBe(true);
+      expect(isTokenShaped(`${'a'.repeat(18)}B`)).toBe(false);
+      expect(isTokenShaped('abcdefghijklmnopqrstuvwxyz-words_only')).toBe(false);
+      expect(isTokenShaped(uuid)).toBe(false);
+      expect(isTokenShaped(`${uuid}x`)).toBe(true);
+      expect(isTokenShaped('cg_tool_name')).toBe(false);
+    });
   });
 });

@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import { boolean, index, integer, pgTable, primaryKey, text, timestamp, uniqueIndex, uuid } from 'drizzle-orm/pg-core';
-import { organizations, users } from './accounts.js';
+import { apiKeys, organizations, users } from './accounts.js';
 
 /** A signed-in session: access tokens carry its id, so ending it stops them at once. */
 export const sessions = pgTable(
@@ -94,7 +94,12 @@ export const invitations = pgTable(
       .references(() => organizations.id),
     email: text('email').notNull(),
     role: text('role').notNull().default('member'),
+    /** The member the invitation acts for (the key's maker when an API key sent it); see docs/accounts.md. */
     invitedBy: uuid('invited_by').references(() => users.id),
+    /** The API key that sent it, if any: the invitation is acceptable only while that key is active. */
+    apiKeyId: uuid('api_key_id').references(() => apiKeys.id),
+    /** Why the service withdrew it (inviter_lost_power, api_key_revoked, inviter_unknown); null when a person revoked it. */
+    withdrawnReason: text('withdrawn_reason'),
     tokenHash: text('token_hash').notNull(),
     expiresAt: timestamp('expires_at', { withTimezone: true }).notNull(),
     acceptedAt: timestamp('accepted_at', { withTimezone: true }),
@@ -107,6 +112,9 @@ export const invitations = pgTable(
     // The invitation caps (SPEC §8) count one organization's and one address's invitations of the last day.
     index('invitations_org_created_idx').on(t.organizationId, t.createdAt),
     index('invitations_email_created_idx').on(sql`lower(${t.email})`, t.createdAt),
+    // Taking back what a member lost (powers.ts) finds their open invitations and those of a revoked key.
+    index('invitations_api_key_idx').on(t.apiKeyId).where(sql`${t.apiKeyId} IS NOT NULL`),
+    index('invitations_inviter_idx').on(t.organizationId, t.invitedBy).where(sql`${t.acceptedAt} IS NULL AND ${t.revokedAt} IS NULL`),
     // One open invitation per address and organization, even under concurrent invites.
     uniqueIndex('invitations_open_email_key')
       .on(t.organizationId, sql`lower(${t.email})`)

@@ -8,7 +8,7 @@ import { generateApiKey, keyPrefix, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
 import { isUuid } from '../metering/state.js';
-import { heldBy, keyScopesAllowed } from '../organizations/powers.js';
+import { heldBy, keyScopesAllowed, withdrawInvitations } from '../organizations/powers.js';
 import { authorize } from '../organizations/rbac.js';
 
 export type Scope = 'read' | 'write' | 'admin';
@@ -78,8 +78,9 @@ export async function createApiKey(
 }
 
 /**
- * Revoke: the key stops working with this commit; every instance drops its cached principals when the
- * commit is done (docs/adr/0005-cached-checks.md).
+ * Revoke: the key stops working with this commit, and the pending invitations sent with it are
+ * withdrawn in the same transaction; every instance drops its cached principals when the commit is
+ * done (docs/adr/0005-cached-checks.md).
  */
 export async function revokeApiKey(ctx: Ctx, organizationId: string, id: string): Promise<ApiKeyRow> {
   if (!isUuid(id)) throw new NotFoundError('API key');
@@ -96,6 +97,8 @@ export async function revokeApiKey(ctx: Ctx, organizationId: string, id: string)
         data: { api_key_id: id, name: revoked[0].name, key_prefix: revoked[0].key_prefix },
         at: revoked[0].revoked_at!,
       });
+      // An invitation sent with this key acts for it: it stops being acceptable with it (docs/accounts.md).
+      await withdrawInvitations(tx, ctx, organizationId, { apiKeyIds: [id] });
       return revoked[0];
     }
     // Revoking twice answers the same and is audited once.

@@ -12,7 +12,7 @@ const Email = Type.String({ format: 'email', maxLength: 320, description: 'Email
 const Password = Type.String({
   minLength: 8,
   maxLength: 1024,
-  description: '8 to 1,024 characters; not a common password, not the email address (or its part before @)',
+  description: '8 to 1,024 characters; not a common password, not the email address (or its part before @), and hard enough to guess (zxcvbn score 3 or more of 4, the email and name counted as known)',
   examples: ['correct horse battery staple'],
 });
 

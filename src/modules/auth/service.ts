@@ -56,7 +56,7 @@ async function startSession(ctx: Ctx, tx: Queryable, user: UserRow): Promise<Tok
  * transaction; the mail is sent after the commit. A weak password is refused before any hashing.
  */
 export async function signup(ctx: Ctx, input: { email: string; password: string; full_name?: string | undefined }): Promise<TokenPair> {
-  await assertAcceptablePassword(input.password, input.email);
+  await assertAcceptablePassword(input.password, { email: input.email, fullName: input.full_name });
   const hash = await hashPassword(input.password, ctx.config.passwordHashLogN);
   const now = ctx.clock.now();
   let result: { pair: TokenPair; mail: QueuedMail };

@@ -97,13 +97,14 @@ describe('POST /organizations/{id}/users (invite)', () => {
     const orgId = owner.organizationId;
     const url = `/api/organizations/${orgId}/invitations`;
     const admin = await joinByInvitation(h, bearer(owner.accessToken), orgId, 'admin');
-    const { key } = await createApiKey(h.ctx, { organizationId: orgId, name: 'k', scopes: ['read', 'write', 'admin'] });
+    // Made by the owner: a key-sent invitation acts for the key's maker (docs/accounts.md), and a key still never invites an owner.
+    const { key } = await createApiKey(h.ctx, { organizationId: orgId, name: 'k', scopes: ['read', 'write', 'admin'], createdBy: owner.userId });
     const asAdmin = await invite(bearer(admin.accessToken), orgId, { email: 'boss@example.com', role: 'owner' }, url);
     expect(asAdmin.statusCode).toBe(403);
     expect((await invite({ 'x-api-key': key }, orgId, { email: 'boss@example.com', role: 'owner' }, url)).statusCode).toBe(403);
     const byKey = await invite({ 'x-api-key': key }, orgId, { email: `${orgId}-keyed@example.com`, role: 'viewer' }, url);
     expect(byKey.statusCode).toBe(201);
-    expect(json<{ data: { invited_by: string | null } }>(byKey).data.invited_by).toBeNull();
+    expect(json<{ data: { invited_by: string | null } }>(byKey).data.invited_by).toBe(owner.userId);
     const boss = await signUp(h);
     const res = await invite(bearer(owner.accessToken), orgId, { email: boss.email, role: 'owner' }, url);
     expect(res.statusCode).toBe(201);

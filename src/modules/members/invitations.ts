@@ -7,33 +7,32 @@ import { pageOf } from '../../http/envelope.js';
 import { deliverMail, type Delivery, enqueueMail, renderMail } from '../../lib/mailer.js';
 import { randomBase62, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
-import { emitEvent } from '../events/outbox.js';
 import { isUuid } from '../metering/state.js';
-import { heldBy, invitationRolesAllowed } from '../organizations/powers.js';
+import { heldBy, invitationRolesAllowed, type WithdrawnReason } from '../organizations/powers.js';
 import { authorize, type Role } from '../organizations/rbac.js';
 import { enforceInvitationCaps } from './invitation-caps.js';
-import { loadMember, type MemberView } from './service.js';
 
-/** SPEC §2: ≥ 178 random bits (36 base62 characters ≈ 214), shown once, stored as SHA-256. */
+/** ≥ 178 random bits (36 base62 characters ≈ 214), shown once, stored as SHA-256 (docs/decisions-accounts.md, "Token"). */
 export const INVITATION_PREFIX = 'cginv_';
-const TOKEN_RE = /^cginv_[0-9A-Za-z]{36}$/;
 export const INVITATION_TTL_MS = 7 * DAY;
 
 export type InvitationStatus = 'pending' | 'accepted' | 'expired' | 'revoked';
 
-interface InvitationRow {
+export interface InvitationRow {
   id: string;
   organization_id: string;
   email: string;
   role: Role;
   invited_by: string | null;
+  api_key_id: string | null;
+  withdrawn_reason: WithdrawnReason | null;
   expires_at: Date;
   accepted_at: Date | null;
   revoked_at: Date | null;
   created_at: Date;
 }
 
-const COLUMNS = 'id, organization_id, email, role, invited_by, expires_at, accepted_at, revoked_at, created_at';
+export const COLUMNS = 'id, organization_id, email, role, invited_by, api_key_id, withdrawn_reason, expires_at, accepted_at, revoked_at, created_at';
 
 export interface InvitationView {
   id: string;
@@ -42,6 +41,8 @@ export interface InvitationView {
   role: Role;
   status: InvitationStatus;
   invited_by: string | null;
+  api_key_id: string | null;
+  withdrawn_reason: WithdrawnReason | null;
   expires_at: string;
   accepted_at: string | null;
   revoked_at: string | null;
@@ -62,6 +63,8 @@ function viewInvitation(row: InvitationRow, now: Date): InvitationView {
     role: row.role,
     status: statusOf(row, now),
     invited_by: row.invited_by,
+    api_key_id: row.api_key_id,
+    withdrawn_reason: row.withdrawn_reason,
     expires_at: row.expires_at.toISOString(),
     accepted_at: row.accepted_at?.toISOString() ?? null,
     revoked_at: row.revoked_at?.toISOString() ?? null,
@@ -76,6 +79,23 @@ export interface InviteInput {
 }
 
 /**
+ * The member an API key acts for when it invites: its maker, read under FOR SHARE so a revocation
+ * committing meanwhile is waited for and seen (then the invitation is not made). A key the operator
+ * made belongs to no member and cannot invite (docs/accounts.md, "Invitations act for a member").
+ */
+async function keyMaker(tx: Queryable, organizationId: string, apiKeyId: string): Promise<string> {
+  const rows = await tx.query<{ created_by: string | null }>(
+    'SELECT created_by FROM api_keys WHERE id = $1 AND organization_id = $2 AND revoked_at IS NULL FOR SHARE',
+    [apiKeyId, organizationId],
+  );
+  if (!rows[0]) throw new AppError('FORBIDDEN', 'This API key was revoked');
+  if (rows[0].created_by === null) {
+    throw new AppError('FORBIDDEN', 'This API key was made by the operator and acts for no member: invitations come from a member or a key a member made');
+  }
+  return rows[0].created_by;
+}
+
+/**
  * Invite by email (POST /organizations/{id}/users and /api/organizations/{org_id}/invitations). The
  * invitation, its mail (outbox row) and its audit row commit together; the mail goes out after the
  * commit. A new invitation to the same address replaces the open one (its link stops working). Capped
@@ -87,10 +107,11 @@ export async function inviteMember(
 ): Promise<InvitationView & { token: string; accept_url: string; email_delivery: Delivery }> {
   const caller = await authorize(ctx, input.organizationId, 'members.invite');
   const role = input.role ?? 'member';
+  const apiKeyId = ctx.actor.type === 'api_key' ? ctx.actor.apiKeyId : null;
   // An API key acts as an admin would (never an owner); a user invites with their own role or below.
   const refuse = () =>
     new AppError('FORBIDDEN', role === 'owner' ? 'Only an owner can invite an owner' : `Your role cannot invite with the role ${role}`);
-  if (caller.userId === null && !invitationRolesAllowed({ role: 'admin', permissions: new Set(['members.invite']) }).includes(role)) throw refuse();
+  if (apiKeyId !== null && !invitationRolesAllowed({ role: 'admin', permissions: new Set(['members.invite']) }).includes(role)) throw refuse();
   const token = `${INVITATION_PREFIX}${randomBase62(36)}`;
   const acceptUrl = `${ctx.config.publicBaseUrl}/invitations/${token}`;
   const now = ctx.clock.now();
@@ -98,9 +119,11 @@ export async function inviteMember(
   const { row, mail } = await ctx.db.transaction(async (tx) => {
     const orgs = await tx.query<{ name: string }>('SELECT name FROM organizations WHERE id = $1 AND deleted_at IS NULL', [input.organizationId]);
     if (!orgs[0]) throw new NotFoundError('Organization');
-    // Under a lock of the inviter's membership, so a caller demoted meanwhile cannot invite above it.
-    if (caller.userId !== null && !invitationRolesAllowed(await heldBy(tx, input.organizationId, caller.userId, true)).includes(role)) {
-      throw refuse();
+    // The invitation acts for a member: the caller, or the maker of the calling key (docs/accounts.md).
+    const inviterId = apiKeyId === null ? caller.userId : await keyMaker(tx, input.organizationId, apiKeyId);
+    // Under a lock of the inviter's membership, so an inviter demoted meanwhile cannot invite above it.
+    if (inviterId === null || !invitationRolesAllowed(await heldBy(tx, input.organizationId, inviterId, true)).includes(role)) {
+      throw apiKeyId === null ? refuse() : new AppError('FORBIDDEN', `The member who made this API key cannot invite with the role ${role}`);
     }
     const member = await tx.query(
       `SELECT 1 FROM organization_members m JOIN users u ON u.id = m.user_id WHERE m.organization_id = $1 AND lower(u.email) = lower($2)`,
@@ -115,9 +138,9 @@ export async function inviteMember(
     );
     const rows = await tx
       .query<InvitationRow>(
-        `INSERT INTO invitations (organization_id, email, role, invited_by, token_hash, expires_at, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING ${COLUMNS}`,
-        [input.organizationId, email, role, caller.userId, sha256Hex(token), new Date(now.getTime() + INVITATION_TTL_MS), now],
+        `INSERT INTO invitations (organization_id, email, role, invited_by, api_key_id, token_hash, expires_at, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ${COLUMNS}`,
+        [input.organizationId, email, role, inviterId, apiKeyId, sha256Hex(token), new Date(now.getTime() + INVITATION_TTL_MS), now],
       )
       .catch((err: unknown) => {
         // A concurrent invitation to the same address won the one open slot (invitations_open_email_key).
@@ -125,9 +148,7 @@ export async function inviteMember(
         throw err;
       });
     const invitation = rows[0]!;
-    const inviter = caller.userId
-      ? (await tx.query<{ full_name: string | null; email: string }>('SELECT full_name, email FROM users WHERE id = $1', [caller.userId]))[0]
-      : undefined;
+    const inviter = (await tx.query<{ full_name: string | null; email: string }>('SELECT full_name, email FROM users WHERE id = $1', [inviterId]))[0];
     const content = renderMail('invitation', {
       publicBaseUrl: ctx.config.publicBaseUrl,
       invitation: {
@@ -150,7 +171,7 @@ export async function inviteMember(
       action: 'invite',
       resourceType: 'invitation',
       resourceId: invitation.id,
-      metadata: { email, role, ...(replaced.length > 0 ? { replaced: replaced.map((r) => r.id) } : {}) },
+      metadata: { email, role, invited_by: inviterId, ...(replaced.length > 0 ? { replaced: replaced.map((r) => r.id) } : {}) },
     });
     return { row: invitation, mail: queued };
   });
@@ -196,94 +217,4 @@ export async function revokeInvitation(ctx: Ctx, organizationId: string, invitat
     return rows[0];
   });
   return viewInvitation(row, now);
-}
-
-const lookupSql = `SELECT i.id, i.organization_id, i.email, i.role, i.invited_by, i.expires_at, i.accepted_at, i.revoked_at, i.created_at,
-    o.name AS organization_name, u.full_name AS inviter_name, u.email AS inviter_email
-  FROM invitations i JOIN organizations o ON o.id = i.organization_id AND o.deleted_at IS NULL
-  LEFT JOIN users u ON u.id = i.invited_by
-  WHERE i.token_hash = $1`;
-
-type LookupRow = InvitationRow & { organization_name: string; inviter_name: string | null; inviter_email: string | null };
-
-async function findByToken(q: Queryable, token: string): Promise<LookupRow> {
-  // A malformed token is refused without a database read; unknown and malformed read the same.
-  if (!TOKEN_RE.test(token)) throw new NotFoundError('Invitation');
-  const rows = await q.query<LookupRow>(lookupSql, [sha256Hex(token)]);
-  if (!rows[0]) throw new NotFoundError('Invitation');
-  return rows[0];
-}
-
-export interface PublicInvitation {
-  organization_name: string;
-  email: string;
-  role: Role;
-  inviter: { name: string | null; email: string } | null;
-  expires_at: string;
-  status: InvitationStatus;
-}
-
-/** GET /invitations/{token} (no auth): what the link is for, so the invitee can decide. */
-export async function getInvitationByToken(ctx: Ctx, token: string): Promise<PublicInvitation> {
-  const row = await findByToken(ctx.db, token);
-  return {
-    organization_name: row.organization_name,
-    email: row.email,
-    role: row.role,
-    inviter: row.inviter_email ? { name: row.inviter_name, email: row.inviter_email } : null,
-    expires_at: row.expires_at.toISOString(),
-    status: statusOf(row, ctx.clock.now()),
-  };
-}
-
-/**
- * POST /invitations/{token}/accept: only the signed-in user with the invited email (any case). One
- * transaction: a guarded UPDATE marks it accepted (so two accepts cannot both win) and the membership
- * is created with the invited role. Not pending (accepted, revoked, expired) or already a member: 409.
- */
-export async function acceptInvitation(ctx: Ctx, userId: string, token: string): Promise<MemberView> {
-  const now = ctx.clock.now();
-  const member = await ctx.db.transaction(async (tx) => {
-    const invitation = await findByToken(tx, token);
-    const sameEmail = await tx.query<{ email_verified_at: Date | null }>(
-      'SELECT email_verified_at FROM users WHERE id = $1 AND lower(email) = lower($2)',
-      [userId, invitation.email],
-    );
-    if (sameEmail.length === 0) throw new AppError('FORBIDDEN', 'This invitation was sent to another email address');
-    // SPEC §8: the invitation goes to an address; only someone who proved they read it may use it.
-    if (!sameEmail[0]!.email_verified_at) {
-      throw new AppError('FORBIDDEN', 'Verify your email address first: open the link we mailed you (or POST /auth/resend-verification), then accept');
-    }
-    const claimed = await tx.query(
-      `UPDATE invitations SET accepted_at = $2 WHERE id = $1 AND accepted_at IS NULL AND revoked_at IS NULL AND expires_at > $2 RETURNING id`,
-      [invitation.id, now],
-    );
-    if (claimed.length === 0) {
-      const current = await tx.query<InvitationRow>(`SELECT ${COLUMNS} FROM invitations WHERE id = $1`, [invitation.id]);
-      throw new AppError('CONFLICT', `This invitation is ${statusOf(current[0] ?? invitation, now)}`);
-    }
-    const inserted = await tx.query(
-      `INSERT INTO organization_members (organization_id, user_id, role, invited_by, joined_at) VALUES ($1, $2, $3, $4, $5)
-       ON CONFLICT (organization_id, user_id) DO NOTHING RETURNING id`,
-      [invitation.organization_id, userId, invitation.role, invitation.invited_by, now],
-    );
-    if (inserted.length === 0) throw new AppError('CONFLICT', 'You are already a member of this organization');
-    await writeAudit(tx, ctx, {
-      organizationId: invitation.organization_id,
-      action: 'accept',
-      resourceType: 'invitation',
-      resourceId: invitation.id,
-      metadata: { user_id: userId, role: invitation.role },
-    });
-    await emitEvent(tx, {
-      organizationId: invitation.organization_id,
-      type: 'organization.member.added',
-      data: { organization_id: invitation.organization_id, user_id: userId, role: invitation.role, invitation_id: invitation.id },
-      at: now,
-    });
-    return loadMember(tx, invitation.organization_id, userId);
-  });
-  // The new member may have resolved to "no deployment" before.
-  ctx.bus.publish('resolve-cache');
-  return member;
 }

@@ -4,7 +4,8 @@ import { Type } from 'typebox';
 import { ctxOf, userOf } from '../../http/auth.js';
 import { Envelope, envelopeErrors, ok, page, PageEnvelope, PageQuery, pageOf } from '../../http/envelope.js';
 import { decodeCursor } from '../../http/envelope.js';
-import { acceptInvitation, getInvitationByToken, inviteMember, listInvitations, revokeInvitation } from './invitations.js';
+import { acceptInvitation, getInvitationByToken } from './accept.js';
+import { inviteMember, listInvitations, revokeInvitation } from './invitations.js';
 import {
   INVITE_CAPS_NOTE,
   InvitationCreatedSchema,

@@ -87,7 +87,7 @@ export const MemberSchema = Type.Object({
   email: Type.String({ description: 'The member\'s email' }),
   full_name: Nullable(Type.String({ description: 'The member\'s name' })),
   role: Type.String({ description: 'owner, admin, member or viewer' }),
-  invited_by: Nullable(Type.String({ format: 'uuid', description: 'User who invited them (null for the creator or an API key invite)' })),
+  invited_by: Nullable(Type.String({ format: 'uuid', description: 'Member whose invitation they accepted (the key\'s maker for a key-sent one); null for the creator' })),
   joined_at: Timestamp('When they joined'),
   permissions: Type.Record(Type.String(), Type.Boolean(), { description: 'Per-user permission overrides (granted true/false)' }),
 }, { title: 'Member' });
@@ -102,7 +102,13 @@ export const InvitationSchema = Type.Object({
   email: Type.String({ description: 'Who is invited' }),
   role: Type.String({ description: 'Role given on acceptance' }),
   status: InvitationStatus,
-  invited_by: Nullable(Type.String({ format: 'uuid', description: 'Inviting user (null when an API key invited)' })),
+  invited_by: Nullable(Type.String({ format: 'uuid', description: 'The member it acts for: the inviting user, or the maker of the API key that sent it (null only for rows older than this field)' })),
+  api_key_id: Nullable(Type.String({ format: 'uuid', description: 'The API key that sent it, if any: it can be accepted only while that key is active' })),
+  withdrawn_reason: Nullable(
+    StringEnum(['inviter_lost_power', 'api_key_revoked', 'inviter_unknown'], {
+      description: 'Why the service withdrew it (status revoked): the inviter left or can no longer invite with this role, the key was revoked, or the inviter is unknown; null otherwise',
+    }),
+  ),
   expires_at: Timestamp('The link stops working at this time (7 days after the invitation)'),
   accepted_at: Nullable(Timestamp('When it was accepted')),
   revoked_at: Nullable(Timestamp('When it was revoked')),
@@ -111,9 +117,9 @@ export const InvitationSchema = Type.Object({
 
 /** The invite routes' OpenAPI description: the caps of SPEC §8 (numbers in invitation-caps.ts, docs/accounts.md). */
 export const INVITE_CAPS_NOTE =
-  `At most ${INVITATIONS_PER_ORGANIZATION_PER_DAY} invitations per organization and ${INVITATIONS_PER_ADDRESS_PER_DAY} per address ` +
-  '(across all organizations) in any 24 hours; past either cap, 429 RATE_LIMITED with Retry-After ' +
-  '(seconds until the oldest counted invitation leaves the window).';
+  `At most ${INVITATIONS_PER_ORGANIZATION_PER_DAY} invitations per organization and ${INVITATIONS_PER_ADDRESS_PER_DAY} per normalised address ` +
+  '(lower case, +tag removed) per organization per UTC day; past either cap, 429 RATE_LIMITED with Retry-After ' +
+  '(seconds until the next UTC midnight). An invitation can be accepted only while the member it acts for could still send it.';
 
 export const InvitationCreatedSchema = Type.Object({
   ...InvitationSchema.properties,
@@ -127,7 +133,7 @@ export const PublicInvitationSchema = Type.Object({
   email: Type.String({ description: 'Who is invited (sign in or sign up with this address to accept)' }),
   role: Type.String({ description: 'Role given on acceptance' }),
   inviter: Nullable(
-    Type.Object({ name: Nullable(Type.String()), email: Type.String() }, { description: 'The inviting user (null when an API key invited)' }),
+    Type.Object({ name: Nullable(Type.String()), email: Type.String() }, { description: 'The member the invitation acts for (for a key-sent one, the key\'s maker)' }),
   ),
   expires_at: Timestamp('The link stops working at this time'),
   status: InvitationStatus,

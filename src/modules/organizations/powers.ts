@@ -5,7 +5,7 @@ import { emitEvent } from '../events/outbox.js';
 import type { Role } from './rbac.js';
 
 /**
- * What a member may hand on (SPEC §8): the one place that decides which API-key scopes and which
+ * What a member may hand on: the one place that decides which API-key scopes and which
  * invitation roles a member's powers cover. Key creation asks it before minting, and every membership
  * change (demotion, permission override, removal) asks it afterwards and takes back what now exceeds
  * them, so a key or an invitation never outlives the power that made it (docs/accounts.md, "Powers").
@@ -73,8 +73,8 @@ export function invitationRolesAllowed(held: Held): Role[] {
 /**
  * After a membership change of `userId` (inside its transaction, the membership row locked): revoke
  * the keys they made whose scopes now exceed their powers, and withdraw their pending invitations
- * whose role they can no longer invite with. Each key revocation is an audit row and an
- * `api_key.revoked` event, like a revocation by hand.
+ * whose role they can no longer invite with and those sent with a key revoked here. Each key
+ * revocation is an audit row and an `api_key.revoked` event, like a revocation by hand.
  */
 export async function takeBackExcess(tx: Queryable, ctx: Ctx, organizationId: string, userId: string): Promise<void> {
   const held = await heldBy(tx, organizationId, userId);
@@ -100,11 +100,39 @@ export async function takeBackExcess(tx: Queryable, ctx: Ctx, organizationId: st
       at: now,
     });
   }
-  const withdrawn = await tx.query<{ id: string; role: string }>(
-    `UPDATE invitations SET revoked_at = $4
-     WHERE organization_id = $1 AND invited_by = $2 AND accepted_at IS NULL AND revoked_at IS NULL AND NOT (role = ANY($3::text[]))
-     RETURNING id, role`,
-    [organizationId, userId, invitationRolesAllowed(held), now],
+  // Invitations act for their inviter (docs/accounts.md, "Invitations act for a member"): those whose
+  // role the member can no longer invite with, and every one sent with a key revoked just now, go.
+  await withdrawInvitations(tx, ctx, organizationId, {
+    inviterId: userId,
+    rolesAllowed: invitationRolesAllowed(held),
+    apiKeyIds: revoked.map((k) => k.id),
+  });
+}
+
+/** Why the service withdrew an invitation; `inviter_unknown` only from migrations/0019 (rows older than `invited_by` for keys). */
+export type WithdrawnReason = 'inviter_lost_power' | 'api_key_revoked' | 'inviter_unknown';
+
+/**
+ * Withdraw pending invitations, in the caller's transaction: those sent with one of `apiKeyIds` (reason
+ * `api_key_revoked`), and, with `inviterId`, that inviter's whose role is not in `rolesAllowed`
+ * (`inviter_lost_power`). Each gets `revoked_at`, its `withdrawn_reason` and an audit row. The accept
+ * rule (members/invitation-backing.ts) refuses such an invitation with or without this; withdrawing
+ * makes the lists and the audit log say what happened.
+ */
+export async function withdrawInvitations(
+  tx: Queryable,
+  ctx: Ctx,
+  organizationId: string,
+  which: { inviterId?: string; rolesAllowed?: Role[]; apiKeyIds: string[] },
+): Promise<void> {
+  if (which.inviterId === undefined && which.apiKeyIds.length === 0) return;
+  const withdrawn = await tx.query<{ id: string; role: string; invited_by: string | null; api_key_id: string | null; withdrawn_reason: string }>(
+    `UPDATE invitations SET revoked_at = $5,
+       withdrawn_reason = CASE WHEN api_key_id = ANY($4::uuid[]) THEN 'api_key_revoked' ELSE 'inviter_lost_power' END
+     WHERE organization_id = $1 AND accepted_at IS NULL AND revoked_at IS NULL
+       AND (api_key_id = ANY($4::uuid[]) OR (invited_by = $2 AND NOT (role = ANY($3::text[]))))
+     RETURNING id, role, invited_by, api_key_id, withdrawn_reason`,
+    [organizationId, which.inviterId ?? null, which.rolesAllowed ?? [], which.apiKeyIds, ctx.clock.now()],
   );
   for (const invitation of withdrawn) {
     await writeAudit(tx, ctx, {
@@ -112,7 +140,12 @@ export async function takeBackExcess(tx: Queryable, ctx: Ctx, organizationId: st
       action: 'revoke',
       resourceType: 'invitation',
       resourceId: invitation.id,
-      metadata: { reason: 'inviter_lost_power', invited_by: userId, role: invitation.role },
+      metadata: {
+        reason: invitation.withdrawn_reason,
+        invited_by: invitation.invited_by,
+        role: invitation.role,
+        ...(invitation.api_key_id ? { api_key_id: invitation.api_key_id } : {}),
+      },
     });
   }
 }

@@ -1415,6 +1415,7 @@ export interface components {
         /** Invitation */
         Invitation: {
             accepted_at: string | null;
+            api_key_id: string | null;
             /**
              * Format: date-time
              * @description When it was made
@@ -1446,12 +1447,14 @@ export interface components {
              * @enum {string}
              */
             status: "pending" | "accepted" | "expired" | "revoked";
+            withdrawn_reason: ("inviter_lost_power" | "api_key_revoked" | "inviter_unknown") | null;
         };
         /** InvitationCreated */
         InvitationCreated: {
             /** @description PUBLIC_BASE_URL/invitations/{token}: share it when no mail goes out */
             accept_url: string;
             accepted_at: string | null;
+            api_key_id: string | null;
             /**
              * Format: date-time
              * @description When it was made
@@ -1490,6 +1493,7 @@ export interface components {
             status: "pending" | "accepted" | "expired" | "revoked";
             /** @description The invitation token, shown once (only its SHA-256 is stored) */
             token: string;
+            withdrawn_reason: ("inviter_lost_power" | "api_key_revoked" | "inviter_unknown") | null;
         };
         /** InvitationCreatedEnvelope */
         InvitationCreatedEnvelope: {
