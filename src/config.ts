@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
 import { makePrivateDir, PRIVATE_FILE_MODE, SECRETS_FILE } from './lib/data-dir.js';
 import { TIERS, type Tier } from './modules/entitlements/tiers.js';
@@ -55,6 +56,14 @@ export interface Config {
   aiMaxOutputTokens: number;
   /** An upstream that sends no headers, or no bytes of a stream, this long is cut (502). */
   aiTimeoutMs: number;
+  /** Normalised model names (or prefixes before `-`) that take the allowance only as max_completion_tokens (docs/ai-proxy.md, Bounds). */
+  aiReasoningModels: string[];
+  /** Top-level request fields forwarded besides OpenAI's own (docs/ai-proxy.md, Bounds: fields). */
+  aiExtraFields: string[];
+  /** Prompt hold of one image for a model family without a known image rule (docs/ai-proxy.md, Bounds: images). */
+  aiImageMaxTokens: number;
+  /** When set, inline audio and files are held at bytes ÷ this, rounded up; unset they are refused (docs/ai-proxy.md). */
+  aiBytesPerTokenBound: number | undefined;
   /** Connections to the upstream at most (a bounded pool); calls past it wait for one. */
   aiMaxConnections: number;
   smtpUrl: string | undefined;
@@ -111,7 +120,21 @@ export const DEFAULT_MODEL_CLASSES: Record<string, ModelClass> = {
   'gpt-4.1': 'advanced',
   o1: 'premium',
   o3: 'premium',
+  // Matched on the normalised name (docs/ai-proxy.md, Model classes): the embedding models are cheap;
+  // anything this map does not place is AI_DEFAULT_MODEL_CLASS (premium unless set).
+  'text-embedding-3-small': 'standard',
+  'text-embedding-3-large': 'standard',
+  'text-embedding-ada-002': 'standard',
 };
+
+/**
+ * Defaults for AI_REASONING_MODELS: normalised names (and their `-…` and `.…` variants) that refuse `max_tokens`
+ * and spend hidden reasoning tokens (docs/ai-proxy.md, Bounds: output allowance).
+ */
+export const DEFAULT_REASONING_MODELS = ['o1', 'o3', 'o4', 'gpt-5', 'codex-mini'];
+
+/** Default for AI_IMAGE_MAX_TOKENS: above every published per-image maximum but gpt-4o-mini's (docs/ai-proxy.md). */
+export const DEFAULT_IMAGE_MAX_TOKENS = 16_384;
 
 export class ConfigError extends Error {
   constructor(
@@ -196,7 +219,8 @@ function modelClasses(env: Env, name: string): Record<string, ModelClass> | unde
 }
 
 function modelClass(env: Env, name: string): ModelClass {
-  const raw = str(env, name) ?? 'standard';
+  // Unset: premium, the safe side for a model the class map does not place (docs/ai-proxy.md, Model classes).
+  const raw = str(env, name) ?? 'premium';
   if (!(MODEL_CLASSES as readonly string[]).includes(raw)) throw new ConfigError(name, `must be one of ${MODEL_CLASSES.join(', ')}`);
   return raw as ModelClass;
 }
@@ -288,6 +312,41 @@ function provisionerSecret(env: Env, name: string, urlName: string): string | un
   return raw;
 }
 
+/** A comma list in lower case; undefined when the variable is unset or empty (docker-compose passes empty ones). */
+function lowerList(env: Env, name: string): string[] | undefined {
+  return str(env, name) === undefined ? undefined : list(env, name).map((e) => e.toLowerCase());
+}
+
+function positiveNumber(env: Env, name: string): number | undefined {
+  const raw = str(env, name);
+  if (raw === undefined) return undefined;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value <= 0 || value > 1_000_000) throw new ConfigError(name, `must be a number above 0 and at most 1000000, got "${raw}"`);
+  return value;
+}
+
+/** `TEMPLATE_RESERVED_SUBDOMAINS=shop,portal`: each must be a possible subdomain (the slug rule), stored lower case. */
+function reservedSubdomains(env: Env, name: string): string[] {
+  const names = list(env, name).map((e) => e.toLowerCase());
+  const bad = names.find((e) => !/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/.test(e));
+  if (bad !== undefined) throw new ConfigError(name, `must be subdomains (a-z, 0-9, inner hyphens) separated by commas, got "${bad}"`);
+  return names;
+}
+
+/** `DNS_SERVERS=1.1.1.1,9.9.9.9:53,[2606:4700:4700::1111]:53`: addresses, not names (a resolver cannot resolve its own name). */
+function dnsServers(env: Env, name: string): string[] {
+  const servers = list(env, name);
+  for (const server of servers) {
+    const match = /^(?:\[([0-9a-fA-F:.]+)\]|(\d{1,3}(?:\.\d{1,3}){3}))(?::(\d{1,5}))?$/.exec(server) ?? (isIP(server) === 6 ? [server, server] : null);
+    const address = match?.[1] ?? match?.[2];
+    const port = match?.[3] === undefined ? 53 : Number(match[3]);
+    if (!address || isIP(address) === 0 || port < 1 || port > 65535) {
+      throw new ConfigError(name, `must be IP addresses, each optionally with :port ([v6]:port), separated by commas, got "${server}"`);
+    }
+  }
+  return servers;
+}
+
 function list(env: Env, name: string): string[] {
   return (str(env, name) ?? '')
     .split(',')
@@ -370,6 +429,10 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     aiMaxOutputTokens: int(env, 'AI_MAX_OUTPUT_TOKENS', 4096, 1, 1_000_000),
     aiTimeoutMs: int(env, 'AI_TIMEOUT_MS', 600_000, 100, 3_600_000),
     aiMaxConnections: int(env, 'AI_MAX_CONNECTIONS', 64, 1, 10_000),
+    aiReasoningModels: lowerList(env, 'AI_REASONING_MODELS') ?? DEFAULT_REASONING_MODELS,
+    aiExtraFields: list(env, 'AI_EXTRA_FIELDS'),
+    aiImageMaxTokens: int(env, 'AI_IMAGE_MAX_TOKENS', DEFAULT_IMAGE_MAX_TOKENS, 1, 1_000_000),
+    aiBytesPerTokenBound: positiveNumber(env, 'AI_BYTES_PER_TOKEN_BOUND'),
     smtpUrl: url(env, 'SMTP_URL', ['smtp:', 'smtps:']),
     webhookAllowPrivateNetworks: bool(env, 'WEBHOOK_ALLOW_PRIVATE_NETWORKS', false),
     webhookAttemptTimeoutMs: 10_000,
@@ -446,6 +509,10 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     aiMaxOutputTokens: 4096,
     aiTimeoutMs: 30_000,
     aiMaxConnections: 16,
+    aiReasoningModels: DEFAULT_REASONING_MODELS,
+    aiExtraFields: [],
+    aiImageMaxTokens: DEFAULT_IMAGE_MAX_TOKENS,
+    aiBytesPerTokenBound: undefined,
     smtpUrl: undefined,
     webhookAllowPrivateNetworks: false,
     webhookAttemptTimeoutMs: 10_000,
@@ -465,7 +532,8 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     // Cheap hashes keep the suite fast; the scrypt code path is the same.
     passwordHashLogN: 10,
     aiModelClasses: DEFAULT_MODEL_CLASSES,
-    aiDefaultModelClass: 'standard',
+    // As in production: an unplaced model bills at the dearest class (docs/ai-proxy.md, Model classes).
+    aiDefaultModelClass: 'premium',
     // Tests move the app's clock; the shared limiter follows it.
     rateLimitTime: 'clock',
     ...overrides,

@@ -13,6 +13,11 @@ export const ERROR_STATUS = {
   DEPLOYMENT_SUSPENDED: 403,
   NOT_FOUND: 404,
   VALIDATION_ERROR: 400,
+  /**
+   * The AI routes' refusal of a request field or content part they cannot bound (docs/ai-proxy.md,
+   * Bounds): always the flat shape `{error:"invalid_request", code:"INVALID_REQUEST", message, param}`.
+   */
+  INVALID_REQUEST: 400,
   CONFLICT: 409,
   IDEMPOTENCY_IN_PROGRESS: 409,
   IDEMPOTENCY_KEY_REUSED: 422,

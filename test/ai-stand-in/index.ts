@@ -32,7 +32,11 @@ export type Fault =
   /** Never answers (until the client goes away or close()). */
   | { kind: 'hang' }
   /** Stream: that many content chunks, then nothing until resume() (proves chunks are not held back). */
-  | { kind: 'pause'; afterChunks: number };
+  | { kind: 'pause'; afterChunks: number }
+  /** Ignores max_tokens: a stream goes on (up to 100,000 pieces) until the client goes; an answer has `pieces`. */
+  | { kind: 'endless'; pieces?: number }
+  /** Reports this as its `usage` object instead of its own count (a lying or broken provider). */
+  | { kind: 'usage'; usage: unknown };
 
 export interface RecordedRequest {
   method: string;
@@ -72,6 +76,29 @@ let encoder: Tiktoken | undefined;
 export function countTokens(text: string): number {
   encoder ??= new Tiktoken(o200k);
   return text === '' ? 0 : encoder.encode(text, [], []).length;
+}
+
+let words: string[] | undefined;
+/**
+ * The output pieces: words that are one o200k token each, alone and in a row (` one`, ` void`, …), so
+ * the stand-in's count of its output is the proxy's tokenizer count of the same text.
+ */
+export function piece(i: number): string {
+  if (!words) {
+    encoder ??= new Tiktoken(o200k);
+    const found: string[] = [];
+    for (let id = 1000; found.length < 512; id++) {
+      const word = encoder.decode([id]);
+      if (/^ [a-z]{3,8}$/.test(word) && !found.includes(word) && encoder.encode(word, [], []).length === 1) found.push(word);
+    }
+    words = found;
+  }
+  return words[i % words.length]!;
+}
+
+/** The text of the first `k` pieces: what a choice of `k` completion tokens says. */
+export function replyText(k: number): string {
+  return Array.from({ length: k }, (_, i) => piece(i)).join('');
 }
 
 /** The OpenAI cookbook's count for chat prompts: 3 per message, its strings, 1 per name, 3 priming the reply. */
@@ -208,14 +235,17 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
       return;
     }
     const cap = typeof b.max_completion_tokens === 'number' ? b.max_completion_tokens : typeof b.max_tokens === 'number' ? b.max_tokens : Number.POSITIVE_INFINITY;
-    const k = Math.min(options.replyTokens, cap);
+    const endless = fault?.kind === 'endless';
+    const k = endless ? (b.stream === true ? 100_000 : (fault.pieces ?? options.replyTokens)) : Math.min(options.replyTokens, cap);
     const n = typeof b.n === 'number' ? b.n : 1;
     const finish = k < options.replyTokens ? 'length' : 'stop';
     const id = `chatcmpl-${randomBytes(8).toString('hex')}`;
     const created = Math.floor(Date.now() / 1000);
     const usage = { prompt_tokens: countChatPromptTokens(b.messages), completion_tokens: k * n, total_tokens: 0 };
     usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
-    const pieces = Array.from({ length: k }, (_, i) => ` w${i}`);
+    const pieces = Array.from({ length: k }, (_, i) => piece(i));
+    // The usage this provider sends: its own count, or what a fault makes it claim.
+    const sentUsage: unknown = fault?.kind === 'usage' ? fault.usage : usage;
     if (b.stream !== true) {
       const reported = fault?.kind !== 'no_usage_json';
       state.usages.push({ id, model, prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, stream: false, reported });
@@ -230,7 +260,7 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
           logprobs: null,
           finish_reason: finish,
         })),
-        ...(reported ? { usage } : {}),
+        ...(reported ? { usage: sentUsage } : {}),
       });
       return;
     }
@@ -238,7 +268,7 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
     const reported = wantsUsage && fault?.kind !== 'no_usage';
     const record: RecordedUsage = { id, model, prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, stream: true, reported };
     state.usages.push(record);
-    void stream(res, { id, created, model, n, pieces, finish, usage, wantsUsage, reported, cutAfter: fault?.kind === 'cut' ? fault.afterChunks : undefined, pauseAfter: fault?.kind === 'pause' ? fault.afterChunks : undefined, record });
+    void stream(res, { id, created, model, n, pieces, finish, usage: sentUsage, wantsUsage, reported, cutAfter: fault?.kind === 'cut' ? fault.afterChunks : undefined, pauseAfter: fault?.kind === 'pause' ? fault.afterChunks : undefined, record });
   }
 
   async function stream(
@@ -250,7 +280,7 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
       n: number;
       pieces: string[];
       finish: string;
-      usage: Record<string, number>;
+      usage: unknown;
       wantsUsage: boolean;
       reported: boolean;
       cutAfter: number | undefined;

@@ -80,7 +80,8 @@ const ChatBodySchema = Type.Object(
   },
   {
     additionalProperties: true,
-    description: 'The OpenAI chat completion request. Fields the proxy does not read are passed to the provider untouched.',
+    description:
+      'The OpenAI chat completion request. The fields of OpenAI\'s API reference (and AI_EXTRA_FIELDS) are forwarded; any other is 400 INVALID_REQUEST (docs/ai-proxy.md, Bounds).',
   },
 );
 
@@ -96,7 +97,7 @@ const EmbeddingsBodySchema = Type.Object(
       Type.Array(TokenIds, { minItems: 1, maxItems: 2048 }),
     ]),
   },
-  { additionalProperties: true, description: 'The OpenAI embeddings request; other fields are passed to the provider untouched.' },
+  { additionalProperties: true, description: 'The OpenAI embeddings request (input, model, dimensions, encoding_format, user, and AI_EXTRA_FIELDS); any other field is 400 INVALID_REQUEST.' },
 );
 
 const OpenAiError = Type.Object(
@@ -114,6 +115,19 @@ const OpenAiError = Type.Object(
   { title: 'OpenAiError', description: 'Bad request, in the OpenAI error shape (a provider 4xx is handed on in the same shape)' },
 );
 
+const InvalidRequest = Type.Object(
+  {
+    error: Type.Literal('invalid_request'),
+    code: Type.Literal('INVALID_REQUEST'),
+    message: Type.String({ examples: ['best_of is not a request field this server forwards (OpenAI\'s API reference, plus AI_EXTRA_FIELDS)'] }),
+    param: Type.String({ description: 'The field or content part refused', examples: ['best_of', 'messages[0].content[1]'] }),
+  },
+  {
+    title: 'AiInvalidRequest',
+    description: 'A field outside OpenAI\'s API reference and AI_EXTRA_FIELDS, or a content part the proxy cannot bound (docs/ai-proxy.md, Bounds)',
+  },
+);
+
 const PassedThrough = (description: string) =>
   Type.Object({}, { additionalProperties: true, description: `${description}, as the provider wrote it` });
 
@@ -122,7 +136,7 @@ function aiErrors(): Record<number, TSchema> {
   const flat = flatErrors(401, 403, 404, 429, 502);
   return {
     ...flat,
-    400: OpenAiError,
+    400: Type.Union([OpenAiError, InvalidRequest], { description: 'Bad input (OpenAI error shape), or a field or part the proxy cannot bound (INVALID_REQUEST)' }),
     403: Type.Ref('FlatError', { description: 'FEATURE_NOT_AVAILABLE (ai_enabled off), DEPLOYMENT_SUSPENDED, INSUFFICIENT_SCOPE' }),
     429: Type.Ref('FlatError', {
       description: 'AI_QUOTA_EXCEEDED (no tokens, no purchased credits; Retry-After up to the reset), the rate limit of §6, or the provider\'s own 429 handed on with its Retry-After',
@@ -271,8 +285,9 @@ export async function aiRoutes(fastify: FastifyInstance): Promise<void> {
     async (request, reply) => {
       const { ctx, deployment } = aiDeploymentOf(request);
       const result = await generate({ ctx, deployment, upstream, request, reply }, request.body);
-      if ('text' in result) return ok(result, 'Generated');
-      return result;
+      // null: the reply is a stream already under way. (The reply itself must not be returned through an
+      // awaited async function: a Fastify reply is thenable and resolves to undefined once sent.)
+      return result === null ? reply : ok(result, 'Generated');
     },
   );
 }

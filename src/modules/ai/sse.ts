@@ -51,18 +51,28 @@ export interface ProviderUsage {
   completion_tokens: number;
 }
 
-/** The provider's usage object when it is one (whole numbers ≥ 0), else null. */
-export function usageOf(value: unknown): ProviderUsage | null {
-  if (!value || typeof value !== 'object') return null;
+/** The most tokens a provider may report for one count (docs/ai-proxy.md, Bounds: reported usage). */
+export const MAX_REPORTED_TOKENS = 2 ** 31;
+
+/**
+ * What the provider reported: `none` (no usage object: the call is estimated), `ok`, or `invalid` (a
+ * count that is not an integer 0 ≤ n ≤ 2³¹: the call settles at its hold and the report is logged).
+ */
+export type ReportedUsage = { kind: 'none' } | { kind: 'ok'; usage: ProviderUsage } | { kind: 'invalid'; reported: unknown };
+
+export function readUsage(value: unknown): ReportedUsage {
+  if (value === undefined || value === null) return { kind: 'none' };
+  if (typeof value !== 'object' || Array.isArray(value)) return { kind: 'invalid', reported: value };
   const u = value as Record<string, unknown>;
   const prompt = u.prompt_tokens;
   const completion = u.completion_tokens ?? 0;
-  if (!isCount(prompt) || !isCount(completion)) return null;
-  return { prompt_tokens: prompt, completion_tokens: completion };
+  const total = u.total_tokens ?? 0;
+  if (!isCount(prompt) || !isCount(completion) || !isCount(total)) return { kind: 'invalid', reported: value };
+  return { kind: 'ok', usage: { prompt_tokens: prompt, completion_tokens: completion } };
 }
 
 function isCount(v: unknown): v is number {
-  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+  return typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= MAX_REPORTED_TOKENS;
 }
 
 /** The text a chat chunk or completion carries (content, refusals, reasoning, tool-call arguments). */

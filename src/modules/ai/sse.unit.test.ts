@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { SseSplitter, textOfChoices, usageOf } from './sse.js';
+import { readUsage, SseSplitter, textOfChoices } from './sse.js';
 
 /** The proxy hands events on as they complete, whatever the byte boundaries of the provider's writes. */
 describe('SseSplitter', () => {
@@ -30,13 +30,15 @@ describe('SseSplitter', () => {
   });
 });
 
-describe('usageOf and textOfChoices', () => {
-  it('takes only whole, non-negative token counts as usage', () => {
-    expect(usageOf({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 })).toEqual({ prompt_tokens: 3, completion_tokens: 4 });
-    expect(usageOf({ prompt_tokens: 5 })).toEqual({ prompt_tokens: 5, completion_tokens: 0 });
-    for (const bad of [null, 'x', {}, { prompt_tokens: -1 }, { prompt_tokens: 1.5 }, { prompt_tokens: 1, completion_tokens: '2' }]) {
-      expect(usageOf(bad)).toBeNull();
-    }
+describe('readUsage and textOfChoices', () => {
+  it('takes only integer token counts 0 ≤ n ≤ 2³¹ as usage; no usage is "none", anything else "invalid"', () => {
+    expect(readUsage({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 })).toEqual({ kind: 'ok', usage: { prompt_tokens: 3, completion_tokens: 4 } });
+    expect(readUsage({ prompt_tokens: 5 })).toEqual({ kind: 'ok', usage: { prompt_tokens: 5, completion_tokens: 0 } });
+    expect(readUsage({ prompt_tokens: 2 ** 31, completion_tokens: 0 })).toMatchObject({ kind: 'ok' });
+    expect(readUsage(null)).toEqual({ kind: 'none' });
+    expect(readUsage(undefined)).toEqual({ kind: 'none' });
+    const bad = ['x', 7, [], {}, { prompt_tokens: -5 }, { prompt_tokens: 1.5 }, { prompt_tokens: '10' }, { prompt_tokens: 2 ** 40 }, { prompt_tokens: 1, completion_tokens: '2' }, { prompt_tokens: 1, completion_tokens: 2 ** 31 + 1 }, { prompt_tokens: 1, total_tokens: -1 }];
+    for (const value of bad) expect(readUsage(value), JSON.stringify(value)).toEqual({ kind: 'invalid', reported: value });
   });
 
   it('collects content, refusals, reasoning and tool-call arguments of every choice', () => {

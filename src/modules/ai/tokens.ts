@@ -1,8 +1,9 @@
 import { Tiktoken } from 'js-tiktoken/lite';
+import { normaliseModel } from './models.js';
 
 /**
- * Counting tokens before an AI call (SPEC §6 AI proxy: the hold) and after a stream that reported no
- * usage (the estimate). js-tiktoken with the encoding of the model's family; models of other providers
+ * Counting tokens before an AI call (the hold; chat prompts in prompt.ts) and after a stream that
+ * reported no usage (the estimate). js-tiktoken with the encoding of the model's family; models of other providers
  * are counted with o200k_base: the hold is an estimate, the settle uses the provider's own count.
  */
 
@@ -13,7 +14,7 @@ const loading = new Map<Encoding, Promise<void>>();
 
 /** GPT-4 (not 4o/4.1), GPT-3.5 and the embedding models use cl100k_base; everything newer o200k_base. */
 export function encodingOf(model: string): Encoding {
-  const m = model.toLowerCase().replace(/^openai\//, '');
+  const m = normaliseModel(model);
   if (/^(gpt-4o|gpt-4\.[1-9]|gpt-5|chatgpt-4o|o\d)/.test(m)) return 'o200k_base';
   if (/^(gpt-4|gpt-3\.5|text-embedding-)/.test(m)) return 'cl100k_base';
   return 'o200k_base';
@@ -45,46 +46,6 @@ function encoder(model: string): Tiktoken {
 
 export function countText(model: string, text: string): number {
   return text === '' ? 0 : encoder(model).encode(text, [], []).length;
-}
-
-/** OpenAI's published estimate of an image part: 85 tokens at low detail, 765 for a 1024² image otherwise. */
-const IMAGE_TOKENS = { low: 85, other: 765 } as const;
-
-function countContent(model: string, content: unknown): number {
-  if (typeof content === 'string') return countText(model, content);
-  if (!Array.isArray(content)) return 0;
-  let n = 0;
-  for (const part of content) {
-    if (!part || typeof part !== 'object') continue;
-    const p = part as Record<string, unknown>;
-    if (typeof p.text === 'string') n += countText(model, p.text);
-    else if (p.type === 'image_url') {
-      const detail = (p.image_url as { detail?: unknown } | undefined)?.detail;
-      n += detail === 'low' ? IMAGE_TOKENS.low : IMAGE_TOKENS.other;
-    } else if (p.type === 'refusal' && typeof p.refusal === 'string') n += countText(model, p.refusal);
-  }
-  return n;
-}
-
-/**
- * Prompt tokens of a chat request, the OpenAI cookbook way: 3 per message, the message's strings, 1 more
- * for a name, 3 priming the reply; tool calls, tool and function definitions and a response format are
- * counted as their JSON, which OpenAI renders into the prompt in a similar size.
- */
-export function countChatPrompt(model: string, body: Record<string, unknown>): number {
-  let n = 3;
-  for (const message of body.messages as Array<Record<string, unknown>>) {
-    n += 3;
-    if (typeof message.role === 'string') n += countText(model, message.role);
-    n += countContent(model, message.content);
-    if (typeof message.name === 'string') n += countText(model, message.name) + 1;
-    if (message.tool_calls !== undefined) n += countText(model, JSON.stringify(message.tool_calls));
-    if (message.function_call !== undefined) n += countText(model, JSON.stringify(message.function_call));
-  }
-  for (const field of ['tools', 'functions', 'response_format'] as const) {
-    if (body[field] !== undefined && body[field] !== null) n += countText(model, JSON.stringify(body[field]));
-  }
-  return n;
 }
 
 /** Input tokens of an embeddings request: a string, strings, token ids or arrays of token ids. */

@@ -1,6 +1,11 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { countChatPromptTokens } from '../../../test/ai-stand-in/index.js';
-import { countChatPrompt, countEmbeddingInput, countText, encodingOf, loadEncodingFor } from './tokens.js';
+import { DEFAULT_IMAGE_MAX_TOKENS } from '../../config.js';
+import { countChatPromptBound } from './prompt.js';
+import { countEmbeddingInput, countText, encodingOf, loadEncodingFor } from './tokens.js';
+
+const bounds = { aiImageMaxTokens: DEFAULT_IMAGE_MAX_TOKENS, aiBytesPerTokenBound: undefined };
+const countChatPrompt = (model: string, body: Record<string, unknown>) => countChatPromptBound(bounds, model, body);
 
 /** The hold counts the prompt before the call; with OpenAI's own formula it matches what OpenAI reports. */
 beforeAll(async () => {
@@ -32,7 +37,8 @@ describe('token counting', () => {
     const text = { messages: [{ role: 'user', content: [{ type: 'text', text: 'describe' }] }] };
     const base = countChatPrompt('gpt-4o', text);
     const withImage = { messages: [{ role: 'user', content: [{ type: 'text', text: 'describe' }, { type: 'image_url', image_url: { url: 'https://x/y.png' } }] }] };
-    expect(countChatPrompt('gpt-4o', withImage)).toBe(base + 765);
+    // By URL: never fetched, held at the family's most (85 + 8 tiles × 170; docs/ai-proxy.md).
+    expect(countChatPrompt('gpt-4o', withImage)).toBe(base + 1445);
     const low = { messages: [{ role: 'user', content: [{ type: 'text', text: 'describe' }, { type: 'image_url', image_url: { url: 'u', detail: 'low' } }] }] };
     expect(countChatPrompt('gpt-4o', low)).toBe(base + 85);
     const tools = [{ type: 'function', function: { name: 'lookup', parameters: { type: 'object' } } }];

@@ -64,8 +64,8 @@ describe('counting tokens per period', () => {
     // Wholly past the limit now: 2,500 premium tokens (10 per 1,000) = 25 credits.
     const premium = await account(t, 1000, 1500, 'o1');
     expect(premium).toMatchObject({ tokensOverLimit: 2500, modelClass: 'premium', creditsDue: 25, creditsCharged: 25 });
-    // An unlisted model takes the default class (standard, 1 per 1,000).
-    expect(await account(t, 1, 0, 'some-new-model')).toMatchObject({ modelClass: 'standard', creditsCharged: 1 });
+    // An unlisted model takes the default class (premium, 10 per 1,000: 1 token rounds up to 1 credit).
+    expect(await account(t, 1, 0, 'some-new-model')).toMatchObject({ modelClass: 'premium', creditsCharged: 1 });
     expect(await purchased(t)).toBe(100 - 1 - 25 - 1);
     const ledger = await h.deps.db.query<{ kind: string; amount: number; purchased_delta: number }>(
       `SELECT kind, amount, purchased_delta FROM credit_ledger WHERE deployment_id = $1 AND kind = 'deduct' ORDER BY id`,

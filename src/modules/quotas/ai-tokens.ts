@@ -6,6 +6,7 @@ import { purchasedFloor, readBalance } from '../credits/service.js';
 import { effectiveTerms } from '../credits/terms.js';
 import type { DeploymentRow } from '../deployments/service.js';
 import { effectiveFlags } from '../entitlements/flags.js';
+import { normaliseModel } from '../ai/models.js';
 
 export { creditsForTokens } from '../credits/ai-usage.js';
 export type { AiUsageResult } from '../credits/ai-usage.js';
@@ -16,15 +17,17 @@ export type { AiUsageResult } from '../credits/ai-usage.js';
  */
 
 /**
- * The class of a model: its own entry, else the longest listed name it extends with a dated or
- * variant suffix (`gpt-4o-2024-08-06` → `gpt-4o`, `gpt-4o-mini-2024-07-18` → `gpt-4o-mini`,
- * `o1-preview` → `o1`), else AI_DEFAULT_MODEL_CLASS. Without the prefix rule a caller could name a
- * snapshot of an advanced model and pay the default class's rate (docs/ai-proxy.md).
+ * The class of a model, decided on its normalised name (`openai/O3:latest` → `o3`, `ft:gpt-4o:org::id` →
+ * `gpt-4o`, `gpt-4o-2024-08-06` → `gpt-4o`; ai/models.ts): its own entry, else the longest listed name
+ * it extends with a variant suffix (`o1-preview` → `o1`), else AI_DEFAULT_MODEL_CLASS (premium unless
+ * set). Otherwise a caller could spell an expensive model another way and pay a cheaper rate
+ * (docs/ai-proxy.md, Model classes).
  */
-export function modelClassOf(ctx: Pick<Ctx, 'config'>, model: string): ModelClass {
+export function modelClassOf(ctx: Pick<Ctx, 'config'>, raw: string): ModelClass {
   const classes = ctx.config.aiModelClasses;
-  const exact = classes[model];
-  if (exact) return exact;
+  const model = normaliseModel(raw);
+  // Own keys only: a model called `constructor` is not a class.
+  if (Object.hasOwn(classes, model)) return classes[model]!;
   let best: string | undefined;
   for (const name of Object.keys(classes)) {
     if (model.startsWith(`${name}-`) && (best === undefined || name.length > best.length)) best = name;

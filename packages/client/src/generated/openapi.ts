@@ -584,6 +584,24 @@ export interface components {
             primary_deployment_tier: string | null;
             slug: string;
         };
+        /**
+         * AiInvalidRequest
+         * @description A field outside OpenAI's API reference and AI_EXTRA_FIELDS, or a content part the proxy cannot bound (docs/ai-proxy.md, Bounds)
+         */
+        AiInvalidRequest: {
+            /** @enum {string} */
+            code: "INVALID_REQUEST";
+            /** @enum {string} */
+            error: "invalid_request";
+            /** @example best_of is not a request field this server forwards (OpenAI's API reference, plus AI_EXTRA_FIELDS) */
+            message: string;
+            /**
+             * @description The field or content part refused
+             * @example best_of
+             * @example messages[0].content[1]
+             */
+            param: string;
+        };
         /** AiQuota */
         AiQuota: {
             credits_available: number | null;
@@ -2485,7 +2503,7 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        /** @description The OpenAI chat completion request. Fields the proxy does not read are passed to the provider untouched. */
+        /** @description The OpenAI chat completion request. The fields of OpenAI's API reference (and AI_EXTRA_FIELDS) are forwarded; any other is 400 INVALID_REQUEST (docs/ai-proxy.md, Bounds). */
         requestBody: {
             content: {
                 "application/json": {
@@ -2534,13 +2552,13 @@ export interface operations {
                     "text/event-stream": string;
                 };
             };
-            /** @description Bad request, in the OpenAI error shape (a provider 4xx is handed on in the same shape) */
+            /** @description Bad input (OpenAI error shape), or a field or part the proxy cannot bound (INVALID_REQUEST) */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["OpenAiError"];
+                    "application/json": components["schemas"]["OpenAiError"] | components["schemas"]["AiInvalidRequest"];
                 };
             };
             /** @description Missing or invalid credentials */
@@ -2622,7 +2640,7 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        /** @description The OpenAI embeddings request; other fields are passed to the provider untouched. */
+        /** @description The OpenAI embeddings request (input, model, dimensions, encoding_format, user, and AI_EXTRA_FIELDS); any other field is 400 INVALID_REQUEST. */
         requestBody: {
             content: {
                 "application/json": {
@@ -2651,13 +2669,13 @@ export interface operations {
                     };
                 };
             };
-            /** @description Bad request, in the OpenAI error shape (a provider 4xx is handed on in the same shape) */
+            /** @description Bad input (OpenAI error shape), or a field or part the proxy cannot bound (INVALID_REQUEST) */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["OpenAiError"];
+                    "application/json": components["schemas"]["OpenAiError"] | components["schemas"]["AiInvalidRequest"];
                 };
             };
             /** @description Missing or invalid credentials */

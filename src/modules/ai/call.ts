@@ -1,0 +1,116 @@
+import { randomUUID } from 'node:crypto';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { ModelClass } from '../../config.js';
+import type { Ctx } from '../../context.js';
+import { type AiHold, type AiUsageResult, holdAiTokens, releaseAiHold, settleAiTokens } from '../credits/ai-usage.js';
+import { type DeploymentTerms, effectiveTerms } from '../credits/terms.js';
+import type { ReportedUsage } from './sse.js';
+import type { AiUpstream } from './upstream.js';
+
+/**
+ * One AI call's plan, hold and settle (docs/ai-proxy.md): every way out of a call either settles its
+ * hold or gives it back, and a hold left by a process that died mid-call is given back by the
+ * `ai-hold-expiry` worker.
+ */
+
+/** The deployment an AI call spends for: the deployment headers' or the API key's primary deployment. */
+export interface AiDeployment extends DeploymentTerms {
+  id: string;
+  organization_id: string;
+  status: string;
+  flag_overrides: unknown;
+}
+
+export interface ChatCall {
+  ctx: Ctx;
+  deployment: AiDeployment;
+  upstream: AiUpstream | null;
+  request: FastifyRequest;
+  reply: FastifyReply;
+}
+
+/** A hold that outlives its call this long is given back by the worker (streams end well before). */
+export const AI_HOLD_TTL_MS = 60 * 60 * 1000;
+
+/** What one call asks for, worked out before anything is held. */
+export interface CallPlan {
+  model: string;
+  modelClass: ModelClass;
+  promptTokens: number;
+  outputPerChoice: number;
+  choices: number;
+  /** A reasoning model (AI_REASONING_MODELS): its hidden reasoning tokens cannot be counted. */
+  reasoning: boolean;
+}
+
+/** A hold, or (`skipped`) none: a deployment without an AI token limit has nothing to hold. */
+export type CallHold = AiHold & { skipped?: true };
+
+/**
+ * Hold what the call may spend. An unlimited deployment (its terms as authenticated) holds nothing and
+ * skips the transaction, so its calls reach the provider without a database round trip; the settle
+ * still counts them against the limit in force then, should one have been set meanwhile.
+ */
+export async function hold(ctx: Ctx, deployment: AiDeployment, plan: CallPlan): Promise<CallHold> {
+  if (effectiveTerms(deployment, ctx.clock.now()).aiTokensLimit === null) {
+    return { id: randomUUID(), outputPerChoice: plan.outputPerChoice, tokensHeld: 0, creditsHeld: 0, skipped: true };
+  }
+  return holdAiTokens(ctx, deployment, {
+    model: plan.model,
+    modelClass: plan.modelClass,
+    promptTokens: plan.promptTokens,
+    outputPerChoice: plan.outputPerChoice,
+    choices: plan.choices,
+    expiresAt: new Date(ctx.clock.now().getTime() + AI_HOLD_TTL_MS),
+  });
+}
+
+/**
+ * The tokens a call settles at (docs/ai-proxy.md, Bounds): the provider's usage when it is valid; a
+ * report that is not (a count outside integers 0…2³¹) settles at the hold and is logged; no report at
+ * all settles at the full hold for a reasoning model, else at the prompt hold plus the output relayed
+ * (never more than the allowance), both marked estimated.
+ */
+export function settledTokens(
+  plan: CallPlan,
+  held: CallHold,
+  reported: ReportedUsage,
+  relayed: () => number,
+): { inputTokens: number; outputTokens: number; estimated: boolean } {
+  const allowance = held.outputPerChoice * plan.choices;
+  if (reported.kind === 'ok') return { inputTokens: reported.usage.prompt_tokens, outputTokens: reported.usage.completion_tokens, estimated: false };
+  if (reported.kind === 'invalid' || plan.reasoning) return { inputTokens: plan.promptTokens, outputTokens: allowance, estimated: true };
+  return { inputTokens: plan.promptTokens, outputTokens: Math.min(relayed(), allowance), estimated: true };
+}
+
+/** Settle a call; a settle that fails is thrown (a non-streamed call answers 503). */
+export async function settle(ctx: Ctx, deployment: AiDeployment, plan: CallPlan, held: CallHold, reported: ReportedUsage, relayed: () => number): Promise<AiUsageResult> {
+  if (reported.kind === 'invalid') {
+    ctx.log.warn({ hold: held.id, model: plan.model, reported: reported.reported }, 'AI provider reported usage that is not integer token counts 0..2^31; settled at the hold');
+  }
+  return settleAiTokens(ctx, deployment, {
+    model: plan.model,
+    modelClass: plan.modelClass,
+    ...(held.skipped ? { requestId: held.id } : { holdId: held.id }),
+    ...settledTokens(plan, held, reported, relayed),
+  });
+}
+
+/** Settle where there is no one left to answer (a stream under way, a client gone): a failure is logged. */
+export async function settleQuietly(call: ChatCall, plan: CallPlan, held: CallHold, reported: ReportedUsage, relayed: () => number): Promise<void> {
+  try {
+    await settle(call.ctx, call.deployment, plan, held, reported, relayed);
+  } catch (err) {
+    call.ctx.log.error({ err, hold: held.id }, 'AI call not settled; its hold expires through the ai-hold-expiry worker');
+  }
+}
+
+export async function release(ctx: Ctx, deployment: AiDeployment, held: CallHold): Promise<void> {
+  if (held.skipped) return;
+  try {
+    await releaseAiHold(ctx.db, deployment.id, held.id, ctx.clock.now());
+  } catch (err) {
+    // The worker gives it back when it expires; nothing was charged either way.
+    ctx.log.warn({ err, hold: held.id }, 'AI hold not released; the ai-hold-expiry worker will');
+  }
+}

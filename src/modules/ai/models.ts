@@ -1,0 +1,45 @@
+import type { Config } from '../../config.js';
+
+/**
+ * Model names as the AI proxy's bounds see them (docs/ai-proxy.md, Model classes). A provider accepts
+ * one model under many spellings (`openai/o3`, `O3`, `o3:latest`, `o3-2025-04-16`, `ft:o3:org::id`); the
+ * class map, the reasoning list and the image rules are decided on one normalised name so that no
+ * spelling of a model is billed as another.
+ */
+
+const DATED = [/-\d{4}-\d{2}-\d{2}$/, /-\d{8}$/, /@\d{8}$/, /-\d{4}$/];
+
+/**
+ * In this order: lower-case; drop everything up to the last `/`; for `ft:` names take the part between
+ * `ft:` and the next `:`; drop a trailing `:tag`; drop a trailing `-YYYY-MM-DD`, `-YYYYMMDD`, `@YYYYMMDD`
+ * or `-MMDD`.
+ */
+export function normaliseModel(raw: string): string {
+  let name = raw.toLowerCase();
+  name = name.slice(name.lastIndexOf('/') + 1);
+  if (name.startsWith('ft:')) {
+    const rest = name.slice(3);
+    const colon = rest.indexOf(':');
+    name = colon === -1 ? rest : rest.slice(0, colon);
+  }
+  const tag = name.lastIndexOf(':');
+  if (tag !== -1) name = name.slice(0, tag);
+  for (const date of DATED) {
+    if (date.test(name)) {
+      name = name.replace(date, '');
+      break;
+    }
+  }
+  return name;
+}
+
+/** `name` is `base` or one of its variants (`base-…`, `base.…`). */
+export function extendsModel(name: string, base: string): boolean {
+  return name === base || name.startsWith(`${base}-`) || name.startsWith(`${base}.`);
+}
+
+/** A reasoning model: it refuses `max_tokens` and spends reasoning tokens no stream shows (AI_REASONING_MODELS). */
+export function isReasoningModel(config: Pick<Config, 'aiReasoningModels'>, model: string): boolean {
+  const name = normaliseModel(model);
+  return config.aiReasoningModels.some((base) => extendsModel(name, base));
+}
