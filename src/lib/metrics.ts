@@ -73,6 +73,11 @@ export class Metrics {
     buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
     registers: [this.registry],
   });
+  readonly aiCreditsOwed = new Counter({
+    name: 'creditgate_ai_credits_owed_total',
+    help: 'Credits AI calls were due but could not be charged (the provider reported more than was held and the deployment had nothing left); each became credits_owed',
+    registers: [this.registry],
+  });
   readonly reservations = new Counter({
     name: 'creditgate_reservations_total',
     help: 'Reservations (check-entitlement with reserve: true) by outcome: held, refused (not enough credits), released',

@@ -49,6 +49,11 @@ export const creditBalances = pgTable(
     aiCreditsReserved: bigint('ai_credits_reserved', { mode: 'number' }).notNull().default(0),
     /** Running total of purchased credits ever spent; positions expiring grants in the spending order (credit_grants). */
     purchasedConsumed: bigint('purchased_consumed', { mode: 'number' }).notNull().default(0),
+    /**
+     * Credits a provider's over-report left unpaid (docs/ai-proxy.md, "What a provider's over-report
+     * costs"): no AI call starts while it is above 0, and credits added later pay it first.
+     */
+    creditsOwed: bigint('credits_owed', { mode: 'number' }).notNull().default(0),
     updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
   },
   (t) => [
@@ -59,6 +64,7 @@ export const creditBalances = pgTable(
     check('credit_balances_ai_reserved_nonneg', sql`${t.aiTokensReserved} >= 0 AND ${t.aiCreditsReserved} >= 0`),
     check('credit_balances_ai_credits_within_reserved', sql`${t.aiCreditsReserved} <= ${t.reserved}`),
     check('credit_balances_ai_over_bound', sql`${t.aiTokensOverLimit} >= 0 AND ${t.aiTokensOverLimit} <= ${t.aiTokensUsed}`),
+    check('credit_balances_owed_nonneg', sql`${t.creditsOwed} >= 0`),
   ],
 );
 
@@ -127,6 +133,8 @@ export const usageRecords = pgTable(
     monthlyTaken: bigint('monthly_taken', { mode: 'number' }).notNull().default(0),
     purchasedTaken: bigint('purchased_taken', { mode: 'number' }).notNull().default(0),
     refunded: bigint('refunded', { mode: 'number' }).notNull().default(0),
+    /** An AI call's credits that could not be charged (its provider reported more than was held); added to credits_owed. */
+    creditsShort: bigint('credits_short', { mode: 'number' }).notNull().default(0),
     periodStart: timestamp('period_start', { withTimezone: true }),
     reported: boolean('reported').notNull().default(false),
     processorRef: text('processor_ref'),
@@ -140,6 +148,11 @@ export const usageRecords = pgTable(
       .on(t.deploymentId, t.invocationId)
       .where(sql`${t.metric} = 'ai_tokens'`),
     check('usage_records_refund_bound', sql`${t.refunded} >= 0 AND ${t.refunded} <= ${t.quantity}`),
+    check('usage_records_short_nonneg', sql`${t.creditsShort} >= 0`),
+    // The records that owe, oldest first: an owed payment names the oldest unpaid one (credits/owed.ts).
+    index('usage_records_owing_idx')
+      .on(t.deploymentId, t.timestamp, t.id)
+      .where(sql`${t.creditsShort} > 0`),
   ],
 );
 

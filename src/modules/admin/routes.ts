@@ -33,6 +33,11 @@ export const DeploymentViewSchema = Type.Object({
     expires_at: Nullable(Type.String({ format: 'date-time' })),
   }),
   balance: BalanceSummarySchema,
+  credits_owed: Type.Integer({
+    minimum: 0,
+    description: 'Credits a provider\'s over-report of AI usage left unpaid; while above 0 no AI call starts, and credits added pay it first',
+    examples: [0],
+  }),
   created_at: Type.String({ format: 'date-time' }),
   updated_at: Type.String({ format: 'date-time' }),
 }, { title: 'AdminDeployment' });

@@ -26,6 +26,8 @@ export interface DeploymentView extends OrganizationDeploymentView {
   features: Flags;
   flag_overrides: Record<string, boolean>;
   overrides: ReturnType<typeof overridesOf>;
+  /** docs/ai-proxy.md, "What a provider's over-report costs". */
+  credits_owed: number;
 }
 
 async function viewOf(ctx: Ctx, d: DeploymentRow): Promise<DeploymentView> {
@@ -35,6 +37,7 @@ async function viewOf(ctx: Ctx, d: DeploymentRow): Promise<DeploymentView> {
     features: effectiveFlags(d.tier, d.flag_overrides),
     flag_overrides: d.flag_overrides,
     overrides: overridesOf(d, ctx.clock.now()),
+    credits_owed: b.creditsOwed,
   };
 }
 

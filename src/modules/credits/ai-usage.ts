@@ -7,6 +7,7 @@ import { AI_CREDIT_RATES } from '../entitlements/tiers.js';
 import { emitThresholds } from '../quotas/thresholds.js';
 import { appendLedger } from './ledger.js';
 import { enqueueMeterEvent } from './meter-outbox.js';
+import { payOwed } from './owed.js';
 import { type BalanceRow, purchasedFloor, syncBalance } from './service.js';
 import { effectiveTerms, monthlyRemaining } from './terms.js';
 import type { DeploymentTerms } from './terms.js';
@@ -40,6 +41,25 @@ export function tokensForCredits(credits: number, cls: ModelClass): number {
   return credits <= 0 ? 0 : Math.floor((credits * 1000) / RATE[cls]);
 }
 
+/**
+ * How one call's reported tokens are paid (docs/ai-proxy.md, "What a provider's over-report costs"):
+ * quota tokens first (`free`, null = unlimited, the call's own hold included), the rest at the model
+ * class's rate rounded up per call from `payable` purchased credits; what those cannot pay is short and
+ * becomes credits owed.
+ */
+export function splitAiCharge(
+  tokens: number,
+  free: number | null,
+  cls: ModelClass,
+  payable: number,
+): { inQuota: number; overLimit: number; due: number; charged: number; short: number } {
+  const inQuota = free === null ? tokens : Math.min(tokens, free);
+  const overLimit = tokens - inQuota;
+  const due = creditsForTokens(overLimit, cls);
+  const charged = Math.min(due, Math.max(0, payable));
+  return { inQuota, overLimit, due, charged, short: due - charged };
+}
+
 type AiBalance = Pick<
   BalanceRow,
   'ai_tokens_used' | 'ai_tokens_over_limit' | 'ai_tokens_reserved' | 'monthly_allocation' | 'monthly_used' | 'purchased_balance' | 'reserved' | 'ai_credits_reserved'
@@ -51,13 +71,33 @@ export function aiTokensFree(b: AiBalance, limit: number | null): number | null 
   return Math.max(0, limit - (b.ai_tokens_used - b.ai_tokens_over_limit) - b.ai_tokens_reserved);
 }
 
-/** SPEC §6: neither tokens nor credits left → 429 with Retry-After up to the period's end. */
-export function aiQuotaExceeded(ctx: Pick<Ctx, 'config'>, limit: number, periodEnd: Date, now: Date, detail = ''): AppError {
+/**
+ * Neither tokens nor credits left → 429 AI_QUOTA_EXCEEDED (docs/ai-proxy.md) with Retry-After up to the period's end. With credits
+ * owed (credits/owed.ts) the body names them in `credits_owed`: no AI call starts until they are paid.
+ */
+export function aiQuotaExceeded(
+  ctx: Pick<Ctx, 'config'>,
+  limit: number | null,
+  periodEnd: Date,
+  now: Date,
+  detail = '',
+  owed = 0,
+): AppError {
   const seconds = Math.max(1, Math.ceil((periodEnd.getTime() - now.getTime()) / 1000));
+  const message =
+    owed > 0
+      ? `This deployment owes ${owed} credits for AI usage its provider reported beyond what its calls held; no AI call starts ` +
+        `until credits added to it (a grant, a credit pack, the next period's allocation at ${periodEnd.toISOString()}) pay that first`
+      : `The AI token quota of ${limit} tokens for this period is used up and no purchased credits are left${detail}; it resets at ${periodEnd.toISOString()}`;
   return new AppError(
     'AI_QUOTA_EXCEEDED',
-    `The AI token quota of ${limit} tokens for this period is used up and no purchased credits are left${detail}; it resets at ${periodEnd.toISOString()}`,
-    { quota_exceeded: true, upgrade_url: `${ctx.config.publicBaseUrl}/billing/upgrade`, resets_at: periodEnd.toISOString() },
+    message,
+    {
+      quota_exceeded: true,
+      upgrade_url: `${ctx.config.publicBaseUrl}/billing/upgrade`,
+      resets_at: periodEnd.toISOString(),
+      ...(owed > 0 ? { credits_owed: owed } : {}),
+    },
     { 'retry-after': String(seconds) },
   );
 }
@@ -94,9 +134,16 @@ export async function holdAiTokens(ctx: Ctx, deployment: { id: string; organizat
   const actor = actorLabel(ctx.actor);
   // Held credits count in `reserved`: this instance's cached balance for checks is stale with them.
   forgetBalance(ctx, deployment.id);
-  // In the next deduction batch's transaction (credits/batcher.ts): one commit with the batch's.
-  return ctx.deductions.within(deployment.id, async (tx) => {
-    const { balance, limit } = await lockForAi(tx, deployment.id, now, actor);
+  // In the next deduction batch's transaction (credits/batcher.ts): one commit with the batch's. A refusal
+  // is returned, not thrown, so that an owed payment made on the way commits with the batch.
+  const outcome = await ctx.deductions.within(deployment.id, async (tx): Promise<AiHold | { refusal: AppError }> => {
+    const locked = await lockForAi(tx, deployment.id, now, actor);
+    const limit = locked.limit;
+    let balance = locked.balance;
+    // Under the row's lock: a debt left by an over-report keeps every new call out until paid (credits/owed.ts).
+    // Purchased credits that became free since the debt began (a hold given back) pay it first.
+    if (balance.credits_owed > 0) balance = await payOwed(tx, balance, { monthly: 0, purchased: balance.purchased_balance }, { actor, now });
+    if (balance.credits_owed > 0) return { refusal: aiQuotaExceeded(ctx, limit, balance.period_end, now, '', balance.credits_owed) };
     let perChoice = input.outputPerChoice;
     let tokensHeld = 0;
     let creditsHeld = 0;
@@ -106,7 +153,8 @@ export async function holdAiTokens(ctx: Ctx, deployment: { id: string; organizat
       const minimum = input.outputPerChoice > 0 ? 1 : 0;
       perChoice = Math.min(input.outputPerChoice, Math.floor((capacity - input.promptTokens) / input.choices));
       if (capacity < input.promptTokens || perChoice < minimum) {
-        throw aiQuotaExceeded(ctx, limit, balance.period_end, now, capacity > 0 ? ` (this call needs ${input.promptTokens + minimum} tokens, ${capacity} can be paid)` : '');
+        const detail = capacity > 0 ? ` (this call needs ${input.promptTokens + minimum} tokens, ${capacity} can be paid)` : '';
+        return { refusal: aiQuotaExceeded(ctx, limit, balance.period_end, now, detail) };
       }
       const total = input.promptTokens + perChoice * input.choices;
       tokensHeld = Math.min(total, free);
@@ -140,6 +188,8 @@ export async function holdAiTokens(ctx: Ctx, deployment: { id: string; organizat
     );
     return { id, outputPerChoice: perChoice, tokensHeld, creditsHeld };
   });
+  if ('refusal' in outcome) throw outcome.refusal;
+  return outcome;
 }
 
 /** Give a hold back untouched (refusal, upstream fault, nothing produced). False when it was no longer held. */
@@ -227,6 +277,10 @@ export interface AiUsageResult {
   creditsDue: number;
   /** Credits taken from purchased credits (less than due only when more tokens came than were held and nothing paid for them). */
   creditsCharged: number;
+  /** Credits due that could not be charged: added to the deployment's credits_owed (credits/owed.ts). */
+  creditsShort: number;
+  /** The deployment's credits_owed after this call. */
+  creditsOwed: number;
   used: number;
   limit: number | null;
   remaining: number | null;
@@ -239,6 +293,7 @@ export interface AiUsageResult {
 interface AiUsageRow {
   id: string;
   quantity: number;
+  credits_short: number;
   metadata: { tokens: number; tokens_over_limit: number; model_class: ModelClass; credits_due: number; estimated?: boolean };
 }
 
@@ -262,7 +317,7 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
   const requestId = input.requestId ?? input.holdId;
   const estimated = input.estimated === true;
   // In the next deduction batch's transaction (credits/batcher.ts): one commit with the batch's.
-  return ctx.deductions.within(deployment.id, async (tx) => {
+  const result = await ctx.deductions.within(deployment.id, async (tx) => {
     const { balance: before, limit } = await lockForAi(tx, deployment.id, now, actor);
     const view = (b: AiBalance) => ({
       used: b.ai_tokens_used,
@@ -291,7 +346,7 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
     }
     if (!claimed && requestId !== undefined) {
       const seen = await tx.query<AiUsageRow>(
-        `SELECT id, quantity, metadata FROM usage_records
+        `SELECT id, quantity, credits_short, metadata FROM usage_records
          WHERE deployment_id = $1 AND metric = 'ai_tokens' AND invocation_id = $2`,
         [deployment.id, requestId],
       );
@@ -304,6 +359,8 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
           modelClass: row.metadata.model_class,
           creditsDue: row.metadata.credits_due,
           creditsCharged: row.quantity,
+          creditsShort: row.credits_short,
+          creditsOwed: before.credits_owed,
           ...view(before),
           estimated: row.metadata.estimated === true,
           replayed: true,
@@ -317,17 +374,15 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
       reserved: before.reserved - heldCredits,
     };
     // Quota tokens free now include this call's own hold, so a call that stayed within its hold always fits.
-    const free = aiTokensFree(released, limit);
-    const inQuota = free === null ? tokens : Math.min(tokens, free);
-    const overLimit = tokens - inQuota;
-    const creditsDue = creditsForTokens(overLimit, modelClass);
-    const charged = Math.min(creditsDue, purchasedFloor(released));
+    // What the deployment cannot pay now (a provider reported more than was held) it owes (credits/owed.ts).
+    const { overLimit, due: creditsDue, charged, short } = splitAiCharge(tokens, aiTokensFree(released, limit), modelClass, purchasedFloor(released));
     const updated = await tx.query<BalanceRow>(
       `UPDATE credit_balances SET ai_tokens_used = ai_tokens_used + $2, ai_tokens_over_limit = ai_tokens_over_limit + $3,
          ai_tokens_reserved = ai_tokens_reserved - $4, ai_credits_reserved = ai_credits_reserved - $5, reserved = reserved - $5,
-         purchased_balance = purchased_balance - $6, purchased_consumed = purchased_consumed + $6, updated_at = $7
+         purchased_balance = purchased_balance - $6, purchased_consumed = purchased_consumed + $6, credits_owed = credits_owed + $8,
+         updated_at = $7
        WHERE deployment_id = $1 RETURNING *`,
-      [deployment.id, tokens, overLimit, heldTokens, heldCredits, charged, now],
+      [deployment.id, tokens, overLimit, heldTokens, heldCredits, charged, now, short],
     );
     const after = updated[0]!;
     let ledgerId: number | null = null;
@@ -349,8 +404,8 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
     }
     await tx.query(
       `INSERT INTO usage_records (id, organization_id, deployment_id, metric, quantity, tool_name, metadata, success, error,
-         ledger_id, invocation_id, purchased_taken, period_start, "timestamp")
-       VALUES ($1, $2, $3, 'ai_tokens', $4, $5, $6, true, $7, $8, $9, $4, $10, $11)`,
+         ledger_id, invocation_id, purchased_taken, period_start, "timestamp", credits_short)
+       VALUES ($1, $2, $3, 'ai_tokens', $4, $5, $6, true, $7, $8, $9, $4, $10, $11, $12)`,
       [
         usageId,
         deployment.organization_id,
@@ -364,14 +419,15 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
           tokens_over_limit: overLimit,
           model_class: modelClass,
           credits_due: creditsDue,
-          credits_short: creditsDue - charged,
+          credits_short: short,
           estimated,
         }),
-        charged < creditsDue ? 'insufficient_credits' : null,
+        short > 0 ? 'insufficient_credits' : null,
         ledgerId,
         requestId ?? null,
         after.period_start,
         now,
+        short,
       ],
     );
     if (charged > 0 && ctx.config.stripeMeterEventName !== undefined) {
@@ -395,11 +451,16 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
       modelClass,
       creditsDue,
       creditsCharged: charged,
+      creditsShort: short,
+      creditsOwed: after.credits_owed,
       ...view(after),
       estimated,
       replayed: false,
     };
   });
+  // Counted once committed: a batch that fails runs its ops again one by one.
+  if (!result.replayed && result.creditsShort > 0) ctx.metrics.aiCreditsOwed.inc(result.creditsShort);
+  return result;
 }
 
 /**

@@ -513,7 +513,8 @@ export async function applyBatch(
     statements.push({
       // BalanceRow's columns, not updated_at: one timestamp fewer to parse per row.
       text: `SELECT deployment_id, organization_id, period_start, period_end, sync_before, monthly_allocation, monthly_used,
-                    purchased_balance, reserved, ai_tokens_used, ai_tokens_over_limit, ai_tokens_reserved, ai_credits_reserved, purchased_consumed
+                    purchased_balance, reserved, ai_tokens_used, ai_tokens_over_limit, ai_tokens_reserved, ai_credits_reserved, purchased_consumed,
+                    credits_owed
              FROM credit_balances WHERE deployment_id = ANY($1::uuid[]) ORDER BY deployment_id FOR UPDATE`,
       params: [pgArray(lockIds)],
       name: 'credits_batch_lock',

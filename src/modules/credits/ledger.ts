@@ -57,7 +57,9 @@ export interface Reconciliation {
 
 /**
  * The invariant of SPEC §3, per deployment: the ledger sums to the balance in each bucket, and the
- * credits on usage records (less refunds) equal the deductions (less refunds) in the ledger.
+ * credits on usage records (less refunds) equal the deductions (less refunds) in the ledger. Payments
+ * of credits_owed (reason `owed`) are not part of a usage record's quantity: credits/owed.ts
+ * findOwedMismatches checks them against the records' credits_short.
  * Returns only the deployments where something disagrees.
  */
 export async function findLedgerMismatches(db: Queryable, organizationId?: string): Promise<Reconciliation[]> {
@@ -65,7 +67,8 @@ export async function findLedgerMismatches(db: Queryable, organizationId?: strin
     `WITH l AS (
        SELECT deployment_id, COALESCE(SUM(monthly_delta), 0)::bigint AS ledger_monthly,
               COALESCE(SUM(purchased_delta), 0)::bigint AS ledger_purchased,
-              COALESCE(-SUM(amount) FILTER (WHERE kind IN ('deduct', 'refund') AND usage_id IS NOT NULL), 0)::bigint AS ledger_deducted
+              COALESCE(-SUM(amount) FILTER (WHERE kind IN ('deduct', 'refund') AND usage_id IS NOT NULL
+                                             AND reason IS DISTINCT FROM 'owed'), 0)::bigint AS ledger_deducted
        FROM credit_ledger GROUP BY deployment_id),
      u AS (
        SELECT deployment_id, COALESCE(SUM(quantity - refunded), 0)::bigint AS usage_credits

@@ -2,7 +2,8 @@ import { forgetBalance } from './balance-cache.js';
 import { type Ctx, actorLabel } from '../../context.js';
 import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { appendLedger } from './ledger.js';
-import { syncBalance, viewBalance } from './service.js';
+import { payOwed } from './owed.js';
+import { type BalanceRow, syncBalance, viewBalance } from './service.js';
 import { ledgerMonthly, monthlyRemaining } from './terms.js';
 
 /**
@@ -121,20 +122,21 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
     const samePeriod = usage.period_start !== null && usage.period_start.getTime() === balance.period_start.getTime();
     const { purchasedBack, monthlyBack, forfeited } = splitRefund(usage, amount, { samePeriod, monthlyUsed: balance.monthly_used });
     const newUsed = balance.monthly_used - monthlyBack;
-    const updated = await tx.query<{ purchased_balance: number; monthly_allocation: number | null; reserved: number }>(
+    const updated = await tx.query<BalanceRow>(
       `UPDATE credit_balances SET monthly_used = $2, purchased_balance = purchased_balance + $3, updated_at = $4
-       WHERE deployment_id = $1 RETURNING purchased_balance, monthly_allocation, reserved`,
+       WHERE deployment_id = $1 RETURNING *`,
       [usage.deployment_id, newUsed, purchasedBack, now],
     );
     const after = updated[0]!;
     // The row's amount is what the usage is settled by, so usage records less refunds keep equalling
     // the ledger's deductions less refunds; the deltas say what actually came back.
+    const monthlyDelta = ledgerMonthly(after.monthly_allocation, newUsed) - ledgerMonthly(balance.monthly_allocation, balance.monthly_used);
     const ledgerId = await appendLedger(tx, {
       organizationId: usage.organization_id,
       deploymentId: usage.deployment_id,
       kind: 'refund',
       amount,
-      monthlyDelta: ledgerMonthly(after.monthly_allocation, newUsed) - ledgerMonthly(balance.monthly_allocation, balance.monthly_used),
+      monthlyDelta,
       purchasedDelta: purchasedBack,
       monthlyAfter: monthlyRemaining(after.monthly_allocation, newUsed),
       purchasedAfter: after.purchased_balance,
@@ -143,6 +145,8 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
       reason: forfeited > 0 ? `${input.reason} (${forfeited} monthly credits of an ended period not given back)` : input.reason,
       at: now,
     });
+    // What came back pays credits_owed first (credits/owed.ts).
+    const final = await payOwed(tx, after, { monthly: Math.max(0, monthlyDelta), purchased: purchasedBack }, { actor, now });
     const total = usage.refunded + amount;
     await tx.query('UPDATE usage_records SET refunded = $2 WHERE id = $1', [usage.id, total]);
     let refundId: string | null = null;
@@ -160,14 +164,13 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
         [usage.deployment_id, usage.invocation_id, now],
       );
     }
-    const remaining = monthlyRemaining(after.monthly_allocation, newUsed);
     return {
       usage_id: usage.id,
       refund_id: refundId,
       credits_refunded: amount,
       credits_forfeited: forfeited,
       total_refunded: total,
-      credits_remaining: remaining === null ? null : Math.max(0, remaining + after.purchased_balance - after.reserved),
+      credits_remaining: viewBalance(final).available,
     };
   });
   forgetBalance(ctx, touched, true);

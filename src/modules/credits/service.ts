@@ -3,6 +3,7 @@ import { ValidationError } from '../../errors.js';
 import { emitEvent } from '../events/outbox.js';
 import { expireDueLots } from './grants.js';
 import { appendLedger } from './ledger.js';
+import { type Added, payOwed } from './owed.js';
 import {
   type DeploymentTerms,
   effectiveTerms,
@@ -29,6 +30,8 @@ export interface BalanceRow {
   ai_tokens_reserved: number;
   ai_credits_reserved: number;
   purchased_consumed: number;
+  /** Credits a provider's over-report left unpaid (credits/owed.ts); no AI call starts while above 0. */
+  credits_owed: number;
 }
 
 export interface BalanceView {
@@ -46,6 +49,8 @@ export interface BalanceView {
   aiTokensOverLimit: number;
   /** Quota tokens held by AI calls in flight. */
   aiTokensHeld: number;
+  /** Credits a provider's over-report left unpaid (docs/ai-proxy.md, "What a provider's over-report costs"). */
+  creditsOwed: number;
 }
 
 export function viewBalance(b: BalanceRow): BalanceView {
@@ -62,6 +67,7 @@ export function viewBalance(b: BalanceRow): BalanceView {
     aiTokensUsed: b.ai_tokens_used,
     aiTokensOverLimit: b.ai_tokens_over_limit,
     aiTokensHeld: b.ai_tokens_reserved,
+    creditsOwed: b.credits_owed,
   };
 }
 
@@ -124,6 +130,8 @@ export async function syncBalance(tx: Queryable, deploymentId: string, now: Date
   let { period_start, period_end, monthly_allocation: allocation, monthly_used: used, ai_tokens_used: aiUsed, ai_tokens_over_limit: aiOver } = row;
   const ledger = { organizationId: row.organization_id, deploymentId, purchasedDelta: 0, actor, at: now };
   const purchasedAfter = row.purchased_balance;
+  // What this sync adds to the monthly bucket pays credits_owed first (credits/owed.ts).
+  let added: Added = { monthly: 0, purchased: 0 };
 
   if (now.getTime() >= period_end.getTime()) {
     const before = ledgerMonthly(allocation, used);
@@ -135,6 +143,7 @@ export async function syncBalance(tx: Queryable, deploymentId: string, now: Date
     used = 0;
     aiUsed = 0;
     aiOver = 0;
+    added = { monthly: monthlyRemaining(allocation, 0), purchased: 0 };
     await appendLedger(tx, {
       ...ledger,
       kind: 'period_reset',
@@ -148,6 +157,7 @@ export async function syncBalance(tx: Queryable, deploymentId: string, now: Date
     const before = ledgerMonthly(allocation, used);
     const previous = allocation;
     allocation = terms.monthlyCredits;
+    added = { monthly: allocation === null ? null : Math.max(0, ledgerMonthly(allocation, used) - before), purchased: 0 };
     await appendLedger(tx, {
       ...ledger,
       kind: 'adjust',
@@ -180,7 +190,7 @@ export async function syncBalance(tx: Queryable, deploymentId: string, now: Date
      WHERE deployment_id = $1 RETURNING *`,
     [deploymentId, period_start, period_end, syncBefore, allocation, used, aiUsed, purchased, now, aiOver],
   );
-  return updated[0]!;
+  return payOwed(tx, updated[0]!, added, { actor, now });
 }
 
 /** Read a balance that is current at `now`; brings a stale row up to date first. */
@@ -273,6 +283,8 @@ export async function changePurchased(
     expiresAt: input.expiresAt ?? null,
     at: input.now,
   });
+  // A grant pays credits_owed first, after its own ledger row (credits/owed.ts).
+  const paid = await payOwed(tx, row, { monthly: 0, purchased: Math.max(0, input.amount) }, { actor: input.actor, now: input.now });
   if (input.amount > 0) {
     await emitEvent(tx, {
       organizationId: row.organization_id,
@@ -281,7 +293,7 @@ export async function changePurchased(
       data: {
         deployment_id: input.deploymentId,
         amount: input.amount,
-        purchased_balance: row.purchased_balance,
+        purchased_balance: paid.purchased_balance,
         reason: input.reason,
         expires_at: input.expiresAt?.toISOString() ?? null,
         ...input.eventData,
@@ -289,7 +301,7 @@ export async function changePurchased(
       at: input.now,
     });
   }
-  return { ...row, ledgerId };
+  return { ...paid, ledgerId };
 }
 
 /**
@@ -338,5 +350,6 @@ export async function resetUsage(
       at: input.now,
     });
   }
-  return row;
+  // The refilled monthly bucket pays credits_owed first (credits/owed.ts).
+  return payOwed(tx, row, { monthly: Math.max(0, delta), purchased: 0 }, { actor: input.actor, now: input.now });
 }

@@ -258,6 +258,7 @@ describe('GET /api/v1/ai/quota', () => {
       resets_at: addMonths(anchor, 1).toISOString(),
       tier: 'launch',
       credits_available: 2025,
+      credits_owed: 0,
       credits_per_standard: 1,
       credits_per_advanced: 3,
       credits_per_premium: 10,

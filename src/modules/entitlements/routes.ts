@@ -40,6 +40,11 @@ export const AiQuotaReply = Type.Object({
   resets_at: Type.String({ format: 'date-time' }),
   tier: Type.String(),
   credits_available: NullableInt,
+  credits_owed: Type.Integer({
+    minimum: 0,
+    description: 'Credits a provider\'s over-report left unpaid; while above 0 no AI call starts, and credits added pay it first',
+    examples: [0],
+  }),
   credits_per_standard: Type.Integer(),
   credits_per_advanced: Type.Integer(),
   credits_per_premium: Type.Integer(),

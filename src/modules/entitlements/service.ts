@@ -77,6 +77,8 @@ export interface AiQuota {
   resets_at: string;
   tier: Tier;
   credits_available: number | null;
+  /** docs/ai-proxy.md, "What a provider's over-report costs". */
+  credits_owed: number;
   credits_per_standard: number;
   credits_per_advanced: number;
   credits_per_premium: number;
@@ -96,6 +98,7 @@ export async function aiQuota(ctx: Ctx, deployment: DeploymentRow): Promise<AiQu
     resets_at: balance.periodEnd.toISOString(),
     tier: deployment.tier as Tier,
     credits_available: balance.available,
+    credits_owed: balance.creditsOwed,
     ...AI_CREDIT_RATES,
   };
 }

@@ -57,8 +57,10 @@ export async function assertAiAvailable(ctx: Ctx, deployment: DeploymentRow): Pr
   assertAiEnabled(ctx, deployment);
   const now = ctx.clock.now();
   const limit = effectiveTerms(deployment, now).aiTokensLimit;
-  if (limit === null) return;
   const balance = await readBalance(ctx.db, deployment.id, now, 'system');
+  // A debt left by an over-report keeps every AI call out until credits added pay it (credits/owed.ts).
+  if (balance.credits_owed > 0) throw aiQuotaExceeded(ctx, limit, balance.period_end, now, '', balance.credits_owed);
+  if (limit === null) return;
   if ((aiTokensFree(balance, limit) ?? 0) > 0 || purchasedFloor(balance) > 0) return;
   throw aiQuotaExceeded(ctx, limit, balance.period_end, now);
 }

@@ -545,6 +545,11 @@ export interface components {
             billing_anchor: string;
             /** Format: date-time */
             created_at: string;
+            /**
+             * @description Credits a provider's over-report of AI usage left unpaid; while above 0 no AI call starts, and credits added pay it first
+             * @example 0
+             */
+            credits_owed: number;
             features: {
                 ai_enabled: boolean;
                 billing_enabled: boolean;
@@ -605,6 +610,11 @@ export interface components {
         /** AiQuota */
         AiQuota: {
             credits_available: number | null;
+            /**
+             * @description Credits a provider's over-report left unpaid; while above 0 no AI call starts, and credits added pay it first
+             * @example 0
+             */
+            credits_owed: number;
             credits_per_advanced: number;
             credits_per_premium: number;
             credits_per_standard: number;
