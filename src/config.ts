@@ -75,6 +75,12 @@ export interface Config {
   /** SPEC §12: when set, template deployments are POSTed here, signed with templateProvisionerSecret (docs/templates.md). */
   templateProvisionerUrl: string | undefined;
   templateProvisionerSecret: string | undefined;
+  /** TEMPLATE_RESERVED_SUBDOMAINS: refused as subdomains on top of the built-in list (docs/templates.md). */
+  templateReservedSubdomains: string[];
+  /** DNS_SERVERS: the resolvers of custom-domain verification, `ip` or `ip:port` (`[v6]:port`); empty = the system's. */
+  dnsServers: string[];
+  /** 5 s per verification lookup (docs/templates.md). Not an environment variable; tests shorten it. */
+  dnsTimeoutMs: number;
   newOrgTier: Tier;
   logLevel: string;
   /** LOG_FORMAT: `pretty` (one line per request, for a person) or `json`; default pretty only in development on a terminal. */
@@ -439,6 +445,9 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     templateBaseDomain: hostName(env, 'TEMPLATE_BASE_DOMAIN', 'localhost'),
     templateProvisionerUrl: url(env, 'TEMPLATE_PROVISIONER_URL', ['http:', 'https:']),
     templateProvisionerSecret: provisionerSecret(env, 'TEMPLATE_PROVISIONER_SECRET', 'TEMPLATE_PROVISIONER_URL'),
+    templateReservedSubdomains: reservedSubdomains(env, 'TEMPLATE_RESERVED_SUBDOMAINS'),
+    dnsServers: dnsServers(env, 'DNS_SERVERS'),
+    dnsTimeoutMs: 5_000,
     newOrgTier: newOrgTier as Tier,
     logLevel: str(env, 'LOG_LEVEL') ?? (nodeEnv === 'test' ? 'silent' : 'info'),
     logFormat: logFormat(env, 'LOG_FORMAT', nodeEnv),
@@ -519,6 +528,9 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     templateBaseDomain: 'localhost',
     templateProvisionerUrl: undefined,
     templateProvisionerSecret: undefined,
+    templateReservedSubdomains: [],
+    dnsServers: [],
+    dnsTimeoutMs: 5_000,
     newOrgTier: 'sandbox',
     logLevel: 'silent',
     logFormat: 'json',

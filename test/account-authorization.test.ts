@@ -43,6 +43,7 @@ const TABLE: Case[] = [
   { method: 'PUT', url: '/organizations/:id/template-deployments/:tdId', body: { name: 'Renamed' }, write: true },
   { method: 'DELETE', url: '/organizations/:id/template-deployments/:tdId', write: true },
   { method: 'POST', url: '/organizations/:id/template-deployments/:tdId/retry', write: true },
+  { method: 'POST', url: '/organizations/:id/template-deployments/:tdId/verify-domain', write: true },
 ];
 
 let h: Harness;

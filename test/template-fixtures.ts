@@ -53,5 +53,19 @@ export function templateFixtures(harness: () => Harness) {
       [resourceId],
     );
 
-  return { createTemplate, deploymentsUrl, postDeployment, createDeployment, countDeployments, auditRows };
+  /** The operator turns on the custom_domain flag of an organization's primary deployment. */
+  const enableCustomDomain = async (deploymentId: string): Promise<void> => {
+    const res = await harness().request({
+      method: 'PUT',
+      url: `/api/v1/admin/deployments/${deploymentId}/flags`,
+      headers: adminHeaders(harness()),
+      payload: { custom_domain: true },
+    });
+    expect(res.statusCode, res.body).toBe(200);
+  };
+
+  const verifyDomain = (headers: Record<string, string>, orgId: string, id: string) =>
+    harness().request({ method: 'POST', url: `${deploymentsUrl(orgId)}/${id}/verify-domain`, headers });
+
+  return { createTemplate, deploymentsUrl, postDeployment, createDeployment, countDeployments, auditRows, enableCustomDomain, verifyDomain };
 }

@@ -138,4 +138,5 @@ export const SUCCESS_DESCRIPTIONS: Record<string, string> = {
   updateTemplateDeployment: 'The template deployment after the change',
   deleteTemplateDeployment: 'The deleted template deployment',
   retryTemplateDeployment: 'The template deployment, deploying again',
+  verifyTemplateDeploymentDomain: 'Whether the TXT challenge verified the custom domain, and if not, why',
 };

@@ -5,6 +5,7 @@ import { pruneStripeEvents, retryStripeEvents } from '../modules/billing/stripe-
 import { expireAiHolds, pruneAiHolds } from '../modules/credits/ai-usage.js';
 import { expireReservations, pruneInvocations } from '../modules/credits/reservations.js';
 import { dispatchPending } from '../modules/events/outbox.js';
+import { lapseDomainClaims } from '../modules/templates/custom-domains.js';
 import { provisionDue } from '../modules/templates/provision.js';
 import { deliverDue } from '../modules/webhooks/organization.js';
 
@@ -102,6 +103,14 @@ export const WORKERS: WorkerDefinition[] = [
     batchSize: 10,
     intervalMs: 2_000,
     run: (deps) => provisionDue(deps, 10),
+  },
+  {
+    // Custom-domain claims unverified after 7 days lapse (docs/templates.md, Custom domains).
+    name: 'custom-domain-lapse',
+    table: 'template_deployments',
+    batchSize: 100,
+    intervalMs: 60_000,
+    run: (deps) => lapseDomainClaims(deps, 100),
   },
 ];
 

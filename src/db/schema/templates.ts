@@ -36,8 +36,15 @@ export const templateDeployments = pgTable(
       .references(() => templates.id),
     name: text('name').notNull(),
     subdomain: text('subdomain').notNull(),
-    /** Stored in lower case, so uniqueness is case-insensitive. */
+    /** Lower-case ASCII (punycode), no trailing dot; exclusive only once verified (docs/templates.md, Custom domains). */
     customDomain: text('custom_domain'),
+    /** pending_verification | verified while a domain is set; lapsed once a claim ended unverified (domain null). */
+    customDomainStatus: text('custom_domain_status'),
+    /** The TXT value the claimant must publish (`creditgate-verify=…`): not a secret, it is meant to be public. */
+    customDomainChallenge: text('custom_domain_challenge'),
+    /** When the current claim was made: unverified seven days later, it lapses. */
+    customDomainClaimedAt: timestamp('custom_domain_claimed_at', { withTimezone: true }),
+    customDomainVerifiedAt: timestamp('custom_domain_verified_at', { withTimezone: true }),
     config: jsonb('config').notNull().default({}),
     status: text('status').notNull().default('pending'),
     deploymentUrl: text('deployment_url'),
@@ -56,7 +63,10 @@ export const templateDeployments = pgTable(
     uniqueIndex('template_deployments_subdomain_key').on(t.subdomain),
     uniqueIndex('template_deployments_custom_domain_key')
       .on(t.customDomain)
-      .where(sql`${t.customDomain} IS NOT NULL`),
+      .where(sql`${t.customDomainStatus} = 'verified'`),
+    index('template_deployments_domain_claims_idx')
+      .on(t.customDomainClaimedAt)
+      .where(sql`${t.customDomainStatus} = 'pending_verification'`),
     index('template_deployments_org_idx').on(t.organizationId, t.createdAt),
     index('template_deployments_template_idx').on(t.templateId),
     index('template_deployments_due_idx')
@@ -64,5 +74,10 @@ export const templateDeployments = pgTable(
       .where(sql`${t.nextAttemptAt} IS NOT NULL`),
     check('template_deployments_status', sql`${t.status} IN ('pending', 'deploying', 'active', 'failed')`),
     check('template_deployments_attempts_nonneg', sql`${t.attempts} >= 0`),
+    check('template_deployments_custom_domain_status', sql`${t.customDomainStatus} IN ('pending_verification', 'verified', 'lapsed')`),
+    check(
+      'template_deployments_custom_domain_claim',
+      sql`(${t.customDomain} IS NOT NULL) = (COALESCE(${t.customDomainStatus}, 'none') IN ('pending_verification', 'verified'))`,
+    ),
   ],
 );

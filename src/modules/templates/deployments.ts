@@ -9,7 +9,9 @@ import { isUuid } from '../metering/state.js';
 import { authorize } from '../organizations/rbac.js';
 import { featureDisabled } from '../quotas/ai-tokens.js';
 import { findTemplate } from './catalog.js';
-import { checkConfig, normalizeCustomDomain } from './checks.js';
+import { checkConfig, checkSubdomain, normalizeCustomDomain } from './checks.js';
+import type { DomainChallenge } from './dns-challenge.js';
+import { assertDomainClaimable, challengeView, claimOf, type DomainStatus, domainTaken, writeClaim } from './domain-claims.js';
 
 /**
  * SPEC §12 template deployments of an organization: owners and admins manage them
@@ -28,6 +30,10 @@ export interface TemplateDeploymentRow {
   name: string;
   subdomain: string;
   custom_domain: string | null;
+  custom_domain_status: DomainStatus | null;
+  custom_domain_challenge: string | null;
+  custom_domain_claimed_at: Date | null;
+  custom_domain_verified_at: Date | null;
   config: Record<string, unknown>;
   status: Status;
   deployment_url: string | null;
@@ -47,6 +53,9 @@ export interface TemplateDeploymentView {
   name: string;
   subdomain: string;
   custom_domain: string | null;
+  custom_domain_status: DomainStatus | null;
+  custom_domain_challenge: DomainChallenge | null;
+  custom_domain_verified_at: string | null;
   config: Record<string, unknown>;
   status: Status;
   deployment_url: string | null;
@@ -64,6 +73,9 @@ export const deploymentView = (d: TemplateDeploymentRow): TemplateDeploymentView
   name: d.name,
   subdomain: d.subdomain,
   custom_domain: d.custom_domain,
+  custom_domain_status: d.custom_domain_status,
+  custom_domain_challenge: challengeView(d),
+  custom_domain_verified_at: d.custom_domain_verified_at?.toISOString() ?? null,
   config: d.config,
   status: d.status,
   deployment_url: d.deployment_url,
@@ -91,7 +103,7 @@ export async function auditTransition(
   });
 }
 
-async function getScoped(db: Queryable, organizationId: string, id: string): Promise<TemplateDeploymentRow> {
+export async function getScoped(db: Queryable, organizationId: string, id: string): Promise<TemplateDeploymentRow> {
   if (!isUuid(id)) throw new NotFoundError('Template deployment');
   const rows = await db.query<TemplateDeploymentRow>('SELECT * FROM template_deployments WHERE id = $1 AND organization_id = $2', [id, organizationId]);
   if (!rows[0]) throw new NotFoundError('Template deployment');
@@ -115,9 +127,8 @@ function mapWriteError(err: unknown, input: { subdomain?: string | undefined; cu
   if (e.code === '23505' && message.includes('template_deployments_subdomain_key')) {
     return new AppError('CONFLICT', `The subdomain "${input.subdomain}" is taken`);
   }
-  if (e.code === '23505' && message.includes('template_deployments_custom_domain_key')) {
-    return new AppError('CONFLICT', `The custom domain "${input.customDomain}" is taken`);
-  }
+  // Only verified domains are unique: a claim never collides, a verification racing another one does.
+  if (e.code === '23505' && message.includes('template_deployments_custom_domain_key')) return domainTaken(input.customDomain);
   if (e.code === '23503' && message.includes('template_id')) return ValidationError.forField('template_id', 'is not an active template');
   return err;
 }
@@ -130,15 +141,31 @@ export async function createTemplateDeployment(
   const config = checkConfig(input.config ?? {});
   const template = await findTemplate(ctx.db, input.templateId);
   if (!template?.is_active) throw ValidationError.forField('template_id', 'is not an active template (GET /templates lists them)');
-  const customDomain = input.customDomain ? normalizeCustomDomain(input.customDomain, ctx.config.templateBaseDomain) : null;
+  checkSubdomain(input.subdomain, ctx.config);
+  const customDomain = input.customDomain ? normalizeCustomDomain(input.customDomain, ctx.config) : null;
   if (customDomain) await assertCustomDomainAllowed(ctx, input.organizationId);
   const now = ctx.clock.now();
+  const claim = claimOf(customDomain, now);
   try {
     return await ctx.db.transaction(async (tx) => {
+      if (customDomain) await assertDomainClaimable(tx, customDomain, null);
       const rows = await tx.query<TemplateDeploymentRow>(
-        `INSERT INTO template_deployments (organization_id, template_id, name, subdomain, custom_domain, config, status, next_attempt_at, created_by, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $7, $7) RETURNING *`,
-        [input.organizationId, template.id, input.name, input.subdomain, customDomain, JSON.stringify(config), now, auth.userId],
+        `INSERT INTO template_deployments (organization_id, template_id, name, subdomain, custom_domain, custom_domain_status, custom_domain_challenge,
+           custom_domain_claimed_at, config, status, next_attempt_at, created_by, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10, $11, $10, $10) RETURNING *`,
+        [
+          input.organizationId,
+          template.id,
+          input.name,
+          input.subdomain,
+          claim.custom_domain,
+          claim.custom_domain_status,
+          claim.custom_domain_challenge,
+          claim.custom_domain_claimed_at,
+          JSON.stringify(config),
+          now,
+          auth.userId,
+        ],
       );
       const created = rows[0]!;
       await writeAudit(tx, ctx, {
@@ -186,32 +213,28 @@ export async function updateTemplateDeployment(
   await authorize(ctx, input.organizationId, 'templates.manage');
   const config = input.config === undefined ? undefined : checkConfig(input.config);
   const customDomain =
-    input.customDomain === undefined || input.customDomain === null ? input.customDomain : normalizeCustomDomain(input.customDomain, ctx.config.templateBaseDomain);
+    input.customDomain === undefined || input.customDomain === null ? input.customDomain : normalizeCustomDomain(input.customDomain, ctx.config);
   const before = await getScoped(ctx.db, input.organizationId, input.id);
   const reconfigures = config !== undefined || customDomain !== undefined;
   if (reconfigures && !RECONFIGURABLE.includes(before.status)) throw notReconfigurable(before.status);
   if (customDomain) await assertCustomDomainAllowed(ctx, input.organizationId);
+  // The same domain again keeps its claim (and challenge, and verification); another one is a new claim.
+  const reclaims = customDomain !== undefined && customDomain !== before.custom_domain;
+  const now = ctx.clock.now();
   try {
     return await ctx.db.transaction(async (tx) => {
+      if (reclaims && customDomain) await assertDomainClaimable(tx, customDomain, input.id);
       const rows = await tx.query<TemplateDeploymentRow>(
-        `UPDATE template_deployments SET name = $3, config = $4, custom_domain = $5, updated_at = $6
-         WHERE id = $1 AND organization_id = $2 AND (NOT $7 OR status = ANY($8::text[])) RETURNING *`,
-        [
-          input.id,
-          input.organizationId,
-          input.name ?? before.name,
-          JSON.stringify(config ?? before.config),
-          customDomain === undefined ? before.custom_domain : customDomain,
-          ctx.clock.now(),
-          reconfigures,
-          RECONFIGURABLE,
-        ],
+        `UPDATE template_deployments SET name = $3, config = $4, updated_at = $5
+         WHERE id = $1 AND organization_id = $2 AND (NOT $6 OR status = ANY($7::text[])) RETURNING *`,
+        [input.id, input.organizationId, input.name ?? before.name, JSON.stringify(config ?? before.config), now, reconfigures, RECONFIGURABLE],
       );
-      const after = rows[0];
+      let after = rows[0];
       if (!after) {
-        const now = await getScoped(tx, input.organizationId, input.id);
-        throw notReconfigurable(now.status);
+        const current = await getScoped(tx, input.organizationId, input.id);
+        throw notReconfigurable(current.status);
       }
+      if (reclaims) after = await writeClaim(tx, input.organizationId, input.id, claimOf(customDomain ?? null, now), now);
       await writeAudit(tx, ctx, {
         organizationId: input.organizationId,
         action: 'update',

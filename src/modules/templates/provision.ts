@@ -6,6 +6,7 @@ import { signatureHeaders } from '../webhooks/signing.js';
 import { checkTargetUrl } from '../webhooks/ssrf.js';
 import type { TemplateRow } from './catalog.js';
 import { auditTransition, type Status, type TemplateDeploymentRow } from './deployments.js';
+import { provisionedDomain } from './domain-claims.js';
 
 /**
  * SPEC §12 provisioning worker (declared in src/workers/catalog.ts): claims due deployments with FOR
@@ -86,7 +87,8 @@ async function provision(deps: Deps, row: TemplateDeploymentRow): Promise<Outcom
           template_id: row.template_id,
           name: row.name,
           subdomain: row.subdomain,
-          custom_domain: row.custom_domain,
+          // Only a verified domain: a claim proves nothing yet (docs/templates.md, Custom domains).
+          custom_domain: provisionedDomain(row),
           config: row.config,
         },
       },
@@ -136,12 +138,17 @@ async function record(deps: Deps, row: TemplateDeploymentRow, lease: Date, outco
   await deps.db.transaction(async (tx: Queryable) => {
     const guard = 'WHERE id = $1 AND status = \'deploying\' AND leased_until = $2 RETURNING *';
     if (outcome.ok) {
+      // Active only if the provisioner was given the custom domain the row holds now: a verification (or
+      // a release) during the call makes the row due again at once instead (a success, so attempts stay).
       const rows = await tx.query<TemplateDeploymentRow>(
         `UPDATE template_deployments SET status = 'active', deployment_url = $3, last_error = NULL, attempts = $4,
-           next_attempt_at = NULL, leased_until = NULL, updated_at = $5 ${guard}`,
-        [row.id, lease, outcome.deploymentUrl, attempts, now],
+           next_attempt_at = NULL, leased_until = NULL, updated_at = $5
+         WHERE id = $1 AND status = 'deploying' AND leased_until = $2
+           AND (CASE WHEN custom_domain_status = 'verified' THEN custom_domain END) IS NOT DISTINCT FROM $6::text RETURNING *`,
+        [row.id, lease, outcome.deploymentUrl, attempts, now, provisionedDomain(row)],
       );
       if (rows[0]) await auditTransition(tx, ctx, rows[0], 'deploying', { deployment_url: outcome.deploymentUrl });
+      else await tx.query(`UPDATE template_deployments SET next_attempt_at = $3, leased_until = NULL, updated_at = $3 ${guard}`, [row.id, lease, now]);
       return;
     }
     const error = outcome.error.slice(0, ERROR_LIMIT);

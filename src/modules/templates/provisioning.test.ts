@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createHarness, createKeyOverHttp, type Harness, json, signUpWithOrganization } from '../../../test/harness.js';
+import { type DnsStandIn, startDnsStandIn } from '../../../test/dns-stand-in.js';
 import { type ProvisionerStandIn, startProvisioner } from '../../../test/provisioner-stand-in.js';
 import { expectEnvelopeError, templateFixtures } from '../../../test/template-fixtures.js';
 import { WORKERS } from '../../workers/catalog.js';
@@ -20,15 +21,23 @@ let builtIn: Harness;
 let external: Harness;
 let guarded: Harness;
 let provisioner: ProvisionerStandIn;
+let dns: DnsStandIn;
 let h: Harness;
 const f = templateFixtures(() => h);
 const orgs = new Set<string>();
 
 beforeAll(async () => {
   provisioner = await startProvisioner(SECRET);
+  dns = await startDnsStandIn();
   builtIn = await createHarness({ templateBaseDomain: 'apps.example.test' }, START);
   external = await createHarness(
-    { webhookAllowPrivateNetworks: true, webhookAttemptTimeoutMs: 2000, templateProvisionerUrl: `${provisioner.url}/provision`, templateProvisionerSecret: SECRET },
+    {
+      webhookAllowPrivateNetworks: true,
+      webhookAttemptTimeoutMs: 2000,
+      templateProvisionerUrl: `${provisioner.url}/provision`,
+      templateProvisionerSecret: SECRET,
+      dnsServers: [dns.server],
+    },
     START,
   );
   // The guard refuses loopback unless WEBHOOK_ALLOW_PRIVATE_NETWORKS is on.
@@ -36,7 +45,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await Promise.all([builtIn.close(), external.close(), guarded.close()]);
-  await provisioner.close();
+  await Promise.all([provisioner.close(), dns.close()]);
 });
 afterEach(async () => {
   // Nothing of one test stays due for the next.
@@ -232,5 +241,28 @@ describe('provisioner at TEMPLATE_PROVISIONER_URL', () => {
     expect(now).toMatchObject({ status: 'failed', attempts: 1 });
     expect(now.last_error).toContain('not allowed');
     expect(provisioner.requestsFor(d.id)).toHaveLength(0);
+  });
+});
+
+describe('custom domains and the provisioner', () => {
+  it('the provisioner is given custom_domain only once verified: verifying an active deployment provisions it again with the domain', async () => {
+    const { o, template } = await setUp(external);
+    await f.enableCustomDomain(o.deploymentId);
+    const domain = `${randomBytes(6).toString('hex')}.example.com`;
+    const d = await f.createDeployment(o.accessToken, o.organizationId, template.id, { custom_domain: domain });
+    await pass(h);
+    expect(await read(o, d.id)).toMatchObject({ status: 'active', custom_domain: domain, custom_domain_status: 'pending_verification' });
+    expect(provisioner.requestsFor(d.id).map((r) => r.body.data.deployment.custom_domain)).toEqual([null]);
+
+    dns.set(d.custom_domain_challenge!.name, { txt: [[d.custom_domain_challenge!.value]] });
+    h.clock.advance(1000);
+    const verified = await f.verifyDomain(o.headers, o.organizationId, d.id);
+    expect(verified.statusCode, verified.body).toBe(200);
+    expect(await read(o, d.id)).toMatchObject({ status: 'deploying', attempts: 0, custom_domain_status: 'verified' });
+    h.clock.advance(1000);
+    await pass(h);
+    expect(await read(o, d.id)).toMatchObject({ status: 'active' });
+    expect(provisioner.requestsFor(d.id).map((r) => r.body.data.deployment.custom_domain)).toEqual([null, domain]);
+    expect(await transitions(d.id)).toEqual(['pending>deploying', 'deploying>active', 'active>deploying', 'deploying>active']);
   });
 });

@@ -14,6 +14,7 @@ import {
   retryTemplateDeployment,
   updateTemplateDeployment,
 } from './deployments.js';
+import { verifyCustomDomain } from './custom-domains.js';
 import {
   CreateTemplateDeploymentBody,
   OrgParams,
@@ -21,6 +22,7 @@ import {
   TemplateDeploymentSchema,
   TemplateSchema,
   UpdateTemplateDeploymentBody,
+  VerifyDomainResult,
 } from './schemas.js';
 
 const tags = ['Templates'];
@@ -90,8 +92,9 @@ export async function templateRoutes(fastify: FastifyInstance): Promise<void> {
         operationId: 'createTemplateDeployment',
         summary: 'Deploy a template: created pending, then provisioned by a worker',
         description:
-          'subdomain follows the organization slug rule and is unique across the installation; custom_domain is unique and needs ' +
-          "the custom_domain flag of the organization's primary deployment (403 FEATURE_NOT_AVAILABLE otherwise); a taken one is 409.",
+          'subdomain follows the organization slug rule, is unique across the installation (taken: 409) and not a reserved name (www, api, admin, ' +
+          "mail, …: 400). custom_domain needs the custom_domain flag of the organization's primary deployment (403 FEATURE_NOT_AVAILABLE " +
+          'otherwise) and is only claimed: publish custom_domain_challenge, then POST …/verify-domain. 409 only while another deployment holds it verified.',
         params: OrgParams,
         body: CreateTemplateDeploymentBody,
         response: { 201: Envelope(TemplateDeploymentSchema), ...envelopeErrors(400, 401, 403, 404, 409) },
@@ -182,5 +185,28 @@ export async function templateRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request) => ok(await retryTemplateDeployment(ctxOf(request), request.params.id, request.params.tdId), 'Retry scheduled'),
+  );
+
+  app.post(
+    `${one}/verify-domain`,
+    {
+      config,
+      schema: {
+        tags,
+        security,
+        operationId: 'verifyTemplateDeploymentDomain',
+        summary: 'Prove control of custom_domain: look up its TXT challenge record (10 per hour per template deployment)',
+        description:
+          'Resolves custom_domain_challenge.name (TXT) through DNS_SERVERS within 5 s; a record whose strings, joined, equal the challenge value ' +
+          "verifies the domain: it becomes this deployment's alone, every other claim of it is released, and the provisioner is given it. A lookup " +
+          'that finds nothing or fails answers 200 with verified false and a reason. No custom domain: 409.',
+        params: TemplateDeploymentParams,
+        response: { 200: Envelope(VerifyDomainResult), ...envelopeErrors(400, 401, 403, 404, 409, 429) },
+      },
+    },
+    async (request) => {
+      const result = await verifyCustomDomain(ctxOf(request), request.params.id, request.params.tdId);
+      return ok(result, result.verified ? 'Custom domain verified' : 'Custom domain not verified');
+    },
   );
 }

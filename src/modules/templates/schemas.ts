@@ -2,6 +2,7 @@ import { Type } from 'typebox';
 import { Nullable, StoredUrl, StringEnum } from '../../http/schemas.js';
 import { SLUG_RE } from '../organizations/service.js';
 import { STATUSES } from './deployments.js';
+import { DOMAIN_STATUSES } from './domain-claims.js';
 
 /** TypeBox schemas of SPEC §12 (the seed's fields), shared by the operator and the application routes. */
 const Uuid = (description: string) => Type.String({ format: 'uuid', description });
@@ -57,7 +58,27 @@ export const TemplateDeploymentSchema = Type.Object(
     template_id: Uuid('Template id'),
     name: Type.String({ description: 'Display name' }),
     subdomain: Type.String({ description: 'Unique across the installation' }),
-    custom_domain: Nullable(Type.String({ description: 'Unique host name, lower case' })),
+    custom_domain: Nullable(
+      Type.String({ description: 'The claimed host name, lower-case ASCII (punycode); exclusive once verified', examples: ['blog.example.com'] }),
+    ),
+    custom_domain_status: Nullable(
+      StringEnum(DOMAIN_STATUSES, {
+        description:
+          'pending_verification (claimed: publish the challenge, then POST …/verify-domain), verified, or lapsed (the claim ended unverified: ' +
+          'after 7 days, or another deployment verified the domain; custom_domain is then null). null: no domain ever claimed or removed',
+      }),
+    ),
+    custom_domain_challenge: Nullable(
+      Type.Object(
+        {
+          type: Type.Literal('TXT', { description: 'The DNS record type to publish' }),
+          name: Type.String({ description: 'The record name', examples: ['_creditgate-challenge.blog.example.com'] }),
+          value: Type.String({ description: 'The record value, new for every claim', examples: ['creditgate-verify=3kTq8ZrV0bWmX1yC5nD7fH2jL4pS6uA9'] }),
+        },
+        { description: 'The TXT record that proves control of custom_domain (null without a domain)' },
+      ),
+    ),
+    custom_domain_verified_at: Nullable(Timestamp('When custom_domain was verified')),
     config: Type.Record(Type.String(), Type.Unknown(), { description: 'The deployment configuration handed to the provisioner' }),
     status: StringEnum(STATUSES, { description: 'pending → deploying → active, or failed after 5 attempts (retry: failed → deploying)' }),
     deployment_url: Nullable(Type.String({ description: 'Where it runs, once active' })),
@@ -73,7 +94,9 @@ export const TemplateDeploymentSchema = Type.Object(
 const CustomDomain = Type.String({
   minLength: 1,
   maxLength: 253,
-  description: 'A host name such as app.example.com; needs the custom_domain flag of the primary deployment',
+  description:
+    'A host name such as app.example.com (international names are stored as punycode); a new value starts a new claim with a new challenge. ' +
+    'Needs the custom_domain flag of the primary deployment',
   examples: ['blog.example.com'],
 });
 const DeploymentConfig = Config('The deployment configuration handed to the provisioner');
@@ -96,6 +119,18 @@ export const UpdateTemplateDeploymentBody = Type.Object(
     config: Type.Optional(DeploymentConfig),
   },
   { additionalProperties: false, minProperties: 1 },
+);
+
+export const VerifyDomainResult = Type.Object(
+  {
+    verified: Type.Boolean({ description: 'The challenge record was found (or the domain was already verified)' }),
+    reason: Type.Optional(
+      StringEnum(['record_not_found', 'dns_timeout', 'dns_error'], {
+        description: 'Why not: no TXT record with the challenge value, no DNS answer within 5 s, or a DNS failure (SERVFAIL, refused)',
+      }),
+    ),
+  },
+  { title: 'DomainVerification' },
 );
 
 export const TemplateIdParams = Type.Object({ id: Uuid('Template id') });

@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  adminHeaders,
   bearer,
   createHarness,
   createKeyOverHttp,
@@ -33,10 +32,7 @@ afterAll(async () => {
 const one = (orgId: string, id: string) => `${f.deploymentsUrl(orgId)}/${id}`;
 type Data<T> = { data: T };
 
-async function enableCustomDomain(deploymentId: string): Promise<void> {
-  const res = await h.request({ method: 'PUT', url: `/api/v1/admin/deployments/${deploymentId}/flags`, headers: adminHeaders(h), payload: { custom_domain: true } });
-  expect(res.statusCode, res.body).toBe(200);
-}
+const enableCustomDomain = f.enableCustomDomain;
 
 describe('create, read, update, delete', () => {
   it('an owner creates a pending deployment, reads it, lists it, renames and reconfigures it, and deletes it', async () => {
@@ -170,6 +166,12 @@ describe('input', () => {
       [{ ...base, custom_domain: 'localhost' }, 'custom_domain'],
       [{ ...base, custom_domain: '10.0.0.1' }, 'custom_domain'],
       [{ ...base, custom_domain: `x.${h.config.templateBaseDomain}` }, 'custom_domain'],
+      [{ ...base, custom_domain: 'app.localhost' }, 'custom_domain'],
+      [{ ...base, custom_domain: '0x7f.1' }, 'custom_domain'],
+      [{ ...base, custom_domain: '[::1]' }, 'custom_domain'],
+      // PUBLIC_BASE_URL's host is this service's own name.
+      [{ ...base, custom_domain: 'creditgate.test' }, 'custom_domain'],
+      [{ ...base, custom_domain: 'evil.creditgate.test' }, 'custom_domain'],
       [{ ...base, name: '' }, 'name'],
       [{ ...base, status: 'active' }, 'status'],
     ];
@@ -190,7 +192,7 @@ describe('input', () => {
     expect(still.data).toEqual(d);
   });
 
-  it('a taken subdomain or custom domain is 409, across organizations and whatever the case', async () => {
+  it('a taken subdomain is 409 across organizations; a custom domain claimed elsewhere (unverified) is not, and is stored as lower-case punycode', async () => {
     const a = await signUpWithOrganization(h, 'td-dup');
     const b = await signUpWithOrganization(h, 'td-dup');
     await enableCustomDomain(a.deploymentId);
@@ -199,15 +201,20 @@ describe('input', () => {
     const first = await f.createDeployment(a.accessToken, a.organizationId, template.id, { custom_domain: domain.toUpperCase() });
     expect(first.custom_domain).toBe(domain);
     expectEnvelopeError(await f.postDeployment(b.accessToken, b.organizationId, { template_id: template.id, name: 'x', subdomain: first.subdomain }), 409, 'CONFLICT');
-    expectEnvelopeError(
-      await f.postDeployment(b.accessToken, b.organizationId, { template_id: template.id, name: 'x', subdomain: slugOf('free'), custom_domain: `${domain}.` }),
-      409,
-      'CONFLICT',
-    );
-    const other = await f.createDeployment(b.accessToken, b.organizationId, template.id);
-    const res = await h.request({ method: 'PUT', url: one(b.organizationId, other.id), headers: bearer(b.accessToken), payload: { custom_domain: domain } });
-    expectEnvelopeError(res, 409, 'CONFLICT');
-    expect(await f.countDeployments(b.organizationId)).toBe(1);
+    expect(first).toMatchObject({ custom_domain_status: 'pending_verification', custom_domain_verified_at: null });
+    expect(first.custom_domain_challenge).toEqual({ type: 'TXT', name: `_creditgate-challenge.${domain}`, value: expect.stringMatching(/^creditgate-verify=[0-9A-Za-z]{32}$/) });
+    // A claim proves nothing: b may claim it too (docs/templates.md, Custom domains), with its own challenge.
+    const second = await f.createDeployment(b.accessToken, b.organizationId, template.id, { custom_domain: `${domain}.` });
+    expect(second).toMatchObject({ custom_domain: domain, custom_domain_status: 'pending_verification' });
+    expect(second.custom_domain_challenge?.value).not.toBe(first.custom_domain_challenge?.value);
+    const idn = await f.createDeployment(b.accessToken, b.organizationId, template.id, { custom_domain: 'Bücher.Example.COM.' });
+    expect(idn.custom_domain).toBe('xn--bcher-kva.example.com');
+    expect(await f.countDeployments(b.organizationId)).toBe(2);
+    // The same domain again keeps the claim; another one is a new claim with a new challenge.
+    const same = await h.request({ method: 'PUT', url: one(a.organizationId, first.id), headers: bearer(a.accessToken), payload: { custom_domain: domain } });
+    expect(json<Data<TemplateDeploymentView>>(same).data.custom_domain_challenge).toEqual(first.custom_domain_challenge);
+    const moved = await h.request({ method: 'PUT', url: one(a.organizationId, first.id), headers: bearer(a.accessToken), payload: { custom_domain: `new.${domain}` } });
+    expect(json<Data<TemplateDeploymentView>>(moved).data.custom_domain_challenge?.value).not.toBe(first.custom_domain_challenge?.value);
   });
 
   it('custom_domain needs the flag of the primary deployment: 403 FEATURE_NOT_AVAILABLE until the operator turns it on', async () => {
@@ -224,6 +231,6 @@ describe('input', () => {
     const created = await f.createDeployment(o.accessToken, o.organizationId, template.id, { custom_domain: domain });
     expect(created.custom_domain).toBe(domain);
     const cleared = await h.request({ method: 'PUT', url: one(o.organizationId, created.id), headers: bearer(o.accessToken), payload: { custom_domain: null } });
-    expect(json<Data<TemplateDeploymentView>>(cleared).data.custom_domain).toBeNull();
+    expect(json<Data<TemplateDeploymentView>>(cleared).data).toMatchObject({ custom_domain: null, custom_domain_status: null, custom_domain_challenge: null });
   });
 });

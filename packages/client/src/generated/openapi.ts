@@ -1364,6 +1364,23 @@ export interface components {
             /** @constant */
             type: "deployment.tier_changed";
         };
+        /** DomainVerification */
+        DomainVerification: {
+            /**
+             * @description Why not: no TXT record with the challenge value, no DNS answer within 5 s, or a DNS failure (SERVFAIL, refused)
+             * @enum {string}
+             */
+            reason?: "record_not_found" | "dns_timeout" | "dns_error";
+            /** @description The challenge record was found (or the domain was already verified) */
+            verified: boolean;
+        };
+        /** DomainVerificationEnvelope */
+        DomainVerificationEnvelope: {
+            data: components["schemas"]["DomainVerification"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
         /** EntitlementSnapshot */
         EntitlementSnapshot: {
             features: {
@@ -2092,6 +2109,25 @@ export interface components {
              */
             created_at: string;
             custom_domain: string | null;
+            custom_domain_challenge: {
+                /**
+                 * @description The record name
+                 * @example _creditgate-challenge.blog.example.com
+                 */
+                name: string;
+                /**
+                 * @description The DNS record type to publish
+                 * @enum {string}
+                 */
+                type: "TXT";
+                /**
+                 * @description The record value, new for every claim
+                 * @example creditgate-verify=3kTq8ZrV0bWmX1yC5nD7fH2jL4pS6uA9
+                 */
+                value: string;
+            } | null;
+            custom_domain_status: ("pending_verification" | "verified" | "lapsed") | null;
+            custom_domain_verified_at: string | null;
             deployment_url: string | null;
             /**
              * Format: uuid
