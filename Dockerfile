@@ -2,6 +2,7 @@
 # docker-compose.yml (README "Running with Docker"). The service runs as the unprivileged `node` user,
 # listens on 0.0.0.0:8080, and keeps the embedded database (when DATABASE_URL is unset) in /data.
 
+# Node 24 LTS; package.json's `engines` also allows 22.12 or later (NODE_IMAGE=node:22-bookworm-slim).
 ARG NODE_IMAGE=node:24-bookworm-slim
 
 # ---- build: every dependency (TypeScript, types, vite), then dist/ with the console ---------------

@@ -106,7 +106,11 @@ const DELIVERY_HEADERS: Array<{ name: string; description: string }> = [
   { name: 'x-service-signature', description: "Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included)" },
   { name: 'x-service-event', description: 'The event type' },
   { name: 'x-service-delivery', description: 'The delivery id' },
-  { name: 'webhook-id', description: 'Standard Webhooks message id (the event id; the same on every attempt)' },
+  {
+    name: 'webhook-id',
+    description:
+      "Standard Webhooks message id: the delivery id (as x-service-delivery), the same on every attempt; deduplicate by it. Each webhook gets its own delivery of an event; the event id is the body's id",
+  },
   { name: 'webhook-timestamp', description: 'Standard Webhooks timestamp (epoch seconds)' },
   { name: 'webhook-signature', description: 'Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body>' },
 ];

@@ -20,7 +20,8 @@ class Events(list):  # type: ignore[type-arg]
 
 
 class FakeContext:
-    """The shape of FastMCP's Context: the tools/call `_meta` at ctx.request_context.meta."""
+    """The shape of the mcp package's Context (`MCPServer`'s in 2.x, `FastMCP`'s in 1.x): the tools/call
+    `_meta` at ctx.request_context.meta, here a dict as in 2.x (both versions' shapes: test_contexts.py)."""
 
     class _Request:
         def __init__(self, meta: dict[str, Any]) -> None:

@@ -83,6 +83,9 @@ describe('webhook test send', () => {
     });
     expect(r.headers['x-service-event']).toBe(TEST_EVENT_TYPE);
     expect(r.headers['x-service-delivery']).toBe(d.id);
+    // webhook-id is the delivery id, not the event id (the body's id): docs/webhooks.md, Delivery worker.
+    expect(r.headers['webhook-id']).toBe(d.id);
+    expect((verified as { id: string }).id).not.toBe(d.id);
 
     const audit = await h.deps.db.query<{ actor: string; metadata: Record<string, unknown> }>(
       `SELECT actor, metadata FROM audit_logs WHERE organization_id = $1 AND action = 'test' AND resource_type = 'webhook' AND resource_id = $2`,
