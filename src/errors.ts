@@ -24,6 +24,8 @@ export const ERROR_STATUS = {
   RATE_LIMITED: 429,
   AI_QUOTA_EXCEEDED: 429,
   INTERNAL_ERROR: 500,
+  /** The AI provider answers 404/405 for a route it does not have (`/responses`; docs/ai-proxy.md). */
+  AI_ROUTE_NOT_SUPPORTED: 501,
   /** Stripe refused a request the service made (a price or customer Stripe does not know: configuration). */
   PAYMENT_PROVIDER_ERROR: 502,
   /** SPEC §6 AI proxy: the upstream answered 5xx, timed out or could not be reached. */
@@ -47,6 +49,7 @@ const FLAT_ERROR_WORD: Partial<Record<ErrorCode, string>> = {
   VALIDATION_ERROR: 'invalid_request',
   AI_UPSTREAM_ERROR: 'upstream_error',
   AI_NOT_CONFIGURED: 'ai_not_configured',
+  AI_ROUTE_NOT_SUPPORTED: 'not_supported',
 };
 
 /** The flat shape calls a validation failure INVALID_REQUEST (SPEC §7); the envelope calls it VALIDATION_ERROR (§8). */
@@ -105,6 +108,30 @@ export class ServiceUnavailableError extends AppError {
   }
 }
 
+/** The longest wait a refusal that waiting cannot cure still announces in Retry-After (one hour). */
+export const LONGEST_RETRY_AFTER_SECONDS = 3600;
+
+/**
+ * A refusal that waiting cannot cure (docs/ai-proxy.md, "Refusals that waiting cannot cure": an AI quota
+ * used up with nothing purchased, credits owed, a spent budget). It says `x-should-retry: false`, so the
+ * official OpenAI SDKs send the request once instead of sleeping on a 30-day Retry-After (which
+ * overflows Node's timers: a TimeoutOverflowWarning and retries at once), names `resets_at` when time
+ * changes the answer, and sends Retry-After (seconds to `resets_at`, rounded up) only within the hour.
+ */
+export function refusalUntil(
+  code: ErrorCode,
+  message: string,
+  extra: Record<string, unknown>,
+  resetsAt: Date | null,
+  now: Date,
+): AppError {
+  const headers: Record<string, string> = { 'x-should-retry': 'false' };
+  if (resetsAt === null) return new AppError(code, message, extra, headers);
+  const seconds = Math.max(1, Math.ceil((resetsAt.getTime() - now.getTime()) / 1000));
+  if (seconds <= LONGEST_RETRY_AFTER_SECONDS) headers['retry-after'] = String(seconds);
+  return new AppError(code, message, { ...extra, resets_at: resetsAt.toISOString() }, headers);
+}
+
 /** SPEC §4/§7 flat shape: `{error, code, message, ...extra}` for every /api/v1 path. */
 export function flatErrorBody(err: AppError): Record<string, unknown> {
   return {
@@ -125,10 +152,25 @@ export function envelopeErrorBody(err: AppError, now: Date): Record<string, unkn
 }
 
 /**
+ * An error answered in the OpenAI shape whatever its status, with OpenAI's own `code` word: a model the
+ * proxy does not offer is 404 `model_not_found` (docs/ai-proxy.md, Routes), as OpenAI answers it.
+ */
+export class OpenAiShapedError extends AppError {
+  constructor(
+    code: ErrorCode,
+    message: string,
+    readonly openAiCode: string,
+  ) {
+    super(code, message);
+  }
+}
+
+/**
  * The OpenAI error shape `{error:{message, type, param, code}}`, which the AI proxy's routes answer a bad
  * request with so the OpenAI SDKs raise their BadRequestError (docs/ai-proxy.md).
  */
 export function openAiErrorBody(err: AppError): Record<string, unknown> {
+  if (err instanceof OpenAiShapedError) return { error: { message: err.message, type: 'invalid_request_error', param: null, code: err.openAiCode } };
   const fields = (err.extra.fields as FieldError[] | undefined) ?? [];
   return {
     error: {

@@ -114,7 +114,9 @@ async function snapshot(): Promise<string> {
 /** What no answer may carry: stack frames, paths of the code, SQL or the database's words. */
 const LEAK = /\n\s+at |\bat [\w$.<>]+ \(|node_modules|\.ts:\d+|syntax error|relation "|violates|invalid input syntax|duplicate key|SQLSTATE|invalid byte sequence|unsupported Unicode|stack depth/i;
 
-const OPENAI_SHAPED = /^\/api\/v1\/ai\/(chat\/completions|embeddings|models)(\?|$)/;
+const OPENAI_SHAPED = /^\/api\/v1\/ai\/(chat\/completions|embeddings|responses|models(\/[^?]*)?)(\?|$)/;
+/** A model the proxy does not offer is 404 `model_not_found` in the OpenAI shape too (docs/ai-proxy.md, Routes). */
+const OPENAI_NOT_FOUND = /^\/api\/v1\/ai\/models\/[^?]+/;
 
 function judge(poison: Poison, url: string, res: { statusCode: number; body: string }): void {
   const what = `${poison.kind} in ${poison.part}.${poison.name}: ${res.statusCode} ${res.body.slice(0, 400)}`;
@@ -125,7 +127,9 @@ function judge(poison: Poison, url: string, res: { statusCode: number; body: str
   expect(res.statusCode, what).toBeGreaterThanOrEqual(400);
   const body = JSON.parse(res.body) as Record<string, unknown>;
   // The AI proxy's routes answer a bad request in the OpenAI error shape (docs/ai-proxy.md), for the OpenAI SDKs.
-  const openAi = res.statusCode === 400 && OPENAI_SHAPED.test(url);
+  // A path that cannot be decoded reaches no route, so no route's shape: the flat one.
+  const routed = poison.kind !== 'bad-encoding';
+  const openAi = routed && ((res.statusCode === 400 && OPENAI_SHAPED.test(url)) || (res.statusCode === 404 && OPENAI_NOT_FOUND.test(url)));
   if (openAi) {
     expect(body, what).toMatchObject({ error: { message: expect.any(String), type: 'invalid_request_error', code: expect.any(String) } });
   } else if (usesFlatShape(url)) {

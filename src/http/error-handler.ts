@@ -8,6 +8,7 @@ import {
   type FieldError,
   flatErrorBody,
   NotFoundError,
+  OpenAiShapedError,
   openAiErrorBody,
   ServiceUnavailableError,
   usesFlatShape,
@@ -89,7 +90,9 @@ export function toAppError(err: unknown): AppError {
 
 export function sendError(reply: FastifyReply, request: FastifyRequest, appError: AppError, clock: Clock): FastifyReply {
   for (const [name, value] of Object.entries(appError.headers)) reply.header(name, value);
-  const openAi = appError.code === 'VALIDATION_ERROR' && (request.routeOptions.config as { errorShape?: string } | undefined)?.errorShape === 'openai';
+  const openAi =
+    appError instanceof OpenAiShapedError ||
+    (appError.code === 'VALIDATION_ERROR' && (request.routeOptions.config as { errorShape?: string } | undefined)?.errorShape === 'openai');
   const body = openAi ? openAiErrorBody(appError) : usesFlatShape(request.url) ? flatErrorBody(appError) : envelopeErrorBody(appError, clock.now());
   if (appError.code === 'INTERNAL_ERROR') {
     if (usesFlatShape(request.url)) body.request_id = request.id;

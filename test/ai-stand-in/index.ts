@@ -3,6 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { Tiktoken } from 'js-tiktoken/lite';
 import o200k from 'js-tiktoken/ranks/o200k_base';
+import { answerResponses } from './responses.js';
 
 /**
  * An OpenAI-compatible provider on loopback, speaking the real wire format (JSON answers, SSE streams
@@ -206,7 +207,8 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
     }
     const isChat = req.method === 'POST' && path === '/v1/chat/completions';
     const isEmbed = req.method === 'POST' && path === '/v1/embeddings';
-    if (!isChat && !isEmbed) {
+    const isResponses = req.method === 'POST' && path === '/v1/responses';
+    if (!isChat && !isEmbed && !isResponses) {
       openAiError(res, 404, `Unknown path ${path}`);
       return;
     }
@@ -221,7 +223,16 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
     if (res.destroyed) return;
     const b = (body ?? {}) as Record<string, unknown>;
     if (isChat) chat(b, res, fault);
+    else if (isResponses) responses(b, res, fault);
     else embeddings(b, res);
+  }
+
+  function responses(b: Record<string, unknown>, res: ServerResponse, fault: Fault | undefined): void {
+    if (typeof b.model !== 'string' || !options.models.includes(b.model)) {
+      openAiError(res, 400, `The model ${String(b.model)} does not exist`, 'model');
+      return;
+    }
+    answerResponses(b, res, fault, { replyTokens: options.replyTokens, chunkDelayMs: options.chunkDelayMs, usages: state.usages, paused }, sendJson);
   }
 
   function chat(b: Record<string, unknown>, res: ServerResponse, fault: Fault | undefined): void {

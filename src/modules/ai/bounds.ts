@@ -11,8 +11,9 @@ import { countText } from './tokens.js';
 /**
  * The request fields of OpenAI's API reference, per route. Nothing else is forwarded unless listed in
  * AI_EXTRA_FIELDS: a vendor field (`best_of`, `min_tokens`, `ignore_eos`, `max_new_tokens`, `options`,
- * `use_beam_search`, …) can multiply what a call costs past anything the proxy held. A later route
- * (the Responses API) adds its own list here.
+ * `use_beam_search`, …) can multiply what a call costs past anything the proxy held. The Responses
+ * API's list leaves out `context_management`, `moderation` and `prompt_cache_options` (their cost is not
+ * yet understood here, as for chat); its stateful fields are on the list and refused by value below.
  */
 export const REQUEST_FIELDS = {
   chat: [
@@ -52,6 +53,36 @@ export const REQUEST_FIELDS = {
     'verbosity',
   ],
   embeddings: ['input', 'model', 'dimensions', 'encoding_format', 'user'],
+  responses: [
+    'input',
+    'model',
+    'background',
+    'conversation',
+    'include',
+    'instructions',
+    'max_output_tokens',
+    'max_tool_calls',
+    'metadata',
+    'parallel_tool_calls',
+    'previous_response_id',
+    'prompt',
+    'prompt_cache_key',
+    'prompt_cache_retention',
+    'reasoning',
+    'safety_identifier',
+    'service_tier',
+    'store',
+    'stream',
+    'stream_options',
+    'temperature',
+    'text',
+    'tool_choice',
+    'tools',
+    'top_logprobs',
+    'top_p',
+    'truncation',
+    'user',
+  ],
 } as const satisfies Record<string, readonly string[]>;
 
 export type AiRoute = keyof typeof REQUEST_FIELDS;
@@ -59,6 +90,7 @@ export type AiRoute = keyof typeof REQUEST_FIELDS;
 const ALLOWED: Record<AiRoute, ReadonlySet<string>> = {
   chat: new Set(REQUEST_FIELDS.chat),
   embeddings: new Set(REQUEST_FIELDS.embeddings),
+  responses: new Set(REQUEST_FIELDS.responses),
 };
 
 /**
@@ -123,6 +155,45 @@ export function upstreamChatBody(config: Pick<Config, 'aiReasoningModels'>, body
   }
   if (body.stream === true) out.stream_options = { ...((body.stream_options as object | null | undefined) ?? {}), include_usage: true };
   return out;
+}
+
+/** Tool types a Responses request may define: the caller runs them, so they cost only their tokens. */
+const CALLER_TOOLS = new Set(['function', 'custom']);
+
+/**
+ * The Responses API forwards only stateless requests (docs/ai-proxy.md, Responses API): what the
+ * provider stored (an earlier response, a conversation, a stored prompt) cannot be counted before the
+ * call, a background response outlives the call that would settle it, and hosted tools (web and file
+ * search, code interpreter, image generation, computer use, remote MCP, …) bill per use or per container
+ * on top of tokens, which no token bound covers. Each is 400 naming the field; `store` is forced to
+ * false upstream (upstreamResponsesBody).
+ */
+export function checkStateless(body: Record<string, unknown>): void {
+  for (const field of ['previous_response_id', 'conversation', 'prompt'] as const) {
+    if (body[field] !== undefined && body[field] !== null) {
+      throw invalidRequest(field, 'refers to state the provider stored, which this server does not forward (send the whole input; nothing is stored)');
+    }
+  }
+  if (body.background === true) throw invalidRequest('background', 'is not offered: a background response outlives the call that pays for it');
+  if (Array.isArray(body.tools)) {
+    body.tools.forEach((tool, i) => {
+      const type = (tool as { type?: unknown } | null)?.type;
+      if (!CALLER_TOOLS.has(String(type))) {
+        throw invalidRequest(`tools[${i}].type`, `"${String(type)}" is a hosted tool (or unknown), billed on top of tokens: only function and custom tools are forwarded`);
+      }
+    });
+  }
+  const choice = body.tool_choice;
+  if (choice !== null && typeof choice === 'object') {
+    const { type, tools } = choice as { type?: unknown; tools?: unknown };
+    const named = type === 'allowed_tools' && Array.isArray(tools) ? tools.map((t) => (t as { type?: unknown } | null)?.type) : [type];
+    if (!named.every((t) => CALLER_TOOLS.has(String(t)))) throw invalidRequest('tool_choice', 'may name only function and custom tools on this server');
+  }
+}
+
+/** The Responses body the upstream gets: the caller's, never stored, with the allowance in `max_output_tokens`. */
+export function upstreamResponsesBody(body: Record<string, unknown>, allowance: number): Record<string, unknown> {
+  return { ...body, store: false, max_output_tokens: allowance };
 }
 
 /**

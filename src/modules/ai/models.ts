@@ -43,3 +43,11 @@ export function isReasoningModel(config: Pick<Config, 'aiReasoningModels'>, mode
   const name = normaliseModel(model);
   return config.aiReasoningModels.some((base) => extendsModel(name, base));
 }
+
+/**
+ * The models `GET /models` lists and `GET /models/{id}` answers (raw names): AI_MODELS when set, else
+ * AI_DEFAULT_MODEL and the models of AI_MODEL_CLASSES.
+ */
+export function offeredModels(config: Pick<Config, 'aiModels' | 'aiModelClasses' | 'aiDefaultModel'>): string[] {
+  return config.aiModels.length > 0 ? config.aiModels : [...new Set([config.aiDefaultModel, ...Object.keys(config.aiModelClasses)])];
+}

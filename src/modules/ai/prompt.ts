@@ -4,7 +4,7 @@ import { type Detail, imageRuleOf, imageSize, imageTokens } from './images.js';
 import { countText } from './tokens.js';
 
 /**
- * The prompt hold of a chat request: an upper bound of what the provider can bill for its input
+ * The prompt hold of a chat or Responses request: an upper bound of what the provider can bill for its input
  * (docs/ai-proxy.md, Bounds: the prompt hold). Text is counted the OpenAI cookbook way (3 per message,
  * its strings, 1 per name, 3 priming the reply); tool and function definitions, tool calls, the
  * response format and the `prediction` are counted as their text; images by their family's rule; audio
@@ -26,28 +26,84 @@ export function countChatPromptBound(config: PromptConfig, model: string, body: 
   let n = 3;
   const messages = body.messages as Array<Record<string, unknown>>;
   messages.forEach((message, i) => {
-    const at = `messages[${i}]`;
-    n += 3;
-    for (const field of ['role', 'tool_call_id', 'refusal'] as const) {
-      if (typeof message[field] === 'string') n += countText(model, message[field]);
-    }
-    n += countContent(config, model, message.content, `${at}.content`);
-    if (typeof message.name === 'string') n += countText(model, message.name) + 1;
-    for (const field of ['tool_calls', 'function_call'] as const) {
-      if (message[field] !== undefined && message[field] !== null) n += countText(model, JSON.stringify(message[field]));
-    }
-    // A reference to an earlier audio answer: the provider replays audio the proxy never saw.
-    if (message.audio !== undefined && message.audio !== null) throw invalidRequest(`${at}.audio`, 'refers to stored audio, which the proxy cannot count before the call');
-    for (const [field, value] of Object.entries(message)) {
-      if (!MESSAGE_FIELDS.has(field) && value !== undefined && value !== null) n += countText(model, typeof value === 'string' ? value : JSON.stringify(value));
-    }
+    n += countMessage(config, model, message, `messages[${i}]`);
   });
-  for (const field of ['tools', 'functions', 'response_format', 'tool_choice'] as const) {
+  n += countJsonFields(model, body, ['tools', 'functions', 'response_format', 'tool_choice']);
+  n += countPrediction(config, model, body.prediction);
+  return n;
+}
+
+/** One message, the cookbook way (3, its strings, 1 per name), every other field as its JSON. */
+function countMessage(config: PromptConfig, model: string, message: Record<string, unknown>, at: string): number {
+  let n = 3;
+  for (const field of ['role', 'tool_call_id', 'refusal'] as const) {
+    if (typeof message[field] === 'string') n += countText(model, message[field]);
+  }
+  n += countContent(config, model, message.content, `${at}.content`);
+  if (typeof message.name === 'string') n += countText(model, message.name) + 1;
+  for (const field of ['tool_calls', 'function_call'] as const) {
+    if (message[field] !== undefined && message[field] !== null) n += countText(model, JSON.stringify(message[field]));
+  }
+  // A reference to an earlier audio answer: the provider replays audio the proxy never saw.
+  if (message.audio !== undefined && message.audio !== null) throw invalidRequest(`${at}.audio`, 'refers to stored audio, which the proxy cannot count before the call');
+  for (const [field, value] of Object.entries(message)) {
+    if (!MESSAGE_FIELDS.has(field) && value !== undefined && value !== null) n += countText(model, typeof value === 'string' ? value : JSON.stringify(value));
+  }
+  return n;
+}
+
+/** Definitions and formats the provider renders into the prompt: their JSON (a string value is a mode word, counted nowhere). */
+function countJsonFields(model: string, body: Record<string, unknown>, fields: readonly string[]): number {
+  let n = 0;
+  for (const field of fields) {
     const value = body[field];
     if (value !== undefined && value !== null && typeof value !== 'string') n += countText(model, JSON.stringify(value));
   }
-  n += countPrediction(config, model, body.prediction);
   return n;
+}
+
+/**
+ * The prompt hold of a Responses API request (docs/ai-proxy.md, Responses API), by the same rule as a
+ * chat's: `instructions` and a string `input` are a message each; input messages are counted as chat
+ * messages (their parts by the same part rules); tool calls, tool outputs and reasoning items passed
+ * back as their text; `tools`, `tool_choice` and `text` (the JSON schema of `text.format`) as their JSON.
+ * Items that refer to what the provider stored (`item_reference`) or that only hosted tools make are
+ * refused naming the item.
+ */
+export function countResponsesPromptBound(config: PromptConfig, model: string, body: Record<string, unknown>): number {
+  let n = 3;
+  if (typeof body.instructions === 'string') n += countMessage(config, model, { role: 'developer', content: body.instructions }, 'instructions');
+  const input = body.input;
+  if (typeof input === 'string') n += countMessage(config, model, { role: 'user', content: input }, 'input');
+  else if (Array.isArray(input)) {
+    input.forEach((item, i) => {
+      n += countInputItem(config, model, (item ?? {}) as Record<string, unknown>, `input[${i}]`);
+    });
+  }
+  n += countJsonFields(model, body, ['tools', 'tool_choice', 'text']);
+  return n;
+}
+
+function countInputItem(config: PromptConfig, model: string, item: Record<string, unknown>, at: string): number {
+  const { type, ...rest } = item;
+  switch (type ?? (typeof item.role === 'string' ? 'message' : undefined)) {
+    case 'message':
+      return countMessage(config, model, rest, at);
+    case 'function_call_output':
+    case 'custom_tool_call_output': {
+      const { output, ...meta } = rest;
+      return 3 + countText(model, JSON.stringify(meta)) + countContent(config, model, output, `${at}.output`);
+    }
+    case 'function_call':
+    case 'custom_tool_call':
+    // Summaries and encrypted reasoning passed back: the ciphertext, base64, is longer than the reasoning it holds.
+    case 'reasoning':
+      return 3 + countText(model, JSON.stringify(rest));
+    case 'item_reference':
+      throw invalidRequest(at, 'refers to a stored item, which the proxy cannot count before the call (nothing is stored: send the item itself)');
+    default:
+      throw invalidRequest(`${at}.type`, `"${String(type)}" is not an input item the proxy can count (message, function_call, function_call_output, custom_tool_call, custom_tool_call_output, reasoning)`);
+  }
 }
 
 /** Predicted output (`prediction: {type: "content", content}`): the provider reads all of it. */
@@ -72,11 +128,22 @@ function countContent(config: PromptConfig, model: string, content: unknown, at:
 function countPart(config: PromptConfig, model: string, p: Record<string, unknown>, at: string): number {
   switch (p.type) {
     case 'text':
+    case 'input_text':
+    case 'output_text':
       return typeof p.text === 'string' ? countText(model, p.text) : 0;
     case 'refusal':
       return typeof p.refusal === 'string' ? countText(model, p.refusal) : 0;
-    case 'image_url':
-      return countImage(config, model, p.image_url, at);
+    case 'image_url': {
+      const { url, detail } = (p.image_url ?? {}) as { url?: unknown; detail?: unknown };
+      return countImage(config, model, url, detail, `${at}.image_url.url`);
+    }
+    case 'input_image':
+      if (p.file_id !== undefined && p.file_id !== null) throw invalidRequest(`${at}.file_id`, 'refers to a stored file, which the proxy cannot count before the call: send image_url');
+      // `original` keeps the full resolution, billed by a rule the family tables here do not give.
+      if (p.detail === 'original') throw invalidRequest(`${at}.detail`, '"original" is billed by a rule this server does not know: use low, high or auto');
+      return countImage(config, model, p.image_url, p.detail, `${at}.image_url`);
+    case 'input_file':
+      return countResponsesFile(config, p, at);
     case 'input_audio': {
       const data = (p.input_audio as { data?: unknown } | undefined)?.data;
       if (typeof data !== 'string') throw invalidRequest(`${at}.input_audio.data`, 'must be base64 audio');
@@ -91,8 +158,23 @@ function countPart(config: PromptConfig, model: string, p: Record<string, unknow
       return countBytes(config, dataBytes(file.file_data).length, at, 'an inline file');
     }
     default:
-      throw invalidRequest(`${at}.type`, `"${String(p.type)}" is not a content part the proxy can count (text, image_url, input_audio, file, refusal)`);
+      throw invalidRequest(
+        `${at}.type`,
+        `"${String(p.type)}" is not a content part the proxy can count (text, image_url, input_audio, file, refusal; input_text, output_text, input_image, input_file)`,
+      );
   }
+}
+
+/** A Responses `input_file`: inline bytes by AI_BYTES_PER_TOKEN_BOUND; a stored file or one the provider fetches is refused. */
+function countResponsesFile(config: PromptConfig, p: Record<string, unknown>, at: string): number {
+  if (p.file_id !== undefined && p.file_id !== null) {
+    throw invalidRequest(`${at}.file_id`, 'refers to a stored file, which the proxy cannot count before the call: send file_data');
+  }
+  if (p.file_url !== undefined && p.file_url !== null) {
+    throw invalidRequest(`${at}.file_url`, 'is fetched by the provider, so the proxy cannot count it before the call: send file_data');
+  }
+  if (typeof p.file_data !== 'string') throw invalidRequest(`${at}.file_data`, 'must be the file, base64 or a data: URL');
+  return countBytes(config, dataBytes(p.file_data).length, at, 'an inline file');
 }
 
 /** Held at bytes ÷ AI_BYTES_PER_TOKEN_BOUND, rounded up; refused without it (docs/ai-proxy.md). */
@@ -103,9 +185,8 @@ function countBytes(config: PromptConfig, bytes: number, at: string, what: strin
   return Math.ceil(bytes / config.aiBytesPerTokenBound);
 }
 
-function countImage(config: PromptConfig, model: string, image: unknown, at: string): number {
-  const { url, detail } = (image ?? {}) as { url?: unknown; detail?: unknown };
-  if (typeof url !== 'string') throw invalidRequest(`${at}.image_url.url`, 'must be a URL or a data: URL');
+function countImage(config: PromptConfig, model: string, url: unknown, detail: unknown, at: string): number {
+  if (typeof url !== 'string') throw invalidRequest(at, 'must be a URL or a data: URL');
   const rule = imageRuleOf(model);
   if (rule === null) return config.aiImageMaxTokens;
   // `auto` lets the provider choose: held as `high`, the dearer.

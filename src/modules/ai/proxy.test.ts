@@ -262,14 +262,15 @@ describe('past the quota', () => {
     await expectNothingHeld(t);
   });
 
-  it('with neither tokens nor credits left: 429 AI_QUOTA_EXCEEDED with Retry-After, before any upstream call', async () => {
+  it('with neither tokens nor credits left: 429 AI_QUOTA_EXCEEDED, x-should-retry: false, before any upstream call', async () => {
     const t = await createTenant(h, { tier: 'trial' });
     await setAiLimit(t, 0);
     const before = standIn.requests.length;
     const err = await caught(client(t).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }));
     expect(err.status).toBe(429);
     expect(err.error).toBe('quota_exceeded');
-    expect(Number(err.headers?.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    // A month from the reset: no Retry-After (docs/ai-proxy.md, Refusals that waiting cannot cure; credits/ai-refusals.test.ts).
+    expect(err.headers?.get('x-should-retry')).toBe('false');
     expect(standIn.requests.length).toBe(before);
     const raw = await fetch(`${base}/api/v1/ai/chat/completions`, {
       method: 'POST',

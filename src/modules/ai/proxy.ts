@@ -7,7 +7,7 @@ import { askedAllowance, checkFields, upstreamChatBody } from './bounds.js';
 import { type CallHold, type CallPlan, type ChatCall, hold, release, settle, settleQuietly } from './call.js';
 import { isReasoningModel } from './models.js';
 import { countChatPromptBound } from './prompt.js';
-import { readUsage, textOfChoices } from './sse.js';
+import { type ReportedUsage, readUsage, textOfChoices } from './sse.js';
 import { streamChat, streamText } from './stream.js';
 import { countEmbeddingInput, countText, loadEncodingFor } from './tokens.js';
 import { type AiUpstream, readBody } from './upstream.js';
@@ -45,7 +45,7 @@ export function checkModel(ctx: Ctx, model: string): void {
 }
 
 /** The client's disconnect aborts the upstream request (SPEC §6: a client that goes stops the call). */
-function abortOnDisconnect(reply: FastifyReply): AbortController {
+export function abortOnDisconnect(reply: FastifyReply): AbortController {
   const controller = new AbortController();
   const onClose = () => {
     if (!reply.raw.writableFinished) controller.abort(new Error('client disconnected'));
@@ -60,7 +60,7 @@ function abortOnDisconnect(reply: FastifyReply): AbortController {
  * provider answered nothing to us); a 502 for a connection error or a timeout. On anything but an
  * answer the hold is released here.
  */
-async function send(
+export async function send(
   call: ChatCall,
   held: CallHold,
   upstream: AiUpstream,
@@ -83,7 +83,7 @@ async function send(
   return refusal;
 }
 
-function isRefusal(res: Dispatcher.ResponseData | UpstreamRefusal): res is UpstreamRefusal {
+export function isRefusal(res: Dispatcher.ResponseData | UpstreamRefusal): res is UpstreamRefusal {
   return !('statusCode' in res);
 }
 
@@ -95,7 +95,7 @@ function describeFault(err: unknown): string {
 }
 
 /** A non-2xx answer: 4xx (429 with Retry-After) handed on as the provider wrote it; 5xx → 502. */
-interface UpstreamRefusal {
+export interface UpstreamRefusal {
   status: number;
   body: Buffer;
   contentType: string;
@@ -114,7 +114,7 @@ async function refusalOf(res: Dispatcher.ResponseData): Promise<UpstreamRefusal 
   };
 }
 
-function sendRefusal(reply: FastifyReply, refusal: UpstreamRefusal): FastifyReply {
+export function sendRefusal(reply: FastifyReply, refusal: UpstreamRefusal): FastifyReply {
   if (refusal.retryAfter !== undefined) reply.header('retry-after', refusal.retryAfter);
   return reply.code(refusal.status).type(refusal.contentType).send(refusal.body);
 }
@@ -175,18 +175,19 @@ export async function chatCompletions(call: ChatCall, body: ChatBody): Promise<F
  * A non-streamed answer: read it whole (to find its usage), settle, then hand on the bytes as received.
  * A client gone before that gets nothing and is charged nothing.
  */
-async function answerWhole(
+export async function answerWhole(
   call: ChatCall,
   plan: CallPlan,
   held: CallHold,
   res: Dispatcher.ResponseData,
   controller: AbortController,
   textOf: (answer: Record<string, unknown>) => string,
+  reportedOf: (answer: Record<string, unknown>) => ReportedUsage = (answer) => readUsage(answer.usage),
 ): Promise<FastifyReply> {
   const read = await readAnswer(call, plan, held, res, controller);
   if (!read) return call.reply;
   const { raw, answer } = read;
-  await settle(call.ctx, call.deployment, plan, held, readUsage(answer.usage), () => countText(plan.model, textOf(answer)));
+  await settle(call.ctx, call.deployment, plan, held, reportedOf(answer), () => countText(plan.model, textOf(answer)));
   return call.reply.code(200).type('application/json').send(raw);
 }
 

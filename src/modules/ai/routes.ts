@@ -1,13 +1,30 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { type TSchema, Type } from 'typebox';
+import { Type } from 'typebox';
 import type { Ctx } from '../../context.js';
 import { AppError, NotFoundError } from '../../errors.js';
 import { ctxOf } from '../../http/auth.js';
 import { Envelope, envelopeErrors, ok } from '../../http/envelope.js';
-import { flatErrors, Nullable } from '../../http/schemas.js';
+import { flatErrors } from '../../http/schemas.js';
 import { modelClassOf } from '../quotas/ai-tokens.js';
+import { offeredModels } from './models.js';
 import { type AiDeployment, type ChatBody, chatCompletions, type EmbeddingsBody, embeddings, generate } from './proxy.js';
+import { createResponse, modelNotFound, type ResponsesBody } from './responses.js';
+import {
+  aiErrors,
+  ChatBodySchema,
+  EmbeddingsBodySchema,
+  GeneratedSchema,
+  GenerateBodySchema,
+  ModelList,
+  ModelNotFound,
+  ModelObject,
+  ModelParams,
+  OpenAiError,
+  PassedThrough,
+  ResponsesBodySchema,
+  security,
+} from './schemas.js';
 import { loadEncodingFor } from './tokens.js';
 import { AiUpstream } from './upstream.js';
 
@@ -48,132 +65,9 @@ function aiDeploymentOf(request: FastifyRequest): { ctx: Ctx; deployment: AiDepl
   throw new Error(`route ${request.url} is not an AI route`);
 }
 
-const security: Array<Record<string, string[]>> = [{ apiKey: [] }, { apiKeyHeader: [] }, { deploymentId: [], deploymentSecret: [] }];
-
-const MaxTokens = (what: string) =>
-  Type.Optional(Nullable(Type.Integer({ minimum: 1, maximum: 1_000_000, description: `${what}; the proxy sends at most what the deployment can pay for` })));
-
-const ChatMessage = Type.Object(
-  {
-    role: Type.String({ minLength: 1, maxLength: 64, examples: ['user'] }),
-    content: Type.Optional(
-      Nullable(
-        Type.Union([
-          Type.String(),
-          Type.Array(Type.Object({ type: Type.String({ maxLength: 64 }) }, { additionalProperties: true }), { maxItems: 10_000 }),
-        ]),
-      ),
-    ),
-  },
-  { additionalProperties: true },
-);
-
-const ChatBodySchema = Type.Object(
-  {
-    model: Type.String({ minLength: 1, maxLength: 256, examples: ['gpt-4o-mini'] }),
-    messages: Type.Array(ChatMessage, { minItems: 1, maxItems: 100_000 }),
-    max_tokens: MaxTokens('Output tokens per choice'),
-    max_completion_tokens: MaxTokens('Output tokens per choice (reasoning models)'),
-    n: Type.Optional(Nullable(Type.Integer({ minimum: 1, maximum: 128, description: 'Choices; each may use the output allowance' }))),
-    stream: Type.Optional(Nullable(Type.Boolean({ description: 'Server-sent events, passed through chunk by chunk' }))),
-    stream_options: Type.Optional(Nullable(Type.Object({ include_usage: Type.Optional(Nullable(Type.Boolean())) }, { additionalProperties: true }))),
-  },
-  {
-    additionalProperties: true,
-    description:
-      'The OpenAI chat completion request. The fields of OpenAI\'s API reference (and AI_EXTRA_FIELDS) are forwarded; any other is 400 INVALID_REQUEST (docs/ai-proxy.md, Bounds).',
-  },
-);
-
-const TokenIds = Type.Array(Type.Integer({ minimum: 0, maximum: 10_000_000 }), { minItems: 1, maxItems: 100_000 });
-
-const EmbeddingsBodySchema = Type.Object(
-  {
-    model: Type.String({ minLength: 1, maxLength: 256, examples: ['text-embedding-3-small'] }),
-    input: Type.Union([
-      Type.String({ minLength: 1 }),
-      Type.Array(Type.String({ minLength: 1 }), { minItems: 1, maxItems: 2048 }),
-      TokenIds,
-      Type.Array(TokenIds, { minItems: 1, maxItems: 2048 }),
-    ]),
-  },
-  { additionalProperties: true, description: 'The OpenAI embeddings request (input, model, dimensions, encoding_format, user, and AI_EXTRA_FIELDS); any other field is 400 INVALID_REQUEST.' },
-);
-
-const OpenAiError = Type.Object(
-  {
-    error: Type.Object(
-      {
-        message: Type.String(),
-        type: Type.String({ examples: ['invalid_request_error'] }),
-        param: Nullable(Type.String({ examples: ['messages'] })),
-        code: Nullable(Type.String({ examples: ['INVALID_REQUEST'] })),
-      },
-      { additionalProperties: true },
-    ),
-  },
-  { title: 'OpenAiError', description: 'Bad request, in the OpenAI error shape (a provider 4xx is handed on in the same shape)' },
-);
-
-const InvalidRequest = Type.Object(
-  {
-    error: Type.Literal('invalid_request'),
-    code: Type.Literal('INVALID_REQUEST'),
-    message: Type.String({ examples: ['best_of is not a request field this server forwards (OpenAI\'s API reference, plus AI_EXTRA_FIELDS)'] }),
-    param: Type.String({ description: 'The field or content part refused', examples: ['best_of', 'messages[0].content[1]'] }),
-  },
-  {
-    title: 'AiInvalidRequest',
-    description: 'A field outside OpenAI\'s API reference and AI_EXTRA_FIELDS, or a content part the proxy cannot bound (docs/ai-proxy.md, Bounds)',
-  },
-);
-
-const PassedThrough = (description: string) =>
-  Type.Object({}, { additionalProperties: true, description: `${description}, as the provider wrote it` });
-
-/** The errors of the OpenAI-shaped routes: 400 OpenAI shape; 403, 429, 502, 503 flat (SPEC §5/§6). */
-function aiErrors(): Record<number, TSchema> {
-  const flat = flatErrors(401, 403, 404, 429, 502);
-  return {
-    ...flat,
-    400: Type.Union([OpenAiError, InvalidRequest], { description: 'Bad input (OpenAI error shape), or a field or part the proxy cannot bound (INVALID_REQUEST)' }),
-    403: Type.Ref('FlatError', { description: 'FEATURE_NOT_AVAILABLE (ai_enabled off), DEPLOYMENT_SUSPENDED, INSUFFICIENT_SCOPE' }),
-    429: Type.Ref('FlatError', {
-      description: 'AI_QUOTA_EXCEEDED (no tokens, no purchased credits; Retry-After up to the reset), the rate limit of §6, or the provider\'s own 429 handed on with its Retry-After',
-    }),
-    502: Type.Ref('FlatError', { description: 'AI_UPSTREAM_ERROR: the provider answered 5xx, timed out or could not be reached; nothing was charged' }),
-    503: Type.Ref('FlatError', { description: 'AI_NOT_CONFIGURED (no AI_BASE_URL), or the database is unavailable' }),
-  };
+function modelObject(ctx: Ctx, id: string) {
+  return { id, object: 'model' as const, created: 0, owned_by: 'creditgate', model_class: modelClassOf(ctx, id) };
 }
-
-const ModelList = Type.Object({
-  object: Type.Literal('list'),
-  data: Type.Array(
-    Type.Object({
-      id: Type.String({ examples: ['gpt-4o-mini'] }),
-      object: Type.Literal('model'),
-      created: Type.Integer({ description: 'Unknown to the proxy: 0' }),
-      owned_by: Type.String({ examples: ['creditgate'] }),
-      model_class: Type.String({ description: 'standard, advanced or premium: the credit rate past the quota (SPEC §6)' }),
-    }),
-  ),
-}, { title: 'ModelList' });
-
-const GenerateBodySchema = Type.Object(
-  {
-    prompt: Type.String({ minLength: 1, maxLength: 500_000 }),
-    max_tokens: Type.Integer({ minimum: 1, maximum: 1_000_000 }),
-    temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2 })),
-    stream: Type.Optional(Type.Boolean({ description: 'When true the reply is a text/plain stream of the text' })),
-  },
-  { additionalProperties: false },
-);
-
-const GeneratedSchema = Type.Object({
-  text: Type.String(),
-  model: Type.String({ examples: ['gpt-4o-mini'] }),
-  usage: Type.Object({ input_tokens: Type.Integer(), output_tokens: Type.Integer() }),
-});
 
 /** SPEC §6 AI proxy: the OpenAI-compatible routes under /api/v1/ai and /api/ai/generate. */
 export async function aiRoutes(fastify: FastifyInstance): Promise<void> {
@@ -251,12 +145,67 @@ export async function aiRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const ctx = ctxOf(request);
-      const { aiModels, aiModelClasses, aiDefaultModel } = ctx.config;
-      const ids = aiModels.length > 0 ? aiModels : [...new Set([aiDefaultModel, ...Object.keys(aiModelClasses)])];
-      return {
-        object: 'list' as const,
-        data: ids.map((id) => ({ id, object: 'model' as const, created: 0, owned_by: 'creditgate', model_class: modelClassOf(ctx, id) })),
-      };
+      return { object: 'list' as const, data: offeredModels(ctx.config).map((id) => modelObject(ctx, id)) };
+    },
+  );
+
+  app.get(
+    '/api/v1/ai/models/:model',
+    {
+      config: { auth: 'deploymentOrApiKey', scope: 'read', errorShape: 'openai' },
+      schema: {
+        tags: ['AI'],
+        operationId: 'retrieveAiModel',
+        summary: 'One model the proxy offers, in the OpenAI model shape (answered from configuration, like the list)',
+        description: 'What `client.models.retrieve(id)` calls. A model the proxy does not offer is 404 `model_not_found` in the OpenAI error shape.',
+        security,
+        params: ModelParams,
+        response: {
+          200: ModelObject,
+          ...flatErrors(401, 403, 429),
+          400: OpenAiError,
+          404: ModelNotFound,
+        },
+      },
+    },
+    async (request) => {
+      const ctx = ctxOf(request);
+      const { model } = request.params;
+      if (!offeredModels(ctx.config).includes(model)) throw modelNotFound(model);
+      return modelObject(ctx, model);
+    },
+  );
+
+  app.post(
+    '/api/v1/ai/responses',
+    {
+      config,
+      schema: {
+        tags: ['AI'],
+        operationId: 'createResponse',
+        summary: 'OpenAI Responses API through the proxy, stateless, metered against the AI token quota (streams pass through)',
+        description:
+          'What current OpenAI and Vercel AI SDKs call by default. The prompt plus `max_output_tokens` (the allowance) are held before the call and settled to the usage of `response.completed` / `response.incomplete` / `response.failed` (docs/ai-proxy.md, Responses API). No `GET`/`DELETE /responses/{id}`: nothing is stored.',
+        security,
+        body: ResponsesBodySchema,
+        response: {
+          200: {
+            description: "The provider's response object, or with stream:true its text/event-stream of typed events",
+            content: {
+              'application/json': { schema: PassedThrough('A response object') },
+              'text/event-stream': {
+                schema: Type.String({ description: 'event: response.created … event: response.output_text.delta … event: response.completed (or response.incomplete / response.failed)' }),
+              },
+            },
+          },
+          ...aiErrors(),
+          501: Type.Ref('FlatError', { description: 'AI_ROUTE_NOT_SUPPORTED: the provider has no Responses API (it answered 404/405 for /responses); nothing was charged' }),
+        },
+      },
+    },
+    async (request, reply) => {
+      const { ctx, deployment } = aiDeploymentOf(request);
+      return createResponse({ ctx, deployment, upstream, request, reply }, request.body as ResponsesBody);
     },
   );
 

@@ -71,6 +71,24 @@ export function readUsage(value: unknown): ReportedUsage {
   return { kind: 'ok', usage: { prompt_tokens: prompt, completion_tokens: completion } };
 }
 
+/**
+ * The Responses API's usage (`input_tokens`, `output_tokens`, `total_tokens`), in the chat's terms. Its
+ * `output_tokens_details.reasoning_tokens` are a breakdown of `output_tokens` (already in them): a
+ * report whose reasoning tokens exceed its output tokens is not a breakdown, so it settles at the hold
+ * like any other count that cannot be right (docs/ai-proxy.md, Responses API).
+ */
+export function readResponsesUsage(value: unknown): ReportedUsage {
+  if (value === undefined || value === null) return { kind: 'none' };
+  if (typeof value !== 'object' || Array.isArray(value)) return { kind: 'invalid', reported: value };
+  const u = value as Record<string, unknown>;
+  const input = u.input_tokens;
+  const output = u.output_tokens ?? 0;
+  const total = u.total_tokens ?? 0;
+  const reasoning = (u.output_tokens_details as { reasoning_tokens?: unknown } | null | undefined)?.reasoning_tokens ?? 0;
+  if (!isCount(input) || !isCount(output) || !isCount(total) || !isCount(reasoning) || reasoning > output) return { kind: 'invalid', reported: value };
+  return { kind: 'ok', usage: { prompt_tokens: input, completion_tokens: output } };
+}
+
 function isCount(v: unknown): v is number {
   return typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= MAX_REPORTED_TOKENS;
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { readUsage, SseSplitter, textOfChoices } from './sse.js';
+import { readResponsesUsage, readUsage, SseSplitter, textOfChoices } from './sse.js';
 
 /** The proxy hands events on as they complete, whatever the byte boundaries of the provider's writes. */
 describe('SseSplitter', () => {
@@ -51,5 +51,28 @@ describe('readUsage and textOfChoices', () => {
     expect(textOfChoices(choices, 'delta')).toBe('arno{"x":1}');
     expect(textOfChoices([{ message: { content: 'whole' } }], 'message')).toBe('whole');
     expect(textOfChoices('nope', 'delta')).toBe('');
+  });
+});
+
+/** docs/ai-proxy.md, Responses API: usage in the Responses API's terms, reasoning tokens a breakdown of output tokens. */
+describe('readResponsesUsage', () => {
+  it('reads input and output tokens; reasoning tokens are already in the output tokens', () => {
+    const usage = { input_tokens: 12, input_tokens_details: { cached_tokens: 4 }, output_tokens: 30, output_tokens_details: { reasoning_tokens: 25 }, total_tokens: 42 };
+    expect(readResponsesUsage(usage)).toEqual({ kind: 'ok', usage: { prompt_tokens: 12, completion_tokens: 30 } });
+    expect(readResponsesUsage(null)).toEqual({ kind: 'none' });
+  });
+
+  it('a count that cannot be right is invalid (settled at the hold)', () => {
+    for (const usage of [
+      { input_tokens: -1, output_tokens: 1 },
+      { input_tokens: 1, output_tokens: 1.5 },
+      { input_tokens: '3', output_tokens: 1 },
+      { input_tokens: 1, output_tokens: 1, total_tokens: 2 ** 40 },
+      { input_tokens: 1, output_tokens: 2, output_tokens_details: { reasoning_tokens: 3 } },
+      { prompt_tokens: 1, completion_tokens: 1 },
+      [1, 2],
+    ]) {
+      expect(readResponsesUsage(usage).kind, JSON.stringify(usage)).toBe('invalid');
+    }
   });
 });

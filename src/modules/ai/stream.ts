@@ -32,7 +32,7 @@ function lengthEvent(last: Record<string, unknown> | null, choices: number): str
 }
 
 /** What a stream relayed and heard, for its settle. */
-interface Relay {
+export interface Relay {
   reported: ReportedUsage;
   streamed: string[];
   meter: OutputMeter;
@@ -40,12 +40,12 @@ interface Relay {
   capped: boolean;
 }
 
-function startRelay(plan: CallPlan, held: CallHold): Relay {
+export function startRelay(plan: CallPlan, held: CallHold): Relay {
   return { reported: { kind: 'none' }, streamed: [], meter: new OutputMeter(plan.model, held.outputPerChoice * plan.choices), capped: false };
 }
 
 /** Stop a stream at the allowance: nothing more is read, and the upstream call is aborted. */
-function cap(relay: Relay, res: Dispatcher.ResponseData, controller: AbortController): void {
+export function cap(relay: Relay, res: Dispatcher.ResponseData, controller: AbortController): void {
   relay.capped = true;
   // A usage seen before the stop counted only part of the call: the stop's own rule settles it.
   relay.reported = { kind: 'none' };
@@ -53,7 +53,7 @@ function cap(relay: Relay, res: Dispatcher.ResponseData, controller: AbortContro
   controller.abort(new Error('the output allowance was reached'));
 }
 
-function openStream(reply: FastifyReply, contentType: string): PassThrough {
+export function openStream(reply: FastifyReply, contentType: string): PassThrough {
   const out = new PassThrough();
   reply.code(200).header('content-type', contentType).header('cache-control', 'no-cache').header('x-accel-buffering', 'no');
   void reply.send(out);
@@ -156,7 +156,7 @@ export async function streamText(call: ChatCall, plan: CallPlan, held: CallHold,
  * released (the provider produced nothing); one the client left is charged at least its prompt, since
  * the provider had it (else a client could have prompts processed for free by hanging up at once).
  */
-async function finishStream(call: ChatCall, plan: CallPlan, held: CallHold, relay: Relay, out: PassThrough, clientGone: boolean, lastWords: () => string): Promise<void> {
+export async function finishStream(call: ChatCall, plan: CallPlan, held: CallHold, relay: Relay, out: PassThrough, clientGone: boolean, lastWords: () => string): Promise<void> {
   if (relay.reported.kind === 'none' && relay.streamed.length === 0 && !clientGone && !relay.capped) await release(call.ctx, call.deployment, held);
   else await settleQuietly(call, plan, held, relay.reported, () => countText(plan.model, relay.streamed.join('')));
   const words = lastWords();
@@ -178,7 +178,7 @@ export function parseJson(data: string): Record<string, unknown> | null {
 }
 
 /** Write with backpressure: wait for the client to drain (or go). */
-async function write(out: PassThrough, text: string): Promise<void> {
+export async function write(out: PassThrough, text: string): Promise<void> {
   if (out.destroyed || out.writableEnded) return;
   if (out.write(text)) return;
   await new Promise<void>((resolve) => {

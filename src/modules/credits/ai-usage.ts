@@ -2,7 +2,7 @@ import { forgetBalance } from './balance-cache.js';
 import type { ModelClass } from '../../config.js';
 import { type Ctx, actorLabel } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
-import { AppError, ValidationError } from '../../errors.js';
+import { type AppError, refusalUntil, ValidationError } from '../../errors.js';
 import { AI_CREDIT_RATES } from '../entitlements/tiers.js';
 import { emitThresholds } from '../quotas/thresholds.js';
 import { appendLedger } from './ledger.js';
@@ -72,8 +72,10 @@ export function aiTokensFree(b: AiBalance, limit: number | null): number | null 
 }
 
 /**
- * Neither tokens nor credits left → 429 AI_QUOTA_EXCEEDED (docs/ai-proxy.md) with Retry-After up to the period's end. With credits
- * owed (credits/owed.ts) the body names them in `credits_owed`: no AI call starts until they are paid.
+ * Neither tokens nor credits left → 429 AI_QUOTA_EXCEEDED (docs/ai-proxy.md). With credits owed
+ * (credits/owed.ts) the body names them in `credits_owed`: no AI call starts until they are paid. Both are
+ * refusals that waiting cannot cure (docs/ai-proxy.md, "Refusals that waiting cannot cure"): `resets_at` is
+ * the period's end, `x-should-retry: false`, and Retry-After only within the hour before it.
  */
 export function aiQuotaExceeded(
   ctx: Pick<Ctx, 'config'>,
@@ -83,23 +85,17 @@ export function aiQuotaExceeded(
   detail = '',
   owed = 0,
 ): AppError {
-  const seconds = Math.max(1, Math.ceil((periodEnd.getTime() - now.getTime()) / 1000));
   const message =
     owed > 0
       ? `This deployment owes ${owed} credits for AI usage its provider reported beyond what its calls held; no AI call starts ` +
         `until credits added to it (a grant, a credit pack, the next period's allocation at ${periodEnd.toISOString()}) pay that first`
       : `The AI token quota of ${limit} tokens for this period is used up and no purchased credits are left${detail}; it resets at ${periodEnd.toISOString()}`;
-  return new AppError(
-    'AI_QUOTA_EXCEEDED',
-    message,
-    {
-      quota_exceeded: true,
-      upgrade_url: `${ctx.config.publicBaseUrl}/billing/upgrade`,
-      resets_at: periodEnd.toISOString(),
-      ...(owed > 0 ? { credits_owed: owed } : {}),
-    },
-    { 'retry-after': String(seconds) },
-  );
+  const extra = {
+    quota_exceeded: true,
+    upgrade_url: `${ctx.config.publicBaseUrl}/billing/upgrade`,
+    ...(owed > 0 ? { credits_owed: owed } : {}),
+  };
+  return refusalUntil('AI_QUOTA_EXCEEDED', message, extra, periodEnd, now);
 }
 
 export interface AiHoldInput {

@@ -123,7 +123,7 @@ describe('counting tokens per period', () => {
 });
 
 describe('refusal (429 AI_QUOTA_EXCEEDED)', () => {
-  it('comes when the period’s tokens are used up and no purchased credits are left, with Retry-After up to resets_at', async () => {
+  it('comes when the period’s tokens are used up and no purchased credits are left: x-should-retry false, Retry-After only within the hour before resets_at', async () => {
     const t = await createTenant(h, { tier: 'trial' });
     await available(t);
     await account(t, 999, 0);
@@ -134,8 +134,8 @@ describe('refusal (429 AI_QUOTA_EXCEEDED)', () => {
     const appError = err as AppError;
     expect(appError.status).toBe(429);
     const resetsAt = (await quota(t)).resets_at;
-    const seconds = Math.ceil((new Date(resetsAt).getTime() - h.clock.now().getTime()) / 1000);
-    expect(appError.headers['retry-after']).toBe(String(seconds));
+    // Days before the reset: waiting cannot cure it, so no Retry-After (docs/ai-proxy.md, Refusals that waiting cannot cure).
+    expect(appError.headers).toEqual({ 'x-should-retry': 'false' });
     expect(flatErrorBody(appError)).toEqual({
       error: 'quota_exceeded',
       code: 'AI_QUOTA_EXCEEDED',

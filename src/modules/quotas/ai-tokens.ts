@@ -51,7 +51,8 @@ export function assertAiEnabled(ctx: Pick<Ctx, 'config'>, deployment: { status: 
 
 /**
  * A cheap look before an AI call: `ai_enabled`, and quota tokens or purchased credits left. Otherwise
- * 429 AI_QUOTA_EXCEEDED with Retry-After up to the reset. The hold (credits/ai-usage.ts) is what decides.
+ * 429 AI_QUOTA_EXCEEDED, a refusal that waiting cannot cure (credits/ai-usage.ts aiQuotaExceeded). The hold
+ * (credits/ai-usage.ts) is what decides.
  */
 export async function assertAiAvailable(ctx: Ctx, deployment: DeploymentRow): Promise<void> {
   assertAiEnabled(ctx, deployment);
