@@ -48,6 +48,10 @@ async function main(): Promise<void> {
   try {
     const email = 'ada@acme.example';
     await call('POST', '/auth/signup', { email, password: PASSWORD, full_name: 'Ada Lovelace' });
+    // Ada follows the verification link, read from the local mailbox (no SMTP here), as a new user would.
+    const mail = await call('GET', `/api/v1/admin/mailbox?to=${encodeURIComponent(email)}`, undefined, { 'x-admin-key': config.adminApiKey });
+    const verifyLink = new URL(mail.messages[0].links[0]);
+    await call('POST', '/auth/verify-email', { token: new URLSearchParams(verifyLink.hash.slice(1)).get('token') });
     let bearer = { authorization: `Bearer ${(await call('POST', '/auth/login', { email, password: PASSWORD })).data.access_token}` };
     const org = (await call('POST', '/organizations', { name: 'Acme Research', slug: 'acme-research' }, bearer)).data;
     const admin = { 'x-admin-key': config.adminApiKey };
@@ -105,6 +109,10 @@ async function main(): Promise<void> {
     await operator.getByRole('heading', { name: /Acme Research/ }).first().waitFor();
     await settle(operator);
     await operator.screenshot({ path: `${OUT}operator.png` });
+    await operator.getByRole('navigation', { name: 'Operator' }).getByRole('button', { name: 'Mailbox' }).click();
+    await operator.getByRole('heading', { name: 'Mailbox' }).waitFor();
+    await settle(operator);
+    await operator.screenshot({ path: `${OUT}mailbox.png` });
     await browser.close();
     console.log(`screenshots written to ${OUT}`);
   } finally {

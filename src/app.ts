@@ -31,6 +31,7 @@ import { memberRoutes } from './modules/members/routes.js';
 import { selfHostedRoutes } from './modules/self-hosted/routes.js';
 import { adminOrganizationRoutes } from './modules/admin/organization-routes.js';
 import { adminCostRoutes } from './modules/admin/cost-routes.js';
+import { adminMailboxRoutes } from './modules/admin/mailbox-routes.js';
 import { adminRoutes } from './modules/admin/routes.js';
 import { adminTemplateRoutes } from './modules/admin/template-routes.js';
 import { authRoutes } from './modules/auth/routes.js';
@@ -161,6 +162,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(adminCostRoutes);
   await app.register(adminOrganizationRoutes);
   await app.register(adminTemplateRoutes);
+  await app.register(adminMailboxRoutes);
   await app.register(authRoutes);
   await app.register(organizationRoutes);
   await app.register(memberRoutes);

@@ -8,6 +8,7 @@ import { Overview } from './pages/Overview';
 import { SignIn, SignUp } from './pages/SignIn';
 import { useSession, useUser } from './session';
 import { ErrorNote, Loading, useLoad } from './ui';
+import { VerifyNotice } from './VerifyNotice';
 
 // Pages beyond the overview load on first visit, so the overview's first paint carries less script.
 const UsageExplorer = lazy(() => import('./pages/UsageExplorer').then((m) => ({ default: m.UsageExplorer })));
@@ -192,7 +193,10 @@ function Shell({ children, orgId }: { children: ReactNode; orgId?: string }) {
       </header>
       <div className="body">
         {orgId ? <OrgNav /> : null}
-        <main>{children}</main>
+        <main>
+          <VerifyNotice />
+          {children}
+        </main>
       </div>
     </div>
   );

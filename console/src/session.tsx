@@ -8,6 +8,8 @@ interface Session {
   signIn(email: string, password: string): Promise<void>;
   signUp(email: string, password: string, fullName?: string): Promise<void>;
   signOut(): Promise<void>;
+  /** The user as the API now answers it (after verifying the address in another tab, say). */
+  updateUser(user: User): void;
 }
 
 const SessionContext = createContext<Session | null>(null);
@@ -16,6 +18,7 @@ const SessionContext = createContext<Session | null>(null);
 export function SessionProvider({ children }: { children: ReactNode }) {
   const [state, setState] = useState<State>({ status: 'loading' });
   const enter = useCallback((answer: SessionAnswer) => setState({ status: 'signed-in', user: answer.user }), []);
+  const updateUser = useCallback((user: User) => setState((s) => (s.status === 'signed-in' && s.user.id === user.id ? { status: 'signed-in', user } : s)), []);
 
   useEffect(() => {
     let live = true;
@@ -41,6 +44,7 @@ export function SessionProvider({ children }: { children: ReactNode }) {
       await signOut();
       setState({ status: 'signed-out' });
     },
+    updateUser,
   };
   return <SessionContext.Provider value={session}>{children}</SessionContext.Provider>;
 }

@@ -67,6 +67,7 @@ export const SUCCESS_DESCRIPTIONS: Record<string, string> = {
   adminCreateApiKey: 'The API key (the key is shown once)',
   adminUpdateOrganization: 'The organization after the change',
   adminListOrganizations: 'The matching organizations, newest first, and the cursor of the next page',
+  adminListMailbox: 'The messages of the local outbox, newest first, with their links, and the cursor of the next page',
   adminListCreditCosts: 'Every action with its cost',
   adminListToolActions: 'Every tool mapping with its action and cost',
   signUp: 'The account, signed in',

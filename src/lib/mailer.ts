@@ -314,3 +314,16 @@ export async function sendMail(
   });
   return { id: queued.id, delivered: await deliverMail(deps, queued) };
 }
+
+/** Trailing characters that end a sentence around a URL rather than belong to it ("…at http://x.test." or "(http://x.test)"). */
+const URL_TAIL = /[.,;:!?)\]}'"]+$/;
+
+/**
+ * The http(s) links of a message's text, in order, each once: what the operator's mailbox shows and
+ * lets one follow (docs/accounts.md, "The local mailbox"). Plain text templates put each link
+ * between spaces or at a line's end, so a link ends at whitespace.
+ */
+export function linksOf(text: string): string[] {
+  const found = (text.match(/https?:\/\/[^\s<>"]+/g) ?? []).map((link) => link.replace(URL_TAIL, ''));
+  return [...new Set(found)];
+}

@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
-import { expect, vi } from 'vitest';
+import { vi } from 'vitest';
 import type { Config } from '../../src/config.js';
 import { CONSOLE_DIR } from '../../src/modules/console/routes.js';
 import { createHarness, type Harness, unique } from '../harness.js';
@@ -40,8 +40,12 @@ export interface ConsoleService {
   close(): Promise<void>;
 }
 
-/** The service on a loopback port with its clock at the real now (the browser's dates agree), and Chromium. */
-export async function startConsoleService(overrides: Partial<Config> = {}): Promise<ConsoleService> {
+/**
+ * The service on a loopback port with its clock at the real now (the browser's dates agree), and
+ * Chromium. `port` fixes the port, for a test whose PUBLIC_BASE_URL must be the service's own address
+ * (links in mail that the browser follows).
+ */
+export async function startConsoleService(overrides: Partial<Config> = {}, port = 0): Promise<ConsoleService> {
   if (!existsSync(join(CONSOLE_DIR, 'index.html'))) {
     throw new Error(`The console is not built (${CONSOLE_DIR}): run \`npm run build:console\` (npm test does)`);
   }
@@ -49,9 +53,8 @@ export async function startConsoleService(overrides: Partial<Config> = {}): Prom
     throw new Error(`Chromium not found at ${CHROMIUM}: apt-get install chromium (.ci/run does), or set CHROMIUM_PATH`);
   }
   const h = await createHarness(overrides, new Date().toISOString());
-  await h.app.listen({ port: 0, host: '127.0.0.1' });
-  const { port } = h.app.server.address() as AddressInfo;
-  const baseUrl = `http://127.0.0.1:${port}`;
+  await h.app.listen({ port, host: '127.0.0.1' });
+  const baseUrl = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;
   const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage'] });
   const contexts: BrowserContext[] = [];
   return {
@@ -87,7 +90,8 @@ export async function signUpInBrowser(page: Page, name = 'Ada Console'): Promise
   await page.getByLabel('Email').fill(email);
   await page.getByLabel('Password').fill(PASSWORD);
   await page.getByRole('button', { name: 'Create account' }).click();
-  await expect.poll(() => page.getByRole('heading', { name: 'New organization' }).isVisible()).toBe(true);
+  // The context's step bound, not expect.poll's 1 s: the first sign-up of a process starts the password estimator's worker.
+  await page.getByRole('heading', { name: 'New organization' }).waitFor();
   return email;
 }
 

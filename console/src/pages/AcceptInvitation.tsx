@@ -6,6 +6,7 @@ import { useSession } from '../session';
 import { ErrorNote, fmtDate, Loading, PageHeader, useAction, useLoad } from '../ui';
 import { SignIn, SignUp } from './SignIn';
 import type { Schemas } from '../types';
+import { VerifyNotice } from '../VerifyNotice';
 
 type InvitationView = Schemas['PublicInvitation'];
 
@@ -52,6 +53,7 @@ export function AcceptInvitation({ token }: { token: string }) {
     <main className="auth-card">
       {what}
       <p>Signed in as {state.user.email}.</p>
+      <VerifyNotice />
       <ErrorNote error={action.error} />
       <button
         type="button"

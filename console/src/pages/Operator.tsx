@@ -2,9 +2,10 @@ import { type FormEvent, useMemo, useState } from 'react';
 import { Field, PageHeader } from '../ui';
 import { adminPath, callWith, OperatorError, OperatorProvider, useOperatorAction } from './operator/common';
 import { CostTables } from './operator/CostTables';
+import { Mailbox } from './operator/Mailbox';
 import { Organizations } from './operator/Organizations';
 
-type View = 'organizations' | 'costs';
+type View = 'organizations' | 'costs' | 'mailbox';
 
 /**
  * The operator page (docs/console.md "Operator"), outside any user session: the operator key is typed
@@ -28,13 +29,16 @@ export function Operator() {
             <button type="button" className="secondary" aria-current={view === 'costs' ? 'page' : undefined} onClick={() => setView('costs')}>
               Costs and tools
             </button>
+            <button type="button" className="secondary" aria-current={view === 'mailbox' ? 'page' : undefined} onClick={() => setView('mailbox')}>
+              Mailbox
+            </button>
           </nav>
           <span className="spacer" />
           <button type="button" className="secondary" onClick={() => setAdminKey(null)}>
             Lock
           </button>
         </header>
-        <main>{view === 'organizations' ? <Organizations /> : <CostTables />}</main>
+        <main>{view === 'organizations' ? <Organizations /> : view === 'costs' ? <CostTables /> : <Mailbox />}</main>
       </div>
     </OperatorProvider>
   );

@@ -54,6 +54,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/ai/models/{model}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One model the proxy offers, in the OpenAI model shape (answered from configuration, like the list)
+         * @description What `client.models.retrieve(id)` calls. A model the proxy does not offer is 404 `model_not_found` in the OpenAI error shape.
+         */
+        get: operations["retrieveAiModel"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/ai/quota": {
         parameters: {
             query?: never;
@@ -65,6 +85,26 @@ export interface paths {
         get: operations["getAiQuota"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/ai/responses": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OpenAI Responses API through the proxy, stateless, metered against the AI token quota (streams pass through)
+         * @description What current OpenAI and Vercel AI SDKs call by default. The prompt plus `max_output_tokens` (the allowance) are held before the call and settled to the usage of `response.completed` / `response.incomplete` / `response.failed` (docs/ai-proxy.md, Responses API). No `GET`/`DELETE /responses/{id}`: nothing is stored.
+         */
+        post: operations["createResponse"];
         delete?: never;
         options?: never;
         head?: never;
@@ -576,6 +616,39 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
         };
+        /** AdminMailboxMessage */
+        AdminMailboxMessage: {
+            /** Format: date-time */
+            created_at: string;
+            /** Format: uuid */
+            id: string;
+            /**
+             * @description The http(s) links of the body in order (a verification or invitation link holds its token: follow it as the recipient would)
+             * @example [
+             *       "http://127.0.0.1:8080/verify-email#token=cgev_4fT9aQ2xYz…"
+             *     ]
+             */
+            links: string[];
+            sent_at: string | null;
+            /**
+             * @description unsent: the message is still only here (always so without SMTP_URL); sent: SMTP accepted it
+             * @enum {string}
+             */
+            status: "unsent" | "sent";
+            /** @example Confirm your email address for creditgate */
+            subject: string;
+            /**
+             * @description welcome, invitation, test, webhook_disabled or verify_email
+             * @example verify_email
+             */
+            template: string;
+            text: string | null;
+            /**
+             * @description Recipient address
+             * @example ada@example.com
+             */
+            to: string;
+        };
         /** AdminOrganizationHit */
         AdminOrganizationHit: {
             /** Format: date-time */
@@ -606,6 +679,36 @@ export interface components {
              * @example messages[0].content[1]
              */
             param: string;
+        };
+        /**
+         * AiModel
+         * @description A model the proxy offers, in the OpenAI model shape
+         */
+        AiModel: {
+            /** @description Unknown to the proxy: 0 */
+            created: number;
+            /** @example gpt-4o-mini */
+            id: string;
+            /** @description standard, advanced or premium: the credit rate past the quota (SPEC §6) */
+            model_class: string;
+            /** @enum {string} */
+            object: "model";
+            /** @example creditgate */
+            owned_by: string;
+        };
+        /**
+         * AiModelNotFound
+         * @description A model the proxy does not offer, in the OpenAI error shape (the SDKs raise NotFoundError)
+         */
+        AiModelNotFound: {
+            error: {
+                /** @enum {string} */
+                code: "model_not_found";
+                message: string;
+                param: null;
+                /** @enum {string} */
+                type: "invalid_request_error";
+            };
         };
         /** AiQuota */
         AiQuota: {
@@ -1670,18 +1773,7 @@ export interface components {
         };
         /** ModelList */
         ModelList: {
-            data: {
-                /** @description Unknown to the proxy: 0 */
-                created: number;
-                /** @example gpt-4o-mini */
-                id: string;
-                /** @description standard, advanced or premium: the credit rate past the quota (SPEC §6) */
-                model_class: string;
-                /** @enum {string} */
-                object: "model";
-                /** @example creditgate */
-                owned_by: string;
-            }[];
+            data: components["schemas"]["AiModel"][];
             /** @enum {string} */
             object: "list";
         };
@@ -2634,7 +2726,7 @@ export interface operations {
                     "application/json": components["schemas"]["FlatError"];
                 };
             };
-            /** @description AI_QUOTA_EXCEEDED (no tokens, no purchased credits; Retry-After up to the reset), the rate limit of §6, or the provider's own 429 handed on with its Retry-After */
+            /** @description AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour), the rate limit of §6, or the provider's own 429 handed on with its Retry-After */
             429: {
                 headers: {
                     RateLimit: components["headers"]["RateLimit"];
@@ -2751,7 +2843,7 @@ export interface operations {
                     "application/json": components["schemas"]["FlatError"];
                 };
             };
-            /** @description AI_QUOTA_EXCEEDED (no tokens, no purchased credits; Retry-After up to the reset), the rate limit of §6, or the provider's own 429 handed on with its Retry-After */
+            /** @description AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour), the rate limit of §6, or the provider's own 429 handed on with its Retry-After */
             429: {
                 headers: {
                     RateLimit: components["headers"]["RateLimit"];
@@ -2873,6 +2965,104 @@ export interface operations {
             };
         };
     };
+    retrieveAiModel: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The model id, percent-encoded where it holds a `/` (the OpenAI SDKs encode it; `:` may stay as it is) */
+                model: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A model the proxy offers, in the OpenAI model shape */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AiModel"];
+                };
+            };
+            /** @description Bad request, in the OpenAI error shape (a provider 4xx is handed on in the same shape) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Forbidden (scope, feature flag, or credits) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A model the proxy does not offer, in the OpenAI error shape (the SDKs raise NotFoundError) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AiModelNotFound"];
+                };
+            };
+            /** @description Rate or quota limit reached */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
     getAiQuota: {
         parameters: {
             query?: never;
@@ -2930,6 +3120,148 @@ export interface operations {
                 };
             };
             /** @description A dependency (the database, Redis, Stripe) is unavailable, or billing is not configured (BILLING_NOT_CONFIGURED); nothing was changed */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+        };
+    };
+    createResponse: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The OpenAI Responses API request, stateless only: previous_response_id, conversation, prompt (stored prompts) and background: true are 400 naming the field, store is forced to false. The fields of OpenAI's API reference (and AI_EXTRA_FIELDS) are forwarded; any other is 400 INVALID_REQUEST (docs/ai-proxy.md). */
+        requestBody: {
+            content: {
+                "application/json": {
+                    background?: boolean | null;
+                    /** @description Text, or items: messages (input_text, input_image, input_file, input_audio parts), function_call / function_call_output, custom tool calls and reasoning items. Every part counts in the prompt hold; stored files (file_id), files by URL and item references are 400 (docs/ai-proxy.md, Responses API). */
+                    input?: string | {
+                        [key: string]: unknown;
+                    }[];
+                    instructions?: string | null;
+                    max_output_tokens?: number | null;
+                    /** @example gpt-4o-mini */
+                    model: string;
+                    store?: boolean | null;
+                    stream?: boolean | null;
+                    /** @description Function and custom tools; hosted tools (web_search, file_search, code_interpreter, image_generation, computer_use, mcp, …) are 400 */
+                    tools?: ({
+                        /** @example function */
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    })[];
+                } & {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description The provider's response object, or with stream:true its text/event-stream of typed events */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                    "text/event-stream": string;
+                };
+            };
+            /** @description Bad input (OpenAI error shape), or a field or part the proxy cannot bound (INVALID_REQUEST) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"] | components["schemas"]["AiInvalidRequest"];
+                };
+            };
+            /** @description Missing or invalid credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description FEATURE_NOT_AVAILABLE (ai_enabled off), DEPLOYMENT_SUSPENDED, INSUFFICIENT_SCOPE */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour), the rate limit of §6, or the provider's own 429 handed on with its Retry-After */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Internal error (no details on the wire) */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description AI_ROUTE_NOT_SUPPORTED: the provider has no Responses API (it answered 404/405 for /responses); nothing was charged */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description AI_UPSTREAM_ERROR: the provider answered 5xx, timed out or could not be reached; nothing was charged */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description AI_NOT_CONFIGURED (no AI_BASE_URL), or the database is unavailable */
             503: {
                 headers: {
                     "Retry-After": components["headers"]["Retry-After"];
@@ -4847,7 +5179,7 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                /** @description Standard Webhooks message id: the delivery id (as x-service-delivery), the same on every attempt; deduplicate by it. Each webhook gets its own delivery of an event; the event id is the body's id */
                 "webhook-id": string;
                 /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
                 "webhook-signature": string;
@@ -4889,7 +5221,7 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                /** @description Standard Webhooks message id: the delivery id (as x-service-delivery), the same on every attempt; deduplicate by it. Each webhook gets its own delivery of an event; the event id is the body's id */
                 "webhook-id": string;
                 /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
                 "webhook-signature": string;
@@ -4931,7 +5263,7 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                /** @description Standard Webhooks message id: the delivery id (as x-service-delivery), the same on every attempt; deduplicate by it. Each webhook gets its own delivery of an event; the event id is the body's id */
                 "webhook-id": string;
                 /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
                 "webhook-signature": string;
@@ -4973,7 +5305,7 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                /** @description Standard Webhooks message id: the delivery id (as x-service-delivery), the same on every attempt; deduplicate by it. Each webhook gets its own delivery of an event; the event id is the body's id */
                 "webhook-id": string;
                 /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
                 "webhook-signature": string;
@@ -5015,7 +5347,7 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                /** @description Standard Webhooks message id: the delivery id (as x-service-delivery), the same on every attempt; deduplicate by it. Each webhook gets its own delivery of an event; the event id is the body's id */
                 "webhook-id": string;
                 /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
                 "webhook-signature": string;
@@ -5057,7 +5389,7 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                /** @description Standard Webhooks message id: the delivery id (as x-service-delivery), the same on every attempt; deduplicate by it. Each webhook gets its own delivery of an event; the event id is the body's id */
                 "webhook-id": string;
                 /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
                 "webhook-signature": string;
@@ -5099,7 +5431,7 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                /** @description Standard Webhooks message id: the delivery id (as x-service-delivery), the same on every attempt; deduplicate by it. Each webhook gets its own delivery of an event; the event id is the body's id */
                 "webhook-id": string;
                 /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
                 "webhook-signature": string;
@@ -5141,7 +5473,7 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                /** @description Standard Webhooks message id: the delivery id (as x-service-delivery), the same on every attempt; deduplicate by it. Each webhook gets its own delivery of an event; the event id is the body's id */
                 "webhook-id": string;
                 /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
                 "webhook-signature": string;
@@ -5183,7 +5515,7 @@ export interface operations {
         parameters: {
             query?: never;
             header: {
-                /** @description Standard Webhooks message id (the event id; the same on every attempt) */
+                /** @description Standard Webhooks message id: the delivery id (as x-service-delivery), the same on every attempt; deduplicate by it. Each webhook gets its own delivery of an event; the event id is the body's id */
                 "webhook-id": string;
                 /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
                 "webhook-signature": string;
