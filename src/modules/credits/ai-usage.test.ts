@@ -80,7 +80,9 @@ describe('holding before the call', () => {
     expect(second).toMatchObject({ outputPerChoice: 300, tokensHeld: 400, creditsHeld: 0 });
     const err = await refused(hold(t, { promptTokens: 1, outputPerChoice: 10 }));
     expect(err.code).toBe('AI_QUOTA_EXCEEDED');
-    expect(Number(err.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    // Waiting a month cannot cure it: no retry, and the reset named instead of a month-long Retry-After.
+    expect(err.headers).toEqual({ 'x-should-retry': 'false' });
+    expect(err.extra.resets_at).toEqual(expect.any(String));
     expect(await balance(t)).toMatchObject({ ai_tokens_reserved: 1000, ai_tokens_used: 0, reserved: 0 });
   });
 
