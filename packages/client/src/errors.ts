@@ -26,6 +26,7 @@ export interface CreditgateErrorInit {
   creditsRequired?: number | undefined;
   creditsAvailable?: number | null | undefined;
   retryAfterSeconds?: number | undefined;
+  shouldRetry?: boolean | undefined;
   upgradeUrl?: string | undefined;
   requestId?: string | undefined;
   fields?: Array<{ field: string; message: string }> | undefined;
@@ -49,6 +50,13 @@ export class CreditgateError extends Error {
   readonly creditsAvailable: number | null | undefined;
   /** 429 and 503: the wait the service asked for, in seconds. */
   readonly retryAfterSeconds: number | undefined;
+  /**
+   * The answer's `x-should-retry` header: `false` when the service says repeating the call cannot help
+   * (a refusal that waiting cannot cure, e.g. a quota used up until `resets_at`), `true` when it sent
+   * `true`, undefined when it sent neither (or no answer came). Only `false` changes what the client
+   * does: such an error is never transient and never retried (docs/client.md, Retries).
+   */
+  readonly shouldRetry: boolean | undefined;
   readonly upgradeUrl: string | undefined;
   readonly requestId: string | undefined;
   /** INVALID_REQUEST: which fields were wrong. */
@@ -64,14 +72,19 @@ export class CreditgateError extends Error {
     this.creditsRequired = init.creditsRequired;
     this.creditsAvailable = init.creditsAvailable;
     this.retryAfterSeconds = init.retryAfterSeconds;
+    this.shouldRetry = init.shouldRetry;
     this.upgradeUrl = init.upgradeUrl;
     this.requestId = init.requestId;
     this.fields = init.fields;
     this.body = init.body;
   }
 
-  /** The platform could not be reached or answered with a transient failure: the same call may succeed later. */
+  /**
+   * The platform could not be reached or answered with a transient failure: the same call may succeed
+   * later. Never true for an answer that said `x-should-retry: false`, whatever its status.
+   */
   get isTransient(): boolean {
+    if (this.shouldRetry === false) return false;
     if (this.code === 'NETWORK_ERROR' || this.code === 'TIMEOUT') return true;
     if (this.code === 'IDEMPOTENCY_IN_PROGRESS') return true;
     return this.status !== null && RETRYABLE_STATUSES.has(this.status);

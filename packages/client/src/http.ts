@@ -56,6 +56,15 @@ export function parseBaseUrl(raw: unknown): URL {
   return url;
 }
 
+/**
+ * The `x-should-retry` header: `true`/`false` (any case, trimmed), anything else is as if absent. The
+ * service sends `false` on refusals that waiting cannot cure (docs/client.md, Retries).
+ */
+function shouldRetryHeader(value: string | null): boolean | undefined {
+  const word = value?.trim().toLowerCase();
+  return word === 'true' ? true : word === 'false' ? false : undefined;
+}
+
 /** Retry-After is whole seconds or an HTTP date (RFC 9110 §10.2.3). */
 export function retryAfterMs(value: string | null, nowMs: number): number | undefined {
   if (value === null || value.trim() === '') return undefined;
@@ -138,12 +147,14 @@ export class Transport {
     const body = parseJson(text);
     const retryAfter = retryAfterMs(response.headers.get('retry-after'), Date.now());
     const retryAfterSeconds = retryAfter === undefined ? undefined : Math.ceil(retryAfter / 1000);
+    const shouldRetry = shouldRetryHeader(response.headers.get('x-should-retry'));
     if (body === undefined || typeof body !== 'object' || body === null) {
       const type = response.headers.get('content-type') ?? 'no content type';
       throw new CreditgateError({
         code: 'INVALID_RESPONSE',
         status: response.status,
         retryAfterSeconds,
+        shouldRetry,
         message: `expected JSON from creditgate at ${this.baseUrl.origin}${url.pathname}, got ${response.status} ${type}: ${snippet(text)}`,
         body: text,
       });
@@ -156,11 +167,18 @@ export class Transport {
         replayed: response.headers.get('idempotent-replayed') === 'true',
       };
     }
-    throw errorFromBody(body as Record<string, unknown>, response.status, retryAfterSeconds, `${options.method} ${url.pathname}`);
+    const answered = { status: response.status, retryAfterSeconds, shouldRetry };
+    throw errorFromBody(body as Record<string, unknown>, answered, `${options.method} ${url.pathname}`);
   }
 }
 
-function errorFromBody(body: Record<string, unknown>, status: number, retryAfterSeconds: number | undefined, what: string): CreditgateError {
+interface Answered {
+  status: number;
+  retryAfterSeconds: number | undefined;
+  shouldRetry: boolean | undefined;
+}
+
+function errorFromBody(body: Record<string, unknown>, { status, retryAfterSeconds, shouldRetry }: Answered, what: string): CreditgateError {
   const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
   const num = (v: unknown) => (typeof v === 'number' ? v : undefined);
   const code = str(body.code) ?? (status === 429 ? 'RATE_LIMITED' : isRetryableStatus(status) ? 'SERVICE_UNAVAILABLE' : `HTTP_${status}`);
@@ -172,6 +190,7 @@ function errorFromBody(body: Record<string, unknown>, status: number, retryAfter
     creditsRequired: num(body.creditsRequired),
     creditsAvailable: body.creditsAvailable === null ? null : num(body.creditsAvailable),
     retryAfterSeconds,
+    shouldRetry,
     upgradeUrl: str(body.upgrade_url),
     requestId: str(body.request_id),
     fields: Array.isArray(body.fields) ? (body.fields as Array<{ field: string; message: string }>) : undefined,

@@ -221,6 +221,33 @@ describe('retries', () => {
     expect(s.seen).toHaveLength(1);
   });
 
+  it('x-should-retry: false is tried exactly once, whatever its status and Retry-After; without it the same 429 is retried', async () => {
+    const refusal = { error: 'quota_exceeded', code: 'AI_QUOTA_EXCEEDED', message: 'Used up until the reset.', resets_at: '2026-02-01T00:00:00.000Z' };
+    const final = await standIn(json(429, refusal, { 'retry-after': '1', 'x-should-retry': 'false' }), costs);
+    const once = recorded(final.url);
+    const err = await rejection(once.c.service.creditCosts());
+    expect(err).toMatchObject({ code: 'AI_QUOTA_EXCEEDED', status: 429, retryAfterSeconds: 1, shouldRetry: false, isTransient: false });
+    expect(final.seen).toHaveLength(1);
+    expect(once.sleeps).toEqual([]);
+    // Not JSON (a proxy's page) but still told not to retry: the header is read there too.
+    const page = await standIn({ status: 503, headers: { 'content-type': 'text/html', 'x-should-retry': 'False' }, body: '<html/>' }, costs);
+    const proxied = await rejection(recorded(page.url).c.service.creditCosts());
+    expect(proxied).toMatchObject({ code: 'INVALID_RESPONSE', status: 503, shouldRetry: false, isTransient: false });
+    expect(page.seen).toHaveLength(1);
+    // Without the header (and with `true`, which changes nothing) a 429 is retried after its Retry-After.
+    for (const extra of [{}, { 'x-should-retry': 'true' }] as Array<Record<string, string>>) {
+      const limited = await standIn(json(429, { error: 'rate_limit_exceeded', code: 'RATE_LIMITED', message: 'wait' }, { 'retry-after': '1', ...extra }), costs);
+      const again = recorded(limited.url);
+      expect((await again.c.service.creditCosts()).costs).toHaveLength(1);
+      expect(again.sleeps).toEqual([1000]);
+      expect(limited.seen).toHaveLength(2);
+    }
+    // `true` on a status the client does not retry does not make it retried.
+    const invalid = await standIn(json(400, { error: 'invalid_request', code: 'INVALID_REQUEST', message: 'no' }, { 'x-should-retry': 'true' }), costs);
+    expect(await rejection(recorded(invalid.url).c.service.creditCosts())).toMatchObject({ status: 400, shouldRetry: true, isTransient: false });
+    expect(invalid.seen).toHaveLength(1);
+  });
+
   it('503 twice then success: full-jitter waits of random × base × 2^attempt, capped at maxRetryDelayMs', async () => {
     const s = await standIn(unavailable, unavailable, costs);
     const { c, sleeps } = recorded(s.url, { retryBaseMs: 100 });

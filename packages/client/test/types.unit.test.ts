@@ -152,6 +152,7 @@ describe('exported types (checked by tsc)', () => {
     expectTypeOf<CreditgateError['creditsRequired']>().toEqualTypeOf<number | undefined>();
     expectTypeOf<CreditgateError['creditsAvailable']>().toEqualTypeOf<number | null | undefined>();
     expectTypeOf<CreditgateError['retryAfterSeconds']>().toEqualTypeOf<number | undefined>();
+    expectTypeOf<CreditgateError['shouldRetry']>().toEqualTypeOf<boolean | undefined>();
     expectTypeOf<CreditgateError['isTransient']>().toEqualTypeOf<boolean>();
   });
 });

@@ -10,6 +10,7 @@ import unittest
 from _support import Sleeps, StandIn, json_reply
 
 from creditgate import Client, CreditgateError
+from creditgate.errors import INVALID_RESPONSE
 from creditgate._transport import Transport, retry_after_seconds
 
 QUOTA = {"creditsAvailable": 5, "creditsPerWebhook": 1, "webhooksAvailable": 5, "periodEnds": "2026-02-01T00:00:00.000Z"}
@@ -57,6 +58,34 @@ class RetryTest(unittest.TestCase):
             client(server.url, sleeps).webhooks.quota()
         self.assertEqual((caught.exception.code, caught.exception.status, caught.exception.retry_after_seconds), ("RATE_LIMITED", 429, 60))
         self.assertEqual(sleeps.waits, [])
+
+    def test_x_should_retry_false_is_tried_once_whatever_the_status_and_retry_after(self) -> None:
+        refusal = {"error": "quota_exceeded", "code": "AI_QUOTA_EXCEEDED", "message": "used up", "resets_at": "2026-02-01T00:00:00.000Z"}
+        server = self.stand_in([json_reply(429, refusal, {"Retry-After": "1", "x-should-retry": "false"}), json_reply(200, QUOTA)])
+        sleeps = Sleeps()
+        with self.assertRaises(CreditgateError) as caught:
+            client(server.url, sleeps).webhooks.quota()
+        err = caught.exception
+        self.assertEqual((err.code, err.status, err.retry_after_seconds, err.should_retry, err.is_transient), ("AI_QUOTA_EXCEEDED", 429, 1, False, False))
+        self.assertEqual((len(server.requests), sleeps.waits), (1, []))
+        # Not JSON (a proxy's page) but still told not to retry: the header is read there too.
+        page = self.stand_in([(503, {"content-type": "text/html", "x-should-retry": "False"}, b"<html/>"), json_reply(200, QUOTA)])
+        with self.assertRaises(CreditgateError) as caught:
+            client(page.url, Sleeps()).webhooks.quota()
+        self.assertEqual((caught.exception.code, caught.exception.should_retry, caught.exception.is_transient), (INVALID_RESPONSE, False, False))
+        self.assertEqual(len(page.requests), 1)
+
+    def test_without_x_should_retry_false_a_429_is_retried_and_true_changes_nothing(self) -> None:
+        for extra in ({}, {"x-should-retry": "true"}):
+            server = self.stand_in([json_reply(429, {"error": "rate_limit_exceeded", "code": "RATE_LIMITED", "message": "wait"}, {"Retry-After": "1", **extra}), json_reply(200, QUOTA)])
+            sleeps = Sleeps()
+            self.assertEqual(client(server.url, sleeps).webhooks.quota(), QUOTA)
+            self.assertEqual((sleeps.waits, len(server.requests)), ([1.0], 2))
+        invalid = self.stand_in([json_reply(400, {"error": "invalid_request", "code": "INVALID_REQUEST", "message": "no"}, {"x-should-retry": "true"}), json_reply(200, QUOTA)])
+        with self.assertRaises(CreditgateError) as caught:
+            client(invalid.url, Sleeps()).webhooks.quota()
+        self.assertEqual((caught.exception.status, caught.exception.should_retry, caught.exception.is_transient), (400, True, False))
+        self.assertEqual(len(invalid.requests), 1)
 
     def test_409_in_progress_is_retried_and_other_4xx_are_not(self) -> None:
         server = self.stand_in([json_reply(409, {"error": "idempotency_in_progress", "code": "IDEMPOTENCY_IN_PROGRESS", "message": "running"}), json_reply(200, QUOTA)])

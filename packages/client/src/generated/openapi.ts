@@ -2489,7 +2489,7 @@ export interface components {
             created_at: string;
             default_organization_id: string | null;
             email: string;
-            /** @description The address was proven by the mailed link; only then can the user accept invitations */
+            /** @description The address was proven by the mailed link; only then can the user accept invitations (unless the operator set EMAIL_VERIFICATION=off) */
             email_verified: boolean;
             full_name: string | null;
             /** Format: uuid */

@@ -48,6 +48,12 @@ def parse_base_url(raw: object) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
+def should_retry_header(value: Optional[str]) -> Optional[bool]:
+    """The ``x-should-retry`` header: ``true``/``false`` (any case, trimmed); anything else is as if absent."""
+    word = None if value is None else value.strip().lower()
+    return True if word == "true" else False if word == "false" else None
+
+
 def retry_after_seconds(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
     """Retry-After is whole seconds or an HTTP date (RFC 9110 §10.2.3); the wait in seconds."""
     if value is None or value.strip() == "":
@@ -201,6 +207,7 @@ class Transport:
                 parsed = None
         wait = retry_after_seconds(answer_headers.get("retry-after"))
         wait_seconds = None if wait is None else int(math.ceil(wait))
+        should_retry = should_retry_header(answer_headers.get("x-should-retry"))
         if not isinstance(parsed, dict):
             kind = answer_headers.get("content-type", "no content type")
             raise CreditgateError(
@@ -208,18 +215,21 @@ class Transport:
                 f"expected JSON from creditgate at {where}{path}, got {status} {kind}: {_snippet(text)}",
                 status=status,
                 retry_after_seconds=wait_seconds,
+                should_retry=should_retry,
                 body=text,
             )
         if 200 <= status < 300:
             return Answer(parsed, status, answer_headers, answer_headers.get("idempotent-replayed") == "true")
-        raise error_from_body(parsed, status, wait_seconds, f"{method} {path}")
+        raise error_from_body(parsed, status, wait_seconds, f"{method} {path}", should_retry=should_retry)
 
 
 def _int_or_none(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def error_from_body(body: Mapping[str, Any], status: int, retry_after: Optional[int], what: str) -> CreditgateError:
+def error_from_body(
+    body: Mapping[str, Any], status: int, retry_after: Optional[int], what: str, *, should_retry: Optional[bool] = None
+) -> CreditgateError:
     def text(value: Any) -> Optional[str]:
         return value if isinstance(value, str) else None
 
@@ -238,6 +248,7 @@ def error_from_body(body: Mapping[str, Any], status: int, retry_after: Optional[
         credits_required=_int_or_none(required),
         credits_available=_int_or_none(available),
         retry_after_seconds=retry_after,
+        should_retry=should_retry,
         upgrade_url=text(body.get("upgrade_url")),
         request_id=text(body.get("request_id")),
         fields=fields if isinstance(fields, list) else None,

@@ -31,7 +31,10 @@ class CreditgateError(Exception):
     ``status``: the HTTP status, None when no answer came. ``credits_required`` and
     ``credits_available`` come from the webhook proxy's camelCase ``creditsRequired`` /
     ``creditsAvailable`` (or a snake_case ``credits_required`` / ``credits_available`` where a body
-    has them).
+    has them). ``should_retry``: the answer's ``x-should-retry`` header, ``False`` when the service
+    says repeating the call cannot help (a refusal that waiting cannot cure), ``True`` when it sent
+    ``true``, None when it sent neither or no answer came; only ``False`` changes anything: such an
+    error is never transient and never retried.
     """
 
     def __init__(
@@ -44,6 +47,7 @@ class CreditgateError(Exception):
         credits_required: Optional[int] = None,
         credits_available: Optional[int] = None,
         retry_after_seconds: Optional[int] = None,
+        should_retry: Optional[bool] = None,
         upgrade_url: Optional[str] = None,
         request_id: Optional[str] = None,
         fields: Optional[list[dict[str, str]]] = None,
@@ -57,6 +61,7 @@ class CreditgateError(Exception):
         self.credits_required = credits_required
         self.credits_available = credits_available
         self.retry_after_seconds = retry_after_seconds
+        self.should_retry = should_retry
         self.upgrade_url = upgrade_url
         self.request_id = request_id
         self.fields = fields
@@ -64,7 +69,12 @@ class CreditgateError(Exception):
 
     @property
     def is_transient(self) -> bool:
-        """The platform could not be reached or answered with a transient failure: the same call may succeed later."""
+        """The platform could not be reached or answered with a transient failure: the same call may succeed later.
+
+        Never true for an answer that said ``x-should-retry: false``, whatever its status.
+        """
+        if self.should_retry is False:
+            return False
         if self.code in (NETWORK_ERROR, TIMEOUT, "IDEMPOTENCY_IN_PROGRESS"):
             return True
         return self.status is not None and self.status in RETRYABLE_STATUSES
