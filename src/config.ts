@@ -67,6 +67,12 @@ export interface Config {
   /** Connections to the upstream at most (a bounded pool); calls past it wait for one. */
   aiMaxConnections: number;
   smtpUrl: string | undefined;
+  /**
+   * 'on' (default): only a user whose address was proven by the mailed link accepts an invitation.
+   * 'off': the signed-in user with the invited address accepts it unverified; the way to run in
+   * production without SMTP_URL (docs/accounts.md, Email verification).
+   */
+  emailVerification: 'on' | 'off';
   webhookAllowPrivateNetworks: boolean;
   /** SPEC §7: 10 s per webhook attempt. Not an environment variable; tests shorten it. */
   webhookAttemptTimeoutMs: number;
@@ -286,6 +292,29 @@ function metricsToken(env: Env, name: string): string | undefined {
   return raw;
 }
 
+function onOff(env: Env, name: string, fallback: 'on' | 'off'): 'on' | 'off' {
+  const raw = str(env, name);
+  if (raw === undefined) return fallback;
+  if (raw !== 'on' && raw !== 'off') throw new ConfigError(name, `must be on or off, got "${raw}"`);
+  return raw;
+}
+
+/**
+ * Without SMTP, no verification link reaches anyone in production (there is no local mailbox there),
+ * so invitations could never be accepted: refuse to start unless verification is turned off on purpose
+ * (docs/accounts.md, Email verification).
+ */
+function emailVerification(env: Env, nodeEnv: Config['nodeEnv'], smtpUrl: string | undefined): Config['emailVerification'] {
+  const mode = onOff(env, 'EMAIL_VERIFICATION', 'on');
+  if (nodeEnv === 'production' && smtpUrl === undefined && mode === 'on') {
+    throw new ConfigError(
+      'SMTP_URL',
+      'is required when NODE_ENV=production, or verification links cannot be mailed and no invitation could be accepted; set SMTP_URL, or set EMAIL_VERIFICATION=off to let the signed-in user with the invited address accept unverified',
+    );
+  }
+  return mode;
+}
+
 /** Pretty lines are for a person at a terminal in development; production, pipes and files get JSON. */
 function logFormat(env: Env, name: string, nodeEnv: Config['nodeEnv']): Config['logFormat'] {
   const raw = str(env, name);
@@ -405,6 +434,7 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     }
     if (Object.keys(generated).length > 0) writeStoredSecrets(dataDir, stored);
   }
+  const smtpUrl = url(env, 'SMTP_URL', ['smtp:', 'smtps:']);
 
   const config: Config = {
     nodeEnv,
@@ -439,7 +469,8 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     aiExtraFields: list(env, 'AI_EXTRA_FIELDS'),
     aiImageMaxTokens: int(env, 'AI_IMAGE_MAX_TOKENS', DEFAULT_IMAGE_MAX_TOKENS, 1, 1_000_000),
     aiBytesPerTokenBound: positiveNumber(env, 'AI_BYTES_PER_TOKEN_BOUND'),
-    smtpUrl: url(env, 'SMTP_URL', ['smtp:', 'smtps:']),
+    smtpUrl,
+    emailVerification: emailVerification(env, nodeEnv, smtpUrl),
     webhookAllowPrivateNetworks: bool(env, 'WEBHOOK_ALLOW_PRIVATE_NETWORKS', false),
     webhookAttemptTimeoutMs: 10_000,
     templateBaseDomain: hostName(env, 'TEMPLATE_BASE_DOMAIN', 'localhost'),
@@ -523,6 +554,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     aiImageMaxTokens: DEFAULT_IMAGE_MAX_TOKENS,
     aiBytesPerTokenBound: undefined,
     smtpUrl: undefined,
+    emailVerification: 'on',
     webhookAllowPrivateNetworks: false,
     webhookAttemptTimeoutMs: 10_000,
     templateBaseDomain: 'localhost',

@@ -22,6 +22,8 @@ const SECRETS = {
   ENCRYPTION_KEY: 'e'.repeat(40),
 };
 const SECRET_NAMES = Object.keys(SECRETS) as Array<keyof typeof SECRETS>;
+/** Production also needs a way to mail verification links (or verification turned off). */
+const SMTP = { SMTP_URL: 'smtps://user:pass@smtp.example.com:465' };
 
 /** Every test gets its own DATA_DIR, so nothing is written to the working directory. */
 const env = (vars: Record<string, string | undefined> = {}) => ({ DATA_DIR: tempDir(), ...vars });
@@ -149,7 +151,7 @@ describe('NODE_ENV=production', () => {
 
   it('starts with all four, generating nothing', () => {
     const dataDir = tempDir();
-    const { config, generated } = loadConfig({ ...SECRETS, NODE_ENV: 'production', DATA_DIR: dataDir });
+    const { config, generated } = loadConfig({ ...SECRETS, ...SMTP, NODE_ENV: 'production', DATA_DIR: dataDir });
     expect(generated).toEqual({});
     expect(config).toMatchObject({
       nodeEnv: 'production',
@@ -159,6 +161,33 @@ describe('NODE_ENV=production', () => {
       encryptionKey: SECRETS.ENCRYPTION_KEY,
     });
     expect(existsSync(join(dataDir, 'secrets.json'))).toBe(false);
+  });
+
+  it('refuses to start without SMTP_URL unless EMAIL_VERIFICATION=off, naming both and the way out', () => {
+    for (const verification of [undefined, 'on']) {
+      const err = configErrorOf(env({ ...SECRETS, NODE_ENV: 'production', EMAIL_VERIFICATION: verification }));
+      expect(err.variable).toBe('SMTP_URL');
+      expect(err.message).toMatch(/^SMTP_URL: is required when NODE_ENV=production.*set SMTP_URL, or set EMAIL_VERIFICATION=off/);
+    }
+    const off = loadConfig(env({ ...SECRETS, NODE_ENV: 'production', EMAIL_VERIFICATION: 'off' })).config;
+    expect(off).toMatchObject({ nodeEnv: 'production', smtpUrl: undefined, emailVerification: 'off' });
+    expect(loadConfig(env({ ...SECRETS, ...SMTP, NODE_ENV: 'production' })).config.emailVerification).toBe('on');
+  });
+});
+
+describe('EMAIL_VERIFICATION', () => {
+  it('is on by default in every mode (development needs no SMTP: the local mailbox has the links); off turns it off', () => {
+    expect(loadConfig(env()).config.emailVerification).toBe('on');
+    expect(loadConfig(env({ EMAIL_VERIFICATION: 'off' })).config.emailVerification).toBe('off');
+    expect(loadConfig(env({ ...SMTP, NODE_ENV: 'production', ...SECRETS, EMAIL_VERIFICATION: 'off' })).config.emailVerification).toBe('off');
+  });
+
+  it('refuses anything but on or off, naming the variable', () => {
+    for (const value of ['yes', 'false', 'OFF', ' off']) {
+      const err = configErrorOf(env({ EMAIL_VERIFICATION: value }));
+      expect(err.variable, value).toBe('EMAIL_VERIFICATION');
+      expect(err.message, value).toContain('must be on or off');
+    }
   });
 });
 
@@ -242,7 +271,7 @@ describe('LOG_FORMAT', () => {
   it('takes json or pretty; unset, it is json unless in development on a terminal (never in production or tests)', () => {
     expect(loadConfig(env({ LOG_FORMAT: 'pretty' })).config.logFormat).toBe('pretty');
     expect(loadConfig(env({ LOG_FORMAT: 'json' })).config.logFormat).toBe('json');
-    expect(loadConfig(env({ NODE_ENV: 'production', ...SECRETS })).config.logFormat).toBe('json');
+    expect(loadConfig(env({ NODE_ENV: 'production', ...SECRETS, ...SMTP })).config.logFormat).toBe('json');
     expect(loadConfig(env({ NODE_ENV: 'test' })).config.logFormat).toBe('json');
     expect(loadConfig(env()).config.logFormat).toBe(process.stdout.isTTY ? 'pretty' : 'json');
     expect(configErrorOf(env({ LOG_FORMAT: 'text' })).message).toBe('LOG_FORMAT: must be json or pretty, got "text"');

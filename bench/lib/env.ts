@@ -22,6 +22,8 @@ export function productionServerEnv(input: {
     MCP_SERVICE_KEY: randomBytes(32).toString('base64url'),
     ADMIN_API_KEY: randomBytes(32).toString('base64url'),
     ENCRYPTION_KEY: randomBytes(32).toString('base64url'),
+    // No mail is sent while measuring; production refuses to start without SMTP otherwise (docs/accounts.md).
+    EMAIL_VERIFICATION: 'off',
     ...input.extra,
   };
 }

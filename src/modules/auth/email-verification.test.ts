@@ -175,6 +175,43 @@ describe('only a verified user accepts an invitation', () => {
   });
 });
 
+describe('EMAIL_VERIFICATION=off', () => {
+  let off: Harness;
+  beforeAll(async () => {
+    off = await createHarness({ emailVerification: 'off' });
+  });
+  afterAll(async () => {
+    await off.close();
+  });
+
+  it('the signed-in user with the invited address accepts unverified; another address is still refused', async () => {
+    const owner = await signUpWithOrganization(off);
+    const invitee = await signUpUnverified(off);
+    const invite = async (email: string) => {
+      const url = `/organizations/${owner.organizationId}/users`;
+      const res = await off.request({ method: 'POST', url, headers: bearer(owner.accessToken), payload: { email, role: 'member' } });
+      expect(res.statusCode).toBe(201);
+      return json<Env<{ token: string }>>(res).data.token;
+    };
+    const accept = (token: string, accessToken: string) => off.request({ method: 'POST', url: `/invitations/${token}/accept`, headers: bearer(accessToken) });
+
+    const elsewhere = await accept(await invite(`${unique('other')}@example.com`.toLowerCase()), invitee.accessToken);
+    expect(elsewhere.statusCode).toBe(403);
+    expect(json<Env<unknown>>(elsewhere).error?.message).toMatch(/another email address/);
+
+    const accepted = await accept(await invite(invitee.email), invitee.accessToken);
+    expect(accepted.statusCode).toBe(200);
+    const members = await off.deps.db.query<{ role: string }>('SELECT role FROM organization_members WHERE organization_id = $1 AND user_id = $2', [
+      owner.organizationId,
+      invitee.userId,
+    ]);
+    expect(members).toEqual([{ role: 'member' }]);
+    // The address stays unproven (the mailed link still works when SMTP reaches it).
+    const profile = await off.request({ method: 'GET', url: '/auth/me', headers: bearer(invitee.accessToken) });
+    expect(json<Env<{ email_verified: boolean }>>(profile).data).toMatchObject({ email_verified: false });
+  });
+});
+
 describe('users made by the operator or the service layer', () => {
   it('are verified (the operator vouches for them) unless told otherwise', async () => {
     const tenant = await createTenant(h);

@@ -19,7 +19,7 @@ const Password = Type.String({
 export const Profile = Type.Object({
   id: Type.String({ format: 'uuid' }),
   email: Type.String(),
-  email_verified: Type.Boolean({ description: 'The address was proven by the mailed link; only then can the user accept invitations' }),
+  email_verified: Type.Boolean({ description: 'The address was proven by the mailed link; only then can the user accept invitations (unless the operator set EMAIL_VERIFICATION=off)' }),
   full_name: Nullable(Type.String()),
   avatar_url: Nullable(Type.String()),
   bio: Nullable(Type.String()),

@@ -57,8 +57,9 @@ export async function getInvitationByToken(ctx: Ctx, token: string): Promise<Pub
 }
 
 /**
- * POST /invitations/{token}/accept: only the signed-in user with the invited email (any case), while
- * the invitation is backed by its inviter (and key). One transaction: the inviter's membership and the
+ * POST /invitations/{token}/accept: only the signed-in user with the invited email (any case), verified
+ * unless EMAIL_VERIFICATION=off, while the invitation is backed by its inviter (and key). One
+ * transaction: the inviter's membership and the
  * key are locked FOR SHARE while the backing is checked, a guarded UPDATE marks it accepted (so two
  * accepts cannot both win) and the membership is created with the invited role. Not pending
  * (accepted, revoked, expired) or already a member: 409.
@@ -72,8 +73,9 @@ export async function acceptInvitation(ctx: Ctx, userId: string, token: string):
       [userId, invitation.email],
     );
     if (sameEmail.length === 0) throw new AppError('FORBIDDEN', 'This invitation was sent to another email address');
-    // The invitation goes to an address; only someone who proved they read it may use it (docs/accounts.md).
-    if (!sameEmail[0]!.email_verified_at) {
+    // The invitation goes to an address; only someone who proved they read it may use it, unless the
+    // operator turned verification off (EMAIL_VERIFICATION=off: docs/accounts.md, Email verification).
+    if (!sameEmail[0]!.email_verified_at && ctx.config.emailVerification === 'on') {
       throw new AppError('FORBIDDEN', 'Verify your email address first: open the link we mailed you (or POST /auth/resend-verification), then accept');
     }
     const claimed = await tx.query(
