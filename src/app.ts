@@ -191,7 +191,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   return app;
 }
 
-/** SPEC §6: the shared window in Redis when REDIS_URL is set (falling back per instance while it is down), else in-process. */
+/** docs/limits.md, Redis outage: the shared window in Redis when REDIS_URL is set (falling back per instance while it is down), else in-process. */
 function createLimiter(config: Config, clock: Clock, app: FastifyInstance, metrics: Metrics): RateLimiter {
   if (!config.redisUrl) return new LocalRateLimiter(clock);
   return new RedisRateLimiter(

@@ -39,20 +39,20 @@ export interface Config {
   stripeSecretKey: string | undefined;
   stripeWebhookSecret: string | undefined;
   stripeApiBase: string | undefined;
-  /** SPEC §9 STRIPE_PRICE_TIERS: subscription price id → the tier it buys. */
+  /** STRIPE_PRICE_TIERS (docs/billing.md, Configuration): subscription price id → the tier it buys. */
   stripePriceTiers: Record<string, Tier>;
-  /** SPEC §9 CREDIT_PACKS: one-time packs, pack name → credits and the Stripe price that sells them. */
+  /** CREDIT_PACKS (docs/billing.md, Configuration): one-time packs, pack name → credits and the Stripe price that sells them. */
   creditPacks: Record<string, CreditPack>;
-  /** SPEC §9: when set, successful deductions of subscribed organizations are reported to this Stripe meter. */
+  /** docs/billing.md, Usage to Stripe meters: when set, successful deductions of subscribed organizations are reported to this Stripe meter. */
   stripeMeterEventName: string | undefined;
-  /** SPEC §6 AI proxy: the OpenAI-compatible upstream, as an OpenAI SDK's baseURL (https://api.openai.com/v1). */
+  /** The AI proxy's OpenAI-compatible upstream (docs/ai-proxy.md), as an OpenAI SDK's baseURL (https://api.openai.com/v1). */
   aiBaseUrl: string | undefined;
   aiApiKey: string | undefined;
   /** The model of /api/ai/generate. */
   aiDefaultModel: string;
   /** When non-empty, the only models the proxy accepts (and lists); else any model, listing the class map's. */
   aiModels: string[];
-  /** Output allowance of a call that names no max_tokens (SPEC §6: default 4,096). */
+  /** Output allowance of a call that names no max_tokens (docs/ai-proxy.md, The output allowance: default 4,096). */
   aiMaxOutputTokens: number;
   /** An upstream that sends no headers, or no bytes of a stream, this long is cut (502). */
   aiTimeoutMs: number;
@@ -74,11 +74,11 @@ export interface Config {
    */
   emailVerification: 'on' | 'off';
   webhookAllowPrivateNetworks: boolean;
-  /** SPEC §7: 10 s per webhook attempt. Not an environment variable; tests shorten it. */
+  /** docs/webhooks.md: 10 s per webhook attempt. Not an environment variable; tests shorten it. */
   webhookAttemptTimeoutMs: number;
-  /** SPEC §12: deployment_url of the built-in provisioner is https://{subdomain}.{templateBaseDomain}. */
+  /** docs/templates.md, Provisioners: deployment_url of the built-in provisioner is https://{subdomain}.{templateBaseDomain}. */
   templateBaseDomain: string;
-  /** SPEC §12: when set, template deployments are POSTed here, signed with templateProvisionerSecret (docs/templates.md). */
+  /** When set, template deployments are POSTed here, signed with templateProvisionerSecret (docs/templates.md). */
   templateProvisionerUrl: string | undefined;
   templateProvisionerSecret: string | undefined;
   /** TEMPLATE_RESERVED_SUBDOMAINS: refused as subdomains on top of the built-in list (docs/templates.md). */
@@ -105,7 +105,7 @@ export interface Config {
   balanceCacheMs: number;
   /** scrypt cost as log2(N); 17 is the OWASP recommendation and the production minimum. */
   passwordHashLogN: number;
-  /** SPEC §6: model name → class for AI tokens paid with purchased credits; unlisted models use aiDefaultModelClass. */
+  /** docs/ai-proxy.md, Model classes: model name → class for AI tokens paid with purchased credits; unlisted models use aiDefaultModelClass. */
   aiModelClasses: Record<string, ModelClass>;
   aiDefaultModelClass: ModelClass;
   /**
@@ -253,7 +253,7 @@ export interface LoadedConfig {
 
 const PRICE_ID = /^[A-Za-z0-9_]{1,100}$/;
 
-/** `price_a=launch,price_b=growth` (SPEC §9). */
+/** `price_a=launch,price_b=growth` (docs/billing.md, Configuration). */
 function priceTiers(env: Env, name: string): Record<string, Tier> {
   const map: Record<string, Tier> = {};
   for (const entry of list(env, name)) {
@@ -268,7 +268,7 @@ function priceTiers(env: Env, name: string): Record<string, Tier> {
   return map;
 }
 
-/** `small=1000:price_a,large=10000:price_b` (SPEC §9): pack name = credits : price. */
+/** `small=1000:price_a,large=10000:price_b` (docs/billing.md, Configuration): pack name = credits : price. */
 function creditPacks(env: Env, name: string): Record<string, CreditPack> {
   const packs: Record<string, CreditPack> = {};
   for (const entry of list(env, name)) {
@@ -508,7 +508,7 @@ function readStoredSecrets(dataDir: string): Partial<Record<SecretName, string>>
 }
 
 function writeStoredSecrets(dataDir: string, secrets: Partial<Record<SecretName, string>>): void {
-  // SPEC §8: DATA_DIR is created 0700; an existing one is tightened (and logged) when the database opens.
+  // docs/accounts.md, Account safety: DATA_DIR is created 0700; an existing one is tightened (and logged) when the database opens.
   makePrivateDir(dataDir);
   writeFileSync(secretsFile(dataDir), `${JSON.stringify(secrets, null, 2)}\n`, { mode: PRIVATE_FILE_MODE });
   // `mode` applies only when the file is created: a file that already existed is made owner-only here.

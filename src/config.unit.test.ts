@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from './config.js';
 
-/** SPEC §1 configuration: defaults, refusals naming the variable, production secrets, generated development secrets. */
+/** Configuration (README.md, Configuration): defaults, refusals naming the variable, production secrets, generated development secrets. */
 const dirs: string[] = [];
 function tempDir(): string {
   const dir = mkdtempSync(join(tmpdir(), 'creditgate-config-'));
@@ -278,7 +278,7 @@ describe('LOG_FORMAT', () => {
   });
 });
 
-describe('templates (SPEC §12)', () => {
+describe('templates (docs/templates.md)', () => {
   it('TEMPLATE_BASE_DOMAIN defaults to localhost and must be a host name; the provisioner secret is required with its URL', () => {
     const base = env({ NODE_ENV: 'test' });
     expect(loadConfig(base).config).toMatchObject({ templateBaseDomain: 'localhost', templateProvisionerUrl: undefined, templateProvisionerSecret: undefined });

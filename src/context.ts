@@ -19,7 +19,7 @@ export interface Deps {
   caches: Caches;
   limiter: RateLimiter;
   metrics: Metrics;
-  /** Outbound HTTP for webhooks, with the SSRF guard (SPEC §7). */
+  /** Outbound HTTP for webhooks, with the SSRF guard (docs/webhooks.md, The proxy). */
   outbound: OutboundHttp;
   /** Group commit of deductions: every deduction of the hot paths goes through it (credits/batcher.ts). */
   deductions: DeductionBatcher;

@@ -28,18 +28,18 @@ export const ERROR_STATUS = {
   AI_ROUTE_NOT_SUPPORTED: 501,
   /** Stripe refused a request the service made (a price or customer Stripe does not know: configuration). */
   PAYMENT_PROVIDER_ERROR: 502,
-  /** SPEC §6 AI proxy: the upstream answered 5xx, timed out or could not be reached. */
+  /** docs/ai-proxy.md, Errors: the upstream answered 5xx, timed out or could not be reached. */
   AI_UPSTREAM_ERROR: 502,
   SERVICE_UNAVAILABLE: 503,
   /** Selling needs STRIPE_SECRET_KEY (and prices/packs) configured. */
   BILLING_NOT_CONFIGURED: 503,
-  /** SPEC §6 AI proxy: no AI_BASE_URL. */
+  /** docs/ai-proxy.md, Errors: no AI_BASE_URL. */
   AI_NOT_CONFIGURED: 503,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;
 
-/** The `error` word of the flat /api/v1 shape, where the seed spells one that is not the code in lower case. */
+/** The `error` word of the flat /api/v1 shape, where it is not the code in lower case (docs/openapi.md, Shapes). */
 const FLAT_ERROR_WORD: Partial<Record<ErrorCode, string>> = {
   INVALID_DEPLOYMENT_CREDENTIALS: 'unauthorized',
   INSUFFICIENT_SCOPE: 'forbidden',
@@ -52,7 +52,7 @@ const FLAT_ERROR_WORD: Partial<Record<ErrorCode, string>> = {
   AI_ROUTE_NOT_SUPPORTED: 'not_supported',
 };
 
-/** The flat shape calls a validation failure INVALID_REQUEST (SPEC §7); the envelope calls it VALIDATION_ERROR (§8). */
+/** The flat shape calls a validation failure INVALID_REQUEST; the envelope calls it VALIDATION_ERROR (docs/openapi.md, Shapes). */
 const FLAT_CODE: Partial<Record<ErrorCode, string>> = { VALIDATION_ERROR: 'INVALID_REQUEST' };
 
 export interface FieldError {
@@ -132,7 +132,7 @@ export function refusalUntil(
   return new AppError(code, message, { ...extra, resets_at: resetsAt.toISOString() }, headers);
 }
 
-/** SPEC §4/§7 flat shape: `{error, code, message, ...extra}` for every /api/v1 path. */
+/** The flat shape (docs/openapi.md, Shapes): `{error, code, message, ...extra}` for every /api/v1 path. */
 export function flatErrorBody(err: AppError): Record<string, unknown> {
   return {
     error: FLAT_ERROR_WORD[err.code] ?? err.code.toLowerCase(),
@@ -142,7 +142,7 @@ export function flatErrorBody(err: AppError): Record<string, unknown> {
   };
 }
 
-/** SPEC §8 envelope: `{success:false, error:{code,message}, details:{timestamp,...}}`. */
+/** The envelope (docs/openapi.md, Shapes): `{success:false, error:{code,message}, details:{timestamp,...}}`. */
 export function envelopeErrorBody(err: AppError, now: Date): Record<string, unknown> {
   return {
     success: false,

@@ -79,7 +79,7 @@ export function templateId(value: string): string {
   return value;
 }
 
-/** SPEC §8's slug rule, which template slugs follow. */
+/** The organization slug rule (docs/accounts.md, Organizations), which template slugs follow. */
 export function slug(value: string): string {
   if (!/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/.test(value)) {
     throw new InvalidArgumentError('must be 1 to 63 of a-z, 0-9 and hyphens, starting and ending with a letter or digit');

@@ -5,7 +5,7 @@ import * as parse from './arguments.js';
 import { UsageError } from './exit-codes.js';
 
 /**
- * The operator's deployment and cost-table commands (SPEC §11, docs/cli.md) through /api/v1/admin.
+ * The operator's deployment and cost-table commands (docs/cli.md, docs/operator.md) through /api/v1/admin.
  * Arguments are checked before anything is sent, like every operator command.
  */
 export function addDeploymentCommands(program: Command, connect: () => AdminApi, print: (value: unknown) => void): void {

@@ -4,7 +4,7 @@ import * as parse from './arguments.js';
 import { UsageError } from './exit-codes.js';
 
 /**
- * The template catalogue commands (SPEC §11/§12, docs/cli.md): list, create, update, delete through
+ * The template catalogue commands (docs/cli.md, docs/templates.md): list, create, update, delete through
  * /api/v1/admin/templates. Arguments are checked before anything is sent, like every operator command.
  */
 export function addTemplateCommands(program: Command, connect: () => AdminApi, print: (value: unknown) => void): void {

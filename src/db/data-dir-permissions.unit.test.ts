@@ -6,7 +6,7 @@ import { loadConfig } from '../config.js';
 import { openDatabase } from './client.js';
 
 /**
- * SPEC §8: "DATA_DIR is created 0700". The embedded database's files (PGlite writes them 0666 whatever
+ * DATA_DIR is created 0700 (docs/accounts.md, Account safety). The embedded database's files (PGlite writes them 0666 whatever
  * the umask) and the development secrets sit there, so the directory is the boundary: this is the
  * world-readable data directory of the security review, opened for real.
  */

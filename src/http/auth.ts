@@ -11,17 +11,17 @@ import { registerFailedAuthCounting } from './auth-throttle.js';
  * How a route authenticates, declared in its `config.auth`. The onRequest hook below runs it before
  * the body is parsed or validated, so an unauthenticated caller gets 401 and learns nothing else.
  *   public          no credentials (health, docs, the entitlement check's body credentials)
- *   apiKey          organization API key as Bearer (seed A), with `config.scope`
- *   service         X-MCP-Service-Key (seed B)
+ *   apiKey          organization API key as Bearer (MCP stdio mode), with `config.scope`
+ *   service         X-MCP-Service-Key (MCP service mode)
  *   apiKeyOrService either of the two (the service key wins when sent)
- *   admin           X-Admin-Key (SPEC §11)
+ *   admin           X-Admin-Key (docs/operator.md)
  *   metrics         X-Admin-Key, or Bearer METRICS_TOKEN when it is set (GET /metrics: docs/operations-metrics.md)
  *   deployment      X-Deployment-ID + X-Deployment-Secret
  *   deploymentOrApiKey  the deployment headers when X-Deployment-ID is sent, else an organization API key
  *                   (Bearer, as the OpenAI SDKs send it, or X-API-Key) acting for its primary deployment
  *   user            a signed-in user's access token (Bearer JWT)
  *   account         the application API: a user's access token, or an organization API key as
- *                   Bearer cg_… or X-API-Key (its scope is judged per permission, SPEC §8)
+ *                   Bearer cg_… or X-API-Key (its scope is judged per permission, docs/accounts.md)
  */
 export type AuthMode =
   | 'public'
@@ -147,7 +147,7 @@ export function registerAuth(app: FastifyInstance): void {
   app.addHook('onRequest', async (request) => {
     const config = request.routeOptions.config as { auth?: AuthMode; scope?: KeyScope; spends?: boolean } | undefined;
     if (config?.auth) request.authResult = await authenticate(request, config.auth, config.scope);
-    // SPEC §8: a suspended deployment may read (quotas, entitlements) but not spend or send.
+    // docs/decisions.md, Suspended deployments: a suspended deployment may read (quotas, entitlements) but not spend or send.
     if (config?.spends && request.authResult?.kind === 'deployment' && request.authResult.deployment.status !== 'active') {
       throw new AppError('DEPLOYMENT_SUSPENDED', 'This deployment is suspended: it can read its quotas and entitlements, but not spend or send');
     }

@@ -2,7 +2,7 @@ import { type TSchema, Type } from 'typebox';
 import { ValidationError } from '../errors.js';
 
 /**
- * The success side of the SPEC §8 envelope: `{success: true, data, message}`, and for lists
+ * The success side of the envelope (docs/openapi.md, Shapes): `{success: true, data, message}`, and for lists
  * `meta.next_cursor`. (The error side is written by the error handler.)
  */
 export function ok<T>(data: T, message = 'OK'): { success: true; data: T; message: string } {

@@ -20,7 +20,7 @@ function fieldsOf(err: FastifyError): FieldError[] {
   return fieldErrorsOf((err.validation ?? []) as AjvError[], part);
 }
 
-/** SPEC §10: a path id that must be a UUID and is not names nothing that exists, so it is 404 like a missing row (400 in a body or query). */
+/** docs/input.md: a path id that must be a UUID and is not names nothing that exists, so it is 404 like a missing row (400 in a body or query). */
 function isMalformedPathId(e: FastifyError): boolean {
   if ((e as { validationContext?: string }).validationContext !== 'params') return false;
   return ((e.validation ?? []) as AjvError[]).some((v) => v.keyword === 'format' && v.params?.format === 'uuid');

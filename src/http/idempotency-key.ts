@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ValidationError } from '../errors.js';
 
 /**
- * The `Idempotency-Key` header (SPEC §4, §7), the equal of a body's idempotency field: 1 to 200
+ * The `Idempotency-Key` header (docs/metering.md, Idempotency; docs/webhooks.md, The proxy), the equal of a body's idempotency field: 1 to 200
  * characters, or absent. One reader for every route that takes it.
  */
 export function idempotencyKeyHeader(request: FastifyRequest): string | undefined {
@@ -18,7 +18,7 @@ export function idempotencyKeyHeader(request: FastifyRequest): string | undefine
  * A route that takes the header (`config.idempotencyKey`, which also documents it in the OpenAPI
  * document) refuses a malformed one before its handler reads anything: a bad key is bad input whether
  * or not the body carries its own idempotency field or names a row that exists. After validation, so a
- * malformed path id is still the 404 it always is (SPEC §10), whatever the headers say.
+ * malformed path id is still the 404 it always is (docs/input.md), whatever the headers say.
  */
 export function registerIdempotencyKeyCheck(app: FastifyInstance): void {
   // Callback style: no promise per request for work that never waits.

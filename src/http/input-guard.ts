@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { type FieldError, ValidationError } from '../errors.js';
 
 /**
- * SPEC §10 "No input reaches a 5xx", at one depth for every route (docs/input.md):
+ * No input reaches a 5xx, at one depth for every route (docs/input.md):
  *   - a string PostgreSQL cannot store — a NUL character (U+0000) or an unpaired UTF-16 surrogate —
  *     anywhere in the body (values and keys, at any depth), the query, the path or the headers is a
  *     400 naming the field: `metadata.a.b`, `query.user_id`, `params.id`, `headers.x-foo`;

@@ -2,7 +2,7 @@ import { type TSchema, Type } from 'typebox';
 import { Nullable, StringEnum } from './schemas.js';
 
 /**
- * The events organization webhooks receive (SPEC §7), as the OpenAPI 3.1 `webhooks` section: each
+ * The events organization webhooks receive (docs/webhooks.md), as the OpenAPI 3.1 `webhooks` section: each
  * event's body `{id, type, created_at, data}` with its `data`, and the headers every delivery carries.
  * The data shapes are what the emitters in the modules write (events/outbox.ts callers); the webhook
  * delivery tests read real deliveries against them.
@@ -101,7 +101,7 @@ export const EVENT_DATA: Record<string, { summary: string; data: TSchema }> = {
   },
 };
 
-/** The request headers of every delivery (SPEC §7): the seed's signature and the Standard Webhooks set. */
+/** The request headers of every delivery (docs/webhooks.md, Verifying a delivery): x-service-signature and the Standard Webhooks set. */
 const DELIVERY_HEADERS: Array<{ name: string; description: string }> = [
   { name: 'x-service-signature', description: "Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included)" },
   { name: 'x-service-event', description: 'The event type' },

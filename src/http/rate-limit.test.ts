@@ -14,7 +14,7 @@ import {
 } from '../../test/harness.js';
 
 /**
- * SPEC §6 at the HTTP edge, with a moved clock: the per-minute tier limit on /api/v1/* keyed by the
+ * Rate limits (docs/limits.md) at the HTTP edge, with a moved clock: the per-minute tier limit on /api/v1/* keyed by the
  * deployment a call acts for, the hourly plan limit on the application API, the headers on every
  * limited response, the two 429 bodies, and what is never limited. (The limiter's own arithmetic,
  * on both backends, is src/lib/rate-limiter.unit.test.ts.)
@@ -49,8 +49,8 @@ function nextMinute(): void {
   h.clock.set(Math.ceil((now + 1) / MINUTE) * MINUTE);
 }
 
-describe('per-minute tier limit on /api/v1 (SPEC §6, seed Limits)', () => {
-  it('admits 100 sandbox requests with counting headers; the 101st is 429 with Retry-After and the seed body', async () => {
+describe('per-minute tier limit on /api/v1 (docs/limits.md, Rate limits)', () => {
+  it('admits 100 sandbox requests with counting headers; the 101st is 429 with Retry-After and the rate_limit_exceeded body', async () => {
     nextMinute();
     const t = await createTenant(h, { tier: 'sandbox' });
     const answers = await burst(100, () => quota(t));
@@ -223,7 +223,7 @@ describe('per-minute tier limit on /api/v1 (SPEC §6, seed Limits)', () => {
   });
 });
 
-describe('hourly plan limit on the application API (SPEC §6)', () => {
+describe('hourly plan limit on the application API (docs/limits.md, Rate limits)', () => {
   it('per IP when unauthenticated: 1,000 an hour on the free plan, then the envelope with RATE_LIMITED', async () => {
     nextMinute();
     const ip = '203.0.113.77';

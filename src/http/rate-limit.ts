@@ -3,13 +3,13 @@ import { HOUR, MINUTE } from '../clock.js';
 import type { Deps } from '../context.js';
 import { Type } from 'typebox';
 import { AppError, usesFlatShape } from '../errors.js';
-import { isUuid } from '../modules/metering/state.js';
+import { isUuid } from '../lib/ids.js';
 import type { Decision, WindowSpec } from '../lib/rate-limiter.js';
 import { type DeploymentTerms, effectiveTerms } from '../modules/credits/terms.js';
 import { PLAN_HOURLY_LIMIT, PLANS, type Plan, TIER_TABLE } from '../modules/entitlements/tiers.js';
 
 /**
- * SPEC §6 rate limits at the HTTP edge.
+ * Rate limits at the HTTP edge (docs/limits.md).
  *   tier  every /api/v1/* route but the operator API: requests per sliding minute of the deployment
  *         the call acts for (deployment headers, the API key's deployment, the service call's
  *         deployment_id); the tier's limit or the deployment's override.

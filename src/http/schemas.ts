@@ -1,7 +1,7 @@
 import { type TSchema, Type } from 'typebox';
 import { ERROR_STATUS, type ErrorCode } from '../errors.js';
 
-/** SPEC §4/§7 flat error body of every /api/v1 path. */
+/** The flat error body of every /api/v1 path (docs/openapi.md, Shapes). */
 export const FlatError = Type.Object(
   {
     error: Type.String({ description: 'lower_snake error word', examples: ['unauthorized'] }),
@@ -18,7 +18,7 @@ export const FlatError = Type.Object(
   { $id: 'FlatError', additionalProperties: true, description: 'Error body of the /api/v1 paths' },
 );
 
-/** SPEC §8 envelope error of the application API. */
+/** The envelope error of the application API (docs/openapi.md, Shapes). */
 export const EnvelopeError = Type.Object(
   {
     success: Type.Literal(false),
@@ -68,8 +68,8 @@ export const StringEnum = <const T extends readonly [string, ...string[]]>(
   Type.Unsafe<T[number]>({ type: 'string', enum: [...values], ...options });
 
 /**
- * SPEC §8 account safety: a URL a user stores and others' browsers may open (`avatar_url`, `website`,
- * `logo_url`) is http or https only: `javascript:`, `data:`, `file:` and the rest are refused with 400
+ * docs/input.md, URLs users store: a URL a user stores and others' browsers may open (`avatar_url`,
+ * `website`, `logo_url`) is http or https only: `javascript:`, `data:`, `file:` and the rest are refused with 400
  * naming the field. An absolute URI (RFC 3986) whose scheme, in any case, is http or https.
  */
 export const StoredUrl = (description: string) =>

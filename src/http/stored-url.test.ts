@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createHarness, type Harness, json, signUp, signUpWithOrganization } from '../../test/harness.js';
 
 /**
- * SPEC §8 account safety: "URLs users store (avatar_url, website, logo_url) are http/https only".
+ * docs/input.md, URLs users store: URLs users store (avatar_url, website, logo_url) are http/https only.
  * The review stored `javascript:` URLs that other members' browsers would open. One schema
  * (StoredUrl, src/http/schemas.ts) for every such field.
  */

@@ -9,7 +9,7 @@ const common: Options = { allErrors: false, useDefaults: true, strict: false, re
 
 /**
  * Bodies are validated as sent: no type coercion ("5" is not 5) and no silent removal of unknown
- * fields (SPEC §10 rejects them). Query strings, params and headers arrive as strings, so they coerce.
+ * fields (docs/input.md: they are rejected). Query strings, params and headers arrive as strings, so they coerce.
  */
 const bodyAjv = addFormats(new Ajv({ ...common, coerceTypes: false }));
 const partAjv = addFormats(new Ajv({ ...common, coerceTypes: 'array' }));

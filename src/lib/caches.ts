@@ -25,7 +25,7 @@ export interface CostTable {
  * the TTLs bound how long a lost invalidation can matter.
  */
 export class Caches {
-  /** resolve-deployment answers per user_id (seed: 5 minutes). */
+  /** resolve-deployment answers per user_id (5 minutes: docs/metering.md, Caches). */
   readonly resolve: TtlCache<ResolvedDeployment>;
   /** The cost table and tool map: read on every metered call, changed only by operators. */
   readonly costs: TtlCache<CostTable>;

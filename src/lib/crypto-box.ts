@@ -1,7 +1,7 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
 
 /**
- * Signing secrets at rest (SPEC §2): AES-256-GCM under a key derived from ENCRYPTION_KEY, stored as
+ * Signing secrets at rest (docs/accounts.md, Bearer secrets): AES-256-GCM under a key derived from ENCRYPTION_KEY, stored as
  * `v1:<base64url(iv | tag | ciphertext)>`. The version prefix leaves room for key rotation.
  */
 function keyOf(encryptionKey: string): Buffer {

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 /** The development secrets (config.ts writes them, cli.ts reads them). */
 export const SECRETS_FILE = 'secrets.json';
 
-/** DATA_DIR and the directories in it: owner only (SPEC §8 "DATA_DIR is created 0700"). */
+/** DATA_DIR and the directories in it: owner only (docs/accounts.md, Account safety: DATA_DIR is created 0700). */
 export const PRIVATE_DIR_MODE = 0o700;
 export const PRIVATE_FILE_MODE = 0o600;
 

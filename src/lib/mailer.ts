@@ -5,7 +5,7 @@ import type { Queryable } from '../db/client.js';
 import { decryptSecret, encryptSecret } from './crypto-box.js';
 
 /**
- * Outgoing mail (SPEC §8). Every message is first a row of `email_outbox`, written in the transaction
+ * Outgoing mail (docs/accounts.md, Account safety). Every message is first a row of `email_outbox`, written in the transaction
  * of the change that causes it (an invitation, a test send), so a mail failure never rolls the change
  * back and nothing is lost. After the commit, when SMTP_URL is set, it is sent by SMTP and the row gets
  * its `sent_at`; without SMTP_URL the outbox row is the delivery (operators and tests read it there,
@@ -22,7 +22,7 @@ export interface Mail {
   text: string;
   organizationId?: string | null;
   /**
-   * The text holds a bearer secret (an invitation link, a verification link). SPEC §8: such a body is
+   * The text holds a bearer secret (an invitation link, a verification link). Such a body is
    * stored encrypted (AES-256-GCM under ENCRYPTION_KEY, `body_encrypted`) until SMTP accepts it, and
    * then replaced by a notice, so the outbox never keeps a live secret readable. Pass the config to
    * `enqueueMail` with it; read a stored body with `readOutboxBody`.
@@ -46,7 +46,7 @@ export interface InvitationMailVars {
 }
 
 /**
- * SPEC §8: names that go into mail have line breaks removed. A value chosen by a user (an organization
+ * Names that go into mail have line breaks removed (docs/accounts.md, Account safety). A value chosen by a user (an organization
  * name, an inviter's full name) must not start a new header line in the subject or forge lines in the
  * body, so every control character (CR, LF, tab, NEL …) and the Unicode line and paragraph separators
  * become a space.

@@ -4,7 +4,7 @@ import { MINUTE, ManualClock, SECOND } from '../clock.js';
 import { LocalRateLimiter, type RateLimiter, RedisRateLimiter, type WindowSpec } from './rate-limiter.js';
 
 /**
- * The exact sliding log (SPEC §8 "login's 10 attempts per 15 minutes … is exact, not approximated")
+ * The exact sliding log (docs/accounts.md: login's 10 attempts per 15 minutes are counted exactly)
  * and peeks, on both backends with the same expectations, on the test's clock.
  */
 const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';

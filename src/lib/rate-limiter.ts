@@ -14,7 +14,7 @@ import {
 import { observedFromReply, SLIDING_WINDOW_SCRIPT } from './rate-limit-script.js';
 
 /**
- * SPEC §6 rate limits, on two backends that decide identically: Redis (one Lua script per request,
+ * Rate limits (docs/limits.md), on two backends that decide identically: Redis (one Lua script per request,
  * shared by every instance) and in-process (alone without REDIS_URL, and as the fallback while Redis is
  * unreachable). A request is admitted when every window it is checked against has room; then (and only
  * then) each window counts it, so refused requests never consume the window. The window arithmetic
@@ -56,7 +56,7 @@ export function hashedSubject(kind: string, ...parts: string[]): string {
 
 /**
  * Count one attempt against every window (all or none), or throw 429 RATE_LIMITED with Retry-After:
- * the per-purpose limits of SPEC §6 beyond the request limits (login per IP and email, test mails),
+ * the per-purpose limits beyond the request limits (login per IP and email, test mails),
  * shared by every instance like the request windows.
  */
 export async function limitAttempt(limiter: RateLimiter, windows: WindowSpec[], what: string): Promise<void> {
@@ -169,7 +169,7 @@ export interface RedisLimiterEvents {
 }
 
 /**
- * The shared limiter (SPEC §6). While Redis is unreachable every request is decided by the in-process
+ * The shared limiter (docs/limits.md, Redis outage). While Redis is unreachable every request is decided by the in-process
  * window instead (availability of metering beats strictness of throttling); the shared window resumes
  * with the first answer Redis gives again.
  */

@@ -4,7 +4,7 @@ import { HOUR, MINUTE, ManualClock, SECOND } from '../clock.js';
 import { LocalRateLimiter, type RateLimiter, RedisRateLimiter, retryMs, type WindowSpec } from './rate-limiter.js';
 
 /**
- * The sliding-window counter of SPEC §6, on both backends with the same expectations: the Redis script
+ * The sliding-window counter (docs/limits.md, The window), on both backends with the same expectations: the Redis script
  * and the in-process limiter must decide identically. Time is the test's clock (the Redis limiter is
  * told to take it instead of TIME), so windows slide without sleeping.
  */

@@ -2,12 +2,12 @@
  * The arithmetic of the two window kinds both limiter backends share (src/lib/rate-limiter.ts), so the
  * Redis script and the in-process limiter decide identically.
  *
- * Sliding-window counter (the default, SPEC §6 request limits): a window of W ms is split into fixed
+ * Sliding-window counter (the default, the request limits of docs/limits.md, The window): a window of W ms is split into fixed
  * buckets of W; the estimate at time t is `prev × (W − elapsed) / W + curr`, where `elapsed` is how far
  * t is into the current bucket. Comparisons are done multiplied by W, in integers. Cheap (two numbers
  * per subject) but approximate: a burst at the end of one bucket weighs less and less in the next.
  *
- * Sliding log (`exact: true`, the login limit of SPEC §8 "exact, not approximated"): the time of every
+ * Sliding log (`exact: true`, the login limit of docs/accounts.md: exact, not approximated): the time of every
  * admitted hit is kept for W; a hit is admitted while fewer than `limit` hits lie in (now − W, now].
  * Costs one entry per admitted hit, so it is for small limits only.
  */

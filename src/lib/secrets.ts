@@ -2,7 +2,7 @@ import { hash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { crc32 } from 'node:zlib';
 
 /**
- * Bearer secrets (SPEC §2): prefix + 30 base62 random characters (178.6 bits) + 6 base62 characters
+ * Bearer secrets (docs/accounts.md, Bearer secrets): prefix + 30 base62 random characters (178.6 bits) + 6 base62 characters
  * of CRC-32 over the random part, so a mistyped key is refused without a database read.
  * Stored only as SHA-256 (they are high-entropy: a slow hash adds nothing).
  */

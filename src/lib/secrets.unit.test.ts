@@ -12,7 +12,7 @@ import {
   sha256Hex,
 } from './secrets.js';
 
-/** SPEC §2 token format, checked against an encoding written here, not the module's own. */
+/** The token format (docs/accounts.md, Bearer secrets), checked against an encoding written here, not the module's own. */
 const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 
 function toBase62(value: number): string {

@@ -38,7 +38,7 @@ export const WORKERS: WorkerDefinition[] = [
     run: (deps) => pruneInvocations(deps.db, deps.clock.now(), 1000),
   },
   {
-    // AI calls whose process died mid-call: their holds go back (SPEC §6 AI proxy, docs/ai-proxy.md).
+    // AI calls whose process died mid-call: their holds go back (docs/ai-proxy.md).
     name: 'ai-hold-expiry',
     table: 'ai_reservations',
     batchSize: 500,
@@ -74,7 +74,7 @@ export const WORKERS: WorkerDefinition[] = [
     run: (deps) => deliverDue(deps, 20),
   },
   {
-    // Stripe events whose handling failed (or whose receiver died): SPEC §9, never lost.
+    // Stripe events whose handling failed (or whose receiver died): never lost (docs/billing.md, Inbound events).
     name: 'stripe-events',
     table: 'stripe_events',
     batchSize: 20,
@@ -89,7 +89,7 @@ export const WORKERS: WorkerDefinition[] = [
     run: (deps) => pruneStripeEvents(deps, 1000),
   },
   {
-    // Usage to the Stripe meter when STRIPE_METER_EVENT_NAME is set (SPEC §9).
+    // Usage to the Stripe meter when STRIPE_METER_EVENT_NAME is set (docs/billing.md, Usage to Stripe meters).
     name: 'meter-events',
     table: 'meter_event_outbox',
     batchSize: 100,
@@ -97,7 +97,7 @@ export const WORKERS: WorkerDefinition[] = [
     run: (deps) => reportMeterEvents(deps, 100),
   },
   {
-    // Template deployments due for a provisioning attempt (SPEC §12, docs/templates.md).
+    // Template deployments due for a provisioning attempt (docs/templates.md).
     name: 'template-provisioning',
     table: 'template_deployments',
     batchSize: 10,

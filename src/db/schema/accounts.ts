@@ -12,7 +12,7 @@ export const organizations = pgTable(
     id: uuid('id').primaryKey().defaultRandom(),
     name: text('name').notNull(),
     slug: text('slug').notNull(),
-    /** The seed's organization `tier` (free, pro, enterprise); called plan here so it is not confused with a deployment tier. */
+    /** The organization's `tier` on the wire (free, pro, enterprise); called plan here so it is not confused with a deployment tier. */
     plan: text('plan').notNull().default('free'),
     logoUrl: text('logo_url'),
     website: text('website'),
@@ -36,7 +36,7 @@ export const users = pgTable(
     avatarUrl: text('avatar_url'),
     bio: text('bio'),
     defaultOrganizationId: uuid('default_organization_id').references(() => organizations.id),
-    /** Set when the user proved the address (SPEC §8 account safety); only a verified user accepts invitations. */
+    /** Set when the user proved the address (docs/accounts.md, Email verification); only a verified user accepts invitations. */
     emailVerifiedAt: timestamp('email_verified_at', { withTimezone: true }),
     ...timestamps,
   },

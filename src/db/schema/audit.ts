@@ -1,6 +1,6 @@
 import { index, jsonb, pgTable, text, timestamp, uuid } from 'drizzle-orm/pg-core';
 
-/** Seed audit log fields, plus `actor` (user, api_key, operator, service) for who acted when no user did. */
+/** Audit log fields (docs/decisions-keys-billing.md, Audit log), plus `actor` (user, api_key, operator, service) for who acted when no user did. */
 export const auditLogs = pgTable(
   'audit_logs',
   {

@@ -67,7 +67,7 @@ export const rolePermissions = pgTable(
   (t) => [primaryKey({ columns: [t.roleId, t.permissionId] })],
 );
 
-/** Seed: a per-user, per-organization permission override, `granted` true (add) or false (take away). */
+/** A per-user, per-organization permission override (docs/accounts.md, Roles and permissions), `granted` true (add) or false (take away). */
 export const userPermissions = pgTable(
   'user_permissions',
   {
@@ -109,7 +109,7 @@ export const invitations = pgTable(
   (t) => [
     uniqueIndex('invitations_token_hash_key').on(t.tokenHash),
     index('invitations_org_idx').on(t.organizationId),
-    // The invitation caps (SPEC §8) count one organization's and one address's invitations of the last day.
+    // The invitation caps (docs/accounts.md, Account safety) count one organization's and one address's invitations of the last day.
     index('invitations_org_created_idx').on(t.organizationId, t.createdAt),
     index('invitations_email_created_idx').on(sql`lower(${t.email})`, t.createdAt),
     // Taking back what a member lost (powers.ts) finds their open invitations and those of a revoked key.
@@ -129,7 +129,7 @@ export const emailOutbox = pgTable('email_outbox', {
   to: text('to').notNull(),
   subject: text('subject').notNull(),
   body: text('body').notNull(),
-  /** The body holds a secret (an invitation or verification link): stored encrypted until sent (SPEC §8). */
+  /** The body holds a secret (an invitation or verification link): stored encrypted until sent (docs/accounts.md, Account safety). */
   bodyEncrypted: boolean('body_encrypted').notNull().default(false),
   template: text('template').notNull(),
   createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
@@ -142,7 +142,7 @@ export const emailOutbox = pgTable('email_outbox', {
 });
 
 /**
- * Email verification links (SPEC §8): the token is mailed, stored only as its SHA-256, for the address
+ * Email verification links (docs/accounts.md, Email verification): the token is mailed, stored only as its SHA-256, for the address
  * it was sent to (a changed address needs a new link), used once.
  */
 export const emailVerifications = pgTable(

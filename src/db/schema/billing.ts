@@ -3,7 +3,7 @@ import { bigint, boolean, check, index, integer, jsonb, pgTable, text, timestamp
 import { organizations } from './accounts.js';
 import { deployments } from './deployments.js';
 
-/** Seed subscription fields; written by the Stripe event handler (billing/stripe-events.ts), read by /billing/subscription. */
+/** Subscription fields (docs/billing.md, Subscriptions); written by the Stripe event handler (billing/stripe-events.ts), read by /billing/subscription. */
 export const subscriptions = pgTable(
   'subscriptions',
   {
@@ -20,7 +20,7 @@ export const subscriptions = pgTable(
     cancelAtPeriodEnd: boolean('cancel_at_period_end').notNull().default(false),
     /**
      * `created` of the newest Stripe event applied to this row: without a secret key to read the
-     * subscription back, an event older than this is acknowledged and ignored (SPEC §9).
+     * subscription back, an event older than this is acknowledged and ignored (docs/billing.md, Inbound events).
      */
     lastEventAt: timestamp('last_event_at', { withTimezone: true }),
     createdAt: timestamp('created_at', { withTimezone: true }).notNull().defaultNow(),
@@ -51,7 +51,7 @@ export const invoices = pgTable(
 );
 
 /**
- * Every Stripe event received (SPEC §9), stored by its id before anything acts on it: a duplicate id
+ * Every Stripe event received (docs/billing.md, Inbound events), stored by its id before anything acts on it: a duplicate id
  * is acknowledged and not acted on again. status: pending (to act on; the worker retries it from
  * next_attempt_at) | processed | ignored (nothing to act on, `last_error` says why).
  * A platform table: the organization is known only once the event has been read.
@@ -81,7 +81,7 @@ export const stripeEvents = pgTable(
 );
 
 /**
- * Credit packs sold through Checkout (SPEC §9), one row per Checkout Session. `granted_at` is claimed
+ * Credit packs sold through Checkout (docs/billing.md, Credit packs), one row per Checkout Session. `granted_at` is claimed
  * by a guarded UPDATE in the grant's transaction, so a session grants once however often its events
  * arrive. `credits_taken_back` is what refunds removed; `refund_share` the refunded share of the pack
  * already settled (what could not be taken back because it was spent is the difference).
@@ -119,7 +119,7 @@ export const creditPurchases = pgTable(
 );
 
 /**
- * Usage on its way to a Stripe meter (SPEC §9): one row per successful deduction of a subscribed
+ * Usage on its way to a Stripe meter (docs/billing.md, Usage to Stripe meters): one row per successful deduction of a subscribed
  * organization, written in the deduction's statement. `identifier` is the usage record id, sent as
  * the meter event's identifier, so a resend after a crash is deduplicated by Stripe. A worker claims
  * due rows by pushing next_attempt_at forward (a lease), sends them, and marks them reported.

@@ -18,9 +18,9 @@ import { organizations } from './accounts.js';
 import { deployments } from './deployments.js';
 
 /**
- * One row per deployment: the two buckets of SPEC §3 for the current period.
+ * One row per deployment: the two buckets (docs/metering.md) for the current period.
  * monthly available = GREATEST(0, monthly_allocation - monthly_used); NULL allocation = unlimited.
- * `reserved` holds credits promised to open reservations (§4) and is not spendable by others.
+ * `reserved` holds credits promised to open reservations (docs/metering.md, Reservations) and is not spendable by others.
  * `sync_before` is the earliest moment the row must be brought up to date (period end, override expiry):
  * the hot path only touches rows with sync_before > now, so a stale row always takes the slow path first.
  */
@@ -114,7 +114,7 @@ export const toolActions = pgTable('tool_actions', {
   updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
 });
 
-/** Every metered call (SPEC §4): metric = action, quantity = credits deducted. */
+/** Every metered call (docs/metering.md): metric = action, quantity = credits deducted. */
 export const usageRecords = pgTable(
   'usage_records',
   {
@@ -157,7 +157,7 @@ export const usageRecords = pgTable(
 );
 
 /**
- * Idempotency and reservations (SPEC §4), one row per (deployment, invocation id), kept 24 h.
+ * Idempotency and reservations (docs/metering.md), one row per (deployment, invocation id), kept 24 h.
  * status: reserved | recorded | released | expired | refunded | denied
  */
 export const invocations = pgTable(
@@ -196,7 +196,7 @@ export const usageRefunds = pgTable(
     idempotencyKey: text('idempotency_key').notNull(),
     amount: bigint('amount', { mode: 'number' }).notNull(),
     reason: text('reason').notNull(),
-    /** The monthly part of an ended period: settled against the usage but not given back (SPEC §4). */
+    /** The monthly part of an ended period: settled against the usage but not given back (docs/metering.md, Refunds). */
     forfeited: bigint('forfeited', { mode: 'number' }).notNull().default(0),
     ledgerId: bigint('ledger_id', { mode: 'number' }),
     createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
@@ -205,7 +205,7 @@ export const usageRefunds = pgTable(
 );
 
 /**
- * Purchased-credit grants that expire (SPEC §3: "never expire unless a grant says so"). Spending takes
+ * Purchased-credit grants that expire (docs/metering.md, Expiring grants). Spending takes
  * the soonest-expiring grant first; `consumed_mark` is credit_balances.purchased_consumed when
  * `remaining` was last settled, so the spending since then can be attributed without touching these
  * rows on the hot path. Grants without expiry are not tracked here: they are simply purchased credits.
@@ -233,7 +233,7 @@ export const creditGrants = pgTable(
 );
 
 /**
- * An AI call in flight (SPEC §6 AI proxy): what it holds from the period's AI tokens and from purchased
+ * An AI call in flight (docs/ai-proxy.md): what it holds from the period's AI tokens and from purchased
  * credits until it settles to the provider's usage. A hold left by a process that died is released by
  * the `ai-holds` worker once `expires_at` passes. status: held | settled | released | expired
  */

@@ -16,9 +16,9 @@ export const deployments = pgTable(
     secretHash: text('secret_hash').notNull(),
     secretPrefix: text('secret_prefix').notNull(),
     billingAnchor: timestamp('billing_anchor', { withTimezone: true }).notNull(),
-    /** Operator per-flag overrides (SPEC §5): {flag: boolean}; a flag absent here follows the tier. */
+    /** Operator per-flag overrides (docs/entitlements.md, Flags and gates): {flag: boolean}; a flag absent here follows the tier. */
     flagOverrides: jsonb('flag_overrides').notNull().default(sql`'{}'::jsonb`),
-    /** Operator overrides (SPEC §6, §11); null = the tier's value. One expiry for the set. */
+    /** Operator overrides (docs/metering.md, docs/operator.md); null = the tier's value. One expiry for the set. */
     overrideMonthlyCredits: bigint('override_monthly_credits', { mode: 'number' }),
     overrideApiRateLimit: integer('override_api_rate_limit'),
     overrideAiTokensLimit: bigint('override_ai_tokens_limit', { mode: 'number' }),

@@ -3,7 +3,7 @@ import { boolean, index, integer, jsonb, pgTable, text, timestamp, uniqueIndex, 
 import { organizations } from './accounts.js';
 
 /**
- * The outbox of platform events (SPEC §6 `quota.threshold`, §7 organization events): written in the same
+ * The outbox of platform events (`quota.threshold` of docs/limits.md, the organization events of docs/webhooks.md): written in the same
  * transaction (or statement) as the change that causes it, delivered later by the webhook worker.
  * `dedupe_key` makes "once per …" events idempotent across instances (ON CONFLICT DO NOTHING).
  * The wire body is `{id, type, created_at, data}`.
@@ -33,7 +33,7 @@ export const outboxEvents = pgTable(
 );
 
 /**
- * Delivery records (seed: Webhook delivery record), one per proxy send (SPEC §7, webhook_id null,
+ * Delivery records, one per proxy send (docs/webhooks.md; webhook_id null,
  * deployment_id set) and one per organization webhook and event. `id` is the `webhookId` of the
  * proxy's answer and the `webhook-id` header, the same across attempts. A proxy send with an
  * idempotency key keeps its answer in `response` for replays (24 h).
@@ -85,7 +85,7 @@ export const webhookDeliveries = pgTable(
 );
 
 /**
- * Organization webhook configurations (seed: Organization webhook configuration). The signing secret
+ * Organization webhook configurations (docs/webhooks.md, Organization webhooks). The signing secret
  * is stored encrypted (lib/crypto-box.ts) and shown once at creation. `failing_since` is the first
  * failure of the current failing streak; five days of it disable the webhook.
  */

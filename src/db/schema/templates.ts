@@ -3,7 +3,7 @@ import { boolean, check, index, integer, jsonb, pgTable, text, timestamp, unique
 import { organizations } from './accounts.js';
 
 /**
- * SPEC §12 templates: the operator's catalogue (`templates`) and the organizations' deployments of
+ * Templates (docs/templates.md): the operator's catalogue (`templates`) and the organizations' deployments of
  * them (`template_deployments`), which the provisioning worker drives from `pending` to `active` or
  * `failed` (docs/templates.md). Both tables are written by src/modules/templates/ only.
  */

@@ -15,7 +15,7 @@ import { DAY } from '../../clock.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
 import type { DeploymentView } from './service.js';
 
-/** SPEC §11: the operator API over HTTP, flat /api/v1 shapes, every call audited with actor `operator`. */
+/** The operator API (docs/operator.md) over HTTP, flat /api/v1 shapes, every call audited with actor `operator`. */
 let h: Harness;
 beforeAll(async () => {
   h = await createHarness();
@@ -223,7 +223,7 @@ describe('GET deployments', () => {
       period_start: createdAt.toISOString(),
     });
     expect(new Date(d.balance.period_end).getTime()).toBeGreaterThan(createdAt.getTime());
-    // Reads are operator calls too (SPEC §11: every call is audited).
+    // Reads are operator calls too (docs/operator.md: every call is audited).
     expect((await operatorAudit('deployment', t.deploymentId, 'read')).length).toBeGreaterThanOrEqual(1);
   });
 
@@ -561,7 +561,7 @@ describe('PUT flags', () => {
     expect(json(await resolve(t.userId))).toMatchObject({ mcp_enabled: true });
   });
 
-  it('mcp_enabled true does not lift the sandbox denial (reason order of SPEC §4)', async () => {
+  it('mcp_enabled true does not lift the sandbox denial (reason order of docs/metering.md, Denials)', async () => {
     const t = await createTenant(h, { tier: 'sandbox' });
     await admin('PUT', deploymentUrl(t.deploymentId, '/flags'), { mcp_enabled: true });
     expect(json(await serviceCheck(t.deploymentId))).toMatchObject({ allowed: false, reason: 'sandbox_tier' });

@@ -7,10 +7,10 @@ import { adminListCreditCosts, adminListToolActions } from './lists.js';
 import { security, tags } from './routes.js';
 import * as A from './service.js';
 
-/** A list without parameters still refuses unknown ones (SPEC §10). */
+/** A list without parameters still refuses unknown ones (docs/input.md). */
 const NoQuery = Type.Object({}, { additionalProperties: false });
 
-/** The operator's cost table and tool mappings (SPEC §11): list, set, map, unmap. */
+/** The operator's cost table and tool mappings (docs/operator.md): list, set, map, unmap. */
 export async function adminCostRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 

@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { type KeysetPosition, pageOf } from '../../http/envelope.js';
 import { writeAudit } from '../audit/service.js';
-import { isUuid } from '../metering/state.js';
+import { isUuid } from '../../lib/ids.js';
 
 /** One organization as the operator's search shows it. */
 export interface OrganizationHit {

@@ -14,7 +14,7 @@ const PlanSchema = StringEnum(['free', 'pro', 'enterprise'], {
   description: 'Organization plan; sets the hourly limit of the application API',
 });
 
-/** Operator routes over organizations (SPEC §11): provisioning, keys, and the plan a user cannot give themselves. */
+/** Operator routes over organizations (docs/operator.md): provisioning, keys, and the plan a user cannot give themselves. */
 export async function adminOrganizationRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 

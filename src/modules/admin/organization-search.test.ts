@@ -60,7 +60,7 @@ describe('GET /api/v1/admin/organizations: authentication and input', () => {
     expectInvalid(await search('?cursor=garbage'), 'cursor');
     expectInvalid(await search(`?q=${'a'.repeat(321)}`), 'q');
     expectInvalid(await search('?organization_id=x'), 'organization_id');
-    // A string PostgreSQL cannot store never reaches the query (SPEC §10).
+    // A string PostgreSQL cannot store never reaches the query (docs/input.md).
     expectInvalid(await search('?q=a%00b'), 'query.q');
     expect((await search(`?q=${'a'.repeat(320)}`)).statusCode).toBe(200);
   });

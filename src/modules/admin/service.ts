@@ -17,7 +17,7 @@ import {
 } from '../deployments/service.js';
 import { effectiveFlags } from '../entitlements/flags.js';
 import { FLAGS, type Flags, type Tier } from '../entitlements/tiers.js';
-import { isUuid } from '../metering/state.js';
+import { isUuid } from '../../lib/ids.js';
 import { createOrganization } from '../organizations/service.js';
 import { deploymentView, type OrganizationDeploymentView } from '../deployments/organization.js';
 import { createUser } from '../users/service.js';
@@ -41,7 +41,7 @@ async function viewOf(ctx: Ctx, d: DeploymentRow): Promise<DeploymentView> {
   };
 }
 
-/** Reads are audited too (SPEC §11: every operator call). */
+/** Reads are audited too (docs/operator.md: every operator call). */
 async function auditRead(ctx: Ctx, resourceType: string, resourceId: string | null, organizationId: string | null) {
   await writeAudit(ctx.db, ctx, { organizationId, action: 'read', resourceType, resourceId });
 }
@@ -208,7 +208,7 @@ export async function adminDeleteToolAction(ctx: Ctx, toolName: string): Promise
 
 /**
  * Operator: an organization with its primary deployment (and an owner found or created by email).
- * Beyond SPEC §11's fixed list, so the CLI's `demo` and operators can provision while the accounts
+ * Beyond the operator API's fixed list (docs/operator.md), so the CLI's `demo` and operators can provision while the accounts
  * API does not exist yet; the deployment secret is in the answer once.
  */
 export async function adminCreateOrganization(

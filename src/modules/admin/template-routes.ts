@@ -7,7 +7,7 @@ import { adminCreateTemplate, adminDeleteTemplate, adminListTemplates, adminUpda
 import { CreateTemplateBody, TemplateIdParams, TemplateSchema, UpdateTemplateBody } from '../templates/schemas.js';
 import { security, tags } from './routes.js';
 
-/** SPEC §11/§12: the operator's template catalogue (flat /api/v1 shapes; every call audited). */
+/** The operator's template catalogue (docs/templates.md, The catalogue; flat /api/v1 shapes, every call audited). */
 export async function adminTemplateRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const config = { auth: 'admin' as const };

@@ -5,7 +5,7 @@ import { adminHeaders, createHarness, createTenant, type Harness, json, type Ten
 import { findLedgerMismatches } from '../credits/ledger.js';
 
 /**
- * SPEC §6 AI proxy through the official `openai` SDK against an OpenAI-compatible stand-in at AI_BASE_URL:
+ * The AI proxy (docs/ai-proxy.md) through the official `openai` SDK against an OpenAI-compatible stand-in at AI_BASE_URL:
  * exact accounting (non-stream, stream, embeddings), the allowance sent upstream, spill-over into
  * purchased credits, refusals before any upstream call, every fault releasing its hold, disconnects,
  * and concurrency. (trial: 1,000 AI tokens a period; gpt-4o is `advanced`: 3 credits per 1,000 tokens.)
@@ -164,7 +164,7 @@ describe('the OpenAI SDK pointed at creditgate', () => {
     expect(await usageRecords(t)).toHaveLength(1);
   });
 
-  it('the §6 rate limit applies and is announced', async () => {
+  it('the per-minute rate limit applies and is announced', async () => {
     const t = await createTenant(h, { tier: 'trial' });
     const { response } = await client(t)
       .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 })

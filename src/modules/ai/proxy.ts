@@ -37,14 +37,14 @@ function badRequest(field: string, message: string): ValidationError {
   return ValidationError.forField(field, message);
 }
 
-/** 400 for a model outside AI_MODELS when that list is set (SPEC §6; the issue's "configured list"). */
+/** 400 for a model outside AI_MODELS when that list is set (docs/ai-proxy.md: `AI_MODELS` restricts and lists models). */
 export function checkModel(ctx: Ctx, model: string): void {
   if (ctx.config.aiModels.length > 0 && !ctx.config.aiModels.includes(model)) {
     throw badRequest('model', `is not one of the models this server offers (${ctx.config.aiModels.join(', ')})`);
   }
 }
 
-/** The client's disconnect aborts the upstream request (SPEC §6: a client that goes stops the call). */
+/** The client's disconnect aborts the upstream request (docs/ai-proxy.md, Streaming: a client that goes stops the call). */
 export function abortOnDisconnect(reply: FastifyReply): AbortController {
   const controller = new AbortController();
   const onClose = () => {
@@ -253,7 +253,7 @@ export async function embeddings(call: ChatCall, body: EmbeddingsBody): Promise<
 }
 
 // ---------------------------------------------------------------------------------------------------
-// /api/ai/generate (self-hosted, §8 envelope)
+// /api/ai/generate (self-hosted, answered in the envelope: docs/openapi.md, Shapes)
 
 export interface GenerateBody {
   prompt: string;

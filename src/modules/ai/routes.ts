@@ -42,7 +42,7 @@ function aiDeploymentOf(request: FastifyRequest): { ctx: Ctx; deployment: AiDepl
   if (auth?.kind === 'apiKey') {
     const d = auth.principal.deployment;
     if (!d) throw new NotFoundError("This API key's organization has no primary deployment, which");
-    // SPEC §8: a suspended deployment reads but neither spends nor sends, whichever credential names it.
+    // A suspended deployment reads but neither spends nor sends (docs/decisions.md, Suspended deployments), whichever credential names it.
     if (d.status !== 'active') {
       throw new AppError('DEPLOYMENT_SUSPENDED', 'This deployment is suspended: it can read its quotas and entitlements, but not spend or send');
     }
@@ -69,7 +69,7 @@ function modelObject(ctx: Ctx, id: string) {
   return { id, object: 'model' as const, created: 0, owned_by: 'creditgate', model_class: modelClassOf(ctx, id) };
 }
 
-/** SPEC §6 AI proxy: the OpenAI-compatible routes under /api/v1/ai and /api/ai/generate. */
+/** The AI proxy (docs/ai-proxy.md, Routes): the OpenAI-compatible routes under /api/v1/ai and /api/ai/generate. */
 export async function aiRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const upstream = AiUpstream.fromConfig(fastify.deps.config, fastify.deps.metrics);

@@ -86,7 +86,7 @@ export const InvalidRequest = Type.Object(
 export const PassedThrough = (description: string) =>
   Type.Object({}, { additionalProperties: true, description: `${description}, as the provider wrote it` });
 
-/** The errors of the OpenAI-shaped routes: 400 OpenAI shape; 403, 429, 502, 503 flat (SPEC §5/§6). */
+/** The errors of the OpenAI-shaped routes: 400 OpenAI shape; 403, 429, 502, 503 flat (docs/ai-proxy.md, Errors). */
 export function aiErrors(): Record<number, TSchema> {
   const flat = flatErrors(401, 403, 404, 429, 502);
   return {
@@ -94,7 +94,7 @@ export function aiErrors(): Record<number, TSchema> {
     400: Type.Union([OpenAiError, InvalidRequest], { description: 'Bad input (OpenAI error shape), or a field or part the proxy cannot bound (INVALID_REQUEST)' }),
     403: Type.Ref('FlatError', { description: 'FEATURE_NOT_AVAILABLE (ai_enabled off), DEPLOYMENT_SUSPENDED, INSUFFICIENT_SCOPE' }),
     429: Type.Ref('FlatError', {
-      description: 'AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour), the rate limit of §6, or the provider\'s own 429 handed on with its Retry-After',
+      description: 'AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour), the per-minute rate limit, or the provider\'s own 429 handed on with its Retry-After',
     }),
     502: Type.Ref('FlatError', { description: 'AI_UPSTREAM_ERROR: the provider answered 5xx, timed out or could not be reached; nothing was charged' }),
     503: Type.Ref('FlatError', { description: 'AI_NOT_CONFIGURED (no AI_BASE_URL), or the database is unavailable' }),
@@ -107,7 +107,7 @@ export const ModelObject = Type.Object(
     object: Type.Literal('model'),
     created: Type.Integer({ description: 'Unknown to the proxy: 0' }),
     owned_by: Type.String({ examples: ['creditgate'] }),
-    model_class: Type.String({ description: 'standard, advanced or premium: the credit rate past the quota (SPEC §6)' }),
+    model_class: Type.String({ description: 'standard, advanced or premium: the credit rate past the quota' }),
   },
   { title: 'AiModel', description: 'A model the proxy offers, in the OpenAI model shape' },
 );

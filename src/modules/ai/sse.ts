@@ -1,6 +1,6 @@
 /**
- * Server-sent events of an OpenAI-compatible stream, split as they arrive (SPEC §6 AI proxy: chunk by
- * chunk, never the whole answer). Each event is handed on as the exact text received, with its data
+ * Server-sent events of an OpenAI-compatible stream, split as they arrive (docs/ai-proxy.md, Streaming:
+ * chunk by chunk, never the whole answer). Each event is handed on as the exact text received, with its data
  * parsed once so the proxy can find the usage chunk and count streamed text.
  */
 

@@ -4,7 +4,7 @@ import type { Config } from '../../config.js';
 import type { Metrics } from '../../lib/metrics.js';
 
 /**
- * The OpenAI-compatible upstream at AI_BASE_URL (SPEC §6 AI proxy), through one bounded undici pool:
+ * The OpenAI-compatible upstream at AI_BASE_URL (docs/ai-proxy.md), through one bounded undici pool:
  * at most AI_MAX_CONNECTIONS sockets, kept alive between calls; headers and each stretch of a body must
  * come within AI_TIMEOUT_MS. Bytes are handed on as they arrive; nothing here buffers a stream.
  * Each call is counted in creditgate_upstream_requests_total{upstream="ai"} by its status (or fault).

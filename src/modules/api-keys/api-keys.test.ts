@@ -91,13 +91,13 @@ describe('POST /organizations/{id}/api-keys', () => {
       [{ name: 'x', owner: true }, 'owner'],
     ];
     for (const [payload, field] of cases) expectError(await create(bearer(owner.accessToken), owner.organizationId, payload), 400, 'VALIDATION_ERROR', field);
-    expectError(await create(bearer(owner.accessToken), 'not-a-uuid', { name: 'x' }), 404, 'NOT_FOUND'); // SPEC §10: a path id that is not a UUID
+    expectError(await create(bearer(owner.accessToken), 'not-a-uuid', { name: 'x' }), 404, 'NOT_FOUND'); // docs/input.md: a path id that is not a UUID
     expect(await h.deps.db.query('SELECT 1 FROM api_keys WHERE organization_id = $1', [owner.organizationId])).toHaveLength(0);
   });
 });
 
 describe('GET /organizations/{id}/api-keys', () => {
-  it('lists newest first with the seed fields, never the key or its hash, and pages by cursor', async () => {
+  it('lists newest first with the documented fields, never the key or its hash, and pages by cursor', async () => {
     const owner = await signUpWithOrganization(h);
     const made: string[] = [];
     for (let i = 0; i < 5; i++) {

@@ -10,7 +10,7 @@ import { createOrganizationApiKey, listApiKeys, revokeOrganizationApiKey } from 
 const tags = ['API keys'];
 const security = anyOf('bearerAuth', 'apiKeyHeader', 'apiKey');
 
-/** Organization API keys (SPEC §8): list (api_keys.read), create and revoke (api_keys.manage, key scope admin). */
+/** Organization API keys (docs/decisions-keys-billing.md, API keys): list (api_keys.read), create and revoke (api_keys.manage, key scope admin). */
 export async function apiKeyRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 

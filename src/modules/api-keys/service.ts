@@ -7,7 +7,7 @@ import type { KeysetPosition } from '../../http/envelope.js';
 import { generateApiKey, keyPrefix, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
-import { isUuid } from '../metering/state.js';
+import { isUuid } from '../../lib/ids.js';
 import { heldBy, keyScopesAllowed, withdrawInvitations } from '../organizations/powers.js';
 import { authorize } from '../organizations/rbac.js';
 
@@ -110,7 +110,7 @@ export async function revokeApiKey(ctx: Ctx, organizationId: string, id: string)
   return row;
 }
 
-// ---- Verbs of the application API (SPEC §8): authorization first, then the transaction above. ----
+// ---- Verbs of the application API (docs/decisions-keys-billing.md, API keys): authorization first, then the transaction above. ----
 
 /** An API key as the application API shows it: never the hash, never the key after creation. */
 export interface ApiKeyView {
@@ -159,7 +159,7 @@ export async function listApiKeys(
 
 /**
  * Create a key for an organization (api_keys.manage). A key never holds more than its creator
- * (SPEC §8): a user's scopes must be within what their powers allow (organizations/powers.ts), checked
+ * (docs/accounts.md, Powers): a user's scopes must be within what their powers allow (organizations/powers.ts), checked
  * again under their membership lock so a demotion meanwhile cannot be outrun. A key made by a key
  * belongs to the user who made the calling key (so it is taken back with theirs), may not hold scopes
  * the calling key lacks, and may not outlive it (docs/decisions-keys-billing.md).

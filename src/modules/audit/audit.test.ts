@@ -86,7 +86,7 @@ describe('GET /organizations/{id}/audit-logs', () => {
     expect(all).toHaveLength(6 + 2);
   });
 
-  it('carries the seed fields plus actor, and filters by action and resource_type', async () => {
+  it('carries the documented fields plus actor, and filters by action and resource_type', async () => {
     const owner = await busyOrganization(2);
     const key = await createKeyOverHttp(h, bearer(owner.accessToken), owner.organizationId, { name: 'to revoke' });
     await h.request({ method: 'DELETE', url: `/organizations/${owner.organizationId}/api-keys/${key.id}`, headers: bearer(owner.accessToken) });

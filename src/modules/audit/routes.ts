@@ -34,7 +34,7 @@ const Query = Type.Object(
   { additionalProperties: false },
 );
 
-/** The audit log of an organization (SPEC §8). */
+/** The audit log of an organization (docs/decisions-keys-billing.md, Audit log). */
 export async function auditRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 

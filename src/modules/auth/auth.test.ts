@@ -126,7 +126,7 @@ describe('access tokens and sessions', () => {
   });
 });
 
-describe('refresh token rotation (SPEC §8, RFC 9700)', () => {
+describe('refresh token rotation (docs/accounts.md, RFC 9700)', () => {
   it('rotates: the new pair works and the old refresh token is spent', async () => {
     const u = await signUp(h);
     const res = await refresh(u.refreshToken);

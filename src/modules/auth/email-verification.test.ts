@@ -18,7 +18,7 @@ import { createUser } from '../users/service.js';
 import { RESEND_LIMIT, VERIFICATION_TTL_MS } from './email-verification.js';
 
 /**
- * SPEC §8 account safety: a new user's address is verified by a mailed link, and only a verified
+ * Email verification (docs/accounts.md): a new user's address is verified by a mailed link, and only a verified
  * user can accept an invitation. The attack of the review: anyone could sign up with an address they
  * do not own and take the invitation sent to it.
  */

@@ -9,7 +9,7 @@ import { writeAudit } from '../audit/service.js';
 import { profileOf, USER_COLUMNS, type UserProfile, type UserRow } from './profile.js';
 
 /**
- * SPEC §8 account safety: a new user's address is proven by a mailed link before it can accept an
+ * Email verification (docs/accounts.md): a new user's address is proven by a mailed link before it can accept an
  * invitation. The link carries a bearer token (`cgev_` + 36 base62 characters, 214 random bits),
  * stored only as SHA-256 in `email_verifications`, valid 24 hours. It is put in the URL's fragment
  * (`/verify-email#token=…`), which browsers never send to a server, so no access log or proxy on the

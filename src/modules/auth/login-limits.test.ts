@@ -4,7 +4,7 @@ import { MINUTE, SECOND } from '../../clock.js';
 import { HASH_CONCURRENCY, HASH_QUEUE, passwordHashing } from './passwords.js';
 
 /**
- * SPEC §8 account safety, written as the attacks of the security review: the login window is exact
+ * Login limits and the hash queue (docs/accounts.md, Tokens and sessions), written as the attacks of the security review: the login window is exact
  * (10 per 15 minutes per IP and email, whatever the spacing), and password hashing waits in a bounded
  * queue (past it: 429 with Retry-After, not a queue without end).
  */

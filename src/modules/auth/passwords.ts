@@ -2,10 +2,10 @@ import { randomBytes, scrypt as scryptCb, timingSafeEqual } from 'node:crypto';
 import { BoundedGate } from '../../lib/bounded-gate.js';
 
 /**
- * Passwords (SPEC §2): scrypt with OWASP-equivalent parameters (N=2^17, r=8, p=1), 16-byte salt,
+ * Passwords (docs/accounts.md, Tokens and sessions): scrypt with OWASP-equivalent parameters (N=2^17, r=8, p=1), 16-byte salt,
  * stored as a PHC-style string so parameters can be raised and old hashes rehashed on login.
  * One hash needs 128·N·r bytes (128 MiB at N=2^17): a bounded gate caps how many run at once and how
- * many wait (SPEC §8 "a bounded queue: past it, login answers 429 with Retry-After").
+ * many wait (docs/accounts.md, "Hash queue": past it, login answers 429 with Retry-After).
  */
 const R = 8;
 const P = 1;

@@ -2,7 +2,7 @@
 export interface UserProfile {
   id: string;
   email: string;
-  /** SPEC §8: proven by the mailed link; only a verified user accepts invitations. */
+  /** Proven by the mailed link (docs/accounts.md, Email verification); only a verified user accepts invitations. */
   email_verified: boolean;
   full_name: string | null;
   avatar_url: string | null;

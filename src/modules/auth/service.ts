@@ -12,7 +12,7 @@ import { hashPassword, verifyPassword } from './passwords.js';
 import { profileOf, USER_COLUMNS, type UserProfile, type UserRow } from './profile.js';
 import { ACCESS_TOKEN_TTL_S, REFRESH_TOKEN_TTL_MS, signAccessToken, verifyAccessToken } from './tokens.js';
 
-/** SPEC §8: a parent token reused this soon after its rotation is a concurrent refresh, not theft. */
+/** A parent token reused this soon after its rotation is a concurrent refresh, not theft (docs/accounts.md, Tokens and sessions). */
 export const REFRESH_GRACE_MS = 10_000;
 
 export { profileOf, type UserProfile } from './profile.js';
@@ -82,7 +82,7 @@ export async function signup(ctx: Ctx, input: { email: string; password: string;
 }
 
 /**
- * SPEC §6/§8: login attempts per (IP, email): 10 in any 15 minutes, counted exactly (a sliding log,
+ * Login attempts per (IP, email) (docs/accounts.md, Tokens and sessions): 10 in any 15 minutes, counted exactly (a sliding log,
  * not the request limits' approximating counter), shared by every instance.
  */
 export const LOGIN_LIMIT = 10;
@@ -217,7 +217,7 @@ export interface ProfileUpdate {
   default_organization_id?: string | null | undefined;
 }
 
-/** Users read and update only their own profile (seed). A default organization must be one of theirs. */
+/** Users read and update only their own profile. A default organization must be one of theirs. */
 export async function updateProfile(ctx: Ctx, userId: string, input: ProfileUpdate): Promise<UserProfile> {
   const user = await ctx.db.transaction(async (tx) => {
     if (input.default_organization_id) {

@@ -1,7 +1,7 @@
 import { jwtVerify, SignJWT } from 'jose';
 import { UnauthorizedError } from '../../errors.js';
 
-/** SPEC §8: access tokens are JWTs (HS256, pinned), 15 minutes, carrying the session id. */
+/** Access tokens are JWTs (HS256, pinned), 15 minutes, carrying the session id (docs/accounts.md, Tokens and sessions). */
 export const ACCESS_TOKEN_TTL_S = 15 * 60;
 export const REFRESH_TOKEN_TTL_MS = 30 * 24 * 60 * 60 * 1000;
 const ISSUER = 'creditgate';

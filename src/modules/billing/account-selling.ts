@@ -38,7 +38,7 @@ export async function readSellingCatalog(ctx: Ctx, sel: BillingSelection): Promi
 /**
  * POST /billing/credit-packs/checkout (billing.manage): a pack for one of the organization's deployments,
  * the primary one unless named. Another organization's deployment is 404; a suspended one is 403
- * DEPLOYMENT_SUSPENDED, as on the deployment route (SPEC §8). Unlike that route it is not gated by the
+ * DEPLOYMENT_SUSPENDED, as on the deployment route (docs/decisions.md, Suspended deployments). Unlike that route it is not gated by the
  * tier's `billing_enabled`: that flag governs what a deployment's own end users may do through the
  * billing proxy, while an owner or admin may buy credits for any tier, as they may subscribe from any.
  */

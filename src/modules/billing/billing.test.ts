@@ -54,7 +54,7 @@ async function insertSubscription(organizationId: string, status: string, create
   );
 }
 
-describe('which organization a /billing call acts for (SPEC §9)', () => {
+describe('which organization a /billing call acts for (docs/decisions-keys-billing.md, Billing reads)', () => {
   it('the query, the header, the default organization, the only organization; else 400', async () => {
     const u = await signUpWithOrganization(h);
     const auth = bearer(u.accessToken);

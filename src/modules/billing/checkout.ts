@@ -7,7 +7,7 @@ import { sha256Hex } from '../../lib/secrets.js';
 import { isTransientStripeError, requireStripe, Stripe } from './stripe-client.js';
 
 /**
- * Selling through Stripe (SPEC §9): one customer per organization, made on first need; Checkout for a
+ * Selling through Stripe (docs/billing.md, Selling): one customer per organization, made on first need; Checkout for a
  * first subscription and for credit packs; the Billing Portal; a price change of a subscription in
  * force. Every call to Stripe goes through `callStripe`, so a Stripe fault is a clear 502/503 and
  * never a half-written state: the database is written only after Stripe answered.
@@ -35,7 +35,7 @@ export async function callStripe<T>(what: string, fn: () => Promise<T>): Promise
 
 const LOOPBACK = /^(localhost|127(?:\.\d{1,3}){3}|\[::1\])$/i;
 
-/** SPEC §9: return URLs are https, or http on loopback outside production; the field is named on a refusal. */
+/** docs/billing.md, Selling: return URLs are https, or http on loopback outside production; the field is named on a refusal. */
 export function checkReturnUrl(ctx: Pick<Ctx, 'config'>, field: string, value: string | undefined, fallback: string): string {
   if (value === undefined) return fallback;
   let url: URL;

@@ -3,7 +3,7 @@ import { claimMeterEvents, markMeterFailed, markMeterReported, markMeterRetry, m
 import { Stripe, stripeClient } from './stripe-client.js';
 
 /**
- * The `meter-events` worker (SPEC §9): sends the meter outbox to Stripe's Billing Meter API. A batch is
+ * The `meter-events` worker (docs/billing.md, Usage to Stripe meters): sends the meter outbox to Stripe's Billing Meter API. A batch is
  * one claim of up to `limit` events, sent a few at a time over one keep-alive client; each event's
  * `identifier` is its usage record id, so a batch resent after a crash (the claim's lease ran out) is
  * deduplicated by Stripe, and the request's idempotency key makes the SDK's own retry harmless too.

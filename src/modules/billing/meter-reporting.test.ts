@@ -11,7 +11,7 @@ import { type StripeStandIn, startStripeStandIn } from '../../../test/stripe-sta
 import { WORKERS } from '../../workers/catalog.js';
 
 /**
- * Usage to Stripe meters (SPEC §9): every successful deduction of a subscribed organization becomes a
+ * Usage to Stripe meters (docs/billing.md): every successful deduction of a subscribed organization becomes a
  * meter event (identifier = usage record id) that the `meter-events` worker reports once — through
  * Stripe faults, resends and a worker killed mid-batch. Stripe is the stand-in, reached through a
  * small proxy of this file that counts requests per identifier and can withhold answers.

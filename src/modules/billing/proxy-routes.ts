@@ -59,12 +59,12 @@ const CatalogReply = Type.Object({
 const security = [{ deploymentId: [], deploymentSecret: [] }];
 const errors = flatErrors(400, 401, 403, 409, 422, 502, 503);
 
-/** SPEC §9: the billing proxy and pack purchases need `billing_enabled` (seed's 403 body otherwise). */
+/** The billing proxy and pack purchases need `billing_enabled` (403 feature_disabled otherwise: docs/entitlements.md, Flags and gates). */
 function assertBillingEnabled(ctx: Ctx, deployment: DeploymentRow): void {
   if (!effectiveFlags(deployment.tier, deployment.flag_overrides).billing_enabled) throw featureDisabled(ctx, 'billing');
 }
 
-/** The billing proxy and credit-pack purchase, with deployment credentials (SPEC §9; docs/billing.md). */
+/** The billing proxy and credit-pack purchase, with deployment credentials (docs/billing.md). */
 export async function billingProxyRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 

@@ -114,7 +114,7 @@ const CheckoutSchema = Type.Object({
   checkout_session_id: Type.String({ description: 'The Checkout Session', examples: ['cs_test_a1'] }),
 }, { title: 'SubscriptionCheckout' });
 
-/** Billing endpoints (seed E, SPEC §9): reads, and starting or changing the subscription. */
+/** Billing endpoints of the application API (docs/billing.md, docs/decisions-keys-billing.md): reads, and starting or changing the subscription. */
 export async function billingRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 

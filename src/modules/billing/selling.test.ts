@@ -16,7 +16,7 @@ import { Stripe } from './stripe-client.js';
 import { WORKERS } from '../../workers/catalog.js';
 
 /**
- * Selling end to end (SPEC §9): the product reaches a stateful Stripe stand-in through
+ * Selling end to end (docs/billing.md, Selling): the product reaches a stateful Stripe stand-in through
  * STRIPE_API_BASE with the official SDK, and the stand-in's signed events reach POST /webhooks/stripe.
  */
 let h: Harness;
@@ -224,7 +224,7 @@ describe('subscriptions through Checkout and the API', () => {
 });
 
 describe('refusals write nothing', () => {
-  it('a sandbox deployment gets the seed’s feature_disabled 403 on purchase, checkout and portal', async () => {
+  it('a sandbox deployment gets the feature_disabled 403 on purchase, checkout and portal', async () => {
     const t = await createTenant(h, { tier: 'sandbox' });
     for (const [url, body] of [
       ['/api/v1/credits/purchase', { pack: 'small' }],

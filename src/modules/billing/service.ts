@@ -8,7 +8,7 @@ import { effectiveTerms } from '../credits/terms.js';
 import type { DeploymentRow } from '../deployments/service.js';
 import { authorize } from '../organizations/rbac.js';
 
-/** How a /billing call names its organization (SPEC §9): the query, the X-Organization-ID header, or neither. */
+/** How a /billing call names its organization (docs/decisions-keys-billing.md, Billing reads): the query, the X-Organization-ID header, or neither. */
 export interface BillingSelection {
   queryOrganizationId?: string | undefined;
   headerOrganizationId?: string | undefined;
@@ -18,7 +18,7 @@ const pick = (message: string) =>
   new ValidationError(message, [{ field: 'organization_id', message: 'name the organization (?organization_id= or X-Organization-ID)' }]);
 
 /**
- * SPEC §9: the organization named by ?organization_id= or X-Organization-ID, else the user's
+ * docs/decisions-keys-billing.md, Billing reads: the organization named by ?organization_id= or X-Organization-ID, else the user's
  * default organization, else the user's only organization; none of these is 400. An API key acts for
  * its own organization. Naming one the caller does not belong to is 404 (authorize decides).
  */
@@ -110,7 +110,7 @@ export interface UsageView {
   ai_tokens: { used: number; limit: number | null; remaining: number | null; by_model: AiModelUsage[] };
 }
 
-/** AI tokens of the period by model (SPEC §6 AI proxy: every call is a usage record with its model). */
+/** AI tokens of the period by model (docs/ai-proxy.md: every call is a usage record with its model). */
 export interface AiModelUsage {
   model: string;
   calls: number;
@@ -122,7 +122,7 @@ export interface AiModelUsage {
 }
 
 /**
- * Usage of the current period, the primary deployment's (SPEC §3): successful usage records of the
+ * Usage of the current period, the primary deployment's (docs/metering.md, Periods): successful usage records of the
  * organization in [period_start, period_end) per metric, the credit buckets and AI tokens.
  */
 export async function getUsage(ctx: Ctx, sel: BillingSelection): Promise<UsageView> {

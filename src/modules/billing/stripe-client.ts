@@ -5,7 +5,7 @@ import type { Metrics } from '../../lib/metrics.js';
 import { AppError, ValidationError } from '../../errors.js';
 
 /**
- * The one way the service talks to Stripe (SPEC §9): the official SDK, pointed at STRIPE_API_BASE when
+ * The one way the service talks to Stripe (docs/billing.md): the official SDK, pointed at STRIPE_API_BASE when
  * it is set (a local stand-in in tests, a proxy in some installations). One client per configuration
  * and app (its metrics count every HTTP attempt the SDK makes, retries included).
  */

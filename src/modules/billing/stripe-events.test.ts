@@ -8,7 +8,7 @@ import { recordPackCheckout } from '../credits/purchases.js';
 import { handleStoredEvent } from './stripe-events.js';
 
 /**
- * POST /webhooks/stripe without a Stripe API (SPEC §9: "works with only STRIPE_WEBHOOK_SECRET set"):
+ * POST /webhooks/stripe without a Stripe API (docs/billing.md, Inbound events: it works with only STRIPE_WEBHOOK_SECRET set):
  * events are signed here the way Stripe signs them. Order is then judged by the events' `created`.
  */
 let h: Harness;
@@ -66,7 +66,7 @@ async function packBuyer() {
   return { t, customer, paymentIntent, session };
 }
 
-describe('subscriptions drive tier, plan and period (SPEC §9)', () => {
+describe('subscriptions drive tier, plan and period (docs/billing.md, Subscriptions)', () => {
   it('created → updated → deleted: the tier, the plan, the status and the period follow, with their events', async () => {
     const t = await createTenant(h, { tier: 'sandbox' });
     // Two days after the organization was made (its first period runs from then), it subscribes.
@@ -275,7 +275,7 @@ describe('retention', () => {
   });
 });
 
-describe('signatures and bodies (SPEC §9: 400, nothing stored)', () => {
+describe('signatures and bodies (docs/billing.md, Inbound events: 400, nothing stored)', () => {
   it('a wrong secret, a 10-minute-old signature, no signature, a body that is not an event: 400 naming the field', async () => {
     const now = h.clock.now();
     const event = stripeEvent('customer.subscription.created', subscriptionObject({ id: unique('sub'), customer: unique('cus'), price: 'price_launch', start: now, end: addMonths(now, 1) }), now);
@@ -330,7 +330,7 @@ describe('signatures and bodies (SPEC §9: 400, nothing stored)', () => {
   });
 });
 
-describe('credit packs: granted once, refunds take back only what is unspent (SPEC §9)', () => {
+describe('credit packs: granted once, refunds take back only what is unspent (docs/billing.md, Credit packs)', () => {
   it('one Checkout Session grants once: three deliveries, a second event, two instances racing', async () => {
     const t = await createTenant(h, { tier: 'trial' });
     const customer = unique('cus');
@@ -401,7 +401,7 @@ describe('credit packs: granted once, refunds take back only what is unspent (SP
   });
 });
 
-describe('credit packs go through the deduction batcher (issue 14)', () => {
+describe('credit packs go through the deduction batcher (docs/adr/0004-group-commit.md)', () => {
   it('a pack’s grant and its take-back each run in a batch’s transaction; a subscription event does not', async () => {
     const { t, customer, paymentIntent, session } = await packBuyer();
     const ops = () => h.deps.deductions.stats.ops;
@@ -422,7 +422,7 @@ describe('credit packs go through the deduction batcher (issue 14)', () => {
   });
 });
 
-describe('invoices (SPEC §9)', () => {
+describe('invoices (docs/billing.md, Inbound events)', () => {
   it('are stored for /billing/invoices; a late older status does not win; payment_failed makes the subscription past_due', async () => {
     const t = await createTenant(h, { tier: 'sandbox' });
     const customer = unique('cus');

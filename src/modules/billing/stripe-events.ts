@@ -11,7 +11,7 @@ import { type EventOutcome, stripeId } from './stripe-objects.js';
 import { applySubscription, subscriptionState } from './subscriptions.js';
 
 /**
- * Inbound Stripe events (SPEC §9). Each verified event is stored by its id before anything acts on it;
+ * Inbound Stripe events (docs/billing.md). Each verified event is stored by its id before anything acts on it;
  * a duplicate id is acknowledged and not acted on again. The receiver then handles it at once; if that
  * fails, the event stays `pending` and the `stripe-events` worker retries it with backoff — it is never
  * lost. Handling runs in one transaction that first re-reads the event row FOR UPDATE and checks it is
@@ -178,7 +178,7 @@ async function actOn(tx: Queryable, ctx: Ctx, stored: StoredEvent, readBack: Str
 }
 
 /**
- * Order is not trusted (SPEC §9): with a secret key, the subscription is read back from the API and its
+ * Order is not trusted (docs/billing.md, Inbound events): with a secret key, the subscription is read back from the API and its
  * current state applied, whatever the event's age. A subscription Stripe no longer knows falls back to
  * the event's own object; any other failure leaves the event for the worker.
  */

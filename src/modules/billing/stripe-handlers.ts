@@ -6,7 +6,7 @@ import { emitEvent } from '../events/outbox.js';
 import { type EventOutcome, organizationOfCustomer, stripeId, toDate, wholeNumber } from './stripe-objects.js';
 
 /**
- * Handlers of the non-subscription events of SPEC §9, each inside the transaction that marks the
+ * Handlers of the non-subscription events of docs/billing.md (Inbound events), each inside the transaction that marks the
  * event processed. Subscriptions are in billing/subscriptions.ts.
  */
 

@@ -1,5 +1,5 @@
 import type { Queryable } from '../../db/client.js';
-import { isUuid } from '../metering/state.js';
+import { isUuid } from '../../lib/ids.js';
 
 /** What handling one Stripe event came to (billing/stripe-events.ts). */
 export interface EventOutcome {

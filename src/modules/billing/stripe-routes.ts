@@ -5,7 +5,7 @@ import { flatErrors } from '../../http/schemas.js';
 import { receiveStripeEvent } from './stripe-events.js';
 
 /**
- * `POST /webhooks/stripe` (SPEC §9): the raw body is what Stripe signed, so this plugin (and only
+ * `POST /webhooks/stripe` (docs/billing.md, Inbound events): the raw body is what Stripe signed, so this plugin (and only
  * this one) keeps JSON bodies as strings. 200 `{status:"success"}` once the event is stored; a bad
  * signature or body is 400 and stores nothing.
  */

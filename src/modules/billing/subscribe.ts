@@ -10,7 +10,7 @@ import { applySubscription, subscriptionState } from './subscriptions.js';
 export type SubscribeAnswer = { kind: 'checkout'; checkout: CheckoutAnswer } | { kind: 'subscription'; subscription: SubscriptionView | null };
 
 /**
- * POST /billing/subscription (SPEC §9, billing.manage: owners and admins): without a subscription in
+ * POST /billing/subscription (docs/billing.md, Subscriptions; billing.manage: owners and admins): without a subscription in
  * force, a Checkout Session; with one, its price changes through the API (Stripe prorates) and the
  * answer is the subscription as Stripe now reports it, applied at once (tier, plan, events).
  */

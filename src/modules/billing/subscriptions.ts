@@ -8,7 +8,7 @@ import type { Plan, Tier } from '../entitlements/tiers.js';
 import { emitEvent } from '../events/outbox.js';
 import { type EventOutcome, organizationOfCustomer, stripeId, toDate } from './stripe-objects.js';
 
-/** The seed's subscription statuses (active, canceled, past_due, unpaid) from Stripe's eight. */
+/** Our subscription statuses (active, canceled, past_due, unpaid) from Stripe's eight (docs/billing.md, Subscriptions). */
 export type SubscriptionStatus = 'active' | 'canceled' | 'past_due' | 'unpaid';
 
 const STATUS: Record<string, SubscriptionStatus> = {
@@ -23,10 +23,10 @@ const STATUS: Record<string, SubscriptionStatus> = {
   incomplete_expired: 'canceled',
 };
 
-/** An organization's subscription_status (seed: active, canceled, past_due). */
+/** An organization's subscription_status: active, canceled or past_due. */
 const ORGANIZATION_STATUS: Record<SubscriptionStatus, string> = { active: 'active', past_due: 'past_due', unpaid: 'past_due', canceled: 'canceled' };
 
-/** SPEC §9: the organization's plan follows the tier it pays for. */
+/** The organization's plan follows the tier it pays for (docs/billing.md, Subscriptions). */
 export const PLAN_OF_TIER: Record<Tier, Plan> = { sandbox: 'free', trial: 'free', launch: 'pro', growth: 'pro', enterprise: 'enterprise' };
 
 export interface SubscriptionState {
@@ -73,9 +73,9 @@ interface SubscriptionRow {
 }
 
 /**
- * Apply a subscription's state (SPEC §9) in the caller's transaction: the subscriptions row, the
+ * Apply a subscription's state (docs/billing.md, Subscriptions) in the caller's transaction: the subscriptions row, the
  * organization's status and plan, the primary deployment's tier (STRIPE_PRICE_TIERS; a subscription
- * not in force falls back to NEW_ORG_TIER), the credit period of its deployments (SPEC §3), and the
+ * not in force falls back to NEW_ORG_TIER), the credit period of its deployments (docs/metering.md, Periods), and the
  * `subscription.updated` event. `eventAt` is the event's `created`; `readBack` says the state was read
  * from the API just now, so it is current whatever the event's age.
  */

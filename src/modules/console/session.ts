@@ -10,7 +10,7 @@ import { REFRESH_TOKEN_TTL_MS } from '../auth/tokens.js';
  */
 export const SESSION_COOKIE = 'cg_console_refresh';
 export const SESSION_PATH = '/console/session';
-/** The refresh token's own lifetime (SPEC §8): the cookie never outlives it. */
+/** The refresh token's own lifetime (docs/accounts.md, Tokens and sessions): the cookie never outlives it. */
 export const SESSION_COOKIE_MAX_AGE_S = REFRESH_TOKEN_TTL_MS / 1000;
 
 /** Secure unless the console is reached over plain http (development on a loopback address). */

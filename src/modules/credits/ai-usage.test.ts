@@ -8,7 +8,7 @@ import { findLedgerMismatches } from './ledger.js';
 import { holdCredits } from './reservations.js';
 
 /**
- * SPEC §6 AI proxy, the money side without the HTTP: holds of prompt + allowance against the period's
+ * The AI proxy (docs/ai-proxy.md), the money side without the HTTP: holds of prompt + allowance against the period's
  * tokens then purchased credits, the allowance shrunk to what can be paid, settles and releases, the
  * worker that gives back holds of dead calls, and the other spenders kept off held credits.
  * (trial: 1,000 AI tokens a period; standard class: 1 credit per 1,000 tokens, premium: 10.)

@@ -13,7 +13,7 @@ import { effectiveTerms, monthlyRemaining } from './terms.js';
 import type { DeploymentTerms } from './terms.js';
 
 /**
- * SPEC §6 AI tokens, the money side (docs/ai-proxy.md). Tokens count per period against the tier's (or
+ * AI tokens, the money side (docs/ai-proxy.md, docs/limits.md). Tokens count per period against the tier's (or
  * override's) limit; tokens past it are paid from purchased credits at the model class's rate per 1,000
  * tokens, rounded up per call. An AI call first *holds* what it may spend (prompt + output allowance:
  * quota tokens, then purchased credits) in one guarded write under the balance row's lock, then *settles*

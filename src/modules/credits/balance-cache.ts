@@ -7,7 +7,7 @@ import { type BalanceRow, currentBalance } from './service.js';
  * A cached row is at most `BALANCE_CACHE_MS` old (1 s by default); this instance's deductions write
  * through to it; grants, refunds and adjustments drop it on every instance. Checks never refuse on a
  * cached row (metering/decide.ts reads the database first), so the staleness can only let a check say
- * "allowed" to a call that record-usage then refuses: SPEC §4's advisory check, never a lost credit.
+ * "allowed" to a call that record-usage then refuses: the advisory check of docs/adr/0005-cached-checks.md, never a lost credit.
  */
 export function cachedBalance(deps: Pick<Deps, 'caches'>, deploymentId: string): BalanceRow | null {
   return deps.caches.balances.get(deploymentId) ?? null;

@@ -5,7 +5,7 @@ import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { bearer, createHarness, dbKind, type Harness, json, unique } from '../../../test/harness.js';
 
 /**
- * Issue 14: a process killed with SIGKILL while batches are in flight (PostgreSQL, a real child
+ * Group commit (docs/adr/0004-group-commit.md): a process killed with SIGKILL while batches are in flight (PostgreSQL, a real child
  * process). Every deduction it answered is in the ledger; a client retrying every call it made (with
  * the same invocation ids) is charged once per call, never twice.
  */

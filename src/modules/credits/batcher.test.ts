@@ -7,7 +7,7 @@ import type { Database, Queryable, Transaction } from '../../db/client.js';
 import { AppError, ServiceUnavailableError } from '../../errors.js';
 
 /**
- * Group commit (issue 14): requests submitted together are applied in one transaction, each deployment's
+ * Group commit (docs/adr/0004-group-commit.md): requests submitted together are applied in one transaction, each deployment's
  * in arrival order, and answered after the commit. These tests submit in one tick to a batcher with a
  * window, so the requests form one batch, and look at what it wrote.
  */

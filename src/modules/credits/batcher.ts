@@ -13,7 +13,7 @@ import { NotOptimistic, type OptimisticPlan, RowMemory, type Written } from './r
 import { type BalanceRow, syncBalance } from './service.js';
 
 /**
- * Group commit for deductions (issue 14, docs/adr/0004-group-commit.md). Requests that arrive while a
+ * Group commit for deductions (docs/adr/0004-group-commit.md). Requests that arrive while a
  * batch is in flight (or within `windowMs`) are applied together in ONE transaction: the balance rows
  * of the batch are locked once (in deployment order, so batches of several instances never deadlock),
  * each deployment's requests are applied in arrival order by the same rule as DEDUCT_SQL (monthly first,
@@ -40,14 +40,14 @@ export interface BatchDeduction extends Omit<DeductInput, 'recordFailure' | 'rec
   /** A fresh idempotent record: claim (deployment, invocationId) and mark it recorded with the answer. */
   claimInvocation?: { requestHash: string };
   /**
-   * A reservation (check with `reserve: true`, SPEC §4) instead of a deduction: claim the invocation
+   * A reservation (check with `reserve: true`, docs/metering.md) instead of a deduction: claim the invocation
    * as `reserved` until `expiresAt` and hold `cost` by the same rule and in the same arrival order as
    * the deductions; no ledger or usage row. A refused hold leaves no invocation row. `result.deducted`
    * says whether the credits are held.
    */
   hold?: { expiresAt: Date };
   /**
-   * A release of this invocation's reservation (SPEC §4) instead of a deduction: its held credits go
+   * A release of this invocation's reservation (docs/metering.md, Reservations) instead of a deduction: its held credits go
    * back (`reserved` shrinks) in arrival order with the batch. `cost` is ignored; the outcome's `cost` is
    * what was given back, and `result.deducted` false means nothing was held.
    */
@@ -703,7 +703,7 @@ function applyDeployment(
 }
 
 /**
- * The answer a recorded invocation replays (SPEC §4, the single path's `RecordResult` of a deduction),
+ * The answer a recorded invocation replays (docs/metering.md, Idempotency; the single path's `RecordResult` of a deduction),
  * built in the statement from the columns it already has: `q` the credits used, `rem` the credits
  * remaining (NULL when the allocation is unlimited), `u` the usage record, `inv` the invocation id.
  * Sending it as JSON text instead cost the server a stringify and an escaped array element per record,
@@ -728,7 +728,7 @@ export interface WriteShape {
   refused: boolean;
   /** Reservations released. */
   released: boolean;
-  /** Meter events for Stripe (SPEC §9). */
+  /** Meter events for Stripe (docs/billing.md, Usage to Stripe meters). */
   metered: boolean;
   /** `quota.threshold` events. */
   alerts: boolean;
@@ -799,7 +799,7 @@ function writeBatchSql(shape: WriteShape): string {
   RETURNING id, usage_id
 )`,
     `used AS (
-  -- Every deduction, and every final refusal (SPEC §4 keeps a record either way).
+  -- Every deduction, and every final refusal (docs/metering.md, Denials: a record either way).
   INSERT INTO usage_records (id, organization_id, deployment_id, metric, quantity, tool_name, mcp_user_id, metadata,
                              success, error, ledger_id, invocation_id, monthly_taken, purchased_taken, period_start, "timestamp")
   SELECT x.id, o, d, m, q, tn, mu, md::jsonb, s, e, led.id, i, mt, pt, ps, t
@@ -842,7 +842,7 @@ function writeBatchSql(shape: WriteShape): string {
   );
   if (shape.metered) {
     ctes.push(`met AS (
-  -- Meter events of subscribed organizations (SPEC §9), as DEDUCT_SQL's met step.
+  -- Meter events of subscribed organizations (docs/billing.md), as DEDUCT_SQL's met step.
   INSERT INTO meter_event_outbox (identifier, organization_id, deployment_id, stripe_customer_id, value, event_at, next_attempt_at)
   SELECT x.u, x.o, x.d, o.stripe_customer_id, x.v, x.t, x.t
   FROM unnest($meter_usage::uuid[], $meter_organization::uuid[], $meter_deployment::uuid[], $meter_value::bigint[], $meter_at::timestamptz[])

@@ -41,7 +41,7 @@ async function purchasedOnlyTenant() {
   return t;
 }
 
-describe('expiring grants (SPEC §3, §11 expires_at)', () => {
+describe('expiring grants (docs/metering.md, Expiring grants)', () => {
   it('lapse at their expiry with what is left of them; spending took them first', async () => {
     const t = await purchasedOnlyTenant();
     await grantCredits(t.deploymentId, 30);

@@ -8,12 +8,12 @@ import { RESERVATION_TTL_MS, expireReservations, holdCredits, releaseReservation
 import { syncBalance, viewBalance } from './service.js';
 
 /**
- * Invocations (SPEC §4): the idempotency and reservation rows of metered calls. Written only here
+ * Invocations (docs/metering.md, Reservations and Idempotency): the idempotency and reservation rows of metered calls. Written only here
  * (docs/adr/0003-credits-owns-money.md); metering decides and shapes answers, this module keeps the
  * rows and the balance moving together.
  */
 
-/** SPEC §4: an invocation id deduplicates for this long. */
+/** An invocation id deduplicates for this long (docs/metering.md, Idempotency). */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000;
 
 export interface InvocationRow {
@@ -156,7 +156,7 @@ export async function reserveInvocation(
 }
 
 /**
- * Give back a reservation's held credits (SPEC §4: the tool failed or was cancelled), through the
+ * Give back a reservation's held credits (docs/metering.md, Reservations: the tool failed or was cancelled), through the
  * batcher like the hold itself. Returns the credits given back, or null if the invocation held nothing.
  */
 export async function releaseInvocationHold(
@@ -191,7 +191,7 @@ export type RecordedInvocation =
   | { replayed: false; cost: number; deducted: DeductResult };
 
 /**
- * Record an idempotent call (SPEC §4): one transaction in which a concurrent request with the same id
+ * Record an idempotent call (docs/metering.md, Idempotency): one transaction in which a concurrent request with the same id
  * waits on the invocation row and then replays. A reservation of this call fixes its price and is
  * spent by the deduction; a refusal is not final (the same id may be recorded once the balance allows).
  */

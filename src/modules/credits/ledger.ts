@@ -56,7 +56,7 @@ export interface Reconciliation {
 }
 
 /**
- * The invariant of SPEC §3, per deployment: the ledger sums to the balance in each bucket, and the
+ * The ledger invariant (docs/metering.md, Buckets and the ledger), per deployment: the ledger sums to the balance in each bucket, and the
  * credits on usage records (less refunds) equal the deductions (less refunds) in the ledger. Payments
  * of credits_owed (reason `owed`) are not part of a usage record's quantity: credits/owed.ts
  * findOwedMismatches checks them against the records' credits_short.

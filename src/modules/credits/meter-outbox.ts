@@ -1,7 +1,7 @@
 import type { Queryable } from '../../db/client.js';
 
 /**
- * The outbox of usage on its way to a Stripe meter (SPEC §9), owned here because it is written with
+ * The outbox of usage on its way to a Stripe meter (docs/billing.md, Usage to Stripe meters), owned here because it is written with
  * the deduction and marks the usage record reported. Rows are made only for organizations with a
  * Stripe customer and a subscription in force; the sender is billing/meter-events.ts.
  */
@@ -64,7 +64,7 @@ export async function claimMeterEvents(db: Queryable, now: Date, limit: number, 
   );
 }
 
-/** Stripe took it: the outbox row and the usage record (seed: reported flag and the processor's reference). */
+/** Stripe took it: the outbox row and the usage record (its reported flag and the processor's reference). */
 export async function markMeterReported(db: Queryable, identifier: string, reference: string, now: Date): Promise<void> {
   await db.query(
     `WITH out AS (

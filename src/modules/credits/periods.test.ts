@@ -14,7 +14,7 @@ import type { DeploymentView } from '../admin/service.js';
 import { findLedgerMismatches } from './ledger.js';
 
 /**
- * SPEC §3 with a moved clock: the period is the monthly anniversary of billing_anchor (the deployment's
+ * Periods (docs/metering.md) with a moved clock: the period is the monthly anniversary of billing_anchor (the deployment's
  * creation time here); at the boundary the monthly allocation and AI tokens reset, nothing rolls over,
  * purchased credits stay; the reset happens once, lazily, on whichever call touches the balance first.
  */

@@ -16,8 +16,8 @@ import { DAY } from '../../clock.js';
 import { createApiKey } from '../api-keys/service.js';
 
 /**
- * SPEC §4 refunds: only the platform refunds (service key, operator API), credits go back to their
- * own bucket, and the monthly part of an ended period is not given back. Issue 11 found a tenant
+ * Refunds (docs/metering.md): only the platform refunds (service key, operator API), credits go back to their
+ * own bucket, and the monthly part of an ended period is not given back. A security review found a tenant
  * refunding itself with its own key, and old monthly charges coming back as permanent credits.
  */
 let h: Harness;
@@ -165,7 +165,7 @@ describe('refunds', () => {
   });
 });
 
-describe('only the platform refunds (issue 11: a tenant refunded itself)', () => {
+describe('only the platform refunds (docs/decisions.md, Refund auth: a tenant refunded itself)', () => {
   async function usedOnce(t: Tenant) {
     const body = json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced }));
     expect(body.success).toBe(true);

@@ -7,7 +7,7 @@ import { type BalanceRow, syncBalance, viewBalance } from './service.js';
 import { ledgerMonthly, monthlyRemaining } from './terms.js';
 
 /**
- * Refunds of recorded usage (SPEC §4). Only the platform refunds: the route takes the service key and
+ * Refunds of recorded usage (docs/metering.md, Refunds). Only the platform refunds: the route takes the service key and
  * the operator API, never an organization's own key (a tenant must not refund itself). Credits go
  * back to the bucket they came from; the monthly part of a usage from a period that has ended is not
  * given back, since nothing rolls over (docs/metering.md, "Refunds").

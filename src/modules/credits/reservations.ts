@@ -1,6 +1,6 @@
 import type { Queryable } from '../../db/client.js';
 
-/** SPEC §4: an allowed check with reserve:true holds its cost this long. */
+/** docs/metering.md, Reservations: an allowed check with reserve:true holds its cost this long. */
 export const RESERVATION_TTL_MS = 5 * 60 * 1000;
 
 /**

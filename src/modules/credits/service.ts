@@ -240,7 +240,7 @@ export async function changePurchased(
     ]);
   }
   if (input.amount < 0) {
-    // Reservations were promised their credits (SPEC §4): an adjustment may not take them away.
+    // Reservations were promised their credits (docs/metering.md, Reservations): an adjustment may not take them away.
     const floor = purchasedFloor(current);
     if (-input.amount > floor) {
       throw new ValidationError(
@@ -306,7 +306,7 @@ export async function changePurchased(
 
 /**
  * Purchased credits an adjustment (or an AI call) may take now: what open holds do not need from them
- * (SPEC §4: a reservation keeps what it was promised). AI holds are purchased credits only; MCP
+ * (docs/metering.md, Reservations: a reservation keeps what it was promised). AI holds are purchased credits only; MCP
  * reservations take the monthly bucket first. The row must be current (syncBalance).
  */
 export function purchasedFloor(
@@ -318,7 +318,7 @@ export function purchasedFloor(
   return Math.max(0, b.purchased_balance - heldFromPurchased);
 }
 
-/** Operator reset of the period's counters (SPEC §6): the monthly bucket refills, AI tokens start over. */
+/** Operator reset of the period's counters (docs/operator.md): the monthly bucket refills, AI tokens start over. */
 export async function resetUsage(
   tx: Queryable,
   input: { deploymentId: string; monthlyCredits: boolean; aiTokens: boolean; actor: string; now: Date },

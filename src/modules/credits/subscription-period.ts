@@ -2,7 +2,7 @@ import type { Queryable } from '../../db/client.js';
 import { syncBalance } from './service.js';
 
 /**
- * The subscription reported its current period [start, end) (SPEC §3, §9); the subscriptions row is
+ * The subscription reported its current period [start, end) (docs/billing.md, Subscriptions); the subscriptions row is
  * already written in this transaction. The period resets at most once, however late or often the
  * report arrives:
  * - the balance row's period is past its end: syncBalance rolls it into the reported period;

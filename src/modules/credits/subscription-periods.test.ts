@@ -4,7 +4,7 @@ import { createHarness, createTenant, type Harness, json, type Tenant, unique } 
 import { accountAiTokens } from '../quotas/ai-tokens.js';
 
 /**
- * SPEC §3/§6: with a subscription, periods follow its billing cycle, not the deployment's anchor; when
+ * docs/decisions.md, Period with a subscription: with a subscription, periods follow its billing cycle, not the deployment's anchor; when
  * the renewal has not been reported yet, the monthly anniversaries of its start carry on. AI usage
  * and the monthly allocation reset at those boundaries, once.
  */

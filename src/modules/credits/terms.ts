@@ -19,7 +19,7 @@ export interface EffectiveTerms {
   changesAt: Date | null;
 }
 
-/** Overrides beat the tier until they expire (SPEC §6); the tier never changes because of them. */
+/** Overrides beat the tier until they expire (docs/metering.md, Periods, tier changes and overrides); the tier never changes because of them. */
 export function effectiveTerms(d: DeploymentTerms, now: Date): EffectiveTerms {
   const tier = TIER_TABLE[d.tier as Tier];
   const active = d.override_expires_at === null || d.override_expires_at.getTime() > now.getTime();
@@ -33,14 +33,14 @@ export function effectiveTerms(d: DeploymentTerms, now: Date): EffectiveTerms {
   };
 }
 
-/** The organization's subscription period as the billing processor last reported it (SPEC §3). */
+/** The organization's subscription period as the billing processor last reported it (docs/billing.md, Subscriptions). */
 export interface SubscriptionPeriod {
   current_period_start: Date | null;
   current_period_end: Date | null;
 }
 
 /**
- * The billing period containing `now` (SPEC §3): the subscription's current period when it contains
+ * The billing period containing `now` (docs/decisions.md, Period with a subscription): the subscription's current period when it contains
  * `now`; past its end (the renewal not reported yet) the monthly anniversaries of its end — where
  * Stripe's next period starts, so a renewal reported late finds the period already begun and does not
  * reset it again (credits/subscription-period.ts); without a subscription the monthly anniversary of

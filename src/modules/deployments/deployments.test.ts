@@ -94,7 +94,7 @@ describe('GET /organizations/{id}/deployments', () => {
     const stranger = await signUpWithOrganization(h);
     expectError(await list(bearer(stranger.accessToken), org), 404, 'NOT_FOUND');
     expectError(await list({ 'x-api-key': read.key }, stranger.organizationId), 404, 'NOT_FOUND');
-    expectError(await list(bearer(owner.accessToken), 'nope'), 404, 'NOT_FOUND'); // SPEC §10: a path id that is not a UUID
+    expectError(await list(bearer(owner.accessToken), 'nope'), 404, 'NOT_FOUND'); // docs/input.md: a path id that is not a UUID
     expectError(await list(bearer(owner.accessToken), org, '?cursor=zzz'), 400, 'VALIDATION_ERROR');
   });
 });
@@ -142,7 +142,7 @@ describe('POST /organizations/{id}/deployments/{depId}/secret', () => {
     // The stranger's own organization with this organization's deployment: not found, and nothing rotated.
     expectError(await rotate(bearer(stranger.accessToken), stranger.organizationId, owner.deploymentId), 404, 'NOT_FOUND');
     expectError(await rotate(bearer(owner.accessToken), org, '6f1c3d2e-0000-4000-8000-000000000000'), 404, 'NOT_FOUND');
-    expectError(await rotate(bearer(owner.accessToken), org, 'not-a-uuid'), 404, 'NOT_FOUND'); // SPEC §10: a path id that is not a UUID
+    expectError(await rotate(bearer(owner.accessToken), org, 'not-a-uuid'), 404, 'NOT_FOUND'); // docs/input.md: a path id that is not a UUID
 
     const read = await createKeyOverHttp(h, bearer(owner.accessToken), org, { scopes: ['read'] });
     const write = await createKeyOverHttp(h, bearer(owner.accessToken), org, { scopes: ['read', 'write'] });

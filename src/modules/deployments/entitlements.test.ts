@@ -106,7 +106,7 @@ describe('GET /organizations/{id}/deployments/{depId}/entitlements', () => {
     expectError(await read({ 'x-api-key': key.key }, org, stranger.deploymentId), 404, 'NOT_FOUND');
   });
 
-  it('an unknown deployment and a malformed id are 404 (SPEC §10: a path id); a NUL in the path is 400; no token is 401', async () => {
+  it('an unknown deployment and a malformed id are 404 (docs/input.md: a path id); a NUL in the path is 400; no token is 401', async () => {
     const owner = await signUpWithOrganization(h);
     const org = owner.organizationId;
     expectError(await read(bearer(owner.accessToken), org, '6f1c3d2e-0000-4000-8000-000000000000'), 404, 'NOT_FOUND');

@@ -4,11 +4,11 @@ import { type KeysetPosition, pageOf } from '../../http/envelope.js';
 import { type BalanceView, readBalance, viewBalance } from '../credits/service.js';
 import { type BalanceSummary, summarizeBalance } from '../credits/summary.js';
 import { type EntitlementSnapshot, snapshotOf } from '../entitlements/service.js';
-import { isUuid } from '../metering/state.js';
+import { isUuid } from '../../lib/ids.js';
 import { authorize } from '../organizations/rbac.js';
 import { type DeploymentRow, getDeployment, rotateDeploymentSecret } from './service.js';
 
-/* Verbs of the application API (SPEC §8): authorization first; another tenant's row is 404. */
+/* Verbs of the application API (docs/decisions-keys-billing.md, Deployments): authorization first; another tenant's row is 404. */
 
 /** A deployment as an organization's members see it: no hash, no operator overrides, with its balance. */
 export interface OrganizationDeploymentView {
@@ -58,7 +58,7 @@ export async function listOrganizationDeployments(
   const now = ctx.clock.now();
   const views: OrganizationDeploymentView[] = [];
   for (const d of items) {
-    // readBalance brings a stale row up to date (period reset on first touch, SPEC §3).
+    // readBalance brings a stale row up to date (period reset on first touch, docs/metering.md).
     const b = viewBalance(await readBalance(ctx.db, d.id, now, actorLabel(ctx.actor)));
     views.push(deploymentView(d, b));
   }

@@ -40,7 +40,7 @@ const DeploymentParams = Type.Object({ id: Uuid('Organization id'), depId: Uuid(
 const tags = ['Deployments'];
 const security = anyOf('bearerAuth', 'apiKeyHeader', 'apiKey');
 
-/** An organization's deployments and secret rotation (SPEC §8). */
+/** An organization's deployments and secret rotation (docs/decisions-keys-billing.md, Deployments). */
 export async function deploymentRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 

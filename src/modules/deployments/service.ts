@@ -8,7 +8,8 @@ import { openBalance, syncBalance } from '../credits/service.js';
 import type { DeploymentTerms } from '../credits/terms.js';
 import type { Tier } from '../entitlements/tiers.js';
 import { invalidateResolveCache } from '../metering/resolve.js';
-import { isUuid, loadDeployment } from '../metering/state.js';
+import { isUuid } from '../../lib/ids.js';
+import { loadDeployment } from '../metering/state.js';
 
 export interface DeploymentRow extends DeploymentTerms {
   id: string;
@@ -100,7 +101,7 @@ export function principalsChanged(ctx: Pick<Ctx, 'bus'>): void {
   ctx.bus.publish('principal-cache');
 }
 
-/** Operator: change tier and/or status. A tier change applies the new allocation at once (SPEC §3). */
+/** Operator: change tier and/or status. A tier change applies the new allocation at once (docs/metering.md, Periods, tier changes and overrides). */
 export async function updateDeployment(
   ctx: Ctx,
   id: string,
@@ -129,7 +130,7 @@ export async function updateDeployment(
 }
 
 /**
- * A tier change inside the caller's transaction, the deployment row locked (SPEC §3): the new allocation
+ * A tier change inside the caller's transaction, the deployment row locked (docs/metering.md): the new allocation
  * applies at once and `deployment.tier_changed` is written with it. The caller clears the caches after
  * COMMIT (`tierCachesChanged`).
  */
@@ -171,7 +172,7 @@ export interface OverrideInput {
 }
 
 /**
- * Operator overrides (SPEC §6, §11): a PUT merges (a field left out keeps its value, null removes it);
+ * Operator overrides (docs/metering.md, docs/operator.md): a PUT merges (a field left out keeps its value, null removes it);
  * one expiry covers the set. The monthly allocation follows at once, in the same transaction.
  */
 export async function setOverrides(ctx: Ctx, id: string, input: OverrideInput | 'clear'): Promise<DeploymentRow> {
@@ -206,7 +207,7 @@ export async function setOverrides(ctx: Ctx, id: string, input: OverrideInput | 
     });
     return after;
   });
-  // Rate limits of service calls read cached terms: every instance drops them (SPEC §6 "take effect at once").
+  // Rate limits of service calls read cached terms: every instance drops them (docs/limits.md: changes of tier or overrides drop the terms at once).
   ctx.bus.publish('terms-cache');
   return result;
 }

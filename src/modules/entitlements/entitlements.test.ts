@@ -7,8 +7,8 @@ import type { Tier } from './tiers.js';
 import { deleteOrganization } from '../organizations/service.js';
 
 /**
- * Seed part C and SPEC §5: the entitlement snapshot (credentials in the body) and the AI quota
- * (deployment headers). Expected values are written out from the seed's tables, not read from the code.
+ * docs/entitlements.md: the entitlement snapshot (credentials in the body) and the AI quota
+ * (deployment headers). Expected values are written out from the documented tier table, not read from the code.
  */
 let h: Harness;
 beforeAll(async () => {
@@ -42,7 +42,7 @@ interface Snapshot {
   next_check_seconds: number;
 }
 
-/** Seed C flags table, seed Limits tables, SPEC §5 support levels. */
+/** The tier table of docs/entitlements.md: flags, limits, support levels. */
 const EXPECTED: Record<
   Tier,
   { flags: [boolean, boolean, boolean, boolean, boolean]; ai: number | null; rate: number | null; support: string; credits: number | null }
@@ -246,7 +246,7 @@ describe('POST /api/v1/entitlements/check', () => {
 });
 
 describe('GET /api/v1/ai/quota', () => {
-  it('answers the seed fields for a launch deployment, credits_available being monthly plus purchased', async () => {
+  it('answers the documented fields for a launch deployment, credits_available being monthly plus purchased', async () => {
     const anchor = h.clock.now();
     const t = await createTenant(h, { tier: 'launch', purchased: 25 });
     const res = await quota(deploymentHeaders(t.deploymentId, t.deploymentSecret));

@@ -1,6 +1,6 @@
 import { FLAGS, type Flags, TIER_TABLE, type Tier } from './tiers.js';
 
-/** The tier's flags with an operator's per-flag overrides on top (SPEC §5). */
+/** The tier's flags with an operator's per-flag overrides on top (docs/entitlements.md, Flags and gates). */
 export function effectiveFlags(tier: string, overrides: unknown): Flags {
   const flags = { ...TIER_TABLE[tier as Tier].flags };
   if (overrides && typeof overrides === 'object') {

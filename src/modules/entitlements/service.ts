@@ -7,7 +7,7 @@ import { authenticateDeployment, type DeploymentRow } from '../deployments/servi
 import { effectiveFlags } from './flags.js';
 import { AI_CREDIT_RATES, FLAGS, type Flags, TIER_TABLE, type Tier } from './tiers.js';
 
-/** Seed C: how long a client may keep a snapshot. */
+/** How long a client may keep a snapshot (docs/entitlements.md, The snapshot). */
 export const NEXT_CHECK_SECONDS = 300;
 
 export interface EntitlementSnapshot {
@@ -84,7 +84,7 @@ export interface AiQuota {
   credits_per_premium: number;
 }
 
-/** GET /api/v1/ai/quota: information, not gated by ai_enabled (SPEC §5). */
+/** GET /api/v1/ai/quota: information, not gated by ai_enabled (docs/entitlements.md, Flags and gates). */
 export async function aiQuota(ctx: Ctx, deployment: DeploymentRow): Promise<AiQuota> {
   const now = ctx.clock.now();
   const terms = effectiveTerms(deployment, now);

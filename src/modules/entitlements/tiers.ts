@@ -1,5 +1,5 @@
 /**
- * The tier table: seed part C flags, the seed's limits, and the monthly credit allocation of SPEC §3.
+ * The tier table (docs/entitlements.md): flags, limits, and the monthly credit allocation.
  * `null` means unlimited everywhere in this file.
  */
 export const TIERS = ['sandbox', 'trial', 'launch', 'growth', 'enterprise'] as const;
@@ -14,11 +14,11 @@ export type Plan = (typeof PLANS)[number];
 
 export interface TierDefinition {
   flags: Flags;
-  /** SPEC §3: credits granted each period. */
+  /** Credits granted each period (the monthly bucket, docs/metering.md). */
   monthlyCredits: number | null;
-  /** Seed: AI tokens per billing period (input + output). */
+  /** AI tokens per billing period (input + output). */
   aiMonthlyLimit: number | null;
-  /** Seed: requests per sliding minute. */
+  /** Requests per sliding minute on /api/v1 (docs/limits.md). */
   apiRateLimit: number | null;
   supportLevel: 'community' | 'email' | 'priority' | 'dedicated';
 }
@@ -69,10 +69,10 @@ export const TIER_TABLE: Record<Tier, TierDefinition> = {
   },
 };
 
-/** Seed: hourly request limits per organization plan. */
+/** Hourly request limits of the application API per organization plan (docs/limits.md). */
 export const PLAN_HOURLY_LIMIT: Record<Plan, number> = { free: 1_000, pro: 10_000, enterprise: 100_000 };
 
-/** SPEC §6: credits per 1,000 AI tokens past the monthly limit, by model class. */
+/** docs/limits.md, AI token quota: credits per 1,000 AI tokens past the monthly limit, by model class. */
 export const AI_CREDIT_RATES = { credits_per_standard: 1, credits_per_advanced: 3, credits_per_premium: 10 } as const;
 
 export function isTier(value: string): value is Tier {

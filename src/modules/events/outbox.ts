@@ -27,7 +27,7 @@ export async function appendEvent(tx: Queryable, event: OutboxEvent): Promise<st
   return id;
 }
 
-/** An organization event (SPEC §7) in the caller's transaction: `{id, type, created_at, data}` on the wire. */
+/** An organization event (docs/webhooks.md, Organization webhooks) in the caller's transaction: `{id, type, created_at, data}` on the wire. */
 export function emitEvent(
   tx: Queryable,
   input: { organizationId: string; deploymentId?: string | null; type: string; data: Record<string, unknown>; at: Date },
@@ -37,7 +37,7 @@ export function emitEvent(
 
 /**
  * One delivery row per active webhook of the organization subscribed to the event's type, written in
- * the caller's transaction, and the event marked dispatched (SPEC §7 outbox). Events written inside
+ * the caller's transaction, and the event marked dispatched (the outbox, docs/webhooks.md). Events written inside
  * the one-statement deduction (quota.threshold for credits) are fanned out by the dispatcher worker.
  */
 export async function fanOut(tx: Queryable, eventId: string, now: Date): Promise<number> {

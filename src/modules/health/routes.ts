@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { envelopeErrors } from '../../http/envelope.js';
 
-/** SPEC §1: no auth, no rate limit (metrics: a scraper's METRICS_TOKEN or the operator key). */
+/** No auth, no rate limit (docs/limits.md, Rate limits; metrics: a scraper's METRICS_TOKEN or the operator key). */
 export async function healthRoutes(app: FastifyInstance): Promise<void> {
   app.get(
     '/healthz',

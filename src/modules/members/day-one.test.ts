@@ -47,7 +47,7 @@ describe('day one', () => {
     expect(guestSignup.statusCode).toBe(201);
     const guest = json<Envelope<{ access_token: string; user: { id: string; email_verified: boolean } }>>(guestSignup).data;
 
-    // Only a verified address accepts (SPEC §8): the guest opens the link of the mail signup sent.
+    // Only a verified address accepts (docs/accounts.md, Email verification): the guest opens the link of the mail signup sent.
     expect(guest.user.email_verified).toBe(false);
     const early = await h.request({ method: 'POST', url: `/invitations/${token}/accept`, headers: bearer(guest.access_token) });
     expect(early.statusCode).toBe(403);

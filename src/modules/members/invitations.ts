@@ -7,7 +7,7 @@ import { pageOf } from '../../http/envelope.js';
 import { deliverMail, type Delivery, enqueueMail, renderMail } from '../../lib/mailer.js';
 import { randomBase62, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
-import { isUuid } from '../metering/state.js';
+import { isUuid } from '../../lib/ids.js';
 import { heldBy, invitationRolesAllowed, type WithdrawnReason } from '../organizations/powers.js';
 import { authorize, type Role } from '../organizations/rbac.js';
 import { enforceInvitationCaps } from './invitation-caps.js';

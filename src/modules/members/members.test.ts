@@ -234,7 +234,7 @@ describe('PUT /organizations/{id}/users/{userId}', () => {
     }
     const unknown = await put(ob, orgId, (await signUp(h)).userId, { role: 'admin' });
     expect(unknown.statusCode).toBe(404);
-    expect((await put(ob, orgId, 'not-a-uuid', { role: 'admin' })).statusCode).toBe(404); // SPEC §10: a path id that is not a UUID
+    expect((await put(ob, orgId, 'not-a-uuid', { role: 'admin' })).statusCode).toBe(404); // docs/input.md: a path id that is not a UUID
   });
 
   it('PERMISSION_NAMES is exactly the seeded permission table', async () => {

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createHarness, type Harness, joinByInvitation, json, signUp, signUpWithOrganization } from '../../../test/harness.js';
 
 /**
- * SPEC §8 "a key never holds more than its creator", written as the attacks issue 11 found: a member
+ * A key never holds more than its creator (docs/accounts.md, Powers), written as the attacks a security review found: a member
  * granted only `api_keys.manage` minted an `admin` key, read the audit log and promoted themselves;
  * keys and pending invitations outlived a demotion or a removal (a removed admin re-joined through
  * their own key).

@@ -26,7 +26,7 @@ import { listMembers, removeMember, updateMember, viewMember } from './service.j
 
 const tags = ['Members'];
 
-/** Members, invitations and per-user permissions (SPEC §8). */
+/** Members, invitations and per-user permissions (docs/accounts.md, docs/decisions-accounts.md). */
 export async function memberRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 

@@ -115,7 +115,7 @@ export const InvitationSchema = Type.Object({
   created_at: Timestamp('When it was made'),
 }, { title: 'Invitation' });
 
-/** The invite routes' OpenAPI description: the caps of SPEC §8 (numbers in invitation-caps.ts, docs/accounts.md). */
+/** The invite routes' OpenAPI description: the invitation caps (numbers in invitation-caps.ts, docs/accounts.md). */
 export const INVITE_CAPS_NOTE =
   `At most ${INVITATIONS_PER_ORGANIZATION_PER_DAY} invitations per organization and ${INVITATIONS_PER_ADDRESS_PER_DAY} per normalised address ` +
   '(lower case, +tag removed) per organization per UTC day; past either cap, 429 RATE_LIMITED with Retry-After ' +

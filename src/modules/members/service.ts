@@ -5,7 +5,7 @@ import type { KeysetPosition } from '../../http/envelope.js';
 import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
-import { isUuid } from '../metering/state.js';
+import { isUuid } from '../../lib/ids.js';
 import { permissionsOf, takeBackExcess } from '../organizations/powers.js';
 import { authorize, type Role } from '../organizations/rbac.js';
 

@@ -9,7 +9,7 @@ import { createApiKey } from '../api-keys/service.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
 
 /**
- * Checks without a round trip (issue 14 item 3, docs/adr/0005-cached-checks.md): principals and terms
+ * Checks without a round trip (docs/adr/0005-cached-checks.md): principals and terms
  * come from the instance's cache, the balance a check reads may be up to BALANCE_CACHE_MS old and is
  * written through by this instance's deductions, and a check never refuses on a cached balance.
  */
@@ -104,7 +104,7 @@ describe('cached principals and balances', () => {
     const t = await createTenant(h, { tier: 'trial' });
     expect((await available(other, t.deploymentId)).credits_available).toBe(100);
     for (let i = 0; i < 5; i++) expect((await stdioRecord(h.app, t.apiKey)).statusCode).toBe(200);
-    // Within the bound the other instance may still answer from its copy (an advisory check, SPEC §4)…
+    // Within the bound the other instance may still answer from its copy (an advisory check, docs/adr/0005-cached-checks.md)…
     expect((await available(other, t.deploymentId)).credits_available).toBe(100);
     // …and never after it.
     h.clock.advance(h.config.balanceCacheMs + 1);

@@ -1,7 +1,7 @@
 import type { Deps } from '../../context.js';
 import type { CostTable } from '../../lib/caches.js';
 
-/** SPEC §3: a tool with no row in tool_actions is metered as this action. */
+/** A tool with no row in tool_actions is metered as this action (docs/operator.md). */
 export const DEFAULT_ACTION = 'platform_basic';
 
 async function loadCostTable(deps: Deps): Promise<CostTable> {

@@ -22,7 +22,7 @@ export interface Decision {
 }
 
 /**
- * The reason order of SPEC §4: deployment missing, suspended (or its organization deleted), sandbox
+ * The reason order of a denial (docs/metering.md, Denials and what is recorded): deployment missing, suspended (or its organization deleted), sandbox
  * tier, MCP disabled. The balance is judged by the caller (check compares, record deducts).
  * `missing` names the reason for a deployment that is not there (stdio: no_deployment_found).
  */
@@ -56,7 +56,7 @@ export async function decide(
     rememberBalance(deps, row);
     return row;
   };
-  // A recent copy of this instance may answer "allowed" (SPEC §4: the check is advisory; record-usage
+  // A recent copy of this instance may answer "allowed" (the check is advisory, docs/adr/0005-cached-checks.md; record-usage
   // deducts under the row lock); a refusal is always judged on the row of record read for this check.
   // Without a copy, the checks of one deployment that miss together share one read, and the reads of
   // many deployments share one statement (credits/balance-reads.ts).

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, createHarness, createTenant, type Harness, json, serviceHeaders, type Tenant } from '../../../test/harness.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
 
-/** SPEC §10 on the metering routes: sizes, unknown fields, types without coercion, malformed bodies. Never a 500. */
+/** Limits on input (docs/input.md) on the metering routes: sizes, unknown fields, types without coercion, malformed bodies. Never a 500. */
 let h: Harness;
 beforeAll(async () => {
   h = await createHarness();
@@ -251,7 +251,7 @@ describe('types, without coercion', () => {
       expectInvalid(await send(url, serviceHeaders(h), body), JSON.stringify(body).slice(0, 60));
     }
     expectInvalid(await send(url, serviceHeaders(h), { amount: 1, reason: 'r', idempotency_key: 7 }), 'idempotency_key number');
-    // SPEC §10: a path id that is not a UUID is 404, like a missing row.
+    // docs/input.md: a path id that is not a UUID is 404, like a missing row.
     expect((await send('/api/v1/mcp/usage/not-a-uuid/refund', serviceHeaders(h), { reason: 'r' })).statusCode).toBe(404);
     const rows = await h.deps.db.query<{ refunded: number }>('SELECT refunded FROM usage_records WHERE id = $1', [used.usage_id]);
     expect(rows).toEqual([{ refunded: 0 }]);

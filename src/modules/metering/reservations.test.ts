@@ -14,7 +14,7 @@ import { DAY, HOUR, MINUTE, SECOND } from '../../clock.js';
 import { createApiKey } from '../api-keys/service.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
 
-/** SPEC §4 beyond the seed: reservations, release, invocation status, refunds, the idempotency window. */
+/** Reservations, release, invocation status, refunds, the idempotency window (docs/metering.md). */
 let h: Harness;
 let advanced: string; // a tool of this file that costs 3 (task_advanced)
 beforeAll(async () => {
@@ -244,7 +244,7 @@ describe('reservations (check with reserve: true)', () => {
       true,
     );
     h.clock.advance(5 * MINUTE + SECOND);
-    // SPEC §4: the hold lasts 5 minutes; after that the credits are spendable, and a check must say so.
+    // docs/metering.md, Reservations: the hold lasts 5 minutes; after that the credits are spendable, and a check must say so.
     expect(json(await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced }))).toMatchObject({
       allowed: true,
       credit_cost: 3,
@@ -440,7 +440,7 @@ describe('invocation status', () => {
   });
 });
 
-describe('idempotency of record (SPEC §4)', () => {
+describe('idempotency of record (docs/metering.md, Idempotency)', () => {
   it('the same invocation_id within 24 h replays; after 24 h it is a new call that deducts again', async () => {
     const t = await tenantWith(10);
     const first = await serviceUsage({ deployment_id: t.deploymentId, tool_name: 'x', invocation_id: 'daily' });

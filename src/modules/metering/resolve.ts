@@ -1,7 +1,7 @@
 import type { Deps } from '../../context.js';
 import type { ResolvedDeployment } from '../../lib/caches.js';
 import { effectiveFlags } from '../entitlements/flags.js';
-import { isUuid } from './state.js';
+import { isUuid } from '../../lib/ids.js';
 
 const NONE: ResolvedDeployment = {
   deployment_id: null,
@@ -12,7 +12,7 @@ const NONE: ResolvedDeployment = {
 };
 
 /**
- * Seed B: the deployment a user's MCP session meters against. `user_id` is a user's id or its
+ * resolve-deployment (service mode): the deployment a user's MCP session meters against. `user_id` is a user's id or its
  * external_id. The user's default organization wins when it has an active primary deployment, else the
  * earliest membership that has one. Answers are cached 5 minutes per user_id and dropped on every
  * instance when membership, tier, suspension or primary deployment change.

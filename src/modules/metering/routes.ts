@@ -15,7 +15,7 @@ import { loadDeploymentState } from './state.js';
 
 const METADATA_LIMIT = 16 * 1024;
 
-/** SPEC §4: the body's invocation_id and the Idempotency-Key header are equals; two different ones are an error. */
+/** The body's invocation_id and the Idempotency-Key header are equals (docs/metering.md, Idempotency); two different ones are an error. */
 function invocationIdOf(request: FastifyRequest, bodyId: string | undefined): string | undefined {
   const headerId = idempotencyKeyHeader(request);
   if (headerId !== undefined && bodyId !== undefined && headerId !== bodyId) {

@@ -7,7 +7,7 @@ const Reason = Nullable(
   }),
 );
 const Tier = Nullable(Type.String({ description: 'Deployment tier', examples: ['launch'] }));
-// SPEC §10: a deployment_id that is not a UUID is 400 here (it used to reach a ::uuid cast: 500).
+// docs/input.md: a deployment_id that is not a UUID is 400 here (it used to reach a ::uuid cast: 500).
 const DeploymentId = Type.String({ format: 'uuid', description: 'Deployment UUID', examples: ['0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f'] });
 
 const reservationFields = {

@@ -15,7 +15,7 @@ import { findLedgerMismatches } from '../credits/ledger.js';
 import { addMember } from '../organizations/service.js';
 import { createUser } from '../users/service.js';
 
-/** Seed part B (service-to-service mode) over HTTP, with the SPEC §4 additions. */
+/** Service-to-service mode (the shared service key) over HTTP, with reservations and idempotency (docs/metering.md). */
 let h: Harness;
 beforeAll(async () => {
   h = await createHarness();
@@ -288,7 +288,7 @@ describe('check-entitlement (service mode)', () => {
       expect(res.statusCode, deploymentId).toBe(200);
       expect(json(res), deploymentId).toEqual(denied('deployment_not_found', null));
     }
-    // SPEC §10: an id that must be a UUID and is not is 400 in a body.
+    // docs/input.md: an id that must be a UUID and is not is 400 in a body.
     expect(json(await check({ deployment_id: 'not-a-uuid', tool_name: 'x' }))).toMatchObject({ code: 'INVALID_REQUEST' });
   });
 
@@ -483,7 +483,7 @@ describe('usage (service mode)', () => {
     const res = await usage({ deployment_id: randomUUID(), tool_name: 'x' });
     expect(res.statusCode).toBe(200);
     expect(json(res)).toMatchObject({ success: false, credits_used: 0, error: 'deployment_not_found' });
-    // SPEC §10: an id that must be a UUID and is not is 400 in a body.
+    // docs/input.md: an id that must be a UUID and is not is 400 in a body.
     expect((await usage({ deployment_id: 'nope', tool_name: 'x' })).statusCode).toBe(400);
   });
 
@@ -515,14 +515,14 @@ describe('credit-costs', () => {
     platform_basic: 1,
   };
 
-  it("lists the seed's ten actions with their credits and null descriptions, cacheable for one hour", async () => {
+  it("lists the ten actions the migration seeds with their credits and null descriptions, cacheable for one hour", async () => {
     const res = await costs();
     expect(res.statusCode).toBe(200);
     expect(String(res.headers['cache-control'])).toMatch(/(^|[\s,])max-age=3600($|[\s,])/);
     const body = json<{ costs: Array<{ action: string; credits: number; description: string | null }> }>(res);
     expect(Array.isArray(body.costs)).toBe(true);
     for (const entry of body.costs) expect(Object.keys(entry).sort()).toEqual(['action', 'credits', 'description']);
-    // Other tests of the run may add actions to the shared database; the seed's ten must all be there, once.
+    // Other tests of the run may add actions to the shared database; the ten seeded ones must all be there, once.
     for (const [action, credits] of Object.entries(SEED)) {
       const entries = body.costs.filter((c) => c.action === action);
       expect(entries, action).toEqual([{ action, credits, description: null }]);

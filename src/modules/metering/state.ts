@@ -1,5 +1,6 @@
 import type { Deps } from '../../context.js';
 import { AppError, UnauthorizedError } from '../../errors.js';
+import { isUuid } from '../../lib/ids.js';
 import { API_KEY_PREFIX, hasTokenLength, isWellFormedToken, sha256Hex } from '../../lib/secrets.js';
 import { cachedBalance } from '../credits/balance-cache.js';
 import type { BalanceRow } from '../credits/service.js';
@@ -137,7 +138,7 @@ export async function loadApiKeyPrincipal(deps: Deps, key: string | undefined): 
 /** When this process last wrote last_used_at per key, so a burst of requests writes once, not once each. */
 const lastTouched = new Map<string, number>();
 
-/** last_used_at at most once a minute per key (SPEC §8), off the response path. */
+/** last_used_at at most once a minute per key (docs/metering.md, Caches), off the response path. */
 function touchApiKey(deps: Deps, apiKeyId: string, lastUsedAt: Date | null, now: Date): void {
   if (lastUsedAt && now.getTime() - lastUsedAt.getTime() < 60_000) return;
   const touched = lastTouched.get(apiKeyId);
@@ -158,9 +159,6 @@ export function requireScope(principal: ApiKeyPrincipal, scope: 'read' | 'write'
     throw new AppError('INSUFFICIENT_SCOPE', `This API key lacks the "${scope}" scope`);
   }
 }
-
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-export const isUuid = (value: string): boolean => UUID_RE.test(value);
 
 /** A deployment by id (cached per instance), with its balance when this instance holds a recent copy; null when unknown. */
 export async function loadDeploymentState(deps: Deps, deploymentId: string): Promise<DeploymentState | null> {

@@ -57,7 +57,7 @@ describe('stdio check-entitlement', () => {
     });
   });
 
-  it('refuses a missing, malformed, revoked or unknown key with 401 and the seed body', async () => {
+  it('refuses a missing, malformed, revoked or unknown key with 401 and the flat unauthorized body', async () => {
     const t = await createTenant(h);
     for (const headers of [{}, bearer('cg_nope'), bearer(mistyped(t.apiKey)), { authorization: t.apiKey }]) {
       const res = await h.request({ method: 'POST', url: '/api/v1/mcp/stdio/check-entitlement', headers, payload: { tool_name: 'x' } });

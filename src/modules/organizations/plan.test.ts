@@ -3,7 +3,7 @@ import { adminHeaders, bearer, createHarness, type Harness, json, signUp, unique
 import { createApiKey } from '../api-keys/service.js';
 
 /**
- * SPEC §8/§11: an organization's plan is `free` unless paid for. Issue 11 found that
+ * An organization's plan is `free` unless paid for (docs/decisions.md, Organization plan). A security review found that
  * `POST /organizations {tier:"enterprise"}` gave any user the enterprise hourly limit for nothing.
  */
 let h: Harness;

@@ -1,6 +1,6 @@
 import type { Ctx } from '../../context.js';
 import { AppError, NotFoundError } from '../../errors.js';
-import { isUuid } from '../metering/state.js';
+import { isUuid } from '../../lib/ids.js';
 
 /** The seeded permissions (migrations/0005): `<resource>.<action>`. */
 export type Permission =
@@ -27,7 +27,7 @@ export type Permission =
 export type Role = 'owner' | 'admin' | 'member' | 'viewer';
 
 /**
- * SPEC §8 scope rule for API keys: reading needs `read`, changing needs `write`, and member, key,
+ * The scope rule for API keys (docs/accounts.md, Roles and permissions): reading needs `read`, changing needs `write`, and member, key,
  * billing and webhook management need `admin`.
  */
 export function scopeFor(permission: Permission): 'read' | 'write' | 'admin' {
@@ -43,7 +43,7 @@ export interface Authorization {
 }
 
 /**
- * The one authorization check (SPEC §8): a user needs a membership whose role grants the permission
+ * The one authorization check (docs/accounts.md, Roles and permissions): a user needs a membership whose role grants the permission
  * (or a per-user override granting it, and no override denying it); an API key needs its own
  * organization and the scope the permission asks for. Another organization is "not found", so ids
  * cannot be probed; a member without the permission gets 403 FORBIDDEN.
@@ -52,7 +52,7 @@ export async function authorize(ctx: Ctx, organizationId: string, permission: Pe
   if (!isUuid(organizationId)) throw new NotFoundError('Organization');
   if (ctx.actor.type === 'api_key') {
     if (ctx.actor.organizationId !== organizationId) throw new NotFoundError('Organization');
-    // SPEC §8: deleting is owner only, and a key is nobody's owner.
+    // docs/accounts.md, Organizations: deleting is owner only, and a key is nobody's owner.
     if (permission === 'organization.delete') throw new AppError('FORBIDDEN', 'Only an owner, signed in, can delete the organization');
     const rows = await ctx.db.query<{ scopes: string[] }>('SELECT scopes FROM api_keys WHERE id = $1', [ctx.actor.apiKeyId]);
     const needed = scopeFor(permission);

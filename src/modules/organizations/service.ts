@@ -32,7 +32,7 @@ export interface CreateOrganizationInput {
 }
 
 /**
- * An organization with its primary deployment (SPEC §2) and the creator as owner, in one transaction:
+ * An organization with its primary deployment (docs/accounts.md, Organizations) and the creator as owner, in one transaction:
  * no organization is ever left without its deployment.
  */
 export async function createOrganization(
@@ -80,8 +80,8 @@ export async function createOrganization(
 }
 
 /**
- * POST /organizations (SPEC §8): the creating user becomes owner; an admin-scoped API key creates for
- * the user who made it. The plan is `free` unless paid for: billing (§9) and the operator set `pro`
+ * POST /organizations (docs/accounts.md, Organizations): the creating user becomes owner; an admin-scoped API key creates for
+ * the user who made it. The plan is `free` unless paid for: billing (docs/billing.md) and the operator set `pro`
  * and `enterprise`, so a caller naming one is refused rather than given it.
  */
 export async function createOrganizationForCaller(ctx: Ctx, body: { name: string; slug: string; tier?: Plan | undefined }) {
@@ -109,7 +109,7 @@ export async function createOrganizationForCaller(ctx: Ctx, body: { name: string
   };
 }
 
-/** PUT /api/v1/admin/organizations/{id} {plan} (SPEC §11): the operator sets the plan; audited, and the hourly limit follows at once. */
+/** PUT /api/v1/admin/organizations/{id} {plan} (docs/operator.md): the operator sets the plan; audited, and the hourly limit follows at once. */
 export async function setOrganizationPlan(ctx: Ctx, id: string, plan: Plan): Promise<OrganizationView> {
   const row = await ctx.db.transaction(async (tx) => {
     const before = await tx.query<OrganizationRow>('SELECT * FROM organizations WHERE id = $1 AND deleted_at IS NULL FOR UPDATE', [id]);

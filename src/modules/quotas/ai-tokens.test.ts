@@ -7,7 +7,7 @@ import { getDeployment } from '../deployments/service.js';
 import { accountAiTokens, assertAiAvailable, creditsForTokens } from './ai-tokens.js';
 
 /**
- * SPEC §6 AI token quota through the service functions the AI proxy will call: counting per period,
+ * The AI token quota (docs/limits.md) through the service functions the AI proxy will call: counting per period,
  * spill-over into purchased credits by model class, the 429 when neither is left, overrides, resets
  * (exactly once), idempotency, and the `quota.threshold` events for AI tokens and monthly credits.
  */
@@ -210,7 +210,7 @@ describe('overrides and resets', () => {
   });
 });
 
-describe('quota.threshold events (SPEC §6)', () => {
+describe('quota.threshold events (docs/limits.md, Quota alerts)', () => {
   it('fire at 80 % and 100 % of the AI token limit, once per threshold per period, into the outbox', async () => {
     const t = await createTenant(h, { tier: 'trial', purchased: 100 });
     await account(t, 799, 0);

@@ -12,7 +12,7 @@ export { creditsForTokens } from '../credits/ai-usage.js';
 export type { AiUsageResult } from '../credits/ai-usage.js';
 
 /**
- * SPEC §6 AI token quota, the gate: which model class a model is, whether a deployment may call AI at
+ * The AI token quota (docs/limits.md), the gate: which model class a model is, whether a deployment may call AI at
  * all. The money (holds, settles, usage records) is written by credits/ai-usage.ts.
  */
 
@@ -35,14 +35,14 @@ export function modelClassOf(ctx: Pick<Ctx, 'config'>, raw: string): ModelClass 
   return best !== undefined ? classes[best]! : ctx.config.aiDefaultModelClass;
 }
 
-/** The seed's 403 for a false flag, with the upgrade link of SPEC §5. */
+/** The 403 `feature_disabled` for a false flag, with its upgrade link (docs/entitlements.md, Flags and gates). */
 export function featureDisabled(ctx: Pick<Ctx, 'config'>, feature: string): AppError {
   return new AppError('FEATURE_NOT_AVAILABLE', `The ${feature} feature is not available on this deployment's tier`, {
     upgrade_url: `${ctx.config.publicBaseUrl}/billing/upgrade`,
   });
 }
 
-/** 403 unless the deployment is active with `ai_enabled` (SPEC §5). */
+/** 403 unless the deployment is active with `ai_enabled` (docs/entitlements.md, Flags and gates). */
 export function assertAiEnabled(ctx: Pick<Ctx, 'config'>, deployment: { status: string; tier: string; flag_overrides: unknown }): void {
   if (deployment.status !== 'active' || !effectiveFlags(deployment.tier, deployment.flag_overrides).ai_enabled) {
     throw featureDisabled(ctx, 'AI');

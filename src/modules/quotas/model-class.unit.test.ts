@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { DEFAULT_MODEL_CLASSES } from '../../config.js';
 import { modelClassOf } from './ai-tokens.js';
 
-/** SPEC §6: the model → class map decides the credit rate past the quota; snapshots of a model keep its class. */
+/** docs/ai-proxy.md, Model classes: the model → class map decides the credit rate past the quota; snapshots of a model keep its class. */
 describe('modelClassOf', () => {
   const ctx = { config: { aiModelClasses: DEFAULT_MODEL_CLASSES, aiDefaultModelClass: 'standard' as const } } as Parameters<typeof modelClassOf>[0];
 

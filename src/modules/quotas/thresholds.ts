@@ -1,7 +1,7 @@
 import type { Queryable } from '../../db/client.js';
 import { appendEvent } from '../events/outbox.js';
 
-/** SPEC §6: `quota.threshold` fires at these percentages of a limit, once per threshold per period. */
+/** docs/limits.md, Quota alerts: `quota.threshold` fires at these percentages of a limit, once per threshold per period. */
 export const THRESHOLDS = [80, 100] as const;
 export type QuotaName = 'ai_tokens' | 'monthly_credits';
 

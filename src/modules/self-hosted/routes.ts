@@ -7,7 +7,7 @@ import { ApiInviteBody, ApiOrgParams, EmailTestBody, EmailTestResult, INVITE_CAP
 import { sendTestEmail } from './email.js';
 import { usersMeRoute } from './users-me.js';
 
-/** Self-hosted /api paths of the seed: /api/users/me, /api/email/test. */
+/** The self-hosted /api paths: /api/users/me, /api/email/test. */
 export async function selfHostedRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   await usersMeRoute(fastify);

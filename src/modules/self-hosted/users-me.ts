@@ -45,7 +45,7 @@ const ApiKeyMe = Type.Object(
 );
 
 /**
- * GET /api/users/me (seed E, self-hosted). Exported on its own so the self-hosted plugin registers it
+ * GET /api/users/me (self-hosted; docs/decisions-keys-billing.md). Exported on its own so the self-hosted plugin registers it
  * next to /api/email/test: `await usersMeRoute(app)` inside selfHostedRoutes.
  */
 export async function usersMeRoute(fastify: FastifyInstance): Promise<void> {

@@ -2,11 +2,11 @@ import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { AppError, NotFoundError } from '../../errors.js';
 import { writeAudit } from '../audit/service.js';
-import { isUuid } from '../metering/state.js';
+import { isUuid } from '../../lib/ids.js';
 import { checkConfig } from './checks.js';
 
 /**
- * SPEC §12 templates: the operator's catalogue (§11 paths, every call audited with actor `operator`)
+ * Templates (docs/templates.md): the operator's catalogue (docs/operator.md paths, every call audited with actor `operator`)
  * and the active templates signed-in users choose from. A template with deployments cannot be deleted
  * (409): deactivate it instead (docs/templates.md).
  */

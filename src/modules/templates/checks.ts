@@ -6,7 +6,7 @@ import { ValidationError } from '../../errors.js';
 /** A `config` (of a template or a deployment) is a JSON object of at most this many bytes serialized. */
 export const CONFIG_MAX_BYTES = 64 * 1024;
 
-/** The schemas check the shape; this also bounds the size (SPEC §10: limits on input). */
+/** The schemas check the shape; this also bounds the size (docs/input.md: limits on input). */
 export function checkConfig(config: unknown, field = 'config'): Record<string, unknown> {
   if (config === null || typeof config !== 'object' || Array.isArray(config)) {
     throw ValidationError.forField(field, 'must be an object');
@@ -18,7 +18,7 @@ export function checkConfig(config: unknown, field = 'config'): Record<string, u
 }
 
 /**
- * Subdomains that would pass for the installation's own services (docs/templates.md, Subdomains):
+ * Subdomains that would pass for the installation's own services (docs/templates.md, Template deployments: reserved subdomains):
  * refused on create, on top of TEMPLATE_RESERVED_SUBDOMAINS. A deployment that already holds one
  * keeps it (a subdomain never changes after creation).
  */

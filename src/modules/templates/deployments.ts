@@ -5,7 +5,7 @@ import type { KeysetPosition } from '../../http/envelope.js';
 import { pageOf } from '../../http/envelope.js';
 import { writeAudit } from '../audit/service.js';
 import { effectiveFlags } from '../entitlements/flags.js';
-import { isUuid } from '../metering/state.js';
+import { isUuid } from '../../lib/ids.js';
 import { authorize } from '../organizations/rbac.js';
 import { featureDisabled } from '../quotas/ai-tokens.js';
 import { findTemplate } from './catalog.js';
@@ -14,8 +14,8 @@ import type { DomainChallenge } from './dns-challenge.js';
 import { assertDomainClaimable, challengeView, claimOf, type DomainStatus, domainTaken, writeClaim } from './domain-claims.js';
 
 /**
- * SPEC §12 template deployments of an organization: owners and admins manage them
- * (`templates.manage`), every role reads them (`templates.read`); API keys per §8 (read to read,
+ * Template deployments of an organization (docs/templates.md): owners and admins manage them
+ * (`templates.manage`), every role reads them (`templates.read`); API keys by scope (read to read,
  * write to change). The status machine and what may change in each status: docs/templates.md.
  */
 export const STATUSES = ['pending', 'deploying', 'active', 'failed'] as const;
@@ -86,7 +86,7 @@ export const deploymentView = (d: TemplateDeploymentRow): TemplateDeploymentView
   updated_at: d.updated_at.toISOString(),
 });
 
-/** One audit row per status change (SPEC §12), in the transaction of the change. */
+/** One audit row per status change (docs/templates.md, Status machine), in the transaction of the change. */
 export async function auditTransition(
   tx: Queryable,
   ctx: Ctx,
@@ -110,7 +110,7 @@ export async function getScoped(db: Queryable, organizationId: string, id: strin
   return rows[0];
 }
 
-/** SPEC §12: a custom domain needs the `custom_domain` flag of the organization's primary deployment. */
+/** docs/templates.md, Custom domains: a custom domain needs the `custom_domain` flag of the organization's primary deployment. */
 async function assertCustomDomainAllowed(ctx: Ctx, organizationId: string): Promise<void> {
   const rows = await ctx.db.query<{ tier: string; flag_overrides: unknown }>(
     'SELECT tier, flag_overrides FROM deployments WHERE organization_id = $1 AND is_primary',
@@ -277,7 +277,7 @@ export async function deleteTemplateDeployment(ctx: Ctx, organizationId: string,
   });
 }
 
-/** SPEC §12: `failed` → `deploying`, due at once with a fresh round of attempts; any other status is 409. */
+/** docs/templates.md, Status machine: `failed` → `deploying`, due at once with a fresh round of attempts; any other status is 409. */
 export async function retryTemplateDeployment(ctx: Ctx, organizationId: string, id: string): Promise<TemplateDeploymentView> {
   await authorize(ctx, organizationId, 'templates.manage');
   await getScoped(ctx.db, organizationId, id);

@@ -9,11 +9,11 @@ import { auditTransition, type Status, type TemplateDeploymentRow } from './depl
 import { provisionedDomain } from './domain-claims.js';
 
 /**
- * SPEC §12 provisioning worker (declared in src/workers/catalog.ts): claims due deployments with FOR
- * UPDATE SKIP LOCKED and a lease, so any number of instances may run it; `pending` becomes
+ * The provisioning worker (docs/templates.md, Provisioners; declared in src/workers/catalog.ts):
+ * claims due deployments with FOR UPDATE SKIP LOCKED and a lease, so any number of instances may run it; `pending` becomes
  * `deploying` at the claim; the provisioner's answer makes it `active`, or schedules the next attempt
- * with the §7 backoff (30 s, 2 min, 10 min, 1 h, ±20 %), or after 5 attempts makes it `failed` with
- * the last error. Each status change writes its audit row in the same transaction.
+ * with the organization webhooks' backoff (30 s, 2 min, 10 min, 1 h, ±20 %), or after 5 attempts
+ * makes it `failed` with the last error. Each status change writes its audit row in the same transaction.
  */
 
 /** A claimed row is leased this long: well past one provisioner call (the webhook attempt timeout, 10 s). */

@@ -10,7 +10,7 @@ import type { TemplateView } from './catalog.js';
 import type { TemplateDeploymentView } from './deployments.js';
 
 /**
- * SPEC §12 status machine, driven by the declared worker run by hand under a manual clock: the
+ * The status machine (docs/templates.md), driven by the declared worker run by hand under a manual clock: the
  * built-in provisioner, a signed provisioner stand-in on loopback that fails and recovers or always
  * fails, retry, the SSRF guard, the 409s of every other transition, and one audit row per transition.
  * The clocks start before the other template suites' rows (2026), so this file's worker never claims them.

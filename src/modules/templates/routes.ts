@@ -30,7 +30,7 @@ const security = anyOf('bearerAuth', 'apiKeyHeader', 'apiKey');
 const config = { auth: 'account' as const };
 
 /**
- * SPEC §12 for users: the active templates, and an organization's template deployments (read with
+ * Templates for users (docs/templates.md): the active templates, and an organization's template deployments (read with
  * templates.read, every role; manage with templates.manage, owners and admins; API keys: read / write).
  */
 export async function templateRoutes(fastify: FastifyInstance): Promise<void> {

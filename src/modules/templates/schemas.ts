@@ -4,7 +4,7 @@ import { SLUG_RE } from '../organizations/service.js';
 import { STATUSES } from './deployments.js';
 import { DOMAIN_STATUSES } from './domain-claims.js';
 
-/** TypeBox schemas of SPEC §12 (the seed's fields), shared by the operator and the application routes. */
+/** TypeBox schemas of templates and template deployments (docs/templates.md), shared by the operator and the application routes. */
 const Uuid = (description: string) => Type.String({ format: 'uuid', description });
 const Timestamp = (description: string) => Type.String({ format: 'date-time', description });
 

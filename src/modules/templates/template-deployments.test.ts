@@ -13,7 +13,7 @@ import type { TemplateView } from './catalog.js';
 import type { TemplateDeploymentView } from './deployments.js';
 
 /**
- * SPEC §12 template deployments over HTTP, before any provisioning: create/read/update/delete,
+ * Template deployments (docs/templates.md) over HTTP, before any provisioning: create/read/update/delete,
  * who may do what (owners and admins manage, members and viewers read, API keys by scope), isolation
  * between organizations, bad input (400 naming the field, nothing written), duplicates (409) and the
  * custom_domain flag (403 FEATURE_NOT_AVAILABLE until the operator turns it on).

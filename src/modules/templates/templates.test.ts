@@ -4,7 +4,7 @@ import { slugOf, templateFixtures } from '../../../test/template-fixtures.js';
 import type { TemplateView } from './catalog.js';
 
 /**
- * SPEC §11/§12 template catalogue: the operator's CRUD (flat shapes, audited, slug rule and
+ * The template catalogue (docs/templates.md): the operator's CRUD (flat shapes, audited, slug rule and
  * uniqueness, http(s) icons, config an object, delete refused while deployments use it) and
  * GET /templates (signed-in users, active templates only).
  */
@@ -21,7 +21,7 @@ const admin = (method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, payload?:
   h.request({ method, url, headers: adminHeaders(h), ...(payload ? { payload } : {}) });
 
 describe('operator CRUD at /api/v1/admin/templates', () => {
-  it('creates with the seed fields and defaults, lists, updates and deletes; every call is audited as the operator', async () => {
+  it('creates with the documented fields and defaults, lists, updates and deletes; every call is audited as the operator', async () => {
     const slug = slugOf('crud');
     const created = await admin('POST', '/api/v1/admin/templates', {
       name: 'Shop',

@@ -3,7 +3,7 @@ import { createHarness, createTenant, type Harness } from '../../../test/harness
 import { parseCsv } from '../../../test/csv-reader.js';
 import { usageFixtures } from '../../../test/usage-fixtures.js';
 
-/** GET /organizations/{id}/usage/records with Accept: text/csv (issue 17). */
+/** GET /organizations/{id}/usage/records with Accept: text/csv (docs/usage-analytics.md). */
 let h: Harness;
 beforeAll(async () => {
   h = await createHarness();

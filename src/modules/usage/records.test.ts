@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { adminHeaders, createHarness, createTenant, type Harness, json } from '../../../test/harness.js';
 import { type RecordPage, usageFixtures } from '../../../test/usage-fixtures.js';
 
-/** GET /organizations/{id}/usage/records: keyset pages, filters and the fields of a record (issue 17). */
+/** GET /organizations/{id}/usage/records: keyset pages, filters and the fields of a record (docs/usage-analytics.md). */
 let h: Harness;
 beforeAll(async () => {
   h = await createHarness();

@@ -22,7 +22,7 @@ function nextUrl(requestUrl: string, cursor: string): string {
 /** `20260115T120000Z`: the moment of an export, for its file name. */
 const compactStamp = (at: Date) => at.toISOString().replace(/[-:]/g, '').replace(/\.\d{3}/, '');
 
-/** Usage analytics of an organization (issue 17, docs/usage-analytics.md): a grouped summary and the records, JSON or CSV. */
+/** Usage analytics of an organization (docs/usage-analytics.md): a grouped summary and the records, JSON or CSV. */
 export async function usageRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 

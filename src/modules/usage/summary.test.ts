@@ -3,7 +3,7 @@ import { adminHeaders, createHarness, createTenant, type Harness, unique } from 
 import { sumGroups, usageFixtures } from '../../../test/usage-fixtures.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
 
-/** GET /organizations/{id}/usage/summary over usage recorded at chosen clock times (issue 17). */
+/** GET /organizations/{id}/usage/summary over usage recorded at chosen clock times (docs/usage-analytics.md). */
 let h: Harness;
 beforeAll(async () => {
   h = await createHarness();

@@ -11,7 +11,7 @@ import {
 } from '../../../test/harness.js';
 import { type ErrorBody, usageFixtures } from '../../../test/usage-fixtures.js';
 
-/** Who may read usage analytics, and the 400s and 404s of bad input (issue 17). */
+/** Who may read usage analytics, and the 400s and 404s of bad input (docs/usage-analytics.md). */
 let h: Harness;
 beforeAll(async () => {
   h = await createHarness();

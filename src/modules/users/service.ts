@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { AppError, NotFoundError } from '../../errors.js';
 import { writeAudit } from '../audit/service.js';
-import { isUuid } from '../metering/state.js';
+import { isUuid } from '../../lib/ids.js';
 
 export interface UserRow {
   id: string;
@@ -15,8 +15,8 @@ export interface UserRow {
 
 /**
  * A user without a password (signs in elsewhere, or before the accounts API exists), made by the
- * operator or the service layer (the demo, the test harness). Its address counts as verified (SPEC §8
- * account safety): the operator vouches for it, as they do for the identity provider that signs it in.
+ * operator or the service layer (the demo, the test harness). Its address counts as verified (docs/accounts.md,
+ * The local mailbox): the operator vouches for it, as they do for the identity provider that signs it in.
  * `emailVerified: false` leaves it to be proven by a mailed link like a signup's.
  */
 export async function createUser(

@@ -3,7 +3,7 @@ import { Agent, request } from 'undici';
 import { guardedLookup } from './ssrf.js';
 
 /**
- * Outbound HTTP for webhooks (SPEC §7), through undici with the SSRF-guarded lookup. One attempt:
+ * Outbound HTTP for webhooks (docs/webhooks.md), through undici with the SSRF-guarded lookup. One attempt:
  * no redirects followed, a time limit for the whole attempt, the answer's body read up to a bound
  * and truncated to 4,096 characters.
  */
@@ -11,7 +11,7 @@ export const RESPONSE_BODY_LIMIT = 4096;
 /** Bytes read from a receiver's answer before it is cut off (the rest is discarded unread). */
 const RESPONSE_READ_LIMIT = 64 * 1024;
 
-/** Headers a proxy must not forward (SPEC §10): hop-by-hop, host, content-length, and ours. */
+/** Headers a proxy must not forward (docs/webhooks.md, The proxy): hop-by-hop, host, content-length, and ours. */
 const DROPPED = new Set([
   'connection',
   'keep-alive',
@@ -151,7 +151,7 @@ function retryAfterMs(value: string | string[] | undefined): number | null {
   return Number.isNaN(at) ? null : Math.max(0, at - Date.now());
 }
 
-/** SPEC §7 in-request schedule: base 250 ms, factor 4, full jitter (~0.25 s, ~1 s). */
+/** The proxy's in-request schedule (docs/webhooks.md): base 250 ms, factor 4, full jitter (~0.25 s, ~1 s). */
 export function proxyBackoffMs(attempt: number, random: () => number = Math.random): number {
   return Math.floor(random() * 250 * 4 ** (attempt - 1));
 }

@@ -37,7 +37,7 @@ function expectDocumented(payload: Delivery['payload']): void {
 }
 
 /**
- * SPEC §7: the operations that cause the organization events write them (and their delivery rows)
+ * docs/webhooks.md, Organization webhooks: the operations that cause the organization events write them (and their delivery rows)
  * in their own transaction; quota.threshold from the one-statement deduction is fanned out by the
  * dispatcher. Metering calls emit nothing per call.
  */

@@ -59,7 +59,7 @@ const tags = ['Webhooks'];
 const security = anyOf('bearerAuth', 'apiKeyHeader', 'apiKey');
 const config = { auth: 'account' as const };
 
-/** SPEC §7 organization webhooks: read with webhooks.read, manage with webhooks.manage (admins and owners; key scope admin). */
+/** Organization webhooks (docs/webhooks.md): read with webhooks.read, manage with webhooks.manage (admins and owners; key scope admin). */
 export async function organizationWebhookRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 

@@ -26,7 +26,7 @@ import { appendEvent, dispatchPending } from '../events/outbox.js';
 import { DISABLE_AFTER_MS, deliverDue, MAX_ATTEMPTS } from './organization.js';
 
 /**
- * SPEC §7 organization webhooks against a real receiver on loopback: CRUD and RBAC over HTTP, the
+ * Organization webhooks (docs/webhooks.md) against a real receiver on loopback: CRUD and RBAC over HTTP, the
  * outbox fan-out, signed delivery (independent HMAC and the standardwebhooks package), the retry
  * schedule driven by a moved clock, 410 and 5-day disabling with owner mails, manual retry and test
  * send, and exactly-once delivery with concurrent workers and workers that die mid-pass.
@@ -171,9 +171,9 @@ function headerSet(r: Received): Record<string, string> {
   };
 }
 
-/** SPEC §7 x-service-signature: the seed's rule written naively, keyed with the secret string exactly as shown. */
-const seedSignature = (secret: string, body: Buffer) => createHmac('sha256', secret).update(body).digest('hex');
-/** SPEC §7 Standard Webhooks key: the decoded remainder of a whsec_ secret, else the secret's UTF-8 bytes. */
+/** x-service-signature (docs/webhooks.md, Verifying a delivery): the rule written naively, keyed with the secret string exactly as shown. */
+const naiveSignature = (secret: string, body: Buffer) => createHmac('sha256', secret).update(body).digest('hex');
+/** The Standard Webhooks key (docs/webhooks.md, Verifying a delivery): the decoded remainder of a whsec_ secret, else the secret's UTF-8 bytes. */
 const standardKeyOf = (secret: string) => (secret.startsWith('whsec_') ? Buffer.from(secret.slice(6), 'base64') : Buffer.from(secret, 'utf8'));
 
 const worker = (name: string) => WORKERS.find((w) => w.name === name)!;
@@ -303,7 +303,7 @@ describe('webhook configuration over HTTP', () => {
       const fields = (JSON.parse(res.body) as ErrorBody).details.fields?.map((f) => f.field) ?? [];
       expect(fields.some((f) => f === field || f.startsWith(`${field}.`)), `${JSON.stringify(payload)} → ${res.body}`).toBe(true);
     }
-    expectError(await create(auth, 'not-a-uuid', { url, events: ['api_key.created'] }), 404, 'NOT_FOUND'); // SPEC §10: a path id that is not a UUID
+    expectError(await create(auth, 'not-a-uuid', { url, events: ['api_key.created'] }), 404, 'NOT_FOUND'); // docs/input.md: a path id that is not a UUID
     expect(await h.deps.db.query('SELECT 1 FROM webhooks WHERE organization_id = $1', [o.organizationId])).toHaveLength(0);
 
     const hook = await createHook(o);
@@ -427,7 +427,7 @@ describe('events and deliveries', () => {
       expect(r.headers['x-service-delivery']).toBe(d.id);
       expect(r.headers['webhook-id']).toBe(d.id);
       // Independent HMAC over the raw bytes, keyed with the secret as shown (the generated one's whsec_ included).
-      expect(r.headers['x-service-signature']).toBe(seedSignature(secret, r.body));
+      expect(r.headers['x-service-signature']).toBe(naiveSignature(secret, r.body));
       // Standard Webhooks, by the reference library: whsec_ decoded by the library, any other secret raw.
       const wh = secret.startsWith('whsec_') ? new Webhook(secret) : new Webhook(Buffer.from(secret, 'utf8'), { format: 'raw' });
       expect(wh.verify(raw, headerSet(r))).toEqual(parsed);
@@ -837,9 +837,9 @@ describe('manual retry and test send', () => {
     const raw = r.body.toString();
     expect(Object.keys(JSON.parse(raw))).toEqual(['id', 'type', 'created_at', 'data']);
     expect(JSON.parse(raw)).toEqual(data.payload);
-    // The generated whsec_ secret, as shown: the seed's naive rule and the Standard Webhooks library both verify.
+    // The generated whsec_ secret, as shown: the naive HMAC rule and the Standard Webhooks library both verify.
     expect(hook.secret).toMatch(/^whsec_/);
-    expect(r.headers['x-service-signature']).toBe(seedSignature(hook.secret, r.body));
+    expect(r.headers['x-service-signature']).toBe(naiveSignature(hook.secret, r.body));
     expect(new Webhook(hook.secret).verify(raw, headerSet(r))).toEqual(data.payload);
     // The record is kept like any other, and no worker sends it again.
     const list = json<{ data: Array<{ id: string }> }>(

@@ -5,14 +5,14 @@ import { type KeysetPosition, pageOf } from '../../http/envelope.js';
 import { decryptSecret, encryptSecret } from '../../lib/crypto-box.js';
 import { enqueueMail, renderMail } from '../../lib/mailer.js';
 import { writeAudit } from '../audit/service.js';
-import { isUuid } from '../metering/state.js';
+import { isUuid } from '../../lib/ids.js';
 import { authorize } from '../organizations/rbac.js';
 import { type AttemptOutcome, forwardableHeaders } from './deliver.js';
 import { signatureHeaders } from './signing.js';
 import { checkTargetUrl } from './ssrf.js';
 
 /**
- * SPEC §7 organization webhooks: configurations (admins and owners), their delivery records, manual
+ * Organization webhooks (docs/webhooks.md): configurations (admins and owners), their delivery records, manual
  * retry and a test send; the delivery worker that sends due records (any number of instances).
  */
 export const EVENT_TYPES = [
@@ -27,9 +27,9 @@ export const EVENT_TYPES = [
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 
-/** Seed: records with no delivery time and fewer than 5 attempts are eligible for retry. */
+/** Records with no delivery time and fewer than 5 attempts are eligible for retry (docs/webhooks.md). */
 export const MAX_ATTEMPTS = 5;
-/** SPEC §7: 30 s, 2 min, 10 min, 1 h between attempts, ±20 % jitter. */
+/** docs/webhooks.md, Organization webhooks: 30 s, 2 min, 10 min, 1 h between attempts, ±20 % jitter. */
 export const RETRY_SCHEDULE_MS = [30_000, 120_000, 600_000, 3_600_000];
 /** A webhook failing this long without a success is disabled and the owners are told. */
 export const DISABLE_AFTER_MS = 5 * 24 * 3_600_000;
@@ -255,7 +255,7 @@ export async function listDeliveries(
   return { items: items.map(deliveryViewOf), next };
 }
 
-/** Manual retry (seed eligibility: not delivered, fewer than 5 attempts): due now. */
+/** Manual retry (eligible when not delivered, fewer than 5 attempts): due now. */
 /**
  * A send asked for by the organization (a test send, a manual retry) acts for its primary deployment,
  * as an organization API key's calls do; while that deployment is suspended it may read but not send

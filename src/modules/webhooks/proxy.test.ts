@@ -7,7 +7,7 @@ import { findLedgerMismatches } from '../credits/ledger.js';
 import type { SendReply } from './proxy.js';
 
 /**
- * SPEC §7 proxy against real receivers on loopback (private networks allowed for them): signing checked
+ * The webhook proxy (docs/webhooks.md) against real receivers on loopback (private networks allowed for them): signing checked
  * by an independent HMAC and by the standardwebhooks package, each retry rule, timeouts, truncation,
  * methods, idempotency, the one credit per send, and bad input that costs nothing.
  */
@@ -55,7 +55,7 @@ describe('a send', () => {
     expect(JSON.parse(got.body.toString())).toEqual({ order: 42, items: ['a', 'b'] });
     expect(got.headers['content-type']).toBe('application/json');
     expect(got.headers['x-service-event']).toBe('order.paid');
-    // x-service-signature: the seed's rule written naively, the secret string as given (whsec_ included).
+    // x-service-signature: the documented rule written naively, the secret string as given (whsec_ included).
     expect(got.headers['x-service-signature']).toBe(createHmac('sha256', secret).update(got.body).digest('hex'));
     // Not the Standard Webhooks key (the decoded remainder): that one signs webhook-signature only.
     const decoded = Buffer.from(secret.slice('whsec_'.length), 'base64');
@@ -70,7 +70,7 @@ describe('a send', () => {
     });
     expect(verified).toEqual({ order: 42, items: ['a', 'b'] });
     expect(got.headers['webhook-id']).toBe(reply.webhookId);
-    // A delivery record with the seed's fields.
+    // A delivery record with the documented fields.
     expect(await deliveries(t)).toEqual([
       expect.objectContaining({ id: reply.webhookId, status: 'delivered', attempt_count: 1, status_code: 202, event_type: 'order.paid' }),
     ]);
@@ -78,7 +78,7 @@ describe('a send', () => {
     expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
   });
 
-  it('keys a plain (non-whsec_) secret with its UTF-8 bytes; the seed’s naive rule and standardwebhooks verify it', async () => {
+  it('keys a plain (non-whsec_) secret with its UTF-8 bytes; the naive HMAC rule and standardwebhooks verify it', async () => {
     const t = await createTenant(h, { tier: 'launch' });
     rx.script({ status: 200 });
     const secret = 'plain-shared-secret-123-é';

@@ -8,14 +8,14 @@ import { readBalance, viewBalance } from '../credits/service.js';
 import type { DeploymentRow } from '../deployments/service.js';
 import { remainingAfter } from '../credits/deduct.js';
 import { IDEMPOTENCY_WINDOW_MS } from '../credits/invocations.js';
-import { isUuid } from '../metering/state.js';
+import { isUuid } from '../../lib/ids.js';
 import { forwardableHeaders, sendWithRetries } from './deliver.js';
 import { type DeliveryRow, type DeliveryView, deliveryViewOf } from './organization.js';
 import { signatureHeaders } from './signing.js';
 import { checkTargetUrl, urlNotAllowed } from './ssrf.js';
 
 /**
- * SPEC §7 proxy: POST /api/v1/proxy/webhooks/send. One credit per send, charged once before the
+ * The webhook proxy (docs/webhooks.md): POST /api/v1/proxy/webhooks/send. One credit per send, charged once before the
  * first attempt and refunded when no attempt could be made; up to 3 attempts inside the request; a
  * delivery record per send; idempotent per deployment for 24 h with the answer kept for replays.
  */
@@ -230,7 +230,7 @@ async function abandon(ctx: Ctx, id: string, error: string): Promise<void> {
   );
 }
 
-/** The deployment's proxy sends, newest first (the delivery records of SPEC §7). */
+/** The deployment's proxy sends, newest first (the delivery records of docs/webhooks.md, The proxy). */
 export async function listProxyDeliveries(
   ctx: Ctx,
   deployment: DeploymentRow,
@@ -263,7 +263,7 @@ export interface WebhookQuota {
   periodEnds: string;
 }
 
-/** GET /api/v1/proxy/webhooks/quota (seed: fields; path decided here). */
+/** GET /api/v1/proxy/webhooks/quota (docs/webhooks.md, The proxy). */
 export async function webhookQuota(ctx: Ctx, deployment: DeploymentRow): Promise<WebhookQuota> {
   const now = ctx.clock.now();
   const balance = viewBalance(await readBalance(ctx.db, deployment.id, now, 'system'));

@@ -9,7 +9,7 @@ import { flatErrors, Nullable, StringEnum } from '../../http/schemas.js';
 import { DeliverySchema } from './organization-routes.js';
 import { getProxyDelivery, listProxyDeliveries, type SendInput, sendWebhook, webhookQuota } from './proxy.js';
 
-/** SPEC §10: at most 50 extra headers and 8 KiB of them. */
+/** docs/input.md (limits on input): at most 50 extra headers and 8 KiB of them. */
 const HEADERS_MAX = 50;
 const HEADERS_BYTES_MAX = 8 * 1024;
 

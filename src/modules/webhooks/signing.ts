@@ -1,10 +1,10 @@
 import { createHmac } from 'node:crypto';
 
 /**
- * SPEC §7 signatures, two keys from one secret:
- * - `x-service-signature` (the seed's header) is the hex HMAC-SHA256 of the exact bytes sent, keyed
+ * Signatures, two keys from one secret (docs/webhooks.md, Verifying a delivery):
+ * - `x-service-signature` (the original interface's header) is the hex HMAC-SHA256 of the exact bytes sent, keyed
  *   with the secret exactly as given or shown (its UTF-8 bytes, a `whsec_` prefix included), so a
- *   receiver that follows the seed's rule literally — `createHmac('sha256', secret)` — verifies it.
+ *   receiver that follows that header's rule literally — `createHmac('sha256', secret)` — verifies it.
  * - The Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64>`
  *   over `id.timestamp.body`) are keyed as that specification says: the base64-decoded remainder of a
  *   `whsec_` secret, or the UTF-8 bytes of any other secret.

@@ -6,10 +6,10 @@ import { type Receiver, startReceiver } from '../../../test/receiver.js';
 import { isBlockedAddress } from './ssrf.js';
 
 /**
- * Issue 11 item 7, written as the attack against the real proxy route with private networks refused
+ * The SSRF guard (docs/webhooks.md, The proxy), written as the attack against the real proxy route with private networks refused
  * (the production default): IPv6 spellings of loopback that the old hand lists missed reach for a
  * real receiver listening on 127.0.0.1, and a host name that resolves to loopback must be refused
- * without the refusal telling the caller which address the name resolved to (SPEC §7).
+ * without the refusal telling the caller which address the name resolved to.
  */
 let h: Harness;
 let rx: Receiver;

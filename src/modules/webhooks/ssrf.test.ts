@@ -7,7 +7,7 @@ import { type Receiver, startReceiver } from '../../../test/receiver.js';
 import { checkTargetUrl, guardedLookup, isBlockedAddress } from './ssrf.js';
 
 /**
- * SPEC §7 SSRF guard with WEBHOOK_ALLOW_PRIVATE_NETWORKS off (the production default): every address
+ * The SSRF guard (docs/webhooks.md, The proxy) with WEBHOOK_ALLOW_PRIVATE_NETWORKS off (the production default): every address
  * and URL form below is refused with 403 URL_NOT_ALLOWED, nothing is delivered and nothing charged —
  * including a DNS name that resolves to loopback (checked at connect time, on the address connected to).
  */

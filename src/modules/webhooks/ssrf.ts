@@ -4,7 +4,7 @@ import ipaddr from 'ipaddr.js';
 import { AppError } from '../../errors.js';
 
 /**
- * SPEC §7 SSRF guard. The address checked is the address connected to: host names are resolved by our
+ * The SSRF guard (docs/webhooks.md, The proxy). The address checked is the address connected to: host names are resolved by our
  * own `lookup` (given to undici's connector), every resolved address is checked and the connection
  * uses only checked ones, so a DNS answer that changes between a check and the connect cannot slip
  * through. IP literals never reach a lookup, so `checkTargetUrl` checks them on their own.
@@ -12,8 +12,8 @@ import { AppError } from '../../errors.js';
  * The rule is an allow-list, not a deny-list: an address may be reached only if ipaddr.js classifies
  * it as plain `unicast`. ipaddr.js's `unicast` means "in none of the special-purpose ranges it knows",
  * so refusing everything that is not positively ordinary fails closed: a range nobody listed is
- * refused, where the hand-written deny lists this replaced failed open (issue 11: `::127.0.0.1` and
- * `::ffff:0:7f00:1` were connected to and charged for). On top of that:
+ * refused, where the hand-written deny lists this replaced failed open (a security review found `::127.0.0.1`
+ * and `::ffff:0:7f00:1` connected to and charged for). On top of that:
  *  - IPv6 forms whose destination *is* the IPv4 address they carry (IPv4-mapped `::ffff:0:0/96`, which
  *    a dual-stack socket sends over IPv4; NAT64 `64:ff9b::/96`, which DNS64 networks synthesise for
  *    every IPv4-only receiver and whose translator forwards to the embedded address) are judged by
@@ -25,14 +25,14 @@ import { AppError } from '../../errors.js';
  *    2002::/16 (the embedded address is a relay), Teredo 2001::/32, IPv4-translated ::ffff:0:0:0/96,
  *    local-use NAT64 64:ff9b:1::/48 (where its IPv4 sits depends on the operator's prefix length,
  *    RFC 6052 §2.2) — are refused whatever they embed: ipaddr.js does not call them `unicast`, and the
- *    pinned list below keeps the ones the issue named refused even if the library's table changes.
+ *    pinned list below keeps the ones that review named refused even if the library's table changes.
  */
 const WELL_KNOWN_NAT64 = ipaddr.parseCIDR('64:ff9b::/96');
 const GLOBAL_UNICAST_V6 = ipaddr.parseCIDR('2000::/3');
 
 /**
- * Refused even if a future ipaddr.js called them `unicast`: the ranges SPEC §7 names (CGNAT, cloud
- * metadata), the benchmarking block, and the IPv6 spellings of IPv4 that issue 11 found connected to.
+ * Refused even if a future ipaddr.js called them `unicast`: the ranges docs/webhooks.md names (CGNAT,
+ * cloud metadata), the benchmarking block, and the IPv6 spellings of IPv4 that the review found connected to.
  */
 const PINNED = [
   '100.64.0.0/10', // CGNAT (Alibaba's metadata service 100.100.100.200 is in it)
@@ -115,7 +115,7 @@ export function checkTargetUrl(raw: string, allowPrivate: boolean): URL {
 
 /**
  * Error that the lookup raises; the delivery code turns it into URL_NOT_ALLOWED and stores its message
- * on the delivery record. It deliberately does not carry the resolved address (SPEC §7): the message
+ * on the delivery record. It deliberately does not carry the resolved address (docs/webhooks.md, The proxy): the message
  * reaches the caller and the record is readable by the tenant, and telling them what a name resolves to
  * inside our network is exactly the reconnaissance an SSRF probe is after.
  */

@@ -3,8 +3,8 @@ import { adminHeaders, createHarness, createTenant, type Harness, json, type Ten
 import { type Receiver, startReceiver } from '../../../test/receiver.js';
 
 /**
- * SPEC §8: a suspended deployment may read (quotas, entitlements) but not spend or send. Issue 11
- * found the webhook proxy delivering and charging for one.
+ * A suspended deployment may read (quotas, entitlements) but not spend or send (docs/decisions.md,
+ * Suspended deployments). A security review found the webhook proxy delivering and charging for one.
  */
 let h: Harness;
 let rx: Receiver;

@@ -56,7 +56,7 @@ const testRows = (webhookId: string) =>
   ]);
 
 describe('webhook test send', () => {
-  it('delivers one webhook.test event signed per SPEC §7, and writes an audit row', async () => {
+  it('delivers one webhook.test event signed as docs/webhooks.md says, and writes an audit row', async () => {
     const o = await owner();
     const hook = await createHook(o, '/signed');
     rx.script({ status: 204 });

@@ -689,7 +689,7 @@ export interface components {
             created: number;
             /** @example gpt-4o-mini */
             id: string;
-            /** @description standard, advanced or premium: the credit rate past the quota (SPEC §6) */
+            /** @description standard, advanced or premium: the credit rate past the quota */
             model_class: string;
             /** @enum {string} */
             object: "model";
@@ -2726,7 +2726,7 @@ export interface operations {
                     "application/json": components["schemas"]["FlatError"];
                 };
             };
-            /** @description AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour), the rate limit of §6, or the provider's own 429 handed on with its Retry-After */
+            /** @description AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour), the per-minute rate limit, or the provider's own 429 handed on with its Retry-After */
             429: {
                 headers: {
                     RateLimit: components["headers"]["RateLimit"];
@@ -2843,7 +2843,7 @@ export interface operations {
                     "application/json": components["schemas"]["FlatError"];
                 };
             };
-            /** @description AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour), the rate limit of §6, or the provider's own 429 handed on with its Retry-After */
+            /** @description AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour), the per-minute rate limit, or the provider's own 429 handed on with its Retry-After */
             429: {
                 headers: {
                     RateLimit: components["headers"]["RateLimit"];
@@ -3219,7 +3219,7 @@ export interface operations {
                     "application/json": components["schemas"]["FlatError"];
                 };
             };
-            /** @description AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour), the rate limit of §6, or the provider's own 429 handed on with its Retry-After */
+            /** @description AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour), the per-minute rate limit, or the provider's own 429 handed on with its Retry-After */
             429: {
                 headers: {
                     RateLimit: components["headers"]["RateLimit"];
