@@ -1,5 +1,5 @@
 /**
- * `npm run bench:ai`: what the AI proxy adds to a call (issue 13). The OpenAI-compatible stand-in runs
+ * `npm run bench:ai`: what the AI proxy adds to a call (docs/benchmarks.md, AI proxy latency). The OpenAI-compatible stand-in runs
  * in one process (bench/lib/ai-stand-in-server.ts), creditgate (production start path, PGlite in memory
  * or with --postgres a fresh PostgreSQL database, AI_BASE_URL → the stand-in) in another
  * (bench/lib/ai-server.ts), this load generator in a third. Every scenario calls the stand-in directly and

@@ -74,7 +74,7 @@ const app = Fastify({ logger: false });
 const randomRow = () => 1 + Math.floor(Math.random() * BASELINE_ROWS);
 
 /**
- * BENCH_BASELINE_RATE_HEADERS=1: answer with the five rate-limit fields SPEC §6 puts on every
+ * BENCH_BASELINE_RATE_HEADERS=1: answer with the five rate-limit fields docs/limits.md puts on every
  * metering answer (same names, same sizes), to see what they cost the server and the load generator.
  */
 const rateHeaders = process.env.BENCH_BASELINE_RATE_HEADERS === '1';

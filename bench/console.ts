@@ -1,5 +1,5 @@
 /**
- * The console's overview with 100,000 usage records on the embedded default (issue 17; docs/console.md
+ * The console's overview with 100,000 usage records on the embedded default (docs/console.md
  * "Budget", docs/benchmarks.md "Console"). The service runs in this process on PGlite in a fresh
  * DATA_DIR (the default of `npm start`), listening on a loopback port; 100,000 records are recorded
  * through the API (service mode, the batcher, so ledger and balances follow) over 30 days of a manual

@@ -66,7 +66,7 @@ export async function seedTenants(app: FastifyInstance, count: number, prefix = 
   };
   await Promise.all(Array.from({ length: app.deps.db.kind === 'postgres' ? 8 : 1 }, worker));
   const hot = await createTenant(ctx, `${prefix}-hot`);
-  // The hot deployment takes thousands of calls a minute: a per-deployment rate limit (SPEC §6,
+  // The hot deployment takes thousands of calls a minute: a per-deployment rate limit (docs/limits.md,
   // growth 10,000/min) would answer 429 and the run would measure the limiter's refusals.
   await setOverrides(ctx, hot.deploymentId, { api_rate_limit: 1_000_000_000 });
   // A production database has planner statistics; a freshly filled one gets them here.

@@ -41,7 +41,7 @@ export function creditgateTarget(
     path,
     shapes: chosen.map((t) => shape(endpoint, t, serviceKey)),
     isSuccess: (body) => body.includes(expect),
-    // Records always carry a fresh invocation id, as the SDK middleware sends (issue 14's method).
+    // Records always carry a fresh invocation id, as the SDK middleware sends (docs/benchmarks.md, Method).
     uniqueInvocationIds: endpoint !== 'check',
   };
 }

@@ -552,7 +552,7 @@ export function renderWebhooks(results: WebhooksResults): string {
   return out.join('\n');
 }
 
-const INTRO = `How many webhook sends a second does the SPEC §7 proxy (\`POST ${SEND_PATH}\`) deliver to a receiver
+const INTRO = `How many webhook sends a second does the webhook proxy ([webhooks.md](webhooks.md), \`POST ${SEND_PATH}\`) deliver to a receiver
 that answers at once, and what bounds it? \`npm run bench:webhooks\` (\`bench/webhooks.ts\`, with
 \`bench/lib/webhooks-server.ts\`, \`bench/lib/webhooks-receiver.ts\` and \`bench/lib/webhooks-load.ts\`)
 answers it. Each run writes the part between the \`bench:webhooks\` markers again; the text around

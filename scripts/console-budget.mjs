@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The console's size budget (issue 17, docs/console.md "Budget"): after `vite build`, the JavaScript
+// The console's size budget (docs/console.md, "Budget"): after `vite build`, the JavaScript
 // of dist/console, gzipped, must stay under 250 KB, counting every chunk (the pages loaded on demand
 // too), not only the first load. `npm run build:console` runs this and fails the build past it.
 import { readdirSync, readFileSync } from 'node:fs';

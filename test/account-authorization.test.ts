@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { adminHeaders, bearer, createHarness, type Harness, json, signUp, signUpAsMember, signUpWithOrganization } from './harness.js';
 
 /**
- * SPEC §8, one table of authorization cases over every organization-scoped route of the application
+ * docs/accounts.md, Roles and permissions: one table of authorization cases over every organization-scoped route of the application
  * API: expired token, revoked key, short scope, viewer writing, member managing keys, a user of another
  * organization. Each route appears once with a body that passes validation, so what is tested is the
  * authorization, not the schema. A new route must be added here (the first test fails otherwise).

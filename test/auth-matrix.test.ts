@@ -25,7 +25,7 @@ function routes(auth?: string) {
   return h.app.routeList.filter((r) => !r.hidden && r.auth !== 'public' && (!auth || r.auth === auth));
 }
 
-/** The 401 body: flat on /api/v1, the envelope elsewhere (SPEC §8). */
+/** The 401 body: flat on /api/v1, the envelope elsewhere (docs/openapi.md, Shapes). */
 function expectUnauthorized(res: { statusCode: number; json(): unknown }, url: string) {
   expect(res.statusCode, url).toBe(401);
   if (url.startsWith('/api/v1/')) expect(res.json(), url).toMatchObject({ error: 'unauthorized', code: 'UNAUTHORIZED' });

@@ -54,7 +54,7 @@ export function creditFixtures(harness: () => Harness) {
         'SELECT amount, monthly_delta, purchased_delta, usage_id FROM credit_ledger WHERE deployment_id = $1 AND kind = $2 ORDER BY id',
         [deploymentId, kind],
       ),
-    /** SPEC §3's invariant for the tenant: the ledger sums to the balance, usage to the deductions. */
+    /** The ledger invariant for the tenant (docs/metering.md, Buckets and the ledger): the ledger sums to the balance, usage to the deductions. */
     async expectLedgerConsistent(t: Tenant): Promise<void> {
       expect(await findLedgerMismatches(harness().deps.db, t.organizationId)).toEqual([]);
     },

@@ -10,7 +10,7 @@ import { adminHeaders, bearer, createHarness, grant, type Harness, serviceHeader
 import { fuzzRequest, type Poison, type SchemaNode } from './fuzz-requests.js';
 
 /**
- * Property-based fuzzing of every operation in /openapi.json (SPEC §10: "No input reaches a 5xx").
+ * Property-based fuzzing of every operation in /openapi.json (docs/input.md: no input reaches a 5xx).
  * Each request carries valid credentials for its route and at least one defect that makes it invalid
  * by construction (NUL or a lone surrogate somewhere, JSON nested too deep, a non-UUID id, a wrong
  * type, a missing or unknown field, a value out of range), on top of random noise: wrong types, huge

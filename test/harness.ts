@@ -156,7 +156,7 @@ export interface SignedInUser {
   refreshToken: string;
 }
 
-/** Sign up a fresh user through the API and verify its address through the real route (SPEC §8); returns its tokens. */
+/** Sign up a fresh user through the API and verify its address through the real route (docs/accounts.md, Email verification); returns its tokens. */
 export async function signUp(h: Harness, fullName = 'Test User'): Promise<SignedInUser> {
   const user = await signUpUnverified(h, fullName);
   await verifyEmailOf(h, user.userId);

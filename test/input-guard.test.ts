@@ -15,7 +15,7 @@ import {
 } from './harness.js';
 
 /**
- * SPEC §10 "No input reaches a 5xx", written as the attacks a security review sent (each got a 500):
+ * docs/input.md (input that must never reach a 5xx), written as the attacks a security review sent (each got a 500):
  * NUL and unpaired surrogates in every part of a request, non-UUID ids, JSON nested 10,000 deep.
  * Each answer is checked for status, wire shape, code and the field named, and nothing is written.
  */

@@ -87,7 +87,7 @@ describe('logs', () => {
     }
   });
 
-  it('never contain an invitation token from a URL path or a ?token= query, whatever the answer (SPEC §8)', async () => {
+  it('never contain an invitation token from a URL path or a ?token= query, whatever the answer (docs/accounts.md, Account safety)', async () => {
     const owner = await signUpWithOrganization(h);
     const other = await signUp(h);
     const invited = await h.request({

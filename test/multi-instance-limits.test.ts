@@ -10,7 +10,7 @@ import { accountAiTokens } from '../src/modules/quotas/ai-tokens.js';
 import { adminHeaders, createHarness, createTenant, type Harness, json, type Tenant, testDatabase } from './harness.js';
 
 /**
- * SPEC §6 with two instances on one database, one Redis and one clock: the per-minute tier window is
+ * Rate limits (docs/limits.md, The window) with two instances on one database, one Redis and one clock: the per-minute tier window is
  * shared (one script per request in Redis), and a period reset raced from both instances happens once.
  */
 const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';

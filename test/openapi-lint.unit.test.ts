@@ -3,7 +3,7 @@ import { serviceOpenApiDocument } from '../scripts/client-types.js';
 import { lintOpenApi } from '../scripts/openapi-lint.js';
 
 /**
- * Issue 15: the document lints clean with tools nobody here wrote — Redocly `recommended` and Spectral
+ * docs/openapi.md, Lint: the document lints clean with tools nobody here wrote — Redocly `recommended` and Spectral
  * `spectral:oas` — under the committed configuration in openapi/ (each rule turned off or finding
  * ignored there says why).
  */

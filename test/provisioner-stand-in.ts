@@ -3,8 +3,8 @@ import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
 /**
- * A template provisioner on loopback for tests (SPEC §12): verifies both signatures of every request
- * on its own (the seed's hex HMAC keyed with the secret as shown, and the Standard Webhooks one keyed
+ * A template provisioner on loopback for tests (docs/templates.md, Provisioners): verifies both signatures of every request
+ * on its own (`x-service-signature`, the hex HMAC keyed with the secret as written, and the Standard Webhooks one keyed
  * with the decoded `whsec_` secret), records it, and answers from a plan per deployment id (the last
  * answer repeats; unknown deployments get 200 with no body).
  */

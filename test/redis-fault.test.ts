@@ -10,7 +10,7 @@ import { RedisRateLimiter } from '../src/lib/rate-limiter.js';
 import { adminHeaders, bearer, createHarness, createTenant, type Harness, json, type Tenant } from './harness.js';
 
 /**
- * SPEC §6 with Redis going away and coming back: a private redis-server for this file, killed and
+ * Rate limits with Redis going away and coming back (docs/limits.md, Redis outage): a private redis-server for this file, killed and
  * restarted on the same port. While it is down, metering answers as before, /readyz names Redis, the
  * limit still applies per instance (logged once per outage), and the shared window resumes after.
  */

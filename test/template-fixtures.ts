@@ -5,7 +5,7 @@ import type { TemplateDeploymentView } from '../src/modules/templates/deployment
 import { adminHeaders, bearer, type Harness, json, unique } from './harness.js';
 
 /**
- * Fixtures of the template suites (SPEC §12): an operator-made template, a template deployment made
+ * Fixtures of the template suites (docs/templates.md): an operator-made template, a template deployment made
  * over HTTP, the envelope error check, and the audit rows of a resource. `harness` is read at call
  * time, so a file may create its harness in `beforeAll`.
  */

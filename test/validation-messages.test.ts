@@ -9,7 +9,7 @@ afterAll(async () => {
   await h.close();
 });
 
-describe('a refused field is named once, in words (issue 15)', () => {
+describe('a refused field is named once, in words (docs/openapi.md, Shapes)', () => {
   it('an invalid tier: one line, not one "must be equal to constant" per value', async () => {
     const t = await createTenant(h);
     const res = await h.request({

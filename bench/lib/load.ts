@@ -18,7 +18,7 @@ export interface LoadTarget {
   /** Whether a 2xx answer is what the scenario expects (allowed, deducted); anything else is a failure. */
   isSuccess: (body: string) => boolean;
   /**
-   * Give every request its own `invocation_id` (issue 14's method: the SDK middleware always sends one,
+   * Give every request its own `invocation_id` (docs/benchmarks.md, Method: the SDK middleware always sends one,
    * so a record claims a fresh invocation). The body must be a JSON object.
    */
   uniqueInvocationIds?: boolean;

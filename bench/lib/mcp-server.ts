@@ -59,7 +59,7 @@ export interface McpVerification {
   usageCredits: number;
   ledgerDeducts: number;
   ledgerRefunds: number;
-  /** Credits gone from the balance since the seed: monthly_used + GRANT − purchased_balance. */
+  /** Credits gone from the balance since seeding: monthly_used + GRANT − purchased_balance. */
   creditsSpent: number;
   /** credit_balances.reserved: credits held by reservations that are still open. */
   reserved: number;

@@ -98,9 +98,9 @@ export interface Results {
   storages: StorageResult[];
 }
 
-/** Targets of the issue, on PostgreSQL: share of the matching baseline's throughput, and p99 at the fixed load. */
+/** The targets (docs/benchmarks.md, Method), on PostgreSQL: share of the matching baseline's throughput, and p99 at the fixed load. */
 /**
- * Issue 14: check-entitlement ≥ 1.0× the one-SELECT route; record-usage (and service usage) over many
+ * docs/benchmarks.md, Method: check-entitlement ≥ 1.0× the one-SELECT route; record-usage (and service usage) over many
  * deployments ≥ 1.0× the one-UPDATE route; one hot deployment ≥ 2.0× the naive hot-row route.
  */
 export const TARGET_RATIO: Record<Endpoint, Record<Spread, number>> = {

@@ -6,7 +6,7 @@
  *   sends       requests carrying x-service-webhook-id (sent by the proxy)
  *   duplicates  sends whose webhook id it had already seen (a retry after a lost answer)
  *   signed      sends with signature headers; badSignatures those whose x-service-signature is not
- *               the HMAC-SHA256 of the body keyed with the secret given as argv[2], as given (SPEC §7:
+ *               the HMAC-SHA256 of the body keyed with the secret given as argv[2], as given (docs/webhooks.md, Verifying a delivery:
  *               a whsec_ secret's UTF-8 bytes, prefix included)
  * The parent reads the counters over IPC (`counts`).
  */

@@ -57,7 +57,7 @@ export interface WebhooksVerification {
   usageCredits: number;
   ledgerDeducts: number;
   ledgerRefunds: number;
-  /** Credits gone from the balances since the seed: Σ monthly_used + grants − Σ purchased_balance. */
+  /** Credits gone from the balances since seeding: Σ monthly_used + grants − Σ purchased_balance. */
   creditsSpent: number;
   /** The hot deployment's balance. */
   hotMonthlyUsed: number;

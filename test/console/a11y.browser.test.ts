@@ -8,7 +8,7 @@ import { type ConsoleService, startConsoleService, browserTimeouts } from './bro
 browserTimeouts();
 
 /**
- * An accessibility check of every console page with axe-core (issue 17): no serious or critical
+ * An accessibility check of every console page with axe-core (docs/console.md, Tests): no serious or critical
  * violation of WCAG 2.x A/AA rules. The context bypasses the page's CSP only so that axe's script can
  * be injected; the pages are otherwise exactly as served.
  */

@@ -61,7 +61,7 @@ describe('console members page', () => {
     await guest.page.getByRole('button', { name: 'Create account' }).click();
     await guest.page.getByText(`Signed in as ${invitee}.`).waitFor();
 
-    // SPEC §8: only a verified user accepts; the console shows the API's refusal.
+    // Only a verified user accepts (docs/accounts.md, Email verification); the console shows the API's refusal.
     await guest.page.getByRole('button', { name: 'Accept invitation' }).click();
     await expect.poll(() => guest.page.getByRole('alert').textContent()).toMatch(/Verify your email.*\(FORBIDDEN\)/);
     const guestLogin = await s.h.request({ method: 'POST', url: '/auth/login', payload: { email: invitee, password: PASSWORD } });

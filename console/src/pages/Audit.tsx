@@ -5,7 +5,7 @@ import { ErrorNote, Field, Loading, PageHeader, useLoad } from '../ui';
 import { LoadMore, usePages } from './paging';
 import type { Schemas } from '../types';
 
-/** GET /organizations/{id}/audit-logs (SPEC §8): who changed what, newest first. */
+/** GET /organizations/{id}/audit-logs (docs/decisions-keys-billing.md, Audit log): who changed what, newest first. */
 export type AuditEntry = Schemas['AuditLogEntry'];
 
 type Member = Schemas['Member'];

@@ -5,7 +5,7 @@ import { CreditgateError } from './errors.js';
 import { type Answer, type CallOptions, Transport, type TransportOptions } from './http.js';
 import type * as T from './types.js';
 
-/** Any of the seed's three credentials; a client may hold several (a hosted server with a service key and its deployment's credentials). */
+/** Any of the service's three credentials (docs/client.md, Client); a client may hold several (a hosted server with a service key and its deployment's credentials). */
 export interface Credentials {
   /** Organization API key (`cg_…`): stdio mode. */
   apiKey?: string;
@@ -16,7 +16,7 @@ export interface Credentials {
   deploymentSecret?: string;
 }
 
-/** How long answers may be reused; each is capped at what the seed allows. `false` turns caching off. */
+/** How long answers may be reused; each is capped at the limits of docs/client.md, Caches. `false` turns caching off. */
 export interface CacheOptions {
   /** check-entitlement answers (not reservations, never a denial for credits); ≤ 5 minutes, default 5 minutes. */
   entitlementsMs?: number;
@@ -124,7 +124,7 @@ export class CreditgateClient {
     this.costs = undefined;
   }
 
-  // ---- seed part A: stdio mode (organization API key) ----
+  // ---- stdio mode (organization API key) ----
 
   readonly stdio = {
     /** May this organization run the tool, and what does it cost? `reserve: true` holds the cost for 5 minutes. */
@@ -141,7 +141,7 @@ export class CreditgateClient {
     },
   };
 
-  // ---- seed part B: service-to-service mode (X-MCP-Service-Key) ----
+  // ---- service-to-service mode (X-MCP-Service-Key) ----
 
   readonly service = {
     /** The deployment a user's session meters against. Found deployments are cached up to 5 minutes. */
@@ -231,7 +231,7 @@ export class CreditgateClient {
     return answer.data;
   }
 
-  // ---- seed part C: entitlements and quota (deployment credentials) ----
+  // ---- entitlements and quota (deployment credentials) ----
 
   readonly entitlements = {
     /** The deployment's entitlement snapshot, cached for its next_check_seconds; forceRefresh bypasses both caches. */
@@ -260,7 +260,7 @@ export class CreditgateClient {
       (await this.call<T.AiQuota>({ method: 'GET', path: '/api/v1/ai/quota', headers: this.deploymentHeaders(), idempotent: true })).data,
   };
 
-  // ---- seed part D: webhook proxy (deployment credentials) ----
+  // ---- webhook proxy (deployment credentials) ----
 
   readonly webhooks = {
     /**

@@ -177,7 +177,7 @@ describe('check-entitlement answers', () => {
 describe('credit costs, resolve, entitlement snapshot', () => {
   it('credit costs are cached 1 hour; forceRefresh asks', async () => {
     const v = serviceRig();
-    // At least the seed's ten (other files of this worker may add actions to the shared database).
+    // At least the ten default actions (other files of this worker may add actions to the shared database).
     expect((await v.c.service.creditCosts()).costs.length).toBeGreaterThanOrEqual(10);
     v.advance(HOUR - 1);
     await v.c.service.creditCosts();
@@ -249,7 +249,7 @@ describe('cache options', () => {
     expect(d.count(PATHS.snapshot)).toBe(2);
   });
 
-  it("TTLs above the seed's caps are capped; shorter ones are honoured", async () => {
+  it('TTLs above the caps of docs/client.md are capped; shorter ones are honoured', async () => {
     const t = await createTenant(live.h, { tier: 'launch' });
     const long = serviceRig({ entitlementsMs: HOUR, creditCostsMs: 24 * HOUR, resolveMs: HOUR });
     const calls = (c: Rig['c']) =>

@@ -111,7 +111,7 @@ describe('stdio mode (organization API key)', () => {
     expect(recorded).toMatchObject({ success: true, credits_used: 3, invocation_id: id });
     expect(await c.getInvocation(id)).toMatchObject({ status: 'recorded', usage_id: recorded.usage_id, credits_used: 3, reserved_credits: 0 });
     expect(await balanceOf(t)).toMatchObject({ reserved: 0, monthly_used: 3 });
-    // Only the platform refunds (SPEC §4): the organization's own key is refused.
+    // Only the platform refunds (docs/metering.md, Refunds): the organization's own key is refused.
     expect(await rejection(c.refundUsage(recorded.usage_id!, { amount: 1, reason: 'slow answer' }))).toMatchObject({ code: 'FORBIDDEN', status: 403 });
     const partial = await service().refundUsage(recorded.usage_id!, { amount: 1, reason: 'slow answer' });
     expect(partial).toMatchObject({ usage_id: recorded.usage_id, credits_refunded: 1, credits_forfeited: 0, total_refunded: 1, credits_remaining: 1998 });
@@ -161,9 +161,9 @@ describe('service mode (X-MCP-Service-Key)', () => {
     expect(unknown).toMatchObject({ allowed: false, reason: 'deployment_not_found', credits_available: null });
   });
 
-  it("creditCosts lists the seed's ten actions", async () => {
+  it('creditCosts lists the ten default actions (docs/metering.md, Costs of tools)', async () => {
     const { costs } = await service().service.creditCosts();
-    const seed = [
+    const defaults = [
       ['crew_execute', 5],
       ['generate', 3],
       ['platform_basic', 1],
@@ -175,8 +175,8 @@ describe('service mode (X-MCP-Service-Key)', () => {
       ['task_advanced', 3],
       ['task_basic', 1],
     ] as const;
-    // Other test files of this worker share the database and may add actions: each seed action is there once.
-    for (const [action, credits] of seed) {
+    // Other test files of this worker share the database and may add actions: each default action is there once.
+    for (const [action, credits] of defaults) {
       expect(costs.filter((c) => c.action === action), action).toEqual([{ action, credits, description: null }]);
     }
   });

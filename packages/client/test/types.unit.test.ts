@@ -30,13 +30,13 @@ import { describe, expectTypeOf, it } from 'vitest';
 
 /**
  * Compile-time checks (`tsc --noEmit`) that the types generated from the service's OpenAPI document
- * still carry the seed's fields with the seed's types: if a schema loses or retypes a field, these fail
+ * still carry the documented fields (docs/client.md) with their types: if a schema loses or retypes a field, these fail
  * to compile. At run time the assertions are no-ops.
  */
 type Reasons = 'sandbox_tier' | 'insufficient_credits' | 'no_deployment_found' | 'deployment_not_found' | 'mcp_disabled';
 
 describe('exported types (checked by tsc)', () => {
-  it('seed A: stdio check and record', () => {
+  it('stdio mode: check and record', () => {
     expectTypeOf<StdioCheckInput['tool_name']>().toEqualTypeOf<string>();
     expectTypeOf<StdioCheckInput>().toHaveProperty('reserve').toEqualTypeOf<boolean | undefined>();
     expectTypeOf<StdioCheckResult['allowed']>().toEqualTypeOf<boolean>();
@@ -55,7 +55,7 @@ describe('exported types (checked by tsc)', () => {
     expectTypeOf<WithReplay<RecordResult>['replayed']>().toEqualTypeOf<boolean>();
   });
 
-  it('seed B: service mode', () => {
+  it('service mode', () => {
     expectTypeOf<ResolveResult>().toEqualTypeOf<{
       deployment_id: string | null;
       organization_id: string | null;
@@ -86,7 +86,7 @@ describe('exported types (checked by tsc)', () => {
     expectTypeOf<RefundResult['credits_remaining']>().toEqualTypeOf<number | null>();
   });
 
-  it('seed C: entitlement snapshot and AI quota', () => {
+  it('entitlement snapshot and AI quota', () => {
     expectTypeOf<EntitlementSnapshot['status']>().toEqualTypeOf<string>();
     expectTypeOf<EntitlementSnapshot['tier']>().toEqualTypeOf<string>();
     expectTypeOf<EntitlementSnapshot['next_check_seconds']>().toEqualTypeOf<number>();
@@ -114,7 +114,7 @@ describe('exported types (checked by tsc)', () => {
     expectTypeOf<AiQuota['tier']>().toEqualTypeOf<string>();
   });
 
-  it('seed D: webhook proxy (camelCase answers)', () => {
+  it('webhook proxy (camelCase answers)', () => {
     expectTypeOf<WebhookSendInput['url']>().toEqualTypeOf<string>();
     expectTypeOf<WebhookSendInput['payload']>().toExtend<Record<string, unknown>>();
     expectTypeOf<WebhookSendInput>().toHaveProperty('method').toEqualTypeOf<'POST' | 'PUT' | 'PATCH' | undefined>();
@@ -141,7 +141,7 @@ describe('exported types (checked by tsc)', () => {
     expectTypeOf<WebhookDelivery['attempt_count']>().toEqualTypeOf<number>();
   });
 
-  it('the client methods return those types; errors carry the seed fields', () => {
+  it('the client methods return those types; errors carry the documented fields', () => {
     expectTypeOf<CreditgateClient['stdio']['checkEntitlement']>().returns.resolves.toEqualTypeOf<StdioCheckResult>();
     expectTypeOf<CreditgateClient['stdio']['recordUsage']>().returns.resolves.toEqualTypeOf<WithReplay<RecordResult>>();
     expectTypeOf<CreditgateClient['service']['checkEntitlement']>().returns.resolves.toEqualTypeOf<ServiceCheckResult>();

@@ -16,7 +16,7 @@ interface ToolAction {
   updated_at: string;
 }
 
-/** The credit cost of every action and the tool → action mappings (SPEC §3), as stored now, with their edits. */
+/** The credit cost of every action and the tool → action mappings (docs/metering.md, Costs of tools), as stored now, with their edits. */
 export function CostTables() {
   const call = useOperator();
   const costs = useLoad(() => call<{ credit_costs: CreditCost[] }>('GET', '/api/v1/admin/credit-costs'), [call]);

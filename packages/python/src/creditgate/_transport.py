@@ -236,7 +236,7 @@ def error_from_body(
     code = text(body.get("code"))
     if code is None:
         code = "RATE_LIMITED" if status == 429 else "SERVICE_UNAVAILABLE" if is_retryable_status(status) else f"HTTP_{status}"
-    # The webhook proxy speaks camelCase (SPEC §7); accept snake_case too should a route use it.
+    # The webhook proxy speaks camelCase (docs/webhooks.md, The proxy); accept snake_case too should a route use it.
     required = body.get("creditsRequired", body.get("credits_required"))
     available = body.get("creditsAvailable", body.get("credits_available"))
     fields = body.get("fields")

@@ -38,7 +38,7 @@ WEBHOOK_SEND_TIMEOUT = 35.0
 
 @dataclass(frozen=True)
 class CacheOptions:
-    """How long answers may be reused, in seconds; each is capped at what the seed allows."""
+    """How long answers may be reused, in seconds; each is capped at the limits of docs/client.md, Caches."""
 
     # check-entitlement answers (not reservations, never a denial for credits); <= 5 minutes.
     entitlements: float = FIVE_MINUTES
@@ -250,7 +250,7 @@ class Client:
 
 
 class _Stdio:
-    """Seed part A: stdio mode (organization API key)."""
+    """Stdio mode (organization API key)."""
 
     def __init__(self, client: Client) -> None:
         self._c = client
@@ -286,7 +286,7 @@ class _Stdio:
 
 
 class _Service:
-    """Seed part B: service-to-service mode (X-MCP-Service-Key)."""
+    """Service-to-service mode (X-MCP-Service-Key)."""
 
     def __init__(self, client: Client) -> None:
         self._c = client
@@ -371,7 +371,7 @@ class _Service:
 
 
 class _Entitlements:
-    """Seed part C: the deployment's entitlement snapshot (deployment credentials)."""
+    """The deployment's entitlement snapshot (deployment credentials)."""
 
     def __init__(self, client: Client) -> None:
         self._c = client
@@ -407,7 +407,7 @@ class _Ai:
 
 
 class _Webhooks:
-    """Seed part D: the webhook proxy (deployment credentials)."""
+    """The webhook proxy (deployment credentials)."""
 
     def __init__(self, client: Client) -> None:
         self._c = client

@@ -127,7 +127,7 @@ class AiQuota(TypedDict):
     credits_per_premium: int
 
 
-# The webhook proxy's answers are camelCase on the wire (SPEC §7), and stay so here.
+# The webhook proxy's answers are camelCase on the wire (docs/webhooks.md, The proxy), and stay so here.
 WebhookSendResult = TypedDict(
     "WebhookSendResult",
     {
