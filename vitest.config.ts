@@ -5,6 +5,20 @@ import { defineConfig } from 'vitest/config';
  * One suite, three projects: pure unit tests once; every database test on the embedded PGlite and
  * on the PostgreSQL server (a fresh database per run, made by test/global-setup-postgres.ts).
  */
+/**
+ * Tests that need no database but start processes: the CLI and the served binary, the TypeScript
+ * compiler over generated types, Redocly and Spectral. Their own project keeps `npm run test:unit`
+ * (pure functions only) a loop of seconds; `npm test` runs every project (CONTRIBUTING.md).
+ */
+const SPAWNING = [
+  'test/cli.unit.test.ts',
+  'test/cli-demo.unit.test.ts',
+  'test/cli-commands.unit.test.ts',
+  'test/openapi-generator.unit.test.ts',
+  'test/openapi-lint.unit.test.ts',
+  'src/db/data-dir-permissions.unit.test.ts',
+];
+
 export default defineConfig({
   // The client SDK's tests run against its source, not its build.
   resolve: {
@@ -21,7 +35,15 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        test: { name: 'unit', include: ['src/**/*.unit.test.ts', 'test/**/*.unit.test.ts', 'packages/*/test/**/*.unit.test.ts', 'console/src/**/*.unit.test.ts'] },
+        test: {
+          name: 'unit',
+          include: ['src/**/*.unit.test.ts', 'test/**/*.unit.test.ts', 'packages/*/test/**/*.unit.test.ts', 'console/src/**/*.unit.test.ts'],
+          exclude: [...SPAWNING, '**/node_modules/**'],
+        },
+      },
+      {
+        extends: true,
+        test: { name: 'spawn', include: SPAWNING },
       },
       {
         extends: true,
