@@ -562,15 +562,19 @@ export async function applyBatch(
       const it = items[index]!;
       const key = keyOf(it.deploymentId, it.invocationId!);
       const row = claimedHere.has(key) ? undefined : rowsByKey.get(key);
-      // The first request of a key settles its row; the others see what it left, after the batch.
-      rowsByKey.delete(key);
+      // The first request of a key that settles its row takes it; the others see what it left, after
+      // the batch. One that declines it (a record of another tool, an overdue hold) leaves it to the
+      // next: a release beside a record of another tool still gives the hold back, as in either serial
+      // order (the money model of credits/engine.model.test.ts found it answering "nothing held").
       if (it.release) {
         // An overdue hold is left to the single path: this batch's own sweep of overdue holds (step 3)
         // could expire it under the release and give its credits back twice.
         const overdue = row !== undefined && row.reservation_expires_at.getTime() <= batchNow.getTime();
         if (claimedHere.has(key) || overdue) outcomes[index] = { claimed: false };
-        else if (row) terms[index] = { kind: 'release', cost: row.reserved_amount, release: 0 };
-        else outcomes[index] = { claimed: true, result: { ...NOTHING_HELD }, cost: 0 };
+        else if (row) {
+          terms[index] = { kind: 'release', cost: row.reserved_amount, release: 0 };
+          rowsByKey.delete(key);
+        } else outcomes[index] = { claimed: true, result: { ...NOTHING_HELD }, cost: 0 };
         continue;
       }
       const spendable =
@@ -578,8 +582,10 @@ export async function applyBatch(
         row.tool_name === it.toolName &&
         row.created_at.getTime() > idempotencyFloor &&
         row.reservation_expires_at.getTime() > batchNow.getTime();
-      if (spendable) terms[index] = { kind: 'spend', cost: row.reserved_amount, release: row.reserved_amount };
-      else outcomes[index] = { claimed: false };
+      if (spendable) {
+        terms[index] = { kind: 'spend', cost: row.reserved_amount, release: row.reserved_amount };
+        rowsByKey.delete(key);
+      } else outcomes[index] = { claimed: false };
     }
   }
 

@@ -106,6 +106,33 @@ describe('concurrent metering', () => {
     expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
   });
 
+  it('a release sent together with a record of the same id for another tool still gives the hold back', async () => {
+    // Found by the money model (credits/engine.model.test.ts): in one deduction batch the record took the
+    // held row, declined it (another tool: 422), and the release then answered "nothing held" with the
+    // hold left for the sweep. In either serial order the release gives the credit back.
+    const t = await createTenant(h, { tier: 'trial' });
+    for (let i = 0; i < 20; i++) {
+      const id = `rel-other-${i}`;
+      const held = await h.request({
+        method: 'POST',
+        url: '/api/v1/mcp/check-entitlement',
+        headers: serviceHeaders(h),
+        payload: { deployment_id: t.deploymentId, tool_name: 'tool-a', reserve: true, invocation_id: id },
+      });
+      expect(json(held).allowed, held.body).toBe(true);
+      const [record, release] = await Promise.all([
+        h.request({ method: 'POST', url: '/api/v1/mcp/usage', headers: serviceHeaders(h), payload: { deployment_id: t.deploymentId, tool_name: 'tool-b', invocation_id: id } }),
+        h.request({ method: 'POST', url: `/api/v1/mcp/reservations/${id}/release`, headers: serviceHeaders(h), payload: { deployment_id: t.deploymentId } }),
+      ]);
+      expect(record.statusCode, record.body).toBe(422);
+      expect(json(record).code).toBe('IDEMPOTENCY_KEY_REUSED');
+      expect(release.statusCode, release.body).toBe(200);
+      expect(json(release), `round ${i}`).toEqual({ invocation_id: id, status: 'released', released_credits: 1 });
+      expect((await balanceOf(t.deploymentId)).reserved).toBe(0);
+    }
+    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
+
   it('the same invocation_id sent 20 times concurrently deducts once and answers the same', async () => {
     const t = await createTenant(h, { tier: 'launch' });
     const results = await Promise.all(
