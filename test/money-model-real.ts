@@ -1,0 +1,221 @@
+import { isDeepStrictEqual } from 'node:util';
+import type { Ctx } from '../src/context.js';
+import { AppError } from '../src/errors.js';
+import { holdAiTokens, releaseAiHold, settleAiTokens } from '../src/modules/credits/ai-usage.js';
+import { findLedgerMismatches } from '../src/modules/credits/ledger.js';
+import { findOwedMismatches } from '../src/modules/credits/owed.js';
+import { expireReservations } from '../src/modules/credits/reservations.js';
+import { readBalance } from '../src/modules/credits/service.js';
+import { adminHeaders, bearer, type Harness, serviceHeaders, type Tenant } from './harness.js';
+import * as M from './money-model.js';
+
+/**
+ * The real side of src/modules/credits/engine.model.test.ts: each operation drives the engine through
+ * its HTTP routes (record-usage in both modes, reserve, release, operator grants and refunds) or its
+ * verbs (AI holds and settles, the reservation sweep, a balance read), and comes back as an answer shaped
+ * like the model's (test/money-model.ts) so the two can be compared.
+ */
+
+export interface World {
+  now: number;
+  deps: M.Deployment[];
+}
+
+export interface Real {
+  h: Harness;
+  tenants: Tenant[];
+  /** Tool names: [0] costs 1 (platform_basic), [1] costs 3 (task_advanced). */
+  tools: [string, string];
+}
+
+export const TOOL_COST = [1, 3] as const;
+
+/** The operations that may run side by side in one step (they go through the group commit). */
+export type BatchOp =
+  | { kind: 'record'; dep: number; tool: 0 | 1; inv: string | null; stdio: boolean }
+  | { kind: 'reserve'; dep: number; tool: 0 | 1; inv: string }
+  | { kind: 'release'; dep: number; inv: string };
+
+export const describeOp = (op: BatchOp): string =>
+  op.kind === 'release' ? `release(d${op.dep}, ${op.inv})` : `${op.kind}(d${op.dep}, cost ${TOOL_COST[op.tool]}, ${op.inv ?? 'no id'}${op.kind === 'record' && op.stdio ? ', stdio' : ''})`;
+
+export function modelOp(w: World, op: BatchOp): M.Answer {
+  const d = w.deps[op.dep]!;
+  if (op.kind === 'release') return M.release(d, w.now, op.inv);
+  const tool = `t${op.tool}`;
+  if (op.kind === 'reserve') return M.reserve(d, w.now, tool, TOOL_COST[op.tool], op.inv);
+  return M.record(d, w.now, tool, TOOL_COST[op.tool], op.inv);
+}
+
+export interface RealAnswer {
+  status: number;
+  replayed: boolean;
+  body: Record<string, unknown>;
+}
+
+async function http(r: Real, method: 'POST', url: string, headers: Record<string, string>, payload: Record<string, unknown>): Promise<RealAnswer> {
+  const res = await r.h.request({ method, url, headers, payload });
+  return { status: res.statusCode, replayed: res.headers['idempotent-replayed'] === 'true', body: res.json() as Record<string, unknown> };
+}
+
+export function realOp(r: Real, op: BatchOp): Promise<RealAnswer> {
+  const t = r.tenants[op.dep]!;
+  const service = serviceHeaders(r.h);
+  if (op.kind === 'release') {
+    return http(r, 'POST', `/api/v1/mcp/reservations/${op.inv}/release`, service, { deployment_id: t.deploymentId });
+  }
+  const id = op.inv === null ? {} : { invocation_id: op.inv };
+  const tool_name = r.tools[op.tool];
+  if (op.kind === 'reserve') {
+    return http(r, 'POST', '/api/v1/mcp/check-entitlement', service, { deployment_id: t.deploymentId, tool_name, reserve: true, ...id });
+  }
+  if (op.stdio) return http(r, 'POST', '/api/v1/mcp/stdio/record-usage', bearer(t.apiKey), { tool_name, ...id });
+  return http(r, 'POST', '/api/v1/mcp/usage', service, { deployment_id: t.deploymentId, tool_name, ...id });
+}
+
+/**
+ * Does the engine's answer match the model's? Only the fields the model states are compared; a
+ * `usage` is matched by id (a new usage record: any id the model has not seen).
+ */
+export function sameAnswer(w: World, expected: M.Answer, real: RealAnswer): boolean {
+  if (expected.anyOf) return expected.anyOf.some((a) => sameAnswer(w, a, real));
+  if (expected.status !== real.status) return false;
+  if (expected.replayed !== undefined && expected.replayed !== real.replayed) return false;
+  for (const [key, value] of Object.entries(expected.body)) {
+    if (key === 'usage') {
+      const u = value as M.Usage | null;
+      const got = real.body.usage_id ?? null;
+      if (u === null ? got !== null : u.id !== null ? got !== u.id : typeof got !== 'string' || known(w, got)) return false;
+    } else if (!isDeepStrictEqual(real.body[key], value)) return false;
+  }
+  return true;
+}
+
+const known = (w: World, id: string) => w.deps.some((d) => d.usages.some((u) => u.id === id));
+
+/** After a match: the model's new usage records take the engine's ids. */
+export function adoptIds(expected: M.Answer, real: RealAnswer): void {
+  const u = expected.body.usage as M.Usage | null | undefined;
+  if (u && u.id === null) u.id = real.body.usage_id as string;
+}
+
+// ---- Operations that run alone. ----
+
+export function realChangePurchased(r: Real, dep: number, amount: number): Promise<RealAnswer> {
+  const t = r.tenants[dep]!;
+  return http(r, 'POST', `/api/v1/admin/deployments/${t.deploymentId}/credits`, adminHeaders(r.h), { amount, reason: 'model' });
+}
+
+export function realRefund(r: Real, usageId: string, amount: number | undefined): Promise<RealAnswer> {
+  return http(r, 'POST', `/api/v1/admin/usage/${usageId}/refund`, adminHeaders(r.h), { reason: 'model', ...(amount === undefined ? {} : { amount }) });
+}
+
+const ctxOf = (r: Real, t: Tenant): Ctx => ({ ...r.h.ctx, actor: { type: 'deployment', deploymentId: t.deploymentId, organizationId: t.organizationId } });
+const depOf = (t: Tenant) => ({ id: t.deploymentId, organization_id: t.organizationId });
+const YEARS = 10 * 366 * 24 * 60 * 60_000;
+
+async function refusal(p: Promise<RealAnswer>): Promise<RealAnswer> {
+  try {
+    return await p;
+  } catch (err) {
+    if (!(err instanceof AppError)) throw err;
+    return { status: err.status, replayed: false, body: { code: err.code, ...err.extra } };
+  }
+}
+
+export function realAiHold(r: Real, dep: number, prompt: number, output: number, cls: M.ModelClass): Promise<RealAnswer & { id?: string }> {
+  const t = r.tenants[dep]!;
+  // The hold never lapses within a run: the sweep of AI holds is global, other suites' holds share the database.
+  const expiresAt = new Date(r.h.clock.now().getTime() + YEARS);
+  return refusal(
+    holdAiTokens(ctxOf(r, t), depOf(t), { model: 'gpt-4o-mini', modelClass: cls, promptTokens: prompt, outputPerChoice: output, choices: 1, expiresAt }).then(
+      (held) => ({ status: 200, replayed: false, id: held.id, body: { ...held } }),
+    ),
+  );
+}
+
+export async function realAiSettle(r: Real, dep: number, holdId: string, cls: M.ModelClass, tokens: number): Promise<RealAnswer> {
+  const t = r.tenants[dep]!;
+  const inputTokens = Math.floor(tokens / 2);
+  const result = await settleAiTokens(ctxOf(r, t), depOf(t), { model: 'gpt-4o-mini', modelClass: cls, holdId, inputTokens, outputTokens: tokens - inputTokens });
+  return { status: 200, replayed: result.replayed, body: { ...result, usage_id: result.usageId } };
+}
+
+export async function realAiRelease(r: Real, dep: number, holdId: string): Promise<RealAnswer> {
+  const released = await releaseAiHold(r.h.deps.db, r.tenants[dep]!.deploymentId, holdId, r.h.clock.now());
+  return { status: 200, replayed: false, body: { released } };
+}
+
+/** The clock moves; the reservation sweep (the worker's verb) runs for this run's deployments only. */
+export async function realAdvance(r: Real, ms: number): Promise<void> {
+  r.h.clock.advance(ms);
+  for (const t of r.tenants) await expireReservations(r.h.deps.db, r.h.clock.now(), t.deploymentId);
+}
+
+/** A read that brings the row up to date (what GET /ai/quota and the operator's reads do). */
+export async function realTouch(r: Real, dep: number): Promise<void> {
+  await readBalance(r.h.deps.db, r.tenants[dep]!.deploymentId, r.h.clock.now(), 'model');
+}
+
+// ---- The state after every step. ----
+
+export interface Row {
+  monthly_allocation: number | null;
+  monthly_used: number;
+  purchased_balance: number;
+  reserved: number;
+  credits_owed: number;
+  ai_tokens_used: number;
+  ai_tokens_over_limit: number;
+  ai_tokens_reserved: number;
+  ai_credits_reserved: number;
+  period_start: string;
+  period_end: string;
+  usages: number;
+  usage_net: number;
+  usage_short: number;
+}
+
+export async function realRows(r: Real): Promise<Row[]> {
+  const rows = await r.h.deps.db.query<Row & { deployment_id: string; period_start: Date; period_end: Date }>(
+    `SELECT b.deployment_id, b.monthly_allocation, b.monthly_used, b.purchased_balance, b.reserved, b.credits_owed, b.ai_tokens_used,
+            b.ai_tokens_over_limit, b.ai_tokens_reserved, b.ai_credits_reserved, b.period_start, b.period_end,
+            (SELECT count(*) FROM usage_records u WHERE u.deployment_id = b.deployment_id)::int AS usages,
+            (SELECT COALESCE(SUM(quantity - refunded) FILTER (WHERE success), 0) FROM usage_records u WHERE u.deployment_id = b.deployment_id)::int AS usage_net,
+            (SELECT COALESCE(SUM(credits_short), 0) FROM usage_records u WHERE u.deployment_id = b.deployment_id)::int AS usage_short
+     FROM credit_balances b WHERE b.deployment_id = ANY($1::uuid[])`,
+    [r.tenants.map((t) => t.deploymentId)],
+  );
+  return r.tenants.map((t) => {
+    const { deployment_id: _, period_start, period_end, ...row } = rows.find((x) => x.deployment_id === t.deploymentId)!;
+    return { ...row, period_start: period_start.toISOString(), period_end: period_end.toISOString() };
+  });
+}
+
+export function modelRows(w: World): Row[] {
+  return w.deps.map((d) => ({
+    monthly_allocation: d.allocation,
+    monthly_used: d.used,
+    purchased_balance: d.purchased,
+    reserved: d.reserved,
+    credits_owed: d.owed,
+    ai_tokens_used: d.aiUsed,
+    ai_tokens_over_limit: d.aiOver,
+    ai_tokens_reserved: d.aiTokensHeld,
+    ai_credits_reserved: d.aiCreditsHeld,
+    period_start: new Date(d.periodStart).toISOString(),
+    period_end: new Date(d.periodEnd).toISOString(),
+    usages: d.usages.length,
+    usage_net: d.usages.reduce((n, u) => n + (u.success ? u.quantity - u.refunded : 0), 0),
+    usage_short: d.usages.reduce((n, u) => n + u.short, 0),
+  }));
+}
+
+/** ADR 0003's invariants 1 and 8 for this run's organizations: the finders find nothing. */
+export async function booksMismatches(r: Real): Promise<unknown[]> {
+  const found: unknown[] = [];
+  for (const t of r.tenants) {
+    found.push(...(await findLedgerMismatches(r.h.deps.db, t.organizationId)), ...(await findOwedMismatches(r.h.deps.db, t.organizationId)));
+  }
+  return found;
+}
