@@ -2,7 +2,7 @@ import { pathToFileURL } from 'node:url';
 import pg from 'pg';
 
 /**
- * A webhook-delivery worker that dies in the middle of its pass (src/modules/webhooks/organization.test.ts,
+ * A webhook-delivery worker that dies in the middle of its pass (src/modules/webhooks/organization-exactly-once.test.ts,
  * PostgreSQL only). It claims the due deliveries with the statement deliverDue uses, prints the claimed ids
  * as one JSON line on stdout, and then blocks until it is killed (SIGKILL) — it never sends anything.
  *
