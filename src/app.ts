@@ -19,14 +19,14 @@ import { LocalRateLimiter, type RateLimiter, RedisRateLimiter } from './lib/rate
 import { registerRateLimits } from './http/rate-limit.js';
 import { registerRequestMetrics } from './http/request-metrics.js';
 import { aiRoutes } from './modules/ai/routes.js';
-import { BalanceReads } from './modules/credits/balance-reads.js';
-import { DeductionBatcher } from './modules/credits/batcher.js';
+import { BalanceReads, DeductionBatcher } from './modules/credits/index.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
 import { auditRoutes } from './modules/audit/routes.js';
 import { billingProxyRoutes } from './modules/billing/proxy-routes.js';
 import { billingRoutes } from './modules/billing/routes.js';
 import { stripeWebhookRoutes } from './modules/billing/stripe-routes.js';
 import { deploymentRoutes } from './modules/deployments/routes.js';
+import { authenticateDeployment } from './modules/deployments/service.js';
 import { memberRoutes } from './modules/members/routes.js';
 import { selfHostedRoutes } from './modules/self-hosted/routes.js';
 import { adminOrganizationRoutes } from './modules/admin/organization-routes.js';
@@ -35,12 +35,14 @@ import { adminMailboxRoutes } from './modules/admin/mailbox-routes.js';
 import { adminRoutes } from './modules/admin/routes.js';
 import { adminTemplateRoutes } from './modules/admin/template-routes.js';
 import { authRoutes } from './modules/auth/routes.js';
+import { authenticateAccessToken } from './modules/auth/service.js';
 import { entitlementRoutes } from './modules/entitlements/routes.js';
 import { watchOutboxBacklog } from './modules/events/backlog.js';
 import { healthRoutes } from './modules/health/routes.js';
 import { homeRoutes } from './modules/home/routes.js';
 import { CONSOLE_DIR, consoleIsBuilt, consoleRoutes } from './modules/console/routes.js';
 import { meteringRoutes } from './modules/metering/routes.js';
+import { loadApiKeyPrincipal } from './modules/metering/state.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
 import { templateRoutes } from './modules/templates/routes.js';
 import { usageRoutes } from './modules/usage/routes.js';
@@ -144,7 +146,8 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   });
   app.setValidatorCompiler(validatorCompiler);
   registerErrorHandling(app, clock);
-  registerAuth(app);
+  // The modules that own the credentials check them; http/ only asks (ARCHITECTURE.md, Layers).
+  registerAuth(app, { accessToken: authenticateAccessToken, apiKey: loadApiKeyPrincipal, deployment: authenticateDeployment });
   registerRateLimits(app);
   registerInputGuard(app); // after auth and the rate limit, before validation and handlers: docs/input.md
   registerIdempotencyKeyCheck(app);

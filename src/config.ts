@@ -3,7 +3,7 @@ import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
 import { makePrivateDir, PRIVATE_FILE_MODE, SECRETS_FILE } from './lib/data-dir.js';
-import { TIERS, type Tier } from './modules/entitlements/tiers.js';
+import { TIERS, type Tier } from './lib/tiers.js';
 
 /**
  * Every environment variable the service reads, parsed and validated in one place.

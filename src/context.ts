@@ -5,8 +5,7 @@ import type { Database } from './db/client.js';
 import type { Bus } from './lib/bus.js';
 import type { Caches } from './lib/caches.js';
 import type { Metrics } from './lib/metrics.js';
-import type { BalanceReads } from './modules/credits/balance-reads.js';
-import type { DeductionBatcher } from './modules/credits/batcher.js';
+import type { BalanceReads, DeductionBatcher } from './modules/credits/index.js';
 import type { RateLimiter } from './lib/rate-limiter.js';
 import type { OutboundHttp } from './modules/webhooks/deliver.js';
 
@@ -21,7 +20,7 @@ export interface Deps {
   metrics: Metrics;
   /** Outbound HTTP for webhooks, with the SSRF guard (docs/webhooks.md, The proxy). */
   outbound: OutboundHttp;
-  /** Group commit of deductions: every deduction of the hot paths goes through it (credits/batcher.ts). */
+  /** Group commit of deductions: every deduction of the hot paths goes through it (credits/engine/queue.ts). */
   deductions: DeductionBatcher;
   /** Balance reads of advisory checks, gathered into one statement (credits/balance-reads.ts). */
   balanceReads: BalanceReads;

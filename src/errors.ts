@@ -182,8 +182,3 @@ export function openAiErrorBody(err: AppError): Record<string, unknown> {
     },
   };
 }
-
-/** Which wire shape a path answers with. */
-export function usesFlatShape(url: string): boolean {
-  return url.startsWith('/api/v1/') || url === '/api/v1' || url.startsWith('/webhooks/');
-}

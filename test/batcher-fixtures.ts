@@ -1,5 +1,6 @@
-import { type BatchDeduction, type BatchOutcome, DeductionBatcher } from '../src/modules/credits/batcher.js';
-import type { DeductResult } from '../src/modules/credits/deduct.js';
+import { DeductionBatcher } from '../src/modules/credits/engine/queue.js';
+import type { BatchDeduction, BatchOutcome } from '../src/modules/credits/engine/types.js';
+import type { DeductResult } from '../src/modules/credits/rules.js';
 import type { Database, Transaction } from '../src/db/client.js';
 import type { Harness, Tenant } from './harness.js';
 

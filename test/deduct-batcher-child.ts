@@ -2,7 +2,7 @@ import { pathToFileURL } from 'node:url';
 import { testConfig } from '../src/config.js';
 import { openDatabase } from '../src/db/client.js';
 import { requestHash } from '../src/lib/canonical-json.js';
-import { DeductionBatcher } from '../src/modules/credits/batcher.js';
+import { DeductionBatcher } from '../src/modules/credits/engine/queue.js';
 
 /**
  * Deductions through the real group commit in a process of its own, for the SIGKILL test

@@ -3,7 +3,7 @@ import fc from 'fast-check';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
-import { usesFlatShape } from '../src/errors.js';
+import { usesFlatShape } from '../src/http/route-prefixes.js';
 import { createApiKey } from '../src/modules/api-keys/service.js';
 import { createOrganization } from '../src/modules/organizations/service.js';
 import { adminHeaders, bearer, createHarness, grant, type Harness, serviceHeaders, signUp, unique } from './harness.js';

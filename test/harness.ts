@@ -12,7 +12,7 @@ import { startEmailVerification } from '../src/modules/auth/email-verification.j
 import { forgetBalance } from '../src/modules/credits/balance-cache.js';
 import { changePurchased } from '../src/modules/credits/service.js';
 import { updateDeployment } from '../src/modules/deployments/service.js';
-import type { Tier } from '../src/modules/entitlements/tiers.js';
+import type { Tier } from '../src/lib/tiers.js';
 import { createOrganization } from '../src/modules/organizations/service.js';
 import { createUser } from '../src/modules/users/service.js';
 

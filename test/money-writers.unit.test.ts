@@ -47,3 +47,32 @@ describe('one owner of the money tables', () => {
     expect(WRITE.test('INSERT INTO usage_records (id) VALUES ($1)')).toBe(true);
   });
 });
+
+/**
+ * One entry point (docs/adr/0006-one-money-engine.md): outside src/modules/credits/, source files import
+ * credits only through credits/index.ts, so callers use its verbs and never build the engine's batches
+ * or choose its paths.
+ */
+const CREDITS_IMPORT = /(?:from\s+|import\s*\(\s*)'((?:\.\.?\/)+(?:modules\/)?credits\/[^']+)'/g;
+
+describe('one entry point to credits', () => {
+  const root = join(import.meta.dirname, '..', 'src');
+  const imports = () =>
+    sources(root).flatMap((file) => {
+      const rel = relative(root, file);
+      if (rel.startsWith(join('modules', 'credits'))) return [];
+      return [...readFileSync(file, 'utf8').matchAll(CREDITS_IMPORT)].map((m) => ({ rel, target: m[1]! }));
+    });
+
+  it('no source file outside credits imports anything of credits but its index', () => {
+    const offenders = imports()
+      .filter(({ target }) => !target.endsWith('/credits/index.js'))
+      .map(({ rel, target }) => `${rel} -> ${target}`);
+    expect(offenders).toEqual([]);
+  });
+
+  it('the scan sees the imports of credits (a rule that finds nothing proves nothing)', () => {
+    expect(imports().length).toBeGreaterThan(10);
+  });
+});
+

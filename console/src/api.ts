@@ -4,6 +4,7 @@
  * to carry away. The refresh token is an HttpOnly cookie the browser sends to /console/session only.
  */
 
+import { ApiError, errorOf } from './api-errors';
 import { sameOriginNext } from './links';
 import type { Schemas } from './types';
 
@@ -13,19 +14,6 @@ export interface SessionAnswer {
   access_token: string;
   expires_in: number;
   user: User;
-}
-
-/** An error answer of the API, with its machine-readable code. */
-export class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    readonly fields: Array<{ field: string; message: string }> = [],
-  ) {
-    super(message);
-    this.name = 'ApiError';
-  }
 }
 
 let accessToken: string | null = null;
@@ -39,26 +27,6 @@ export function onSignedOut(listener: () => void): () => void {
 }
 
 const CONSOLE_HEADERS = { 'x-creditgate-console': '1' };
-
-async function errorOf(res: Response): Promise<ApiError> {
-  let body: unknown = null;
-  try {
-    body = await res.json();
-  } catch {
-    // not JSON: the status speaks
-  }
-  const b = (body ?? {}) as Record<string, unknown>;
-  // Envelope {success:false, error:{code,message}, details:{fields}} or flat {error, code, message}.
-  if (b.error && typeof b.error === 'object') {
-    const e = b.error as { code?: string; message?: string };
-    const details = (b.details ?? {}) as { fields?: Array<{ field: string; message: string }> };
-    return new ApiError(res.status, e.code ?? 'ERROR', e.message ?? res.statusText, details.fields ?? []);
-  }
-  if (typeof b.code === 'string') {
-    return new ApiError(res.status, b.code, typeof b.message === 'string' ? b.message : res.statusText, (b.fields as never) ?? []);
-  }
-  return new ApiError(res.status, `HTTP_${res.status}`, res.statusText || 'Request failed');
-}
 
 async function sessionCall(method: string, path: string, body?: unknown): Promise<SessionAnswer> {
   const res = await fetch(path, {

@@ -1,5 +1,5 @@
 import { type ReactNode, useCallback, useEffect, useRef, useState } from 'react';
-import { ApiError } from './api';
+import { ApiError } from './api-errors';
 
 /** Load something when the inputs change; `reload` runs it again. Answers of a superseded load are dropped. */
 export function useLoad<T>(load: () => Promise<T>, inputs: unknown[]): { data: T | undefined; error: unknown; loading: boolean; reload: () => void } {

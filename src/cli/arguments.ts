@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from 'commander';
-import { TIERS, type Tier } from '../modules/entitlements/tiers.js';
+import { TIERS, type Tier } from '../lib/tiers.js';
 
 /**
  * Parsers for the operator commands' arguments, so a mistake is a one-line usage error (exit 2)

@@ -1,5 +1,5 @@
 import { Argument, type Command, Option } from 'commander';
-import { TIERS } from '../modules/entitlements/tiers.js';
+import { TIERS } from '../lib/tiers.js';
 import { type AdminApi, path } from './admin-api.js';
 import * as parse from './arguments.js';
 import { UsageError } from './exit-codes.js';

@@ -1,6 +1,6 @@
 /**
  * PostgreSQL array literals (`{…}`) for statements that take whole columns as arrays
- * (`unnest($1::uuid[], …)`, credits/batcher.ts). Passing the literal as text is what node-postgres and
+ * (`unnest($1::uuid[], …)`, credits/engine/write.ts). Passing the literal as text is what node-postgres and
  * PGlite would send for a JS array too, but they build it element by element through their generic
  * value encoders, a large part of a batch's CPU on the server's thread
  * (docs/benchmarks.md, "Two round trips per batch"). Here each element type has one short path.

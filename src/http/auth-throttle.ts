@@ -3,6 +3,7 @@ import { MINUTE } from '../clock.js';
 import { AppError, flatErrorBody } from '../errors.js';
 import { type Decision, hashedSubject, retryAfterSeconds, type WindowSpec } from '../lib/rate-limiter.js';
 import { rateLimitHeaders } from './rate-limit.js';
+import { isIntegrationApi } from './route-prefixes.js';
 
 /**
  * Failed authentication on /api/v1 is throttled per client IP (docs/limits.md, "Failed authentication").
@@ -16,8 +17,6 @@ import { rateLimitHeaders } from './rate-limit.js';
  */
 export const FAILED_AUTH_LIMIT = 100;
 export const FAILED_AUTH_WINDOW_MS = MINUTE;
-
-const isThrottledPath = (url: string) => url.startsWith('/api/v1/');
 
 const failureWindow = (ip: string): WindowSpec[] => [
   { subject: hashedSubject('auth-fail', ip), name: 'failed-auth', limit: FAILED_AUTH_LIMIT, windowMs: FAILED_AUTH_WINDOW_MS },
@@ -44,7 +43,7 @@ function throttledAnswer(reply: FastifyReply, decision: Decision): string {
 export function registerFailedAuthCounting(app: FastifyInstance): void {
   // Callback style: every answer passes here, and only a 401 has anything to wait for.
   app.addHook('onSend', (request: FastifyRequest, reply, payload, done) => {
-    if (reply.statusCode !== 401 || !isThrottledPath(request.url)) {
+    if (reply.statusCode !== 401 || !isIntegrationApi(request.url)) {
       done(null, payload);
       return;
     }

@@ -1,11 +1,10 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { type Actor, actingAs, type Ctx, type Deps } from '../context.js';
 import { AppError, UnauthorizedError } from '../errors.js';
+import { type KeyScope, type Principals, requireScope } from '../lib/principals.js';
 import { API_KEY_PREFIX, safeEqual, sha256Hex } from '../lib/secrets.js';
-import { authenticateAccessToken } from '../modules/auth/service.js';
-import { authenticateDeployment, type DeploymentRow } from '../modules/deployments/service.js';
-import { type ApiKeyPrincipal, loadApiKeyPrincipal, requireScope } from '../modules/metering/state.js';
 import { registerFailedAuthCounting } from './auth-throttle.js';
+import { isApiPath } from './route-prefixes.js';
 
 /**
  * How a route authenticates, declared in its `config.auth`. The onRequest hook below runs it before
@@ -34,7 +33,22 @@ export type AuthMode =
   | 'deploymentOrApiKey'
   | 'user'
   | 'account';
-export type KeyScope = 'read' | 'write' | 'admin';
+
+type ApiKeyPrincipal = Principals['apiKey'];
+type DeploymentPrincipal = Principals['deployment'];
+
+/**
+ * How each credential is checked. The modules that own the credentials do it (app.ts hands their
+ * functions to registerAuth), so this layer imports none of them (ARCHITECTURE.md, Layers).
+ */
+export interface CredentialChecks {
+  /** A user's access token: its user and live session (modules/auth/service.ts). */
+  accessToken(deps: Deps, token: string): Promise<{ userId: string; sessionId: string }>;
+  /** An organization API key with its primary deployment (modules/metering/state.ts). */
+  apiKey(deps: Deps, key: string | undefined): Promise<ApiKeyPrincipal>;
+  /** X-Deployment-ID and X-Deployment-Secret (modules/deployments/service.ts). */
+  deployment(deps: Deps, id: string | undefined, secret: string | undefined): Promise<DeploymentPrincipal>;
+}
 
 type AuthResult =
   | { kind: 'public'; ctx: Ctx }
@@ -42,7 +56,7 @@ type AuthResult =
   | { kind: 'service'; ctx: Ctx }
   | { kind: 'admin'; ctx: Ctx }
   | { kind: 'metrics'; ctx: Ctx }
-  | { kind: 'deployment'; ctx: Ctx; deployment: DeploymentRow }
+  | { kind: 'deployment'; ctx: Ctx; deployment: DeploymentPrincipal }
   | { kind: 'user'; ctx: Ctx; userId: string; sessionId: string };
 
 declare module 'fastify' {
@@ -74,7 +88,7 @@ export function bearerToken(request: FastifyRequest): string | undefined {
   return match?.[1];
 }
 
-async function authenticate(request: FastifyRequest, mode: AuthMode, scope: KeyScope | undefined): Promise<AuthResult> {
+async function authenticate(request: FastifyRequest, mode: AuthMode, scope: KeyScope | undefined, check: CredentialChecks): Promise<AuthResult> {
   const { config } = request.server.deps;
   switch (mode) {
     case 'public':
@@ -88,7 +102,7 @@ async function authenticate(request: FastifyRequest, mode: AuthMode, scope: KeyS
     }
     case 'metrics': {
       // The operator key keeps working; a scraper sends the token it was given, which opens nothing else.
-      if (header(request, 'x-admin-key') !== undefined || config.metricsToken === undefined) return authenticate(request, 'admin', scope);
+      if (header(request, 'x-admin-key') !== undefined || config.metricsToken === undefined) return authenticate(request, 'admin', scope, check);
       const token = bearerToken(request);
       // Compared as digests: constant time whatever the lengths.
       if (!token || !safeEqual(sha256Hex(token), sha256Hex(config.metricsToken))) {
@@ -97,56 +111,52 @@ async function authenticate(request: FastifyRequest, mode: AuthMode, scope: KeyS
       return { kind: 'metrics', ctx: ctxFor(request, { type: 'system' }) };
     }
     case 'apiKeyOrService':
-      return authenticate(request, header(request, 'x-mcp-service-key') !== undefined ? 'service' : 'apiKey', scope);
+      return authenticate(request, header(request, 'x-mcp-service-key') !== undefined ? 'service' : 'apiKey', scope, check);
     case 'user': {
       const token = bearerToken(request);
       if (!token || token.startsWith(API_KEY_PREFIX)) throw new UnauthorizedError('Sign in: send a user access token');
-      const { userId, sessionId } = await authenticateAccessToken(request.server.deps, token);
+      const { userId, sessionId } = await check.accessToken(request.server.deps, token);
       return { kind: 'user', ctx: ctxFor(request, { type: 'user', userId }), userId, sessionId };
     }
     case 'account': {
       const token = bearerToken(request);
       const apiKey = header(request, 'x-api-key') ?? (token?.startsWith(API_KEY_PREFIX) ? token : undefined);
-      if (apiKey === undefined) return authenticate(request, 'user', scope);
-      const principal = await loadApiKeyPrincipal(request.server.deps, apiKey);
+      if (apiKey === undefined) return authenticate(request, 'user', scope, check);
+      const principal = await check.apiKey(request.server.deps, apiKey);
       const actor: Actor = { type: 'api_key', apiKeyId: principal.apiKeyId, organizationId: principal.organizationId };
       return { kind: 'apiKey', ctx: ctxFor(request, actor), principal };
     }
     case 'deploymentOrApiKey': {
-      if (header(request, 'x-deployment-id') !== undefined) return authenticate(request, 'deployment', scope);
-      const principal = await loadApiKeyPrincipal(request.server.deps, header(request, 'x-api-key') ?? bearerToken(request));
+      if (header(request, 'x-deployment-id') !== undefined) return authenticate(request, 'deployment', scope, check);
+      const principal = await check.apiKey(request.server.deps, header(request, 'x-api-key') ?? bearerToken(request));
       if (scope) requireScope(principal, scope);
       const actor: Actor = { type: 'api_key', apiKeyId: principal.apiKeyId, organizationId: principal.organizationId };
       return { kind: 'apiKey', ctx: ctxFor(request, actor), principal };
     }
     case 'apiKey': {
-      const principal = await loadApiKeyPrincipal(request.server.deps, bearerToken(request));
+      const principal = await check.apiKey(request.server.deps, bearerToken(request));
       if (scope) requireScope(principal, scope);
       const actor: Actor = { type: 'api_key', apiKeyId: principal.apiKeyId, organizationId: principal.organizationId };
       return { kind: 'apiKey', ctx: ctxFor(request, actor), principal };
     }
     case 'deployment': {
-      const deployment = await authenticateDeployment(
-        request.server.deps,
-        header(request, 'x-deployment-id'),
-        header(request, 'x-deployment-secret'),
-      );
+      const deployment = await check.deployment(request.server.deps, header(request, 'x-deployment-id'), header(request, 'x-deployment-secret'));
       const actor: Actor = { type: 'deployment', deploymentId: deployment.id, organizationId: deployment.organization_id };
       return { kind: 'deployment', ctx: ctxFor(request, actor), deployment };
     }
   }
 }
 
-/** Every /api route must say how it authenticates; a route without `config.auth` fails the boot. */
-export function registerAuth(app: FastifyInstance): void {
+/** Every API route must say how it authenticates; a route without `config.auth` fails the boot. */
+export function registerAuth(app: FastifyInstance, check: CredentialChecks): void {
   app.addHook('onRoute', (route) => {
-    if (/^\/(api|auth|organizations|invitations|billing|templates)(\/|$)/.test(route.url) && !(route.config as { auth?: AuthMode } | undefined)?.auth) {
+    if (isApiPath(route.url) && !(route.config as { auth?: AuthMode } | undefined)?.auth) {
       throw new Error(`route ${route.method} ${route.url} declares no config.auth`);
     }
   });
   app.addHook('onRequest', async (request) => {
     const config = request.routeOptions.config as { auth?: AuthMode; scope?: KeyScope; spends?: boolean } | undefined;
-    if (config?.auth) request.authResult = await authenticate(request, config.auth, config.scope);
+    if (config?.auth) request.authResult = await authenticate(request, config.auth, config.scope, check);
     // docs/decisions.md, Suspended deployments: a suspended deployment may read (quotas, entitlements) but not spend or send.
     if (config?.spends && request.authResult?.kind === 'deployment' && request.authResult.deployment.status !== 'active') {
       throw new AppError('DEPLOYMENT_SUSPENDED', 'This deployment is suspended: it can read its quotas and entitlements, but not spend or send');
@@ -169,7 +179,7 @@ export function apiKeyOf(request: FastifyRequest, scope?: KeyScope): { principal
   return result;
 }
 
-export function deploymentOf(request: FastifyRequest): { deployment: DeploymentRow; ctx: Ctx } {
+export function deploymentOf(request: FastifyRequest): { deployment: DeploymentPrincipal; ctx: Ctx } {
   const result = resultOf(request);
   if (result.kind !== 'deployment') throw new Error('not a deployment route');
   return result;

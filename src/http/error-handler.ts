@@ -1,6 +1,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Clock } from '../clock.js';
 import { isConnectionError } from '../db/client.js';
+import { usesFlatShape } from './route-prefixes.js';
 import { type AjvError, fieldErrorsOf } from './validation-messages.js';
 import {
   AppError,
@@ -11,7 +12,6 @@ import {
   OpenAiShapedError,
   openAiErrorBody,
   ServiceUnavailableError,
-  usesFlatShape,
   ValidationError,
 } from '../errors.js';
 

@@ -2,11 +2,12 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { HOUR, MINUTE } from '../clock.js';
 import type { Deps } from '../context.js';
 import { Type } from 'typebox';
-import { AppError, usesFlatShape } from '../errors.js';
+import { AppError } from '../errors.js';
 import { isUuid } from '../lib/ids.js';
 import type { Decision, WindowSpec } from '../lib/rate-limiter.js';
-import { type DeploymentTerms, effectiveTerms } from '../modules/credits/terms.js';
-import { PLAN_HOURLY_LIMIT, PLANS, type Plan, TIER_TABLE } from '../modules/entitlements/tiers.js';
+import { PLAN_HOURLY_LIMIT, PLANS, type Plan, TIER_TABLE } from '../lib/tiers.js';
+import { type DeploymentTerms, effectiveTerms } from '../lib/terms.js';
+import { isApiPath, isIntegrationApi, isOperatorApi, usesFlatShape } from './route-prefixes.js';
 
 /**
  * Rate limits at the HTTP edge (docs/limits.md).
@@ -28,9 +29,9 @@ declare module 'fastify' {
 export type LimitClass = 'tier' | 'plan' | 'none';
 
 export function limitClassOf(url: string): LimitClass {
-  if (url.startsWith('/api/v1/admin')) return 'none';
-  if (url.startsWith('/api/v1/')) return 'tier';
-  if (/^\/(api|auth|organizations|invitations|billing|users|templates)(\/|$)/.test(url)) return 'plan';
+  if (isOperatorApi(url)) return 'none';
+  if (isIntegrationApi(url)) return 'tier';
+  if (isApiPath(url)) return 'plan';
   return 'none';
 }
 
@@ -172,7 +173,7 @@ export function registerRateLimits(app: FastifyInstance): void {
   // Every limited route documents its 429 (and the OpenAPI completeness test holds us to it).
   app.addHook('onRoute', (route) => {
     // The operator API is not rate limited, but every /api/v1 path may answer 429 to an IP throttled for failed authentication (http/auth-throttle.ts).
-    const throttledForFailures = route.url.startsWith('/api/v1/');
+    const throttledForFailures = isIntegrationApi(route.url);
     if (!throttledForFailures && (route.config?.rateLimit === 'none' || limitClassOf(route.url) === 'none')) return;
     route.schema ??= {};
     const schema = route.schema as { response?: Record<string, unknown> };

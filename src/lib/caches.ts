@@ -2,10 +2,17 @@ import type { Clock } from '../clock.js';
 import { MINUTE, SECOND } from '../clock.js';
 import type { Bus } from './bus.js';
 import { TtlCache } from './cache.js';
-import type { BalanceRow } from '../modules/credits/service.js';
-import type { DeploymentTerms } from '../modules/credits/terms.js';
-import type { Plan } from '../modules/entitlements/tiers.js';
-import type { CachedApiKey, CachedDeployment } from '../modules/metering/state.js';
+import type { Principals } from './principals.js';
+import type { DeploymentTerms } from './terms.js';
+import type { Plan } from './tiers.js';
+
+/**
+ * Rows that modules own and these caches hold: each module names its own by adding a member
+ * (declaration merging, as for lib/principals.ts), so this file imports no module:
+ *   balance  a deployment's balance row (modules/credits/service.ts)
+ */
+// biome-ignore lint/suspicious/noEmptyInterface: filled in by the modules that own the rows (see above)
+export interface CachedRows {}
 
 export interface ResolvedDeployment {
   deployment_id: string | null;
@@ -18,6 +25,22 @@ export interface ResolvedDeployment {
 export interface CostTable {
   costs: Map<string, { credits: number; description: string | null }>;
   toolActions: Map<string, string>;
+}
+
+/** A deployment as credentials and gates see it (modules/metering/state.ts loads it): its row and its organization's deletion. */
+export interface CachedDeployment {
+  row: Principals['deployment'];
+  orgDeleted: boolean;
+}
+
+/** An API key as cached per instance: the key row and its organization's primary deployment id. */
+export interface CachedApiKey {
+  apiKeyId: string;
+  organizationId: string;
+  scopes: string[];
+  expiresAt: Date | null;
+  lastUsedAt: Date | null;
+  deploymentId: string | null;
 }
 
 /**
@@ -48,7 +71,7 @@ export class Caches {
    * through by this instance's deductions, dropped on every instance by grants, refunds and adjustments
    * ('balance-cache', message: a deployment id, or empty for all). A check never refuses on a cached row.
    */
-  readonly balances: TtlCache<BalanceRow>;
+  readonly balances: TtlCache<CachedRows['balance']>;
 
   constructor(clock: Clock, bus: Bus, ttl: { principalTtlMs: number; balanceTtlMs: number } = { principalTtlMs: MINUTE, balanceTtlMs: SECOND }) {
     this.resolve = new TtlCache(clock, 5 * MINUTE);

@@ -1,6 +1,7 @@
 import { useState } from 'react';
 import { useLocation } from 'wouter';
-import { ApiError, post } from '../api';
+import { post } from '../api';
+import { errorOf } from '../api-errors';
 import { absolute, orgPath } from '../org';
 import { useSession } from '../session';
 import { ErrorNote, fmtDate, Loading, PageHeader, useAction, useLoad } from '../ui';
@@ -16,10 +17,10 @@ export function AcceptInvitation({ token }: { token: string }) {
   const [, navigate] = useLocation();
   const [mode, setMode] = useState<'in' | 'up'>('in');
   const invitation = useLoad(async () => {
+    // Without the signed-in call's refresh and retry: the invitation is read before anyone signs in.
     const res = await fetch(`/invitations/${encodeURIComponent(token)}`, { headers: { accept: 'application/json' } });
-    const body = (await res.json()) as { data?: InvitationView; error?: { code: string; message: string } };
-    if (!res.ok || !body.data) throw new ApiError(res.status, body.error?.code ?? 'NOT_FOUND', body.error?.message ?? 'Invitation not found');
-    return body.data;
+    if (!res.ok) throw await errorOf(res);
+    return ((await res.json()) as { data: InvitationView }).data;
   }, [token]);
   const action = useAction();
   if (invitation.error) return <main className="auth-card"><ErrorNote error={invitation.error} /></main>;

@@ -1,8 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { refundUsage } from '../credits/refunds.js';
-import { BalanceSummarySchema } from '../credits/summary.js';
+import { BalanceSummarySchema, refundUsage } from '../credits/index.js';
 import { RefundBody, RefundReply, UsageParams } from '../metering/schemas.js';
 import { ctxOf } from '../../http/auth.js';
 import { idempotencyKeyHeader } from '../../http/idempotency-key.js';

@@ -1,9 +1,8 @@
-import { forgetBalance } from '../credits/balance-cache.js';
+import { changePurchased, forgetBalance, readBalance, resetUsage, viewBalance } from '../credits/index.js';
 import { type Ctx, actorLabel } from '../../context.js';
 import { NotFoundError, ValidationError } from '../../errors.js';
 import { createApiKey } from '../api-keys/service.js';
 import { writeAudit } from '../audit/service.js';
-import { changePurchased, readBalance, resetUsage, viewBalance } from '../credits/service.js';
 import {
   type DeploymentRow,
   getDeployment,
@@ -16,7 +15,7 @@ import {
   updateDeployment,
 } from '../deployments/service.js';
 import { effectiveFlags } from '../entitlements/flags.js';
-import { FLAGS, type Flags, type Tier } from '../entitlements/tiers.js';
+import { FLAGS, type Flags, type Tier } from '../../lib/tiers.js';
 import { isUuid } from '../../lib/ids.js';
 import { createOrganization } from '../organizations/service.js';
 import { deploymentView, type OrganizationDeploymentView } from '../deployments/organization.js';

@@ -2,8 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ModelClass } from '../../config.js';
 import type { Ctx } from '../../context.js';
-import { type AiHold, type AiUsageResult, holdAiTokens, releaseAiHold, settleAiTokens } from '../credits/ai-usage.js';
-import { type DeploymentTerms, effectiveTerms } from '../credits/terms.js';
+import { type AiHold, type AiUsageResult, type DeploymentTerms, effectiveTerms, holdAiTokens, releaseAiHold, settleAiTokens } from '../credits/index.js';
 import type { ReportedUsage } from './sse.js';
 import type { AiUpstream } from './upstream.js';
 

@@ -1,8 +1,8 @@
 import type { Ctx } from '../../context.js';
 import { AppError, ValidationError } from '../../errors.js';
-import { recordPackCheckout } from '../credits/purchases.js';
+import { recordPackCheckout } from '../credits/index.js';
 import type { DeploymentRow } from '../deployments/service.js';
-import { TIERS, type Tier } from '../entitlements/tiers.js';
+import { TIERS, type Tier } from '../../lib/tiers.js';
 import { sha256Hex } from '../../lib/secrets.js';
 import { isTransientStripeError, requireStripe, Stripe } from './stripe-client.js';
 

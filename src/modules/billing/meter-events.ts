@@ -1,5 +1,5 @@
 import type { Deps } from '../../context.js';
-import { claimMeterEvents, markMeterFailed, markMeterReported, markMeterRetry, markMeterSkipped, type MeterEventRow } from '../credits/meter-outbox.js';
+import { claimMeterEvents, markMeterFailed, markMeterReported, markMeterRetry, markMeterSkipped, type MeterEventRow } from '../credits/index.js';
 import { Stripe, stripeClient } from './stripe-client.js';
 
 /**

@@ -2,9 +2,7 @@ import { type Ctx, actorLabel } from '../../context.js';
 import { NotFoundError, ValidationError } from '../../errors.js';
 import { pageOf } from '../../http/envelope.js';
 import type { KeysetPosition } from '../../http/envelope.js';
-import { aiTokensFree } from '../credits/ai-usage.js';
-import { readBalance, viewBalance } from '../credits/service.js';
-import { effectiveTerms } from '../credits/terms.js';
+import { aiTokensFree, effectiveTerms, readBalance, viewBalance } from '../credits/index.js';
 import type { DeploymentRow } from '../deployments/service.js';
 import { authorize } from '../organizations/rbac.js';
 

@@ -5,7 +5,7 @@ import { AppError, ValidationError } from '../../errors.js';
 import { findInputFault } from '../../http/input-guard.js';
 import { tierCachesChanged } from '../deployments/service.js';
 import { stripeClient, verifyStripeEvent } from './stripe-client.js';
-import { storedPackSale } from '../credits/purchases.js';
+import { storedPackSale } from '../credits/index.js';
 import { handleChargeRefunded, handleCheckoutSession, handleInvoice } from './stripe-handlers.js';
 import { type EventOutcome, stripeId } from './stripe-objects.js';
 import { applySubscription, subscriptionState } from './subscriptions.js';

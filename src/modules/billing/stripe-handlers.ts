@@ -1,7 +1,7 @@
 import type Stripe from 'stripe';
 import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
-import { grantPack, storedPackSale, takeBackRefund } from '../credits/purchases.js';
+import { grantPack, storedPackSale, takeBackRefund } from '../credits/index.js';
 import { emitEvent } from '../events/outbox.js';
 import { type EventOutcome, organizationOfCustomer, stripeId, toDate, wholeNumber } from './stripe-objects.js';
 

@@ -2,9 +2,9 @@ import type Stripe from 'stripe';
 import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { writeAudit } from '../audit/service.js';
-import { followSubscriptionPeriod } from '../credits/subscription-period.js';
+import { followSubscriptionPeriod } from '../credits/index.js';
 import { changeTier, type DeploymentRow } from '../deployments/service.js';
-import type { Plan, Tier } from '../entitlements/tiers.js';
+import type { Plan, Tier } from '../../lib/tiers.js';
 import { emitEvent } from '../events/outbox.js';
 import { type EventOutcome, organizationOfCustomer, stripeId, toDate } from './stripe-objects.js';
 

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { createHarness, createTenant, type Harness, type Tenant } from '../../../test/harness.js';
@@ -5,7 +6,7 @@ import type { Ctx } from '../../context.js';
 import { AppError } from '../../errors.js';
 import { type AiHoldInput, expireAiHolds, holdAiTokens, releaseAiHold, settleAiTokens } from './ai-usage.js';
 import { findLedgerMismatches } from './ledger.js';
-import { holdCredits } from './reservations.js';
+import { reserveInvocation } from './invocations.js';
 
 /**
  * The AI proxy (docs/ai-proxy.md), the money side without the HTTP: holds of prompt + allowance against the period's
@@ -25,6 +26,9 @@ const fixtures = creditFixtures(() => h);
 
 const ctxFor = (t: Tenant): Ctx => ({ ...h.ctx, actor: { type: 'deployment', deploymentId: t.deploymentId, organizationId: t.organizationId } });
 const dep = (t: Tenant) => ({ id: t.deploymentId, organization_id: t.organizationId });
+/** A reservation of 1 credit, as check-entitlement with reserve:true makes it. */
+const mcpHold = (t: Tenant) =>
+  reserveInvocation(ctxFor(t), { deployment_id: t.deploymentId, organization_id: t.organizationId }, { cost: 1, toolName: 'search', invocationId: randomUUID() });
 const HOUR = 60 * 60 * 1000;
 
 function hold(t: Tenant, input: Partial<AiHoldInput> & { promptTokens: number; outputPerChoice: number }) {
@@ -94,9 +98,9 @@ describe('holding before the call', () => {
     expect(await balance(t)).toMatchObject({ ai_tokens_reserved: 1000, ai_credits_reserved: 3, reserved: 3, purchased_balance: 3 });
     // Held credits are not spendable by anyone else: with the monthly bucket empty, an MCP hold of 1 is refused.
     await fixtures.setMonthly(t.deploymentId, 0);
-    expect(await holdCredits(h.deps.db, t.deploymentId, 1, h.clock.now())).toMatchObject({ held: false });
+    expect(await mcpHold(t)).toMatchObject({ held: false });
     await releaseAiHold(h.deps.db, t.deploymentId, held.id, h.clock.now());
-    expect(await holdCredits(h.deps.db, t.deploymentId, 1, h.clock.now())).toMatchObject({ held: true });
+    expect(await mcpHold(t)).toMatchObject({ held: true });
   });
 
   it('each of n choices may use the allowance, so n multiplies what is held', async () => {

@@ -3,7 +3,7 @@ import type { ModelClass } from '../../config.js';
 import { type Ctx, actorLabel } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { type AppError, refusalUntil, ValidationError } from '../../errors.js';
-import { AI_CREDIT_RATES } from '../entitlements/tiers.js';
+import { AI_CREDIT_RATES } from '../../lib/tiers.js';
 import { emitThresholds } from '../quotas/thresholds.js';
 import { appendLedger } from './ledger.js';
 import { enqueueMeterEvent } from './meter-outbox.js';
@@ -130,7 +130,7 @@ export async function holdAiTokens(ctx: Ctx, deployment: { id: string; organizat
   const actor = actorLabel(ctx.actor);
   // Held credits count in `reserved`: this instance's cached balance for checks is stale with them.
   forgetBalance(ctx, deployment.id);
-  // In the next deduction batch's transaction (credits/batcher.ts): one commit with the batch's. A refusal
+  // In the next deduction batch's transaction (credits/engine/queue.ts): one commit with the batch's. A refusal
   // is returned, not thrown, so that an owed payment made on the way commits with the batch.
   const outcome = await ctx.deductions.within(deployment.id, async (tx): Promise<AiHold | { refusal: AppError }> => {
     const locked = await lockForAi(tx, deployment.id, now, actor);
@@ -312,7 +312,7 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
   const tokens = input.inputTokens + input.outputTokens;
   const requestId = input.requestId ?? input.holdId;
   const estimated = input.estimated === true;
-  // In the next deduction batch's transaction (credits/batcher.ts): one commit with the batch's.
+  // In the next deduction batch's transaction (credits/engine/queue.ts): one commit with the batch's.
   const result = await ctx.deductions.within(deployment.id, async (tx) => {
     const { balance: before, limit } = await lockForAi(tx, deployment.id, now, actor);
     const view = (b: AiBalance) => ({

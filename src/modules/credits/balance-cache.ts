@@ -1,5 +1,5 @@
 import type { Deps } from '../../context.js';
-import type { DeductResult } from './deduct.js';
+import type { DeductResult } from './rules.js';
 import { type BalanceRow, currentBalance } from './service.js';
 
 /**

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { batcherFixtures, resultOf } from '../../../test/batcher-fixtures.js';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { createHarness, dbKind, type Harness } from '../../../test/harness.js';
-import { DeductionBatcher } from './batcher.js';
+import { DeductionBatcher } from './engine/queue.js';
 
 /**
  * Group commit (docs/adr/0004-group-commit.md): requests submitted together are applied in one transaction, each deployment's

@@ -66,7 +66,7 @@ describe('reservations in a batch', () => {
     expect(await f.balanceOf(t.deploymentId)).toMatchObject({ reserved: 3 });
   });
 
-  it('a hold in a batch that fails is handed back untouched to the single-request path', async () => {
+  it('a hold in a batch that fails is handed back untouched to its verb (the invocation path)', async () => {
     const t = await f.tenantWith(10);
     const b = batcher();
     const outcomes = await Promise.allSettled([
@@ -141,7 +141,7 @@ describe('reservations in a batch', () => {
     await f.expectLedgerConsistent(t);
   });
 
-  it("a release of an overdue hold is left to the single path: the batch's own sweep could free it twice", async () => {
+  it("a release of an overdue hold is left to a batch of one: the batch's own sweep could free it twice", async () => {
     const t = await f.tenantWith(2);
     const b = batcher();
     await Promise.all([b.submit(hold(t, 1, 'lapsed-1')), b.submit(hold(t, 1, 'lapsed-2'))]);
@@ -152,6 +152,20 @@ describe('reservations in a batch', () => {
     expect(released).toEqual({ claimed: false });
     expect(deducted).toMatchObject({ claimed: true, result: { deducted: true } });
     expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 2, reserved: 0 });
+    await f.expectLedgerConsistent(t);
+  });
+
+  it('a release of an overdue hold alone is a batch of one that settles it: its credits come back once', async () => {
+    const t = await f.tenantWith(2);
+    const b = batcher();
+    await Promise.all([b.submit(hold(t, 2, 'lapsed-alone'))]);
+    h.clock.advance(6 * 60 * 1000);
+    const [released] = await Promise.all([b.submit(release(t, 'lapsed-alone'))]);
+    expect(released).toMatchObject({ claimed: true, cost: 2, result: { deducted: true, reserved: 0 } });
+    const [again] = await Promise.all([b.submit(release(t, 'lapsed-alone'))]);
+    expect(again).toMatchObject({ claimed: true, cost: 0, result: { deducted: false } });
+    expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 0, reserved: 0 });
+    expect(await invocationsOf(t)).toEqual([expect.objectContaining({ status: 'released' })]);
     await f.expectLedgerConsistent(t);
   });
 

@@ -3,8 +3,12 @@ import type { Ctx } from '../../context.js';
 import { actorLabel } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { AppError } from '../../errors.js';
-import { type DeductInput, type DeductResult, deductWithRetry, remainingAfter } from './deduct.js';
-import { RESERVATION_TTL_MS, expireReservations, holdCredits, releaseReservation } from './reservations.js';
+import { applyOne } from './engine/plan.js';
+import type { BatchDeduction } from './engine/types.js';
+import { IDEMPOTENCY_WINDOW_MS, RESERVATION_TTL_MS } from './reservations.js';
+
+export { IDEMPOTENCY_WINDOW_MS };
+import { type DeductResult, remainingAfter } from './rules.js';
 import { syncBalance, viewBalance } from './service.js';
 
 /**
@@ -13,8 +17,6 @@ import { syncBalance, viewBalance } from './service.js';
  * rows and the balance moving together.
  */
 
-/** An invocation id deduplicates for this long (docs/metering.md, Idempotency). */
-export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000;
 
 export interface InvocationRow {
   deployment_id: string;
@@ -31,7 +33,7 @@ export interface InvocationRow {
   updated_at: Date;
 }
 
-/** The answer a recorded invocation keeps for replays (written by DEDUCT_SQL's inv step). */
+/** The answer a recorded invocation keeps for replays (written with the deduction, credits/engine/write.ts). */
 export interface StoredRecordAnswer {
   success: boolean;
   credits_used: number;
@@ -73,7 +75,8 @@ class Denied extends Error {}
 /**
  * Hold `cost` credits for an invocation for 5 minutes (check-entitlement with reserve:true). A fresh
  * reservation of the same id answers what it holds; a recorded one is 422; an old or finished one
- * starts over. The hold is one guarded update, so reservations never promise more than the balance.
+ * starts over. The hold goes through the money engine under the balance row's lock, so reservations
+ * never promise more than the balance.
  */
 export async function reserveInvocation(
   ctx: Ctx,
@@ -84,9 +87,7 @@ export async function reserveInvocation(
   const now = ctx.clock.now();
   const expiresAt = new Date(now.getTime() + RESERVATION_TTL_MS);
   const deploymentId = deployment.deployment_id;
-  // A fresh id goes through the batcher (credits/batcher.ts): held or refused in arrival order with
-  // the deductions of its batch, in one commit with them. An id seen before takes the path below.
-  const batched = await ctx.deductions.submit({
+  const request: BatchDeduction = {
     deploymentId,
     organizationId: deployment.organization_id,
     invocationId,
@@ -99,7 +100,10 @@ export async function reserveInvocation(
     metadata: null,
     actor: actorLabel(ctx.actor),
     now,
-  });
+  };
+  // A fresh id goes through the queue (credits/engine/queue.ts): held or refused in arrival order with
+  // the deductions of its batch, in one commit with them. An id seen before takes the path below.
+  const batched = await ctx.deductions.submit(request);
   if (batched.claimed) {
     const r = batched.result;
     return r.deducted ? { held: true, amount: cost, available: remainingAfter(r), expiresAt } : { held: false };
@@ -133,18 +137,11 @@ export async function reserveInvocation(
           [deploymentId, invocationId, toolName, cost, expiresAt, now],
         );
       }
-      let hold = await holdCredits(tx, deploymentId, cost, now);
-      if (hold.stale) {
-        await syncBalance(tx, deploymentId, now, actorLabel(ctx.actor));
-        hold = await holdCredits(tx, deploymentId, cost, now);
-      }
-      if (!hold.held && (await expireReservations(tx, now, deploymentId)) > 0) {
-        hold = await holdCredits(tx, deploymentId, cost, now);
-      }
-      // Rolls the transaction back: the invocation row goes with the refusal.
-      if (!hold.held) throw new Denied();
-      // The hold is the last statement before COMMIT: the balance row stays locked one round trip.
-      return { held: true, amount: cost, available: hold.available, expiresAt };
+      // The row is this transaction's: the engine holds the credits as a batch of one.
+      const hold = await applyOne(tx, { ...request, owned: true }, reportsToMeter(ctx));
+      // Rolls the transaction back: the invocation row goes back to what it was with the refusal.
+      if (!hold.claimed || !hold.result.deducted) throw new Denied();
+      return { held: true, amount: cost, available: remainingAfter(hold.result), expiresAt };
     });
   } catch (err) {
     if (err instanceof Denied) return { held: false };
@@ -157,7 +154,7 @@ export async function reserveInvocation(
 
 /**
  * Give back a reservation's held credits (docs/metering.md, Reservations: the tool failed or was cancelled), through the
- * batcher like the hold itself. Returns the credits given back, or null if the invocation held nothing.
+ * money engine like the hold itself. Returns the credits given back, or null if the invocation held nothing.
  */
 export async function releaseInvocationHold(
   ctx: Ctx,
@@ -166,7 +163,7 @@ export async function releaseInvocationHold(
 ): Promise<number | null> {
   const now = ctx.clock.now();
   const deploymentId = deployment.deployment_id;
-  const batched = await ctx.deductions.submit({
+  const request: BatchDeduction = {
     deploymentId,
     organizationId: deployment.organization_id,
     invocationId,
@@ -179,9 +176,12 @@ export async function releaseInvocationHold(
     metadata: null,
     actor: actorLabel(ctx.actor),
     now,
-  });
-  // Not settled by the batch (a hold made in the same batch, an overdue hold, or the batch failed): one statement.
-  const released = batched.claimed ? (batched.result.deducted ? batched.cost : null) : await releaseReservation(ctx.db, deploymentId, invocationId, now);
+  };
+  // Not settled by a batch of many (a hold made in the same batch, an overdue hold): a batch of one,
+  // which settles either.
+  let batched = await ctx.deductions.submit(request);
+  if (!batched.claimed) batched = await ctx.db.transaction((tx) => applyOne(tx, request, reportsToMeter(ctx)));
+  const released = batched.claimed && batched.result.deducted ? batched.cost : null;
   if (released !== null) forgetBalance(ctx, deploymentId);
   return released;
 }
@@ -190,29 +190,30 @@ export type RecordedInvocation =
   | { replayed: true; answer: StoredRecordAnswer }
   | { replayed: false; cost: number; deducted: DeductResult };
 
+/** Meter events are written with the deductions when a Stripe meter is configured (docs/billing.md, Usage to Stripe meters). */
+export const reportsToMeter = (ctx: Pick<Ctx, 'config'>): boolean => ctx.config.stripeMeterEventName !== undefined;
+
 /**
- * Record an idempotent call (docs/metering.md, Idempotency): one transaction in which a concurrent request with the same id
- * waits on the invocation row and then replays. A reservation of this call fixes its price and is
- * spent by the deduction; a refusal is not final (the same id may be recorded once the balance allows).
+ * Record an idempotent call (docs/metering.md, Idempotency) whose id was seen before: one transaction
+ * in which a concurrent request with the same id waits on the invocation row and then replays. A
+ * reservation of this call fixes its price and is spent by the deduction; a refusal is not final (the
+ * same id may be recorded once the balance allows). The deduction is the engine's, as a batch of one.
  */
 export async function recordInvocation(
   ctx: Ctx,
-  deployment: { deployment_id: string; organization_id: string; reservedByAll: number },
-  base: Omit<DeductInput, 'recordFailure' | 'releaseReserved' | 'invocationId'> & { invocationId: string },
-  requestHash: string,
+  request: BatchDeduction & { invocationId: string; claimInvocation: { requestHash: string } },
 ): Promise<RecordedInvocation> {
-  const invocationId = base.invocationId;
-  const deploymentId = deployment.deployment_id;
-  const now = base.now;
+  const { invocationId, deploymentId, now } = request;
+  const requestHash = request.claimInvocation.requestHash;
   return ctx.db.transaction(async (tx): Promise<RecordedInvocation> => {
     const inserted = await tx.query(
       `INSERT INTO invocations (deployment_id, invocation_id, organization_id, tool_name, request_hash, status, created_at, updated_at)
        VALUES ($1, $2, $3, $4, $5, 'pending', $6, $6)
        ON CONFLICT (deployment_id, invocation_id) DO NOTHING RETURNING invocation_id`,
-      [deploymentId, invocationId, deployment.organization_id, base.toolName, requestHash, now],
+      [deploymentId, invocationId, request.organizationId, request.toolName, requestHash, now],
       'invocation_insert',
     );
-    let cost = base.cost;
+    let cost = request.cost;
     let releaseReserved = 0;
     if (inserted.length === 0) {
       const existing = await lockInvocation(tx, deploymentId, invocationId);
@@ -222,7 +223,7 @@ export async function recordInvocation(
       } else if (existing.status === 'recorded' || existing.status === 'refunded') {
         if (existing.request_hash !== requestHash) throw reusedInvocation();
         return { replayed: true, answer: existing.response! };
-      } else if (existing.tool_name !== base.toolName) {
+      } else if (existing.tool_name !== request.toolName) {
         throw reusedInvocation();
       } else if (existing.status === 'reserved') {
         // The price was fixed when the credits were held.
@@ -235,21 +236,14 @@ export async function recordInvocation(
           `UPDATE invocations SET status = 'pending', tool_name = $3, request_hash = $4, updated_at = $5,
              created_at = CASE WHEN created_at > $6 THEN created_at ELSE $5 END
            WHERE deployment_id = $1 AND invocation_id = $2`,
-          [deploymentId, invocationId, base.toolName, requestHash, now, new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS)],
+          [deploymentId, invocationId, request.toolName, requestHash, now, new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS)],
         );
       }
     }
-    const heldByOthers = deployment.reservedByAll - releaseReserved > 0;
-    const deducted = await deductWithRetry(ctx, tx, { ...base, cost, releaseReserved, recordInvocation: { requestHash } }, heldByOthers);
-    // A deduction marked the invocation recorded with its answer itself (DEDUCT_SQL's inv step).
-    if (!deducted.deducted) {
-      await tx.query(`UPDATE invocations SET status = $3, updated_at = $4 WHERE deployment_id = $1 AND invocation_id = $2`, [
-        deploymentId,
-        invocationId,
-        releaseReserved === 0 ? 'denied' : 'reserved',
-        now,
-      ]);
-    }
-    return { replayed: false, cost, deducted };
+    // The engine marks the invocation recorded with its answer, or denied; a refused spend of a hold
+    // leaves it held (credits/engine/write.ts).
+    const outcome = await applyOne(tx, { ...request, cost, releaseReserved, owned: true }, reportsToMeter(ctx));
+    if (!outcome.claimed) throw new Error(`invocation ${invocationId} was not settled by its own transaction`);
+    return { replayed: false, cost, deducted: outcome.result };
   });
 }

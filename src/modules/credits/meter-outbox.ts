@@ -9,20 +9,7 @@ import type { Queryable } from '../../db/client.js';
 /** Organizations whose usage is reported: a customer and a subscription in force. */
 export const SUBSCRIBED = `o.stripe_customer_id IS NOT NULL AND o.subscription_status IN ('active', 'past_due')`;
 
-/**
- * A CTE for the deduction statement (credits/deduct.ts): `upd` is the updated balance row, $2 the
- * credits, $3 the time, $11 the usage record id, $15 whether reporting is on.
- */
-export const METER_OUTBOX_CTE = `met AS (
-  INSERT INTO meter_event_outbox (identifier, organization_id, deployment_id, stripe_customer_id, value, event_at, next_attempt_at)
-  SELECT $11::uuid, upd.organization_id, upd.deployment_id, o.stripe_customer_id, $2::bigint, $3::timestamptz, $3::timestamptz
-  FROM upd JOIN organizations o ON o.id = upd.organization_id
-  WHERE $15::boolean AND $2::bigint > 0 AND ${SUBSCRIBED}
-  ON CONFLICT (identifier) DO NOTHING
-  RETURNING identifier
-)`;
-
-/** The same for a deduction made outside that statement (AI tokens past the limit). */
+/** A meter event for a deduction made outside the engine's write (AI tokens past the limit); the engine's own are its `met` part. */
 export async function enqueueMeterEvent(
   tx: Queryable,
   input: { usageId: string; organizationId: string; deploymentId: string; value: number; at: Date },

@@ -70,7 +70,7 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
   const owner = await ctx.db.query<{ deployment_id: string }>('SELECT deployment_id FROM usage_records WHERE id = $1', [input.usageId]);
   const touched = owner[0]?.deployment_id;
   if (!touched) throw new NotFoundError('Usage record');
-  // In the next deduction batch's transaction (credits/batcher.ts): one commit with the batch's.
+  // In the next deduction batch's transaction (credits/engine/queue.ts): one commit with the batch's.
   const result = await ctx.deductions.within(touched, async (tx) => {
     const usages = await tx.query<UsageRow>(
       `SELECT id, organization_id, deployment_id, quantity, refunded, monthly_taken, purchased_taken, period_start, success, invocation_id

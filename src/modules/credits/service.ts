@@ -34,6 +34,12 @@ export interface BalanceRow {
   credits_owed: number;
 }
 
+declare module '../../lib/caches.js' {
+  interface CachedRows {
+    balance: BalanceRow;
+  }
+}
+
 export interface BalanceView {
   monthlyAllocation: number | null;
   monthlyUsed: number;

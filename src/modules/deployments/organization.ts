@@ -1,8 +1,7 @@
 import { type Ctx, actorLabel } from '../../context.js';
 import { NotFoundError } from '../../errors.js';
 import { type KeysetPosition, pageOf } from '../../http/envelope.js';
-import { type BalanceView, readBalance, viewBalance } from '../credits/service.js';
-import { type BalanceSummary, summarizeBalance } from '../credits/summary.js';
+import { type BalanceSummary, type BalanceView, readBalance, summarizeBalance, viewBalance } from '../credits/index.js';
 import { type EntitlementSnapshot, snapshotOf } from '../entitlements/service.js';
 import { isUuid } from '../../lib/ids.js';
 import { authorize } from '../organizations/rbac.js';

@@ -1,7 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { BalanceSummarySchema } from '../credits/summary.js';
+import { BalanceSummarySchema } from '../credits/index.js';
 import { ctxOf } from '../../http/auth.js';
 import { Envelope, envelopeErrors, ok, page, PageEnvelope, PageQuery } from '../../http/envelope.js';
 import { decodeCursor } from '../../http/envelope.js';

@@ -4,9 +4,8 @@ import { type AppError, NotFoundError, UnauthorizedError } from '../../errors.js
 import { DEPLOYMENT_SECRET_PREFIX, generateDeploymentSecret, hasTokenLength, isWellFormedToken, safeEqual, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
-import { openBalance, syncBalance } from '../credits/service.js';
-import type { DeploymentTerms } from '../credits/terms.js';
-import type { Tier } from '../entitlements/tiers.js';
+import { type DeploymentTerms, openBalance, syncBalance } from '../credits/index.js';
+import type { Tier } from '../../lib/tiers.js';
 import { invalidateResolveCache } from '../metering/resolve.js';
 import { isUuid } from '../../lib/ids.js';
 import { loadDeployment } from '../metering/state.js';
@@ -22,6 +21,13 @@ export interface DeploymentRow extends DeploymentTerms {
   flag_overrides: Record<string, boolean>;
   created_at: Date;
   updated_at: Date;
+}
+
+// What a `deployment` route's principal is (authenticateDeployment), for http/auth.ts and lib/caches.ts, which import no module.
+declare module '../../lib/principals.js' {
+  interface Principals {
+    deployment: DeploymentRow;
+  }
 }
 
 /** Create a deployment with its secret and balance row; the secret is returned once and kept only as a hash. */

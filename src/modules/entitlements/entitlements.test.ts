@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { adminHeaders, createHarness, createTenant, type Harness, json, mistyped, serviceHeaders } from '../../../test/harness.js';
 import { addMonths } from '../../clock.js';
 import { rotateDeploymentSecret } from '../deployments/service.js';
-import type { Tier } from './tiers.js';
+import type { Tier } from '../../lib/tiers.js';
 import { deleteOrganization } from '../organizations/service.js';
 
 /**

@@ -1,4 +1,4 @@
-import { FLAGS, type Flags, TIER_TABLE, type Tier } from './tiers.js';
+import { FLAGS, type Flags, TIER_TABLE, type Tier } from '../../lib/tiers.js';
 
 /** The tier's flags with an operator's per-flag overrides on top (docs/entitlements.md, Flags and gates). */
 export function effectiveFlags(tier: string, overrides: unknown): Flags {

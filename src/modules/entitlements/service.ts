@@ -1,11 +1,9 @@
 import type { Ctx } from '../../context.js';
 import { AppError } from '../../errors.js';
-import { aiTokensFree } from '../credits/ai-usage.js';
-import { readBalance, viewBalance } from '../credits/service.js';
-import { effectiveTerms } from '../credits/terms.js';
+import { aiTokensFree, effectiveTerms, readBalance, viewBalance } from '../credits/index.js';
 import { authenticateDeployment, type DeploymentRow } from '../deployments/service.js';
 import { effectiveFlags } from './flags.js';
-import { AI_CREDIT_RATES, FLAGS, type Flags, TIER_TABLE, type Tier } from './tiers.js';
+import { AI_CREDIT_RATES, FLAGS, type Flags, TIER_TABLE, type Tier } from '../../lib/tiers.js';
 
 /** How long a client may keep a snapshot (docs/entitlements.md, The snapshot). */
 export const NEXT_CHECK_SECONDS = 300;

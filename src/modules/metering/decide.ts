@@ -1,7 +1,5 @@
 import type { Deps } from '../../context.js';
-import { expireReservations } from '../credits/reservations.js';
-import { loadBalance, readBalanceOfRecord, rememberBalance } from '../credits/balance-cache.js';
-import { viewBalance } from '../credits/service.js';
+import { expireReservations, loadBalance, readBalanceOfRecord, rememberBalance, viewBalance } from '../credits/index.js';
 import { effectiveFlags } from '../entitlements/flags.js';
 import type { DeploymentState } from './state.js';
 

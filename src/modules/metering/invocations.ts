@@ -1,7 +1,6 @@
 import type { Ctx } from '../../context.js';
 import { AppError, NotFoundError } from '../../errors.js';
-import { expireReservations } from '../credits/reservations.js';
-import { type InvocationRow, releaseInvocationHold } from '../credits/invocations.js';
+import { expireReservations, type InvocationRow, releaseInvocationHold } from '../credits/index.js';
 
 /** Who may act on a deployment's invocations: an API key's organization, or the service key (any). */
 export interface Scope {

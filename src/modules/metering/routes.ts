@@ -6,7 +6,7 @@ import { apiKeyOf, ctxOf, principalOf } from '../../http/auth.js';
 import { anyOf, flatErrors } from '../../http/schemas.js';
 import { costTable } from './costs.js';
 import { idempotencyKeyHeader } from '../../http/idempotency-key.js';
-import { refundUsage } from '../credits/refunds.js';
+import { refundUsage } from '../credits/index.js';
 import { getInvocation, releaseInvocation, type Scope } from './invocations.js';
 import { resolveDeployment } from './resolve.js';
 import * as S from './schemas.js';

@@ -1,9 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { type Ctx, actorLabel } from '../../context.js';
 import { requestHash } from '../../lib/canonical-json.js';
-import type { BatchDeduction } from '../credits/batcher.js';
-import { type DeductResult, recordDeniedUsage, remainingAfter } from '../credits/deduct.js';
-import { recordInvocation, reserveInvocation, type StoredRecordAnswer } from '../credits/invocations.js';
+import { type DeductResult, recordDeniedUsage, recordUsage as recordCreditsUsage, remainingAfter, reserveInvocation, type StoredRecordAnswer, type UsageRequest } from '../credits/index.js';
 import { costOfTool } from './costs.js';
 import { type DenialReason, decide, gate } from './decide.js';
 import type { DeploymentState } from './state.js';
@@ -105,39 +103,34 @@ async function recordOnce(
   input: RecordInput,
 ): Promise<RecordOutcome> {
   const cost = await costOfTool(ctx, input.toolName);
-  const now = ctx.clock.now();
-  const denied = gate(state, missing);
-  // Every field a deduction takes, set once: adding a field to a spread object is V8's slow path
-  // (about 2 µs on Node 20), overwriting one is not.
-  const base: BatchDeduction = {
+  const invocationId = input.invocationId ?? null;
+  const usage: UsageRequest = {
     deploymentId: state?.deployment_id ?? '',
     organizationId: state?.organization_id ?? '',
     cost: cost.credits,
-    releaseReserved: 0,
-    claimInvocation: undefined,
-    now,
+    now: ctx.clock.now(),
     action: cost.action,
     toolName: input.toolName,
     mcpUserId: input.mcpUserId ?? null,
     metadata: input.metadata ?? null,
     actor: actorLabel(ctx.actor),
-    invocationId: input.invocationId ?? null,
   };
+  const denied = gate(state, missing);
   if (denied) {
     let usageId: string | null = null;
-    if (state) usageId = await recordDeniedUsage(ctx.db, { ...base, organizationId: state.organization_id, reason: denied.reason! });
+    if (state) usageId = await recordDeniedUsage(ctx.db, { ...usage, invocationId, reason: denied.reason! });
     return {
       replayed: false,
-      result: { success: false, credits_used: 0, credits_remaining: null, error: denied.reason, usage_id: usageId, invocation_id: base.invocationId },
+      result: { success: false, credits_used: 0, credits_remaining: null, error: denied.reason, usage_id: usageId, invocation_id: invocationId },
     };
   }
-  const s = state!;
-  if (input.invocationId === undefined) {
-    const outcome = await ctx.deductions.submit(base);
-    if (!outcome.claimed) throw new Error('a deduction without an invocation id claims nothing');
-    return { replayed: false, result: toRecordResult(outcome.result, cost.credits, null) };
-  }
-  return recordIdempotent(ctx, s, base, input);
+  const idempotency =
+    invocationId === null
+      ? undefined
+      : { invocationId, requestHash: requestHash({ tool_name: input.toolName, mcp_user_id: input.mcpUserId ?? null, metadata: input.metadata ?? null }) };
+  const recorded = await recordCreditsUsage(ctx, usage, idempotency);
+  if (recorded.replayed) return { replayed: true, result: recorded.answer };
+  return { replayed: false, result: toRecordResult(recorded.result, recorded.cost, invocationId) };
 }
 
 function toRecordResult(r: DeductResult, cost: number, invocationId: string | null): RecordResult {
@@ -149,29 +142,4 @@ function toRecordResult(r: DeductResult, cost: number, invocationId: string | nu
     usage_id: r.usageId,
     invocation_id: invocationId,
   };
-}
-
-async function recordIdempotent(
-  ctx: Ctx,
-  state: DeploymentState,
-  base: BatchDeduction,
-  input: RecordInput,
-): Promise<RecordOutcome> {
-  const invocationId = input.invocationId!;
-  const hash = requestHash({ tool_name: input.toolName, mcp_user_id: input.mcpUserId ?? null, metadata: input.metadata ?? null });
-  // The common cases, a fresh id and the record of a held reservation (which spends it at the price it
-  // was held for), go through the group commit; any other id seen before (a retry, a reuse, an overdue
-  // reservation) takes the full path, which replays, refuses or starts over.
-  const batched = await ctx.deductions.submit({ ...base, invocationId, claimInvocation: { requestHash: hash } });
-  if (batched.claimed) return { replayed: false, result: toRecordResult(batched.result, batched.cost, invocationId) };
-  // The balance this instance holds may be a cached copy: assume others hold credits, so a refusal
-  // first releases expired holds (one more statement, on a refusal only).
-  const recorded = await recordInvocation(
-    ctx,
-    { ...state, reservedByAll: Number.MAX_SAFE_INTEGER },
-    { ...base, invocationId },
-    hash,
-  );
-  if (recorded.replayed) return { replayed: true, result: recorded.answer };
-  return { replayed: false, result: toRecordResult(recorded.deducted, recorded.cost, invocationId) };
 }

@@ -1,10 +1,9 @@
 import type { Deps } from '../../context.js';
-import { AppError, UnauthorizedError } from '../../errors.js';
+import { UnauthorizedError } from '../../errors.js';
+import type { CachedDeployment } from '../../lib/caches.js';
 import { isUuid } from '../../lib/ids.js';
 import { API_KEY_PREFIX, hasTokenLength, isWellFormedToken, sha256Hex } from '../../lib/secrets.js';
-import { cachedBalance } from '../credits/balance-cache.js';
-import type { BalanceRow } from '../credits/service.js';
-import type { DeploymentTerms } from '../credits/terms.js';
+import { type BalanceRow, cachedBalance, type DeploymentTerms } from '../credits/index.js';
 import type { DeploymentRow } from '../deployments/service.js';
 
 /** A deployment as the metering paths see it: its terms and its balance row, read in one query. */
@@ -25,20 +24,11 @@ export interface ApiKeyPrincipal {
   deployment: DeploymentState | null;
 }
 
-/** A deployment as credentials and gates see it, cached per instance (lib/caches.ts). */
-export interface CachedDeployment {
-  row: DeploymentRow;
-  orgDeleted: boolean;
-}
-
-/** An API key as cached per instance: the key row and its organization's primary deployment id. */
-export interface CachedApiKey {
-  apiKeyId: string;
-  organizationId: string;
-  scopes: string[];
-  expiresAt: Date | null;
-  lastUsedAt: Date | null;
-  deploymentId: string | null;
+// What an `apiKey` route's principal is, for http/auth.ts and the rate limits, which import no module.
+declare module '../../lib/principals.js' {
+  interface Principals {
+    apiKey: ApiKeyPrincipal;
+  }
 }
 
 /**
@@ -152,12 +142,6 @@ function touchApiKey(deps: Deps, apiKeyId: string, lastUsedAt: Date | null, now:
       'api_key_touch',
     )
     .catch((err: unknown) => deps.log.warn({ err }, 'could not update api key last_used_at'));
-}
-
-export function requireScope(principal: ApiKeyPrincipal, scope: 'read' | 'write' | 'admin'): void {
-  if (!principal.scopes.includes(scope)) {
-    throw new AppError('INSUFFICIENT_SCOPE', `This API key lacks the "${scope}" scope`);
-  }
 }
 
 /** A deployment by id (cached per instance), with its balance when this instance holds a recent copy; null when unknown. */

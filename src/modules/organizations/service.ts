@@ -3,7 +3,7 @@ import { AppError, NotFoundError } from '../../errors.js';
 import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
 import { createDeployment, type DeploymentRow, principalsChanged } from '../deployments/service.js';
-import type { Plan, Tier } from '../entitlements/tiers.js';
+import type { Plan, Tier } from '../../lib/tiers.js';
 import { authorize } from './rbac.js';
 
 export interface OrganizationRow {

@@ -1,15 +1,13 @@
 import type { ModelClass } from '../../config.js';
 import type { Ctx } from '../../context.js';
 import { AppError } from '../../errors.js';
-import { aiQuotaExceeded, aiTokensFree, type AiUsageResult, settleAiTokens } from '../credits/ai-usage.js';
-import { purchasedFloor, readBalance } from '../credits/service.js';
-import { effectiveTerms } from '../credits/terms.js';
+import { aiQuotaExceeded, aiTokensFree, type AiUsageResult, effectiveTerms, purchasedFloor, readBalance, settleAiTokens } from '../credits/index.js';
 import type { DeploymentRow } from '../deployments/service.js';
 import { effectiveFlags } from '../entitlements/flags.js';
 import { normaliseModel } from '../ai/models.js';
 
-export { creditsForTokens } from '../credits/ai-usage.js';
-export type { AiUsageResult } from '../credits/ai-usage.js';
+export { creditsForTokens } from '../credits/index.js';
+export type { AiUsageResult } from '../credits/index.js';
 
 /**
  * The AI token quota (docs/limits.md), the gate: which model class a model is, whether a deployment may call AI at

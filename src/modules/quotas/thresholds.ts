@@ -20,61 +20,58 @@ export function thresholdKey(deploymentId: string, quota: QuotaName, threshold: 
   return `quota.threshold:${deploymentId}:${quota}:${threshold}:${periodStart.toISOString()}`;
 }
 
-/** Write the `quota.threshold` events a usage increase reached (once each per period), in the caller's transaction. */
-export async function emitThresholds(
-  tx: Queryable,
-  input: {
-    organizationId: string;
-    deploymentId: string;
-    quota: QuotaName;
-    before: number;
-    after: number;
-    limit: number | null;
-    periodStart: Date;
-    periodEnd: Date;
-    now: Date;
-  },
-): Promise<number[]> {
-  if (input.after <= input.before) return [];
-  const reached = reachedThresholds(input.after, input.limit);
-  const written: number[] = [];
-  for (const threshold of reached) {
-    const id = await appendEvent(tx, {
-      organizationId: input.organizationId,
-      deploymentId: input.deploymentId,
-      type: 'quota.threshold',
-      data: {
-        deployment_id: input.deploymentId,
-        quota: input.quota,
-        threshold,
-        used: input.after,
-        limit: input.limit,
-        period_end: input.periodEnd.toISOString(),
-      },
-      dedupeKey: thresholdKey(input.deploymentId, input.quota, threshold, input.periodStart),
-      at: input.now,
-    });
-    if (id) written.push(threshold);
-  }
-  return written;
+/** A usage increase of one quota of one deployment, as a threshold event needs it. */
+export interface UsageIncrease {
+  organizationId: string;
+  deploymentId: string;
+  quota: QuotaName;
+  before: number;
+  after: number;
+  limit: number | null;
+  periodStart: Date;
+  periodEnd: Date;
+  now: Date;
+}
+
+/** A `quota.threshold` event to append (its dedupe key makes it once per period). */
+export interface ThresholdEvent {
+  organizationId: string;
+  deploymentId: string;
+  threshold: number;
+  data: Record<string, unknown>;
+  dedupeKey: string;
+  at: Date;
 }
 
 /**
- * The same rule inside the deduction statement (credits/deduct.ts), so the hot path stays one statement:
- * `cur` is the row before, `upd` after. Keys and data match emitThresholds exactly.
+ * The `quota.threshold` events a usage increase reached: the one rule and payload every writer uses
+ * (the money engine's batch write, and emitThresholds below for AI tokens and owed credits).
  */
-export const MONTHLY_THRESHOLD_CTE = `
-alert AS (
-  INSERT INTO outbox_events (organization_id, deployment_id, type, data, dedupe_key, created_at)
-  SELECT upd.organization_id, upd.deployment_id, 'quota.threshold',
-         jsonb_build_object('deployment_id', upd.deployment_id, 'quota', 'monthly_credits', 'threshold', t.threshold,
-                            'used', upd.monthly_used, 'limit', upd.monthly_allocation,
-                            'period_end', to_char(cur.period_end AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
-         'quota.threshold:' || upd.deployment_id || ':monthly_credits:' || t.threshold || ':' ||
-           to_char(cur.period_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-         $3::timestamptz
-  FROM upd JOIN cur ON true CROSS JOIN (VALUES (${THRESHOLDS.join('), (')})) AS t(threshold)
-  WHERE upd.monthly_allocation > 0 AND upd.monthly_used > cur.monthly_used
-    AND upd.monthly_used * 100 >= t.threshold * upd.monthly_allocation
-  ON CONFLICT (dedupe_key) DO NOTHING
-)`;
+export function thresholdEvents(input: UsageIncrease): ThresholdEvent[] {
+  if (input.after <= input.before) return [];
+  return reachedThresholds(input.after, input.limit).map((threshold) => ({
+    organizationId: input.organizationId,
+    deploymentId: input.deploymentId,
+    threshold,
+    data: {
+      deployment_id: input.deploymentId,
+      quota: input.quota,
+      threshold,
+      used: input.after,
+      limit: input.limit,
+      period_end: input.periodEnd.toISOString(),
+    },
+    dedupeKey: thresholdKey(input.deploymentId, input.quota, threshold, input.periodStart),
+    at: input.now,
+  }));
+}
+
+/** Write the `quota.threshold` events a usage increase reached (once each per period), in the caller's transaction. */
+export async function emitThresholds(tx: Queryable, input: UsageIncrease): Promise<number[]> {
+  const written: number[] = [];
+  for (const event of thresholdEvents(input)) {
+    const id = await appendEvent(tx, { ...event, type: 'quota.threshold' });
+    if (id) written.push(event.threshold);
+  }
+  return written;
+}

@@ -4,7 +4,7 @@ import { Type } from 'typebox';
 import { ctxOf, principalOf } from '../../http/auth.js';
 import { decodeCursor, Envelope, envelopeErrors, ok, page, PageEnvelope, PageQuery } from '../../http/envelope.js';
 import { anyOf } from '../../http/schemas.js';
-import { requireScope } from '../metering/state.js';
+import { requireScope } from '../../lib/principals.js';
 import { listActiveTemplates } from './catalog.js';
 import {
   createTemplateDeployment,

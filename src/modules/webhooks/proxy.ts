@@ -3,11 +3,8 @@ import { actorLabel, type Ctx } from '../../context.js';
 import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { type KeysetPosition, pageOf } from '../../http/envelope.js';
 import { requestHash } from '../../lib/canonical-json.js';
-import { refundUsage } from '../credits/refunds.js';
-import { readBalance, viewBalance } from '../credits/service.js';
+import { IDEMPOTENCY_WINDOW_MS, readBalance, recordUsage, refundUsage, remainingAfter, viewBalance } from '../credits/index.js';
 import type { DeploymentRow } from '../deployments/service.js';
-import { remainingAfter } from '../credits/deduct.js';
-import { IDEMPOTENCY_WINDOW_MS } from '../credits/invocations.js';
 import { isUuid } from '../../lib/ids.js';
 import { forwardableHeaders, sendWithRetries } from './deliver.js';
 import { type DeliveryRow, type DeliveryView, deliveryViewOf } from './organization.js';
@@ -84,7 +81,7 @@ export async function sendWebhook(
   // Charge once, before the first attempt.
   const now = ctx.clock.now();
   const actor = actorLabel(ctx.actor);
-  const charged = await ctx.deductions.submit({
+  const charged = await recordUsage(ctx, {
     deploymentId: deployment.id,
     organizationId: deployment.organization_id,
     cost: CREDITS_PER_WEBHOOK,
@@ -94,10 +91,8 @@ export async function sendWebhook(
     mcpUserId: null,
     metadata: { webhook_id: webhookId, host: url.host },
     actor,
-    invocationId: null,
-    releaseReserved: 0,
   });
-  if (!charged.claimed) throw new Error('a charge without an invocation id claims nothing');
+  if (charged.replayed) throw new Error('a charge without an invocation id is never a replay');
   const charge = charged.result;
   if (!charge.deducted) {
     ctx.metrics.deductionRefusals.inc({ source: 'webhook', reason: 'insufficient_credits' });

@@ -1,5 +1,6 @@
 import { createContext, useCallback, useContext, useState } from 'react';
-import { ApiError, admin } from '../../api';
+import { admin } from '../../api';
+import { ApiError } from '../../api-errors';
 import { messageOf, useAction } from '../../ui';
 import type { Schemas } from '../../types';
 

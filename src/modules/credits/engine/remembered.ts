@@ -1,5 +1,5 @@
-import type { BatchDeduction } from './batcher.js';
-import type { BalanceRow } from './service.js';
+import type { BalanceRow } from '../service.js';
+import type { BatchDeduction } from './types.js';
 
 /**
  * What one instance remembers of the balance rows its batches committed, so that the next batch of

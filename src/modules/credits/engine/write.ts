@@ -1,0 +1,380 @@
+import { type ArrayElement, pgArray } from '../../../db/arrays.js';
+import type { Transaction } from '../../../db/client.js';
+import { type ThresholdEvent, thresholdEvents } from '../../quotas/thresholds.js';
+import { SUBSCRIBED } from '../meter-outbox.js';
+import { type Change, remaining } from '../rules.js';
+import type { BalanceRow } from '../service.js';
+import type { OptimisticPlan } from './remembered.js';
+import type { BatchDeduction } from './types.js';
+
+/**
+ * The engine's one write: everything a batch changes, in ONE set-based statement of the parts the
+ * batch needs (docs/adr/0004-group-commit.md). The plan (engine/plan.ts) decides, this file only moves
+ * its decisions into arrays and the arrays into rows.
+ */
+
+const latest = (a: Date, b: Date) => (a.getTime() >= b.getTime() ? a : b);
+
+/**
+ * The answer a recorded invocation replays (docs/metering.md, Idempotency: the `RecordResult` of a deduction),
+ * built in the statement from the columns it already has: `q` the credits used, `rem` the credits
+ * remaining (NULL when the allocation is unlimited), `u` the usage record, `inv` the invocation id.
+ * Sending it as JSON text instead cost the server a stringify and an escaped array element per record,
+ * and a batch of 48 about 8 KB more to send (docs/benchmarks.md).
+ */
+const RECORDED_ANSWER = `jsonb_build_object('success', true, 'credits_used', x.q, 'credits_remaining', x.rem, 'error', NULL,
+                           'usage_id', x.u, 'invocation_id', x.inv)`;
+
+/**
+ * The parts of a batch's write statement that only some batches need; a part with nothing to write is
+ * left out of the statement. PostgreSQL plans the statement for every batch (its arrays' lengths), and
+ * each part costs planning and executor start-up (its tables and indexes opened and locked) even when
+ * its arrays are empty: for a batch of records only, the four parts below were half of its planning
+ * time (docs/benchmarks.md, "A write statement of the parts a batch needs").
+ */
+export interface WriteShape {
+  /** One round trip on remembered rows (RowMemory): claims by the insert, row versions checked. */
+  remembered: boolean;
+  /** Remembered rows the batch does not write (every request of theirs refused): checked, not written. */
+  unchanged: boolean;
+  /** Reservations refused: their invocation rows deleted. */
+  refused: boolean;
+  /** Reservations released. */
+  released: boolean;
+  /** Meter events for Stripe (docs/billing.md, Usage to Stripe meters). */
+  metered: boolean;
+  /** `quota.threshold` events. */
+  alerts: boolean;
+}
+
+/**
+ * The batch's writes in ONE statement (one round trip while the balance rows are locked): the balance
+ * rows, refused holds, releases, ledger rows, usage records (joined to their ledger rows), invocation
+ * answers, meter events and `quota.threshold` events, each a data-modifying CTE over arrays. The CTEs
+ * touch disjoint rows (a batch settles each invocation key once), so their order does not matter.
+ * Threshold events are fanned out to webhooks by the events dispatcher.
+ * Parameters are named (`$change_usage`) and numbered by `numberParams`, as parts come and go.
+ */
+function writeBatchSql(shape: WriteShape): string {
+  const ctes = [
+    `bal AS (
+  UPDATE credit_balances b
+  SET monthly_used = u.used, purchased_balance = u.purchased, purchased_consumed = u.consumed, reserved = u.reserved, updated_at = u.at
+  FROM unnest($bal_id::uuid[], $bal_used::bigint[], $bal_purchased::bigint[], $bal_consumed::bigint[], $bal_reserved::bigint[],
+              $bal_at::timestamptz[]${shape.remembered ? ', $bal_version::xid[]' : ''})
+    AS u(id, used, purchased, consumed, reserved, at${shape.remembered ? ', version' : ''})
+  WHERE b.deployment_id = u.id${
+    shape.remembered
+      ? `
+    -- Only the row version the batch computed from (RowMemory): any other writer since gives a new one.
+    AND b.xmin = u.version`
+      : ''
+  }
+  RETURNING b.deployment_id AS id, b.xmin::text AS version
+)`,
+  ];
+  if (shape.unchanged) {
+    ctes.push(`unchanged AS (
+  -- The batch's other rows (every request refused): their refusals were computed from the remembered
+  -- version too, so it must still be the one this statement sees.
+  SELECT 1 FROM credit_balances b JOIN unnest($unchanged_id::uuid[], $unchanged_version::xid[]) AS c(id, version) ON b.deployment_id = c.id
+  WHERE b.xmin = c.version
+)`);
+  }
+  if (shape.refused) {
+    ctes.push(`refused AS (
+  -- A refused reservation leaves no invocation behind.
+  DELETE FROM invocations i USING unnest($refused_deployment::uuid[], $refused_invocation::text[]) AS x(d, inv)
+  WHERE i.deployment_id = x.d AND i.invocation_id = x.inv AND i.status = 'reserved'
+  RETURNING 1
+)`);
+  }
+  if (shape.released) {
+    ctes.push(`released AS (
+  -- Locked as held in step 1b.
+  UPDATE invocations i SET status = 'released', updated_at = x.t
+  FROM unnest($released_deployment::uuid[], $released_invocation::text[], $released_at::timestamptz[]) AS x(d, inv, t)
+  WHERE i.deployment_id = x.d AND i.invocation_id = x.inv AND i.status = 'reserved'
+  RETURNING 1
+)`);
+  }
+  ctes.push(
+    `led AS (
+  -- The deductions among the changes: monthly_after is NULL exactly when the allocation is (unlimited).
+  INSERT INTO credit_ledger (organization_id, deployment_id, kind, amount, monthly_delta, purchased_delta,
+                             monthly_after, purchased_after, actor, usage_id, created_at)
+  SELECT o, d, 'deduct', -q, CASE WHEN ma IS NULL THEN 0 ELSE -mt END, -pt, ma, pa, a, id, t
+  FROM unnest($change_usage::uuid[], $change_organization::uuid[], $change_deployment::uuid[], $change_credits::bigint[],
+              $change_deducted::boolean[], $change_monthly::bigint[], $change_purchased::bigint[], $change_at::timestamptz[],
+              $ledger_monthly_after::bigint[], $ledger_purchased_after::bigint[], $ledger_actor::text[])
+    AS x(id, o, d, q, s, mt, pt, t, ma, pa, a)
+  WHERE s
+  RETURNING id, usage_id
+)`,
+    `used AS (
+  -- Every deduction, and every final refusal (docs/metering.md, Denials: a record either way).
+  INSERT INTO usage_records (id, organization_id, deployment_id, metric, quantity, tool_name, mcp_user_id, metadata,
+                             success, error, ledger_id, invocation_id, monthly_taken, purchased_taken, period_start, "timestamp")
+  SELECT x.id, o, d, m, q, tn, mu, md::jsonb, s, e, led.id, i, mt, pt, ps, t
+  FROM unnest($change_usage::uuid[], $change_organization::uuid[], $change_deployment::uuid[], $change_credits::bigint[],
+              $change_deducted::boolean[], $change_monthly::bigint[], $change_purchased::bigint[], $change_at::timestamptz[],
+              $usage_metric::text[], $usage_tool::text[], $usage_mcp_user::text[], $usage_metadata::text[], $usage_error::text[],
+              $usage_invocation::text[], $usage_period_start::timestamptz[])
+    AS x(id, o, d, q, s, mt, pt, t, m, tn, mu, md, e, i, ps)
+  LEFT JOIN led ON led.usage_id = x.id
+  RETURNING 1
+)`,
+    shape.remembered
+      ? `answered AS (
+  -- Fresh invocations claimed and answered at once (recorded with their answer, or denied): an id
+  -- taken meanwhile is not inserted, and the check below then refuses the whole statement.
+  INSERT INTO invocations (deployment_id, invocation_id, organization_id, tool_name, request_hash, status, usage_id, response, created_at, updated_at)
+  SELECT x.d, x.inv, x.o, x.tn, x.h, CASE WHEN x.ok THEN 'recorded' ELSE 'denied' END, CASE WHEN x.ok THEN x.u ELSE NULL END,
+         CASE WHEN x.ok THEN ${RECORDED_ANSWER} ELSE NULL END, x.t, x.t
+  FROM unnest($change_usage::uuid[], $change_organization::uuid[], $change_deployment::uuid[], $change_deducted::boolean[],
+              $change_at::timestamptz[], $usage_tool::text[], $usage_invocation::text[], $answer_hash::text[], $change_credits::bigint[],
+              $answer_remaining::bigint[])
+    AS x(u, o, d, ok, t, tn, inv, h, q, rem)
+  WHERE x.h IS NOT NULL
+  ON CONFLICT (deployment_id, invocation_id) DO NOTHING
+  RETURNING 1
+)`
+      : `answered AS (
+  -- Claimed invocations (those with a request hash) recorded with their answer, or denied; a spent reservation recorded.
+  UPDATE invocations i
+  SET status = CASE WHEN x.ok THEN 'recorded' ELSE 'denied' END,
+      usage_id = CASE WHEN x.ok THEN x.u ELSE NULL END,
+      request_hash = x.h, reserved_amount = 0, reservation_expires_at = NULL, updated_at = x.t,
+      response = CASE WHEN x.ok THEN ${RECORDED_ANSWER} ELSE NULL END
+  FROM unnest($change_usage::uuid[], $change_deployment::uuid[], $change_deducted::boolean[], $change_at::timestamptz[],
+              $usage_invocation::text[], $answer_hash::text[], $change_credits::bigint[], $answer_remaining::bigint[])
+    AS x(u, d, ok, t, inv, h, q, rem)
+  WHERE x.h IS NOT NULL AND i.deployment_id = x.d AND i.invocation_id = x.inv
+  RETURNING 1
+)`,
+  );
+  if (shape.metered) {
+    ctes.push(`met AS (
+  -- Meter events of subscribed organizations (docs/billing.md, Usage to Stripe meters).
+  INSERT INTO meter_event_outbox (identifier, organization_id, deployment_id, stripe_customer_id, value, event_at, next_attempt_at)
+  SELECT x.u, x.o, x.d, o.stripe_customer_id, x.v, x.t, x.t
+  FROM unnest($meter_usage::uuid[], $meter_organization::uuid[], $meter_deployment::uuid[], $meter_value::bigint[], $meter_at::timestamptz[])
+    AS x(u, o, d, v, t)
+  JOIN organizations o ON o.id = x.o
+  WHERE ${SUBSCRIBED}
+  ON CONFLICT (identifier) DO NOTHING
+  RETURNING 1
+)`);
+  }
+  if (shape.alerts) {
+    ctes.push(`alert AS (
+  -- quota.threshold, once per threshold per period by its dedupe key (quotas/thresholds.ts).
+  INSERT INTO outbox_events (organization_id, deployment_id, type, data, dedupe_key, created_at)
+  SELECT o, d, 'quota.threshold', data::jsonb, k, t
+  FROM unnest($alert_organization::uuid[], $alert_deployment::uuid[], $alert_data::text[], $alert_key::text[], $alert_at::timestamptz[])
+    AS x(o, d, data, k, t)
+  ON CONFLICT (dedupe_key) DO NOTHING
+  RETURNING 1
+)`);
+  }
+  const fresh = shape.remembered
+    ? `,
+       -- Every remembered row still the one computed from, and every id claimed here; else nothing
+       -- of the statement stays (a division by zero, SQLSTATE 22012, refuses it as a whole).
+       1 / ((SELECT count(*) FROM bal) = cardinality($bal_id::uuid[])${
+         shape.unchanged ? `\n            AND (SELECT count(*) FROM unchanged) = cardinality($unchanged_id::uuid[])` : ''
+       }
+            AND (SELECT count(*) FROM answered) = cardinality(array_remove($answer_hash::text[], NULL)))::int AS fresh`
+    : '';
+  return `WITH ${ctes.join(', ')}
+SELECT (SELECT count(*) FROM used)::int AS usage,
+       (SELECT coalesce(json_agg(json_build_object('id', id, 'version', version)), '[]') FROM bal) AS versions${fresh}`;
+}
+
+/** A statement with named parameters (`$bal_id`), numbered in order of first appearance. */
+interface NumberedStatement {
+  text: string;
+  /** The parameter names, in their numbers' order ($1 first). */
+  names: string[];
+  /** The prepared statement's name: one per shape, on each connection. */
+  name: string;
+}
+
+function numberParams(text: string, name: string): NumberedStatement {
+  const names: string[] = [];
+  const numbered = text.replace(/\$([a-z][a-z_]*)/g, (_, param: string) => {
+    let at = names.indexOf(param);
+    if (at < 0) at = names.push(param) - 1;
+    return `$${at + 1}`;
+  });
+  return { text: numbered, names, name };
+}
+
+/** Each shape's statement, built once. */
+const WRITE_STATEMENTS = new Map<string, NumberedStatement>();
+
+export function writeStatement(shape: WriteShape): NumberedStatement {
+  // R remembered, U unchanged, F refused, L released, M metered, A alerts.
+  const key = `${shape.remembered ? 'R' : ''}${shape.unchanged ? 'U' : ''}${shape.refused ? 'F' : ''}${shape.released ? 'L' : ''}${
+    shape.metered ? 'M' : ''
+  }${shape.alerts ? 'A' : ''}`;
+  let statement = WRITE_STATEMENTS.get(key);
+  if (!statement) {
+    statement = numberParams(writeBatchSql(shape), key === '' ? 'credits_batch_write' : `credits_batch_write_${key}`);
+    WRITE_STATEMENTS.set(key, statement);
+  }
+  return statement;
+}
+
+/** What a batch writes, as writeBatch sorted it: WRITE_COLUMNS makes the statement's arrays of it. */
+interface BatchWrite {
+  items: BatchDeduction[];
+  rows: Map<string, BalanceRow>;
+  remembered: OptimisticPlan | undefined;
+  /** Deployments whose balance row the batch writes. */
+  touched: string[];
+  /** Remembered rows it does not write. */
+  untouched: string[];
+  refusedHolds: Change[];
+  releases: Change[];
+  /** Deductions and spent reservations, deducted or refused: each a usage record. */
+  changes: Change[];
+  metered: Change[];
+  alerts: ThresholdEvent[];
+  /** Per deployment, the time of its last change in the batch. */
+  lastChange: Map<string, Date>;
+}
+
+/** A claimed invocation's answer is stored; a spent reservation refused (an adjustment took its credits meanwhile) stays held. */
+const claimsInvocation = (w: BatchWrite, c: Change) => w.items[c.index]!.claimInvocation !== undefined && (c.kind === 'deduct' || c.deducted);
+
+/** Every array a write statement can name (`$bal_id`), made from what the batch writes. */
+const WRITE_COLUMNS = {
+    bal_id: (w: BatchWrite) => w.touched,
+    bal_used: (w: BatchWrite) => w.touched.map((id) => w.rows.get(id)!.monthly_used),
+    bal_purchased: (w: BatchWrite) => w.touched.map((id) => w.rows.get(id)!.purchased_balance),
+    bal_consumed: (w: BatchWrite) => w.touched.map((id) => w.rows.get(id)!.purchased_consumed),
+    bal_reserved: (w: BatchWrite) => w.touched.map((id) => w.rows.get(id)!.reserved),
+    bal_at: (w: BatchWrite) => w.touched.map((id) => w.lastChange.get(id)!),
+    bal_version: (w: BatchWrite) => w.touched.map((id) => w.remembered!.rows.get(id)!.version),
+    unchanged_id: (w: BatchWrite) => w.untouched,
+    unchanged_version: (w: BatchWrite) => w.untouched.map((id) => w.remembered!.rows.get(id)!.version),
+    refused_deployment: (w: BatchWrite) => w.refusedHolds.map((c) => c.deploymentId),
+    refused_invocation: (w: BatchWrite) => w.refusedHolds.map((c) => w.items[c.index]!.invocationId),
+    released_deployment: (w: BatchWrite) => w.releases.map((c) => c.deploymentId),
+    released_invocation: (w: BatchWrite) => w.releases.map((c) => w.items[c.index]!.invocationId),
+    released_at: (w: BatchWrite) => w.releases.map((c) => w.items[c.index]!.now),
+    // Every change, read by the ledger, usage and answer inserts alike.
+    change_usage: (w: BatchWrite) => w.changes.map((c) => c.usageId),
+    change_organization: (w: BatchWrite) => w.changes.map((c) => c.organizationId),
+    change_deployment: (w: BatchWrite) => w.changes.map((c) => c.deploymentId),
+    change_credits: (w: BatchWrite) => w.changes.map((c) => (c.deducted ? c.cost : 0)),
+    change_deducted: (w: BatchWrite) => w.changes.map((c) => c.deducted),
+    change_monthly: (w: BatchWrite) => w.changes.map((c) => c.monthlyTaken),
+    change_purchased: (w: BatchWrite) => w.changes.map((c) => c.purchasedTaken),
+    change_at: (w: BatchWrite) => w.changes.map((c) => w.items[c.index]!.now),
+    // The usage record's own.
+    usage_metric: (w: BatchWrite) => w.changes.map((c) => w.items[c.index]!.action),
+    usage_tool: (w: BatchWrite) => w.changes.map((c) => w.items[c.index]!.toolName),
+    usage_mcp_user: (w: BatchWrite) => w.changes.map((c) => w.items[c.index]!.mcpUserId),
+    usage_metadata: (w: BatchWrite) =>
+      w.changes.map((c) => {
+        const m = w.items[c.index]!.metadata;
+        return m === undefined || m === null ? null : JSON.stringify(m);
+      }),
+    usage_error: (w: BatchWrite) => w.changes.map((c) => (c.deducted ? null : 'insufficient_credits')),
+    usage_invocation: (w: BatchWrite) => w.changes.map((c) => w.items[c.index]!.invocationId),
+    usage_period_start: (w: BatchWrite) => w.changes.map((c) => c.periodStart),
+    // The claimed ones' request hash (which marks them), and the credits_remaining of the answer stored
+    // for a replay (RECORDED_ANSWER builds the rest from the columns above).
+    answer_hash: (w: BatchWrite) => w.changes.map((c) => (claimsInvocation(w, c) ? w.items[c.index]!.claimInvocation!.requestHash : null)),
+    answer_remaining: (w: BatchWrite) => w.changes.map((c) => (claimsInvocation(w, c) && c.deducted ? remaining(c.after) : null)),
+    // The ledger row's own, for deductions.
+    ledger_monthly_after: (w: BatchWrite) =>
+      w.changes.map((c) => (!c.deducted || c.after.monthly_allocation === null ? null : Math.max(0, c.after.monthly_allocation - c.after.monthly_used))),
+    ledger_purchased_after: (w: BatchWrite) => w.changes.map((c) => (c.deducted ? c.after.purchased_balance : null)),
+    ledger_actor: (w: BatchWrite) => w.changes.map((c) => (c.deducted ? w.items[c.index]!.actor : null)),
+    meter_usage: (w: BatchWrite) => w.metered.map((c) => c.usageId),
+    meter_organization: (w: BatchWrite) => w.metered.map((c) => c.organizationId),
+    meter_deployment: (w: BatchWrite) => w.metered.map((c) => c.deploymentId),
+    meter_value: (w: BatchWrite) => w.metered.map((c) => c.cost),
+    meter_at: (w: BatchWrite) => w.metered.map((c) => w.items[c.index]!.now),
+    alert_organization: (w: BatchWrite) => w.alerts.map((a) => a.organizationId),
+    alert_deployment: (w: BatchWrite) => w.alerts.map((a) => a.deploymentId),
+    alert_data: (w: BatchWrite) => w.alerts.map((a) => JSON.stringify(a.data)),
+    alert_key: (w: BatchWrite) => w.alerts.map((a) => a.dedupeKey),
+    alert_at: (w: BatchWrite) => w.alerts.map((a) => a.at),
+} satisfies Record<string, (w: BatchWrite) => ArrayElement[]>;
+type WriteColumn = keyof typeof WRITE_COLUMNS;
+/** The arrays a write statement may name (tests hold every statement to them). */
+export const WRITE_COLUMN_NAMES: readonly string[] = Object.keys(WRITE_COLUMNS);
+
+/** The batch's writes: one statement (writeBatchSql), of the parts the batch needs. */
+export async function writeBatch(
+  tx: Transaction,
+  items: BatchDeduction[],
+  all: Change[],
+  rows: Map<string, BalanceRow>,
+  reportToMeter: boolean,
+  commit: { progress: { committing: boolean } } | undefined,
+  remembered: OptimisticPlan | undefined,
+): Promise<Array<{ id: string; version: string }>> {
+  const touched = [...new Set(all.filter((c) => c.deducted).map((c) => c.deploymentId))];
+  const refusedHolds = all.filter((c) => c.kind === 'hold' && !c.deducted);
+  const releases = all.filter((c) => c.kind === 'release');
+  const changes = all.filter((c) => c.kind === 'deduct' || c.kind === 'spend');
+  if (touched.length === 0 && refusedHolds.length === 0 && changes.length === 0) return [];
+  const done = changes.filter((c) => c.deducted);
+  // Remembered rows the batch does not write (every request refused) are checked, not written.
+  const untouched = remembered ? [...remembered.rows.keys()].filter((id) => !touched.includes(id)).sort() : [];
+  const metered = reportToMeter ? done.filter((c) => c.cost > 0) : [];
+  const alerts = batchThresholdEvents(items, done, rows);
+  const lastChange = new Map<string, Date>();
+  for (const c of all) lastChange.set(c.deploymentId, latest(lastChange.get(c.deploymentId) ?? new Date(0), items[c.index]!.now));
+  const statement = writeStatement({
+    remembered: remembered !== undefined,
+    unchanged: untouched.length > 0,
+    refused: refusedHolds.length > 0,
+    released: releases.length > 0,
+    metered: metered.length > 0,
+    alerts: alerts.length > 0,
+  });
+  const write: BatchWrite = { items, rows, remembered, touched, untouched, refusedHolds, releases, changes, metered, alerts, lastChange };
+  const params = statement.names.map((name) => pgArray(WRITE_COLUMNS[name as WriteColumn](write)));
+  if (commit) commit.progress.committing = true;
+  const [answer] = await (commit ? tx.queryAndCommit.bind(tx) : tx.query.bind(tx))<{ versions: Array<{ id: string; version: string }> }>(
+    statement.text,
+    params,
+    statement.name,
+  );
+  return answer!.versions;
+}
+
+/**
+ * The monthly `quota.threshold` events the batch's deductions reached, per deployment: the shared rule
+ * (quotas/thresholds.ts) on the deployment's usage before its first and after its last change here.
+ */
+function batchThresholdEvents(items: BatchDeduction[], done: Change[], rows: Map<string, BalanceRow>): ThresholdEvent[] {
+  const byDeployment = new Map<string, Change[]>();
+  for (const c of done) {
+    const list = byDeployment.get(c.deploymentId);
+    if (list) list.push(c);
+    else byDeployment.set(c.deploymentId, [c]);
+  }
+  return [...byDeployment].flatMap(([id, mine]) => {
+    const first = mine[0]!;
+    const last = mine[mine.length - 1]!;
+    const row = rows.get(id)!;
+    return thresholdEvents({
+      organizationId: row.organization_id,
+      deploymentId: id,
+      quota: 'monthly_credits',
+      before: first.after.monthly_used - first.monthlyTaken,
+      after: last.after.monthly_used,
+      limit: row.monthly_allocation,
+      periodStart: row.period_start,
+      periodEnd: row.period_end,
+      now: items[last.index]!.now,
+    });
+  });
+}

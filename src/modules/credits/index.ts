@@ -1,0 +1,67 @@
+/**
+ * The credits module's one entry point (docs/adr/0003-credits-owns-money.md, docs/adr/0006-one-money-engine.md):
+ * every other module imports credits from here and nowhere else (test/money-writers.unit.test.ts).
+ * The verbs below are the only ways money moves; they decide nothing about HTTP and never expose the
+ * engine's batches.
+ */
+
+// Usage and its deduction, holds and releases: through the money engine (credits/engine/).
+export { type RecordedUsage, recordDeniedUsage, recordUsage, type UsageRequest } from './record.js';
+export {
+  IDEMPOTENCY_WINDOW_MS,
+  type InvocationRow,
+  releaseInvocationHold,
+  reserveInvocation,
+  type ReserveOutcome,
+  type StoredRecordAnswer,
+} from './invocations.js';
+export { type DeductResult, remaining, remainingAfter } from './rules.js';
+export { DeductionBatcher } from './engine/queue.js';
+export type { BatchSettings } from './engine/types.js';
+export { expireReservations, pruneInvocations, RESERVATION_TTL_MS } from './reservations.js';
+
+// AI tokens: holds and settlements of the AI proxy (docs/ai-proxy.md).
+export {
+  aiQuotaExceeded,
+  aiTokensFree,
+  type AiHold,
+  creditsForTokens,
+  type AiUsageResult,
+  expireAiHolds,
+  holdAiTokens,
+  pruneAiHolds,
+  releaseAiHold,
+  settleAiTokens,
+} from './ai-usage.js';
+
+// Purchased credits, grants, refunds and the period's terms.
+export { grantPack, recordPackCheckout, storedPackSale, takeBackRefund } from './purchases.js';
+export { refundUsage } from './refunds.js';
+export {
+  type BalanceRow,
+  type BalanceView,
+  changePurchased,
+  openBalance,
+  purchasedFloor,
+  readBalance,
+  resetUsage,
+  syncBalance,
+  viewBalance,
+} from './service.js';
+export { type DeploymentTerms, effectiveTerms } from './terms.js';
+export { followSubscriptionPeriod } from './subscription-period.js';
+
+// Reads: the balance a check may use, and the summary a dashboard shows.
+export { cachedBalance, forgetBalance, loadBalance, readBalanceOfRecord, rememberBalance } from './balance-cache.js';
+export { BalanceReads } from './balance-reads.js';
+export { type BalanceSummary, BalanceSummarySchema, summarizeBalance } from './summary.js';
+
+// The Stripe meter's outbox, which the deduction writes and billing sends.
+export {
+  claimMeterEvents,
+  markMeterFailed,
+  markMeterReported,
+  markMeterRetry,
+  markMeterSkipped,
+  type MeterEventRow,
+} from './meter-outbox.js';
