@@ -2,6 +2,8 @@ import nodemailer from 'nodemailer';
 import type { Config } from '../config.js';
 import type { Deps } from '../context.js';
 import type { Queryable } from '../db/client.js';
+import type { ClaimSpec } from '../workers/claim.js';
+import { exhausted, type JobPolicy, type JobQueue, retryAt, runJobs } from '../workers/jobs.js';
 import { decryptSecret, encryptSecret } from './crypto-box.js';
 
 /**
@@ -200,10 +202,18 @@ export async function deliverMail(deps: Pick<Deps, 'config' | 'db' | 'clock' | '
 
 /** SMTP tries per message before it is left in the outbox for an operator (last_error says why). */
 export const MAIL_MAX_ATTEMPTS = 5;
-/** Wait before try n+1 after n failed tries: 1 min, 5 min, 30 min, 2 h. */
-const MAIL_BACKOFF_MS = [60_000, 5 * 60_000, 30 * 60_000, 2 * 3_600_000];
-/** How long a claimed row is left to its worker before another may try it (a send times out far sooner). */
-const MAIL_LEASE_MS = 10 * 60_000;
+
+/**
+ * The `mail-retry` queue's policy (docs/jobs.md): 1 min, 5 min, 30 min, 2 h between tries, no jitter;
+ * a claimed row is its worker's for 10 minutes (a send times out far sooner).
+ */
+export const MAIL_POLICY: JobPolicy = {
+  batchSize: 20,
+  leaseMs: 10 * 60_000,
+  maxAttempts: MAIL_MAX_ATTEMPTS,
+  backoff: { kind: 'schedule', stepsMs: [60_000, 5 * 60_000, 30 * 60_000, 2 * 3_600_000], jitter: 0 },
+  concurrency: 1,
+};
 
 /**
  * One SMTP try of a queued row (`text` is the readable body): marks it sent, a secret-bearing body
@@ -221,12 +231,11 @@ async function attemptSmtp(
   } catch (err) {
     const failure = failureOf(err);
     deps.log.warn({ outbox_id: mail.id, template: mail.template, attempt, smtp: failure }, 'smtp delivery failed; the message stays in the outbox');
-    const wait = MAIL_BACKOFF_MS[Math.min(attempt, MAIL_BACKOFF_MS.length) - 1]!;
     await deps.db
       .query('UPDATE email_outbox SET attempts = $2, next_attempt_at = $3, last_error = $4 WHERE id = $1 AND sent_at IS NULL', [
         mail.id,
         attempt,
-        new Date(deps.clock.now().getTime() + wait),
+        retryAt(MAIL_POLICY, attempt, deps.clock.now()),
         JSON.stringify(failure),
       ])
       .catch(() => {});
@@ -247,41 +256,44 @@ async function attemptSmtp(
   return true;
 }
 
+type MailDeps = Pick<Deps, 'config' | 'db' | 'clock' | 'log'> & Partial<Pick<Deps, 'metrics'>>;
+
+interface OutboxRow {
+  id: string;
+  to: string;
+  subject: string;
+  body: string;
+  body_encrypted: boolean;
+  template: MailTemplate;
+  attempts: number;
+}
+
 /**
- * The `mail-retry` worker's pass: unsent rows whose next try is due (or, never tried by a worker,
- * older than a minute — the sender right after the commit had its chance) are claimed with a lease in
- * one statement (SKIP LOCKED: any number of instances), then sent. Without SMTP_URL the outbox row is
- * the delivery and there is nothing to retry.
+ * The `mail-retry` queue (docs/jobs.md): unsent rows with tries left whose next try is due (or, never
+ * tried by a worker, older than a minute — the sender right after the commit had its chance), leased
+ * by moving next_attempt_at; `:organization` narrows the claim to one organization's mail. Without
+ * SMTP_URL the outbox row is the delivery and there is nothing to retry.
  */
-export async function retryOutbox(
-  deps: Pick<Deps, 'config' | 'db' | 'clock' | 'log'>,
-  batch = 20,
-  /** One organization's mail only (tests share a database; the worker passes none). */
-  organizationId: string | null = null,
-): Promise<number> {
-  const { smtpUrl, publicBaseUrl } = deps.config;
-  if (!smtpUrl) return 0;
-  const now = deps.clock.now();
-  const claimed = await deps.db.query<{
-    id: string;
-    to: string;
-    subject: string;
-    body: string;
-    body_encrypted: boolean;
-    template: MailTemplate;
-    attempts: number;
-  }>(
-    `WITH due AS (
-       SELECT id FROM email_outbox
-       WHERE sent_at IS NULL AND attempts < $2 AND COALESCE(next_attempt_at, created_at + interval '1 minute') <= $1
-         AND ($5::uuid IS NULL OR organization_id = $5::uuid)
-       ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED
-     )
-     UPDATE email_outbox o SET next_attempt_at = $4 FROM due WHERE o.id = due.id
-     RETURNING o.id, o."to", o.subject, o.body, o.body_encrypted, o.template, o.attempts`,
-    [now, MAIL_MAX_ATTEMPTS, batch, new Date(now.getTime() + MAIL_LEASE_MS), organizationId],
-  );
-  for (const row of claimed) {
+const MAIL_CLAIM: ClaimSpec = {
+  name: 'mail-retry',
+  table: 'email_outbox',
+  key: 'id',
+  pending: `q.sent_at IS NULL AND q.attempts < ${MAIL_MAX_ATTEMPTS}`,
+  dueAt: "COALESCE(q.next_attempt_at, q.created_at + interval '1 minute')",
+  lease: { kind: 'due', column: 'next_attempt_at' },
+  where: ['(:organization::uuid IS NULL OR q.organization_id = :organization::uuid)'],
+  orderBy: 'q.created_at',
+  returning: 'j.id, j."to", j.subject, j.body, j.body_encrypted, j.template, j.attempts',
+};
+
+export const MAIL_QUEUE: JobQueue<OutboxRow, MailDeps, { smtpUrl: string; publicBaseUrl: string }> = {
+  name: 'mail-retry',
+  table: 'email_outbox',
+  policy: MAIL_POLICY,
+  claim: MAIL_CLAIM,
+  setup: ({ config }) => (config.smtpUrl ? { smtpUrl: config.smtpUrl, publicBaseUrl: config.publicBaseUrl } : null),
+  keyOf: (row) => row.id,
+  async handle({ row, setup }, deps) {
     let text: string;
     try {
       // Decrypted only now, right before the send, and only in memory.
@@ -294,11 +306,22 @@ export async function retryOutbox(
         MAIL_MAX_ATTEMPTS,
         JSON.stringify({ code: 'EDECRYPT' }),
       ]);
-      continue;
+      return 'failed';
     }
-    await attemptSmtp(deps, smtpUrl, publicBaseUrl, { ...row, text }, row.attempts + 1);
-  }
-  return claimed.length;
+    const attempt = row.attempts + 1;
+    if (await attemptSmtp(deps, setup.smtpUrl, setup.publicBaseUrl, { ...row, text }, attempt)) return 'done';
+    return exhausted(MAIL_POLICY, attempt) ? 'failed' : 'retry';
+  },
+};
+
+/** The `mail-retry` worker's pass (MAIL_QUEUE through the job runner); returns how many rows it claimed. */
+export function retryOutbox(
+  deps: MailDeps,
+  batch = MAIL_POLICY.batchSize,
+  /** One organization's mail only (tests share a database; the worker passes none). */
+  organizationId: string | null = null,
+): Promise<number> {
+  return runJobs(deps, MAIL_QUEUE, { batch, params: { organization: organizationId } });
 }
 
 /** Queue (in its own transaction, with `inTx` for the caller's rows) and deliver: for sends not tied to another change. */

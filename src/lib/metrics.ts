@@ -90,6 +90,25 @@ export class Metrics {
     labelNames: ['kind', 'outcome'] as const,
     registers: [this.registry],
   });
+  readonly jobsClaimed = new Counter({
+    name: 'creditgate_jobs_claimed_total',
+    help: 'Jobs claimed by the job runner (docs/jobs.md), by queue (the worker name: mail-retry, webhook-delivery …)',
+    labelNames: ['queue'] as const,
+    registers: [this.registry],
+  });
+  readonly jobsFinished = new Counter({
+    name: 'creditgate_jobs_finished_total',
+    help: 'Claimed jobs handled, by queue and outcome: done, retry (scheduled again), failed (given up), skipped, error (threw; due again when its lease ends)',
+    labelNames: ['queue', 'outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly jobDuration = new Histogram({
+    name: 'creditgate_jobs_duration_seconds',
+    help: 'Per claimed job, the time its handler took (the send, the provisioner call, the recording), by queue',
+    labelNames: ['queue'] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [this.registry],
+  });
   readonly upstreamRequests = new Counter({
     name: 'creditgate_upstream_requests_total',
     help: 'Calls to Stripe and to the AI provider, each attempt, by outcome (ok, client_error, rate_limited, server_error, timeout, connection_error, aborted)',

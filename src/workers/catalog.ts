@@ -1,16 +1,19 @@
 import type { Deps } from '../context.js';
-import { retryOutbox } from '../lib/mailer.js';
-import { reportMeterEvents } from '../modules/billing/meter-events.js';
-import { pruneStripeEvents, retryStripeEvents } from '../modules/billing/stripe-events.js';
+import { MAIL_QUEUE } from '../lib/mailer.js';
+import { METER_QUEUE } from '../modules/billing/meter-events.js';
+import { pruneStripeEvents, STRIPE_EVENTS_QUEUE } from '../modules/billing/stripe-events.js';
 import { expireAiHolds, expireReservations, pruneAiHolds, pruneInvocations } from '../modules/credits/index.js';
-import { dispatchPending } from '../modules/events/outbox.js';
+import { EVENTS_QUEUE } from '../modules/events/outbox.js';
 import { lapseDomainClaims } from '../modules/templates/custom-domains.js';
-import { provisionDue } from '../modules/templates/provision.js';
-import { deliverDue } from '../modules/webhooks/organization.js';
+import { PROVISION_QUEUE } from '../modules/templates/provision.js';
+import { DELIVERY_QUEUE } from '../modules/webhooks/organization.js';
+import { type JobQueue, runJobs } from './jobs.js';
 
 /**
  * Background loops, each declared here (STYLE rule 8): what it claims, how much per run, how often.
- * Claims use FOR UPDATE SKIP LOCKED, so any number of instances may run them.
+ * Claims use FOR UPDATE SKIP LOCKED, so any number of instances may run them. The job queues run
+ * through the job runner (src/workers/jobs.ts, docs/jobs.md): their table and batch come from the
+ * queue's declaration, only the interval is set here.
  */
 export interface WorkerDefinition {
   name: string;
@@ -19,6 +22,11 @@ export interface WorkerDefinition {
   intervalMs: number;
   /** One pass; returns how many rows it handled (a full batch runs again at once). */
   run(deps: Deps): Promise<number>;
+}
+
+/** A job queue's worker: one pass is one `runJobs` with the queue's policy. */
+function jobWorker<Row, Setup>(queue: JobQueue<Row, Deps, Setup>, intervalMs: number): WorkerDefinition {
+  return { name: queue.name, table: queue.table, batchSize: queue.policy.batchSize, intervalMs, run: (deps) => runJobs(deps, queue) };
 }
 
 export const WORKERS: WorkerDefinition[] = [
@@ -51,35 +59,11 @@ export const WORKERS: WorkerDefinition[] = [
     intervalMs: 10 * 60_000,
     run: (deps) => pruneAiHolds(deps.db, deps.clock.now(), 1000),
   },
-  {
-    name: 'mail-retry',
-    table: 'email_outbox',
-    batchSize: 20,
-    intervalMs: 30_000,
-    run: (deps) => retryOutbox(deps, 20),
-  },
-  {
-    name: 'event-dispatch',
-    table: 'outbox_events',
-    batchSize: 100,
-    intervalMs: 2_000,
-    run: (deps) => dispatchPending(deps.db, deps.clock.now(), 100),
-  },
-  {
-    name: 'webhook-delivery',
-    table: 'webhook_deliveries',
-    batchSize: 20,
-    intervalMs: 1_000,
-    run: (deps) => deliverDue(deps, 20),
-  },
-  {
-    // Stripe events whose handling failed (or whose receiver died): never lost (docs/billing.md, Inbound events).
-    name: 'stripe-events',
-    table: 'stripe_events',
-    batchSize: 20,
-    intervalMs: 5_000,
-    run: (deps) => retryStripeEvents(deps, 20),
-  },
+  jobWorker(MAIL_QUEUE, 30_000),
+  jobWorker(EVENTS_QUEUE, 2_000),
+  jobWorker(DELIVERY_QUEUE, 1_000),
+  // Stripe events whose handling failed (or whose receiver died): never lost (docs/billing.md, Inbound events).
+  jobWorker(STRIPE_EVENTS_QUEUE, 5_000),
   {
     name: 'stripe-event-retention',
     table: 'stripe_events',
@@ -87,22 +71,10 @@ export const WORKERS: WorkerDefinition[] = [
     intervalMs: 60 * 60_000,
     run: (deps) => pruneStripeEvents(deps, 1000),
   },
-  {
-    // Usage to the Stripe meter when STRIPE_METER_EVENT_NAME is set (docs/billing.md, Usage to Stripe meters).
-    name: 'meter-events',
-    table: 'meter_event_outbox',
-    batchSize: 100,
-    intervalMs: 5_000,
-    run: (deps) => reportMeterEvents(deps, 100),
-  },
-  {
-    // Template deployments due for a provisioning attempt (docs/templates.md).
-    name: 'template-provisioning',
-    table: 'template_deployments',
-    batchSize: 10,
-    intervalMs: 2_000,
-    run: (deps) => provisionDue(deps, 10),
-  },
+  // Usage to the Stripe meter when STRIPE_METER_EVENT_NAME is set (docs/billing.md, Usage to Stripe meters).
+  jobWorker(METER_QUEUE, 5_000),
+  // Template deployments due for a provisioning attempt (docs/templates.md).
+  jobWorker(PROVISION_QUEUE, 2_000),
   {
     // Custom-domain claims unverified after 7 days lapse (docs/templates.md, Custom domains).
     name: 'custom-domain-lapse',

@@ -1,6 +1,7 @@
 import type { Deps } from '../../context.js';
 import { claimMeterEvents, markMeterFailed, markMeterReported, markMeterRetry, markMeterSkipped, type MeterEventRow } from '../credits/index.js';
 import { Stripe, stripeClient } from './stripe-client.js';
+import { type JobOutcome, type JobPolicy, type JobQueue, retryAt, runJobs } from '../../workers/jobs.js';
 
 /**
  * The `meter-events` worker (docs/billing.md, Usage to Stripe meters): sends the meter outbox to Stripe's Billing Meter API. A batch is
@@ -11,31 +12,43 @@ import { Stripe, stripeClient } from './stripe-client.js';
  * meter event adjustments cancel by). A refusal Stripe will repeat (400: too old, unknown customer) is
  * kept as `failed` with its reason; anything else is retried with backoff, never dropped.
  */
-const LEASE_MS = 2 * 60_000;
-const CONCURRENCY = 8;
-const MAX_BACKOFF_MS = 60 * 60_000;
+export const METER_POLICY: JobPolicy = {
+  batchSize: 100,
+  leaseMs: 2 * 60_000,
+  maxAttempts: null,
+  // 30 s doubling up to 1 h; the attempt is counted at the claim.
+  backoff: { kind: 'exponential', baseMs: 30_000, factor: 2, capMs: 60 * 60_000, jitter: 0 },
+  concurrency: 8,
+};
 
-export async function reportMeterEvents(deps: Deps, limit: number): Promise<number> {
-  const eventName = deps.config.stripeMeterEventName;
-  const stripe = stripeClient(deps);
-  if (!eventName || !stripe) return 0;
-  const batch = await claimMeterEvents(deps.db, deps.clock.now(), limit, LEASE_MS);
-  let next = 0;
-  const lane = async () => {
-    while (next < batch.length) {
-      const event = batch[next++]!;
-      await send(deps, stripe, eventName, event);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(CONCURRENCY, batch.length) }, lane));
-  return batch.length;
+/**
+ * The `meter-events` queue (docs/jobs.md). The outbox is a money table, so its claim is the credits
+ * module's (claimMeterEvents, built with the runner's claim statement); sent 8 at a time.
+ */
+export const METER_QUEUE: JobQueue<MeterEventRow, Deps, { eventName: string; stripe: Stripe }> = {
+  name: 'meter-events',
+  table: 'meter_event_outbox',
+  policy: METER_POLICY,
+  claim: (db, at) => claimMeterEvents(db, at.now, at.limit, METER_POLICY.leaseMs!),
+  setup: (deps) => {
+    const eventName = deps.config.stripeMeterEventName;
+    const stripe = stripeClient(deps);
+    return eventName && stripe ? { eventName, stripe } : null;
+  },
+  keyOf: (row) => row.identifier,
+  handle: ({ row, setup }, deps) => send(deps, setup.stripe, setup.eventName, row),
+};
+
+/** One pass (METER_QUEUE through the job runner). Returns how many events it claimed. */
+export function reportMeterEvents(deps: Deps, limit: number): Promise<number> {
+  return runJobs(deps, METER_QUEUE, { batch: limit });
 }
 
-async function send(deps: Deps, stripe: Stripe, eventName: string, e: MeterEventRow): Promise<void> {
+async function send(deps: Deps, stripe: Stripe, eventName: string, e: MeterEventRow): Promise<JobOutcome> {
   if (e.value <= 0) {
     // Refunded in full before it was reported: there is nothing to bill.
     await markMeterSkipped(deps.db, e.identifier, 'refunded in full before it was reported: nothing sent', deps.clock.now());
-    return;
+    return 'skipped';
   }
   try {
     const sent = await stripe.billing.meterEvents.create(
@@ -50,14 +63,16 @@ async function send(deps: Deps, stripe: Stripe, eventName: string, e: MeterEvent
       { idempotencyKey: `creditgate-meter-${e.identifier}-${e.value}` },
     );
     await markMeterReported(deps.db, e.identifier, sent.identifier ?? e.identifier, deps.clock.now());
+    return 'done';
   } catch (error) {
     const message = (error as Error).message ?? String(error);
     if (error instanceof Stripe.errors.StripeInvalidRequestError) {
       deps.log.error({ identifier: e.identifier, err: error }, 'Stripe refused a meter event for good');
       await markMeterFailed(deps.db, e.identifier, message);
-      return;
+      return 'failed';
     }
-    const delay = Math.min(MAX_BACKOFF_MS, 30_000 * 2 ** Math.min(Math.max(0, e.attempts - 1), 10));
-    await markMeterRetry(deps.db, e.identifier, new Date(deps.clock.now().getTime() + delay), message);
+    // The claim counted this attempt: `attempts` failures so far.
+    await markMeterRetry(deps.db, e.identifier, retryAt(METER_POLICY, e.attempts, deps.clock.now()), message);
+    return 'retry';
   }
 }

@@ -9,6 +9,7 @@ import { storedPackSale } from '../credits/index.js';
 import { handleChargeRefunded, handleCheckoutSession, handleInvoice } from './stripe-handlers.js';
 import { type EventOutcome, stripeId } from './stripe-objects.js';
 import { applySubscription, subscriptionState } from './subscriptions.js';
+import { type JobPolicy, type JobQueue, retryAt, runJobs } from '../../workers/jobs.js';
 
 /**
  * Inbound Stripe events (docs/billing.md). Each verified event is stored by its id before anything acts on it;
@@ -18,9 +19,17 @@ import { applySubscription, subscriptionState } from './subscriptions.js';
  * still pending, so an event has its effect once even when the receiver and the worker meet.
  */
 
-/** How long the receiver has to handle an event before the worker may take it over. */
+/** How long the receiver has to handle an event before the worker may take it over (and the worker's own lease). */
 const RECEIVER_LEASE_MS = 60_000;
-const MAX_BACKOFF_MS = 60 * 60_000;
+
+/** The `stripe-events` queue's policy (docs/jobs.md): 30 s doubling up to 1 h, never given up (an event is never lost). */
+export const STRIPE_EVENTS_POLICY: JobPolicy = {
+  batchSize: 20,
+  leaseMs: RECEIVER_LEASE_MS,
+  maxAttempts: null,
+  backoff: { kind: 'exponential', baseMs: 30_000, factor: 2, capMs: 60 * 60_000, jitter: 0 },
+  concurrency: 1,
+};
 
 export async function receiveStripeEvent(deps: Deps, rawBody: string, signature: string | undefined): Promise<{ duplicate: boolean }> {
   // What is wrong with the request itself is 400 whether or not the installation is configured. The
@@ -116,11 +125,10 @@ export async function handleStoredEvent(deps: Deps, id: string): Promise<void> {
     // Packs granted or taken back, periods moved: rare, so every instance drops every cached balance.
     if (outcome && !outcome.ignored) ctx.bus.publish('balance-cache');
   } catch (error) {
-    const now = deps.clock.now();
-    const delay = Math.min(MAX_BACKOFF_MS, 30_000 * 2 ** Math.min(stored.attempts, 10));
+    // This try is the event's (attempts + 1)-th failure.
     await deps.db.query(
       `UPDATE stripe_events SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3 WHERE id = $1 AND status = 'pending'`,
-      [id, new Date(now.getTime() + delay), String((error as Error).message ?? error).slice(0, 1000)],
+      [id, retryAt(STRIPE_EVENTS_POLICY, stored.attempts + 1, deps.clock.now()), String((error as Error).message ?? error).slice(0, 1000)],
     );
     throw error;
   }
@@ -196,25 +204,41 @@ async function readBackSubscription(deps: Deps, stored: StoredEvent): Promise<St
   }
 }
 
-/** The `stripe-events` worker: handle due pending events, oldest Stripe `created` first. */
-export async function retryStripeEvents(deps: Deps, limit: number): Promise<number> {
-  const now = deps.clock.now();
-  const due = await deps.db.query<{ id: string }>(
-    `UPDATE stripe_events SET next_attempt_at = $2
-     WHERE id IN (SELECT id FROM stripe_events WHERE status = 'pending' AND next_attempt_at <= $1
-                  ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
-     RETURNING id, created_at`,
-    [now, new Date(now.getTime() + RECEIVER_LEASE_MS), limit],
-  );
-  const ordered = (due as Array<{ id: string; created_at?: Date }>).sort((a, b) => (a.created_at?.getTime() ?? 0) - (b.created_at?.getTime() ?? 0));
-  for (const { id } of ordered) {
+/**
+ * The `stripe-events` queue (docs/jobs.md): due pending events, leased by moving next_attempt_at (as
+ * the receiver's own lease does), handled one by one, oldest Stripe `created` first.
+ */
+export const STRIPE_EVENTS_QUEUE: JobQueue<{ id: string; created_at: Date }, Deps> = {
+  name: 'stripe-events',
+  table: 'stripe_events',
+  policy: STRIPE_EVENTS_POLICY,
+  claim: {
+    name: 'stripe-events',
+    table: 'stripe_events',
+    key: 'id',
+    pending: "q.status = 'pending'",
+    dueAt: 'q.next_attempt_at',
+    lease: { kind: 'due', column: 'next_attempt_at' },
+    orderBy: 'q.created_at, q.id',
+    returning: 'j.id, j.created_at',
+  },
+  order: (a, b) => a.created_at.getTime() - b.created_at.getTime() || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0),
+  keyOf: (row) => row.id,
+  async handle({ row }, deps) {
     try {
-      await handleStoredEvent(deps, id);
+      await handleStoredEvent(deps, row.id);
+      return 'done';
     } catch (error) {
-      deps.log.warn({ err: error, stripeEvent: id }, 'stripe event handling failed again');
+      // handleStoredEvent recorded the failure and the next try.
+      deps.log.warn({ err: error, stripeEvent: row.id }, 'stripe event handling failed again');
+      return 'retry';
     }
-  }
-  return due.length;
+  },
+};
+
+/** The `stripe-events` worker's pass (STRIPE_EVENTS_QUEUE through the job runner). */
+export function retryStripeEvents(deps: Deps, limit: number): Promise<number> {
+  return runJobs(deps, STRIPE_EVENTS_QUEUE, { batch: limit });
 }
 
 /**

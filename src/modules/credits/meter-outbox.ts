@@ -1,4 +1,5 @@
 import type { Queryable } from '../../db/client.js';
+import { claimJobs } from '../../workers/claim.js';
 
 /**
  * The outbox of usage on its way to a Stripe meter (docs/billing.md, Usage to Stripe meters), owned here because it is written with
@@ -38,16 +39,25 @@ export interface MeterEventRow {
  * identifiers, which Stripe deduplicates.
  */
 export async function claimMeterEvents(db: Queryable, now: Date, limit: number, leaseMs: number): Promise<MeterEventRow[]> {
-  // What was refunded before the report is not reported (the value is the usage's net credits then).
-  return db.query<MeterEventRow>(
-    `UPDATE meter_event_outbox m SET next_attempt_at = $2, attempts = m.attempts + 1
-     FROM (SELECT o.identifier, GREATEST(0, o.value - COALESCE(u.refunded, 0)) AS net
-           FROM meter_event_outbox o LEFT JOIN usage_records u ON u.id = o.identifier
-           WHERE o.status = 'pending' AND o.next_attempt_at <= $1
-           ORDER BY o.next_attempt_at LIMIT $3 FOR UPDATE OF o SKIP LOCKED) due
-     WHERE m.identifier = due.identifier
-     RETURNING m.identifier, m.organization_id, m.stripe_customer_id, due.net AS value, m.event_at, m.attempts`,
-    [now, new Date(now.getTime() + leaseMs), limit],
+  // The job runner's claim statement (docs/jobs.md, Claim) over this table, written here because only
+  // this module writes it. What was refunded before the report is not reported (the value is the
+  // usage's net credits then); the attempt is counted at the claim.
+  return claimJobs<MeterEventRow>(
+    db,
+    {
+      name: 'meter-events',
+      table: 'meter_event_outbox',
+      key: 'identifier',
+      pending: "q.status = 'pending'",
+      dueAt: 'q.next_attempt_at',
+      lease: { kind: 'due', column: 'next_attempt_at' },
+      countAttempt: 'attempts',
+      join: 'LEFT JOIN usage_records u ON u.id = q.identifier',
+      select: ['GREATEST(0, q.value - COALESCE(u.refunded, 0)) AS net'],
+      orderBy: 'q.next_attempt_at',
+      returning: 'j.identifier, j.organization_id, j.stripe_customer_id, due.net AS value, j.event_at, j.attempts',
+    },
+    { now, limit, leaseUntil: new Date(now.getTime() + leaseMs) },
   );
 }
 

@@ -1,4 +1,5 @@
 import type { Queryable } from '../../db/client.js';
+import { type JobDeps, type JobQueue, runJobs } from '../../workers/jobs.js';
 
 export interface OutboxEvent {
   organizationId: string;
@@ -58,18 +59,33 @@ export async function fanOut(tx: Queryable, eventId: string, now: Date): Promise
   return rows.length;
 }
 
-/** The dispatcher worker: fan out events written without their deliveries (SKIP LOCKED, any instances). */
-export async function dispatchPending(
-  db: Queryable & { transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> },
-  now: Date,
-  batch: number,
-): Promise<number> {
-  return db.transaction(async (tx) => {
-    const due = await tx.query<{ id: string }>(
-      `SELECT id FROM outbox_events WHERE dispatched_at IS NULL ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED`,
-      [batch],
-    );
-    for (const row of due) await fanOut(tx, row.id, now);
-    return due.length;
-  });
+/**
+ * The `event-dispatch` queue (docs/jobs.md): events written without their deliveries are fanned out
+ * in the claim's transaction, whose row locks are the lease (SKIP LOCKED: any number of instances).
+ * A failure rolls the batch back; its events are due again at the next pass.
+ */
+export const EVENTS_QUEUE: JobQueue<{ id: string }> = {
+  name: 'event-dispatch',
+  table: 'outbox_events',
+  policy: { batchSize: 100, leaseMs: null, maxAttempts: null, backoff: null, concurrency: 1 },
+  claim: {
+    name: 'event-dispatch',
+    table: 'outbox_events',
+    key: 'id',
+    pending: 'q.dispatched_at IS NULL',
+    dueAt: null,
+    lease: { kind: 'transaction' },
+    orderBy: 'q.created_at',
+    returning: 'j.id',
+  },
+  keyOf: (row) => row.id,
+  async handle({ row, db, claimedAt }) {
+    await fanOut(db, row.id, claimedAt);
+    return 'done';
+  },
+};
+
+/** The dispatcher worker's pass (EVENTS_QUEUE through the job runner) at `now`. */
+export function dispatchPending(db: JobDeps['db'], now: Date, batch: number): Promise<number> {
+  return runJobs({ db, clock: { now: () => now } }, EVENTS_QUEUE, { batch });
 }

@@ -1,12 +1,13 @@
 import { type Deps, systemCtx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { forwardableHeaders } from '../webhooks/deliver.js';
-import { MAX_ATTEMPTS, retryDelayMs } from '../webhooks/organization.js';
+import { MAX_ATTEMPTS, WEBHOOK_BACKOFF } from '../webhooks/organization.js';
 import { signatureHeaders } from '../webhooks/signing.js';
 import { checkTargetUrl } from '../webhooks/ssrf.js';
 import type { TemplateRow } from './catalog.js';
 import { auditTransition, type Status, type TemplateDeploymentRow } from './deployments.js';
 import { provisionedDomain } from './domain-claims.js';
+import { exhausted, type JobOutcome, type JobPolicy, type JobQueue, retryAt, runJobs } from '../../workers/jobs.js';
 
 /**
  * The provisioning worker (docs/templates.md, Provisioners; declared in src/workers/catalog.ts):
@@ -22,41 +23,49 @@ export const LEASE_MS = 120_000;
 const ERROR_LIMIT = 1000;
 export const PROVISION_EVENT = 'template_deployment.provision';
 
-type ClaimedRow = TemplateDeploymentRow & { was: Status };
+/** The `template-provisioning` queue's policy (docs/jobs.md): the organization webhooks' attempts and backoff; a batch's calls all at once. */
+export const PROVISION_POLICY: JobPolicy = { batchSize: 10, leaseMs: LEASE_MS, maxAttempts: MAX_ATTEMPTS, backoff: WEBHOOK_BACKOFF, concurrency: Infinity };
 
-const CLAIM_DUE_SQL = `WITH due AS (
-       SELECT id, status AS was FROM template_deployments
-       WHERE status IN ('pending', 'deploying') AND next_attempt_at <= $1 AND (leased_until IS NULL OR leased_until <= $1)
-         -- A deleted organization's deployments are not provisioned (its keys and secrets stopped too).
-         AND NOT EXISTS (SELECT 1 FROM organizations o WHERE o.id = template_deployments.organization_id AND o.deleted_at IS NOT NULL)
-       ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED
-     )
-     UPDATE template_deployments d SET status = 'deploying', leased_until = $3, updated_at = $1
-     FROM due WHERE d.id = due.id RETURNING d.*, due.was`;
+type ClaimedRow = TemplateDeploymentRow & { was: Status };
 
 type Outcome = { ok: true; deploymentUrl: string } | { ok: false; error: string; final: boolean; retryAfterMs: number | null };
 
-/** One pass: claim up to `batch` due deployments and attempt each once (concurrently). Returns how many it claimed. */
-export async function provisionDue(deps: Deps, batch: number): Promise<number> {
-  const ctx = systemCtx(deps);
-  const now = deps.clock.now();
-  const lease = new Date(now.getTime() + LEASE_MS);
-  const claimed = await deps.db.transaction(async (tx) => {
-    const rows = await tx.query<ClaimedRow>(CLAIM_DUE_SQL, [now, batch, lease]);
+/**
+ * The `template-provisioning` queue (docs/jobs.md): due deployments, pending or deploying, whose
+ * lease (leased_until) is not held become `deploying` at the claim, with their audit row in the
+ * claim's transaction; each is then attempted once, all of a batch at once.
+ */
+export const PROVISION_QUEUE: JobQueue<ClaimedRow, Deps> = {
+  name: 'template-provisioning',
+  table: 'template_deployments',
+  policy: PROVISION_POLICY,
+  claim: {
+    name: 'template-provisioning',
+    table: 'template_deployments',
+    key: 'id',
+    pending: "q.status IN ('pending', 'deploying')",
+    dueAt: 'q.next_attempt_at',
+    lease: { kind: 'column', column: 'leased_until' },
+    // A deleted organization's deployments are not provisioned (its keys and secrets stopped too).
+    where: ['NOT EXISTS (SELECT 1 FROM organizations o WHERE o.id = q.organization_id AND o.deleted_at IS NOT NULL)'],
+    select: ['q.status AS was'],
+    set: ["status = 'deploying'", 'updated_at = :now'],
+    orderBy: 'q.next_attempt_at',
+    returning: 'j.*, due.was',
+  },
+  async onClaim(tx, rows, deps) {
+    const ctx = systemCtx(deps);
     for (const row of rows) if (row.was === 'pending') await auditTransition(tx, ctx, row, 'pending');
-    return rows;
-  });
-  await Promise.all(
-    claimed.map(async (row) => {
-      try {
-        const outcome = await provision(deps, row);
-        await record(deps, row, lease, outcome);
-      } catch (err) {
-        deps.log.warn({ err, templateDeployment: row.id }, 'template provisioning failed to record; the lease makes it due again');
-      }
-    }),
-  );
-  return claimed.length;
+  },
+  keyOf: (row) => row.id,
+  async handle({ row, leaseUntil }, deps) {
+    return record(deps, row, leaseUntil!, await provision(deps, row));
+  },
+};
+
+/** One pass (PROVISION_QUEUE through the job runner): claim up to `batch` due deployments and attempt each once. Returns how many it claimed. */
+export function provisionDue(deps: Deps, batch: number): Promise<number> {
+  return runJobs(deps, PROVISION_QUEUE, { batch });
 }
 
 /** The built-in provisioner, or a signed POST to TEMPLATE_PROVISIONER_URL through the SSRF guard. */
@@ -130,12 +139,12 @@ function answerOf(text: string, defaultUrl: string): Outcome {
   return { ok: false, error: 'The provisioner answered 2xx with a deployment_url that is not an http(s) URL', final: false, retryAfterMs: null };
 }
 
-/** The attempt's result, written only if this worker still holds the lease (guarded write). */
-async function record(deps: Deps, row: TemplateDeploymentRow, lease: Date, outcome: Outcome): Promise<void> {
+/** The attempt's result, written only if this worker still holds the lease (guarded write); `skipped` when it no longer did. */
+async function record(deps: Deps, row: TemplateDeploymentRow, lease: Date, outcome: Outcome): Promise<JobOutcome> {
   const ctx = systemCtx(deps);
   const now = deps.clock.now();
   const attempts = row.attempts + 1;
-  await deps.db.transaction(async (tx: Queryable) => {
+  return deps.db.transaction(async (tx: Queryable): Promise<JobOutcome> => {
     const guard = 'WHERE id = $1 AND status = \'deploying\' AND leased_until = $2 RETURNING *';
     if (outcome.ok) {
       // Active only if the provisioner was given the custom domain the row holds now: a verification (or
@@ -147,23 +156,28 @@ async function record(deps: Deps, row: TemplateDeploymentRow, lease: Date, outco
            AND (CASE WHEN custom_domain_status = 'verified' THEN custom_domain END) IS NOT DISTINCT FROM $6::text RETURNING *`,
         [row.id, lease, outcome.deploymentUrl, attempts, now, provisionedDomain(row)],
       );
-      if (rows[0]) await auditTransition(tx, ctx, rows[0], 'deploying', { deployment_url: outcome.deploymentUrl });
-      else await tx.query(`UPDATE template_deployments SET next_attempt_at = $3, leased_until = NULL, updated_at = $3 ${guard}`, [row.id, lease, now]);
-      return;
+      if (rows[0]) {
+        await auditTransition(tx, ctx, rows[0], 'deploying', { deployment_url: outcome.deploymentUrl });
+        return 'done';
+      }
+      const again = await tx.query(`UPDATE template_deployments SET next_attempt_at = $3, leased_until = NULL, updated_at = $3 ${guard}`, [row.id, lease, now]);
+      return again.length > 0 ? 'retry' : 'skipped';
     }
     const error = outcome.error.slice(0, ERROR_LIMIT);
-    if (outcome.final || attempts >= MAX_ATTEMPTS) {
+    if (outcome.final || exhausted(PROVISION_POLICY, attempts)) {
       const rows = await tx.query<TemplateDeploymentRow>(
         `UPDATE template_deployments SET status = 'failed', last_error = $3, attempts = $4, next_attempt_at = NULL, leased_until = NULL, updated_at = $5 ${guard}`,
         [row.id, lease, error, attempts, now],
       );
-      if (rows[0]) await auditTransition(tx, ctx, rows[0], 'deploying', { error });
-      return;
+      if (!rows[0]) return 'skipped';
+      await auditTransition(tx, ctx, rows[0], 'deploying', { error });
+      return 'failed';
     }
-    const next = new Date(now.getTime() + retryDelayMs(attempts, outcome.retryAfterMs));
-    await tx.query(
+    const next = retryAt(PROVISION_POLICY, attempts, now, { retryAfterMs: outcome.retryAfterMs });
+    const rows = await tx.query(
       `UPDATE template_deployments SET last_error = $3, attempts = $4, next_attempt_at = $5, leased_until = NULL, updated_at = $6 ${guard}`,
       [row.id, lease, error, attempts, next, now],
     );
+    return rows.length > 0 ? 'retry' : 'skipped';
   });
 }

@@ -10,6 +10,9 @@ import { authorize } from '../organizations/rbac.js';
 import { type AttemptOutcome, forwardableHeaders } from './deliver.js';
 import { signatureHeaders } from './signing.js';
 import { checkTargetUrl } from './ssrf.js';
+import type { Backoff } from '../../workers/backoff.js';
+import { type ClaimSpec, claimJobs, claimStatement } from '../../workers/claim.js';
+import { exhausted, type JobOutcome, type JobPolicy, type JobQueue, retryAt, runJobs } from '../../workers/jobs.js';
 
 /**
  * Organization webhooks (docs/webhooks.md): configurations (admins and owners), their delivery records, manual
@@ -35,14 +38,28 @@ export const RETRY_SCHEDULE_MS = [30_000, 120_000, 600_000, 3_600_000];
 export const DISABLE_AFTER_MS = 5 * 24 * 3_600_000;
 /** A claimed row is leased this long (leased_until): a worker that dies mid-delivery leaves it due again after. */
 export const LEASE_MS = 60_000;
+/** The schedule ±20 %; a receiver's Retry-After is honoured within that band (also the template provisioning's). */
+export const WEBHOOK_BACKOFF: Backoff = { kind: 'schedule', stepsMs: RETRY_SCHEDULE_MS, jitter: 0.2 };
+/** The `webhook-delivery` queue's policy (docs/jobs.md). */
+export const DELIVERY_POLICY: JobPolicy = { batchSize: 20, leaseMs: LEASE_MS, maxAttempts: MAX_ATTEMPTS, backoff: WEBHOOK_BACKOFF, concurrency: 1 };
+
+/** Pending deliveries whose retry time has come and whose lease (leased_until) is not held. */
+const DELIVERY_CLAIM: ClaimSpec = {
+  name: 'webhook-delivery',
+  table: 'webhook_deliveries',
+  key: 'id',
+  pending: "q.status = 'pending'",
+  dueAt: 'q.next_retry_at',
+  lease: { kind: 'column', column: 'leased_until' },
+  set: ['updated_at = :now'],
+  orderBy: 'q.next_retry_at',
+  returning: 'j.*',
+};
+/** The same, for one delivery (`:id`): a test send claims its row as the worker would. */
+const ONE_DELIVERY_CLAIM: ClaimSpec = { ...DELIVERY_CLAIM, name: 'webhook-delivery-one', where: ['q.id = :id'] };
 
 /** The worker's claim: $1 now, $2 batch, $3 now + lease. Returns the claimed rows. */
-export const CLAIM_DUE_SQL = `WITH due AS (
-       SELECT id FROM webhook_deliveries
-       WHERE status = 'pending' AND next_retry_at <= $1 AND (leased_until IS NULL OR leased_until <= $1)
-       ORDER BY next_retry_at LIMIT $2 FOR UPDATE SKIP LOCKED
-     )
-     UPDATE webhook_deliveries d SET leased_until = $3, updated_at = $1 FROM due WHERE d.id = due.id RETURNING d.*`;
+export const CLAIM_DUE_SQL = claimStatement(DELIVERY_CLAIM).text;
 
 export interface WebhookRow {
   id: string;
@@ -342,36 +359,31 @@ export async function testWebhook(ctx: Ctx, organizationId: string, webhookId: s
 
 async function claim(deps: Pick<Deps, 'db' | 'clock'>, id: string): Promise<DeliveryRow | null> {
   const now = deps.clock.now();
-  const rows = await deps.db.query<DeliveryRow>(
-    `UPDATE webhook_deliveries SET leased_until = $2, updated_at = $3
-     WHERE id = $1 AND status = 'pending' AND next_retry_at <= $3 AND (leased_until IS NULL OR leased_until <= $3) RETURNING *`,
-    [id, new Date(now.getTime() + LEASE_MS), now],
-  );
+  const rows = await claimJobs<DeliveryRow>(deps.db, ONE_DELIVERY_CLAIM, { now, limit: 1, leaseUntil: new Date(now.getTime() + LEASE_MS), params: { id } });
   return rows[0] ?? null;
 }
 
+const outcomeOf = (status: string): JobOutcome => (status === 'delivered' ? 'done' : status === 'pending' ? 'retry' : 'failed');
+
 /**
- * The delivery worker's pass: claim due rows (FOR UPDATE SKIP LOCKED, then a lease so a row in flight
- * is not due for anyone else), send each once, record the outcome. Returns how many it handled.
+ * The `webhook-delivery` queue (docs/jobs.md): claimed due rows (FOR UPDATE SKIP LOCKED, then a lease
+ * so a row in flight is not due for anyone else) are sent once each and their outcome recorded.
  */
-export async function deliverDue(deps: Deps, batch: number): Promise<number> {
-  const now = deps.clock.now();
-  const claimed = await deps.db.query<DeliveryRow>(
-    CLAIM_DUE_SQL,
-    [now, batch, new Date(now.getTime() + LEASE_MS)],
-    'webhook_deliveries_claim',
-  );
-  for (const row of claimed) {
-    const webhooks = row.webhook_id
-      ? await deps.db.query<WebhookRow>('SELECT * FROM webhooks WHERE id = $1', [row.webhook_id])
-      : [];
-    try {
-      await deliverClaimed(deps, row, webhooks[0] ?? null);
-    } catch (err) {
-      deps.log.warn({ err, delivery: row.id }, 'webhook delivery failed to record; the lease makes it due again');
-    }
-  }
-  return claimed.length;
+export const DELIVERY_QUEUE: JobQueue<DeliveryRow, Deps> = {
+  name: 'webhook-delivery',
+  table: 'webhook_deliveries',
+  policy: DELIVERY_POLICY,
+  claim: DELIVERY_CLAIM,
+  keyOf: (row) => row.id,
+  async handle({ row }, deps) {
+    const webhooks = row.webhook_id ? await deps.db.query<WebhookRow>('SELECT * FROM webhooks WHERE id = $1', [row.webhook_id]) : [];
+    return outcomeOf((await deliverClaimed(deps, row, webhooks[0] ?? null)).status);
+  },
+};
+
+/** The delivery worker's pass (DELIVERY_QUEUE through the job runner). Returns how many it claimed. */
+export function deliverDue(deps: Deps, batch: number): Promise<number> {
+  return runJobs(deps, DELIVERY_QUEUE, { batch });
 }
 
 async function deliverClaimed(deps: Pick<Deps, 'db' | 'clock' | 'config' | 'outbound' | 'metrics'>, row: DeliveryRow, webhook: WebhookRow | null): Promise<DeliveryRow> {
@@ -418,16 +430,8 @@ async function record(deps: Pick<Deps, 'db' | 'clock' | 'config' | 'metrics'>, r
     await disable(deps, webhook, 'it failed for 5 days without a successful delivery');
     return finish(deps, row, { status: 'failed', outcome, attempts, attempted: true });
   }
-  if (attempts >= MAX_ATTEMPTS || outcome.blocked) return finish(deps, row, { status: 'failed', outcome, attempts, attempted: true });
-  return finish(deps, row, { status: 'pending', outcome, attempts, nextRetryAt: new Date(now.getTime() + retryDelayMs(attempts, outcome.retryAfterMs)), attempted: true });
-}
-
-/** The wait after the n-th failed attempt: the schedule ±20 %; a receiver's Retry-After is honoured within that bound. */
-export function retryDelayMs(failedAttempts: number, retryAfterMs: number | null, random: () => number = Math.random): number {
-  const base = RETRY_SCHEDULE_MS[Math.min(failedAttempts, RETRY_SCHEDULE_MS.length) - 1]!;
-  const [low, high] = [base * 0.8, base * 1.2];
-  if (retryAfterMs !== null) return Math.round(Math.min(high, Math.max(low, retryAfterMs)));
-  return Math.round(low + random() * (high - low));
+  if (exhausted(DELIVERY_POLICY, attempts) || outcome.blocked) return finish(deps, row, { status: 'failed', outcome, attempts, attempted: true });
+  return finish(deps, row, { status: 'pending', outcome, attempts, nextRetryAt: retryAt(DELIVERY_POLICY, attempts, now, { retryAfterMs: outcome.retryAfterMs }), attempted: true });
 }
 
 async function finish(
