@@ -3,6 +3,7 @@ import type { Database } from '../src/db/client.js';
 import type { FastifyInstance } from 'fastify';
 import { createApiKey } from '../src/modules/api-keys/service.js';
 import { findLedgerMismatches, type Reconciliation } from '../src/modules/credits/ledger.js';
+import { budgetsChanged } from '../src/modules/credits/budgets.js';
 import { changePurchased } from '../src/modules/credits/service.js';
 import { setOverrides } from '../src/modules/deployments/service.js';
 import { createOrganization } from '../src/modules/organizations/service.js';
@@ -49,7 +50,35 @@ async function createTenant(ctx: Ctx, slug: string): Promise<Tenant> {
     changePurchased(tx, { deploymentId: deployment.id, amount: BENCH_GRANT, reason: 'benchmark grant', actor: 'operator', now: ctx.clock.now() }),
   );
   const { key } = await createApiKey(ctx, { organizationId: organization.id, name: 'bench', scopes: ['read', 'write'] });
+  await addBudgets(ctx, organization.id, deployment.id);
   return { organizationId: organization.id, deploymentId: deployment.id, apiKey: key };
+}
+
+/**
+ * `BENCH_BUDGETS=1..3`: that many block budgets on each tenant, all applying to every record and never
+ * reached (docs/budgets.md): the organization's per day, the deployment's per month, each tool's per
+ * hour. Measures what counting in budget windows costs the record path.
+ */
+const BENCH_BUDGETS = Math.min(3, Math.max(0, Number(process.env.BENCH_BUDGETS ?? 0)));
+
+async function addBudgets(ctx: Ctx, organizationId: string, deploymentId: string): Promise<void> {
+  if (BENCH_BUDGETS === 0) return;
+  const budgets = [
+    { scope: 'organization', deployment: null, tool: null, window: 'day' },
+    { scope: 'deployment', deployment: deploymentId, tool: null, window: 'month' },
+    { scope: 'tool', deployment: null, tool: '*', window: 'hour' },
+  ].slice(0, BENCH_BUDGETS);
+  const now = ctx.clock.now();
+  await ctx.db.transaction(async (tx) => {
+    await budgetsChanged(tx, organizationId);
+    for (const b of budgets) {
+      await tx.query(
+        `INSERT INTO budgets (organization_id, scope, deployment_id, tool_name, limit_credits, window_kind, mode, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, 'block', $7, $7)`,
+        [organizationId, b.scope, b.deployment, b.tool, 1_000_000_000_000, b.window, now],
+      );
+    }
+  });
 }
 
 /** `count` tenants for "many deployments" and one more for "one hot deployment"; slugs start with `prefix`. */

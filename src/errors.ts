@@ -9,6 +9,8 @@ export const ERROR_STATUS = {
   INSUFFICIENT_SCOPE: 403,
   FEATURE_NOT_AVAILABLE: 403,
   INSUFFICIENT_CREDITS: 403,
+  /** A block budget would be crossed (docs/budgets.md): the webhook proxy's refusal of its charge. */
+  BUDGET_EXCEEDED: 403,
   URL_NOT_ALLOWED: 403,
   DEPLOYMENT_SUSPENDED: 403,
   NOT_FOUND: 404,

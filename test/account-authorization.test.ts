@@ -44,6 +44,11 @@ const TABLE: Case[] = [
   { method: 'DELETE', url: '/organizations/:id/template-deployments/:tdId', write: true },
   { method: 'POST', url: '/organizations/:id/template-deployments/:tdId/retry', write: true },
   { method: 'POST', url: '/organizations/:id/template-deployments/:tdId/verify-domain', write: true },
+  { method: 'GET', url: '/organizations/:id/budgets', write: false },
+  { method: 'POST', url: '/organizations/:id/budgets', body: { scope: 'organization', limit_credits: 10, window: 'day' }, write: true },
+  { method: 'GET', url: '/organizations/:id/budgets/:budgetId', write: false },
+  { method: 'PUT', url: '/organizations/:id/budgets/:budgetId', body: { limit_credits: 20 }, write: true },
+  { method: 'DELETE', url: '/organizations/:id/budgets/:budgetId', write: true },
 ];
 
 let h: Harness;
@@ -54,6 +59,8 @@ let revokedKey: string;
 let webhookId = SOME;
 /** A template deployment of the owner's organization, for the same reason. */
 let tdId = SOME;
+/** A budget of the owner's organization, for the same reason. */
+let budgetId = SOME;
 
 const fill = (url: string, orgId: string, userId = SOME) =>
   url
@@ -62,6 +69,7 @@ const fill = (url: string, orgId: string, userId = SOME) =>
     .replace(':userId', userId)
     .replace(':webhookId', webhookId)
     .replace(':tdId', tdId)
+    .replace(':budgetId', budgetId)
     .replace(':depId', owner.deploymentId) // a real deployment, so the entitlements read finds one
     .replace(/:[A-Za-z]+/g, SOME);
 
@@ -102,6 +110,14 @@ beforeAll(async () => {
   });
   expect(td.statusCode, td.body).toBe(201);
   tdId = json<{ data: { id: string } }>(td).data.id;
+  const budget = await h.request({
+    method: 'POST',
+    url: `/organizations/${owner.organizationId}/budgets`,
+    headers: bearer(owner.accessToken),
+    payload: { scope: 'organization', limit_credits: 10, window: 'day' },
+  });
+  expect(budget.statusCode, budget.body).toBe(201);
+  budgetId = json<{ data: { id: string } }>(budget).data.id;
 });
 afterAll(async () => {
   await h.close();

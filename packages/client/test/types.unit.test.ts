@@ -33,7 +33,7 @@ import { describe, expectTypeOf, it } from 'vitest';
  * still carry the documented fields (docs/client.md) with their types: if a schema loses or retypes a field, these fail
  * to compile. At run time the assertions are no-ops.
  */
-type Reasons = 'sandbox_tier' | 'insufficient_credits' | 'no_deployment_found' | 'deployment_not_found' | 'mcp_disabled';
+type Reasons = 'sandbox_tier' | 'insufficient_credits' | 'no_deployment_found' | 'deployment_not_found' | 'mcp_disabled' | 'budget_exceeded';
 
 describe('exported types (checked by tsc)', () => {
   it('stdio mode: check and record', () => {

@@ -54,6 +54,8 @@ export const creditBalances = pgTable(
      * costs"): no AI call starts while it is above 0, and credits added later pay it first.
      */
     creditsOwed: bigint('credits_owed', { mode: 'number' }).notNull().default(0),
+    /** The organization has (or had) budgets (docs/budgets.md): a check reads them; set by every budget change. */
+    hasBudgets: boolean('has_budgets').notNull().default(false),
     updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
   },
   (t) => [
@@ -136,6 +138,8 @@ export const usageRecords = pgTable(
     /** An AI call's credits that could not be charged (its provider reported more than was held); added to credits_owed. */
     creditsShort: bigint('credits_short', { mode: 'number' }).notNull().default(0),
     periodStart: timestamp('period_start', { withTimezone: true }),
+    /** The budget windows this usage was counted in (docs/budgets.md): a refund gives back to them. */
+    budgetWindows: uuid('budget_windows').array(),
     reported: boolean('reported').notNull().default(false),
     processorRef: text('processor_ref'),
     timestamp: timestamp('timestamp', { withTimezone: true }).notNull().defaultNow(),
@@ -172,6 +176,8 @@ export const invocations = pgTable(
     reservedAmount: bigint('reserved_amount', { mode: 'number' }).notNull().default(0),
     reservationExpiresAt: timestamp('reservation_expires_at', { withTimezone: true }),
     usageId: uuid('usage_id'),
+    /** The budget windows a reservation's hold was counted in (docs/budgets.md): its record inherits them, its release gives back. */
+    budgetWindows: uuid('budget_windows').array(),
     response: jsonb('response'),
     createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
     updatedAt: timestamp('updated_at', { withTimezone: true }).notNull(),

@@ -6,3 +6,4 @@ export * from './auth.js';
 export * from './billing.js';
 export * from './events.js';
 export * from './templates.js';
+export * from './budgets.js';

@@ -43,23 +43,20 @@ describe('plans', () => {
 });
 
 describe('the write statement, of the parts a batch needs', () => {
-  // Every combination of the optional parts (unchanged rows only with remembered ones).
+  // Every combination of the optional parts (unchanged rows only with remembered ones; budget windows
+  // only on the locking path, which reads budgets).
   const shapes: WriteShape[] = [];
-  for (let bits = 0; bits < 64; bits++) {
-    const [remembered, unchanged, refused, released, metered, alerts] = [0, 1, 2, 3, 4, 5].map((i) => (bits & (1 << i)) !== 0) as [
-      boolean,
-      boolean,
-      boolean,
-      boolean,
-      boolean,
-      boolean,
-    ];
+  for (let bits = 0; bits < 256; bits++) {
+    const [remembered, unchanged, refused, released, metered, alerts, counted, heldCounted] = [0, 1, 2, 3, 4, 5, 6, 7].map(
+      (i) => (bits & (1 << i)) !== 0,
+    ) as [boolean, boolean, boolean, boolean, boolean, boolean, boolean, boolean];
     if (unchanged && !remembered) continue;
-    shapes.push({ remembered, unchanged, refused, released, metered, alerts });
+    if ((counted || heldCounted) && remembered) continue;
+    shapes.push({ remembered, unchanged, refused, released, metered, alerts, counted, heldCounted });
   }
 
   it('every shape names only arrays the batcher makes, each once per number, and a part only when the shape has it', () => {
-    expect(shapes).toHaveLength(48);
+    expect(shapes).toHaveLength(96);
     const names = new Set<string>();
     for (const shape of shapes) {
       const statement = writeStatement(shape);
@@ -73,6 +70,8 @@ describe('the write statement, of the parts a batch needs', () => {
       expect(statement.text.includes('released AS')).toBe(shape.released);
       expect(statement.text.includes('meter_event_outbox')).toBe(shape.metered);
       expect(statement.text.includes('outbox_events (')).toBe(shape.alerts);
+      expect(statement.text.includes('win AS (\n  -- Budget windows')).toBe(shape.counted === true);
+      expect(statement.text.includes('heldwin AS')).toBe(shape.heldCounted === true);
       names.add(statement.name);
     }
     // One prepared statement per shape; every array is named by some shape.

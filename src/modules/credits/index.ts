@@ -9,13 +9,17 @@
 export { type RecordedUsage, recordDeniedUsage, recordUsage, type UsageRequest } from './record.js';
 export {
   IDEMPOTENCY_WINDOW_MS,
+  apiKeyOf,
+  budgetRefusal,
   type InvocationRow,
+  type PaymentRequired,
   releaseInvocationHold,
   reserveInvocation,
   type ReserveOutcome,
   type StoredRecordAnswer,
 } from './invocations.js';
 export { type DeductResult, remaining, remainingAfter } from './rules.js';
+export { budgetThatRefuses } from './budget-check.js';
 export { DeductionBatcher } from './engine/queue.js';
 export type { BatchSettings } from './engine/types.js';
 export { expireReservations, pruneInvocations, RESERVATION_TTL_MS } from './reservations.js';
@@ -50,6 +54,11 @@ export {
 } from './service.js';
 export { type DeploymentTerms, effectiveTerms } from './terms.js';
 export { followSubscriptionPeriod } from './subscription-period.js';
+
+// Budgets (docs/budgets.md): the rule's names, the version bump every budget change makes in its
+// transaction, and what a budget has counted in its window in progress.
+export { BUDGET_SCOPES, BUDGET_WINDOWS, type BudgetRow, type BudgetScope, type BudgetWindowKind, EACH } from './budget-rules.js';
+export { budgetsChanged, type BudgetStanding, budgetStandings } from './budgets.js';
 
 // Reads: the balance a check may use, and the summary a dashboard shows.
 export { cachedBalance, forgetBalance, loadBalance, readBalanceOfRecord, rememberBalance } from './balance-cache.js';

@@ -3,6 +3,7 @@ import type { Ctx } from '../../context.js';
 import { actorLabel } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { AppError } from '../../errors.js';
+import { giveBack } from './budgets.js';
 import { applyOne } from './engine/plan.js';
 import type { BatchDeduction } from './engine/types.js';
 import { IDEMPOTENCY_WINDOW_MS, RESERVATION_TTL_MS } from './reservations.js';
@@ -28,6 +29,7 @@ export interface InvocationRow {
   reserved_amount: number;
   reservation_expires_at: Date | null;
   usage_id: string | null;
+  budget_windows: string[] | null;
   response: StoredRecordAnswer | null;
   created_at: Date;
   updated_at: Date;
@@ -41,6 +43,22 @@ export interface StoredRecordAnswer {
   error: string | null;
   usage_id: string | null;
   invocation_id: string | null;
+  /** A refusal by a budget (docs/budgets.md): which one, and when its window ends. Never stored for a replay (a refused id is not recorded). */
+  payment_required?: PaymentRequired;
+}
+
+/** What a refusal that money could lift says (docs/budgets.md; a budget's refusal names the budget and when it resets). */
+export interface PaymentRequired {
+  reason: 'insufficient_credits' | 'budget_exceeded';
+  credits_required: number;
+  credits_available: number | null;
+  budget_id?: string;
+  resets_at?: string;
+}
+
+/** The `payment_required` of a budget's refusal of a charge of `cost`. */
+export function budgetRefusal(budget: { id: string; resetsAt: Date }, cost: number, available: number | null): PaymentRequired {
+  return { reason: 'budget_exceeded', credits_required: cost, credits_available: available, budget_id: budget.id, resets_at: budget.resetsAt.toISOString() };
 }
 
 async function lockInvocation(tx: Queryable, deploymentId: string, invocationId: string): Promise<InvocationRow> {
@@ -58,19 +76,29 @@ export function reusedInvocation(): AppError {
   );
 }
 
-async function releaseHeld(tx: Queryable, deploymentId: string, amount: number, now: Date): Promise<void> {
+/** A lapsed hold of an id that starts over: its credits go back, and its budget windows' count with them. */
+async function releaseHeld(tx: Queryable, existing: InvocationRow, now: Date): Promise<void> {
   await tx.query('UPDATE credit_balances SET reserved = reserved - $2, updated_at = $3 WHERE deployment_id = $1', [
-    deploymentId,
-    amount,
+    existing.deployment_id,
+    existing.reserved_amount,
     now,
   ]);
+  await giveBack(tx, existing.budget_windows, existing.reserved_amount, now);
 }
 
 export type ReserveOutcome =
   | { held: true; amount: number; available: number | null; expiresAt: Date }
-  | { held: false };
+  | { held: false; budget?: { id: string; resetsAt: Date } | undefined };
 
-class Denied extends Error {}
+/** The API key a call was authenticated by, for its `api_key` budgets (docs/budgets.md). */
+export const apiKeyOf = (ctx: Pick<Ctx, 'actor'>): string | null => (ctx.actor.type === 'api_key' ? ctx.actor.apiKeyId : null);
+
+/** A refused hold: its transaction rolls back, and the refusal says which budget refused it, if one did. */
+class Denied extends Error {
+  constructor(readonly budget: { id: string; resetsAt: Date } | undefined) {
+    super('refused');
+  }
+}
 
 /**
  * Hold `cost` credits for an invocation for 5 minutes (check-entitlement with reserve:true). A fresh
@@ -81,7 +109,7 @@ class Denied extends Error {}
 export async function reserveInvocation(
   ctx: Ctx,
   deployment: { deployment_id: string; organization_id: string },
-  input: { cost: number; toolName: string; invocationId: string },
+  input: { cost: number; toolName: string; invocationId: string; endUserId?: string | null },
 ): Promise<ReserveOutcome> {
   const { cost, toolName, invocationId } = input;
   const now = ctx.clock.now();
@@ -96,9 +124,10 @@ export async function reserveInvocation(
     hold: { expiresAt },
     releaseReserved: 0,
     action: 'reservation',
-    mcpUserId: null,
+    mcpUserId: input.endUserId ?? null,
     metadata: null,
     actor: actorLabel(ctx.actor),
+    apiKeyId: apiKeyOf(ctx),
     now,
   };
   // A fresh id goes through the queue (credits/engine/queue.ts): held or refused in arrival order with
@@ -106,7 +135,7 @@ export async function reserveInvocation(
   const batched = await ctx.deductions.submit(request);
   if (batched.claimed) {
     const r = batched.result;
-    return r.deducted ? { held: true, amount: cost, available: remainingAfter(r), expiresAt } : { held: false };
+    return r.deducted ? { held: true, amount: cost, available: remainingAfter(r), expiresAt } : { held: false, budget: r.budget };
   }
   try {
     return await ctx.db.transaction(async (tx): Promise<ReserveOutcome> => {
@@ -128,11 +157,11 @@ export async function reserveInvocation(
         if (fresh && (existing.status === 'recorded' || existing.status === 'refunded')) {
           throw new AppError('IDEMPOTENCY_KEY_REUSED', `Invocation ${invocationId} was already recorded`);
         }
-        if (existing.status === 'reserved') await releaseHeld(tx, deploymentId, existing.reserved_amount, now);
+        if (existing.status === 'reserved') await releaseHeld(tx, existing, now);
         // Released, expired, denied, or older than the idempotency window: this is a new reservation.
         await tx.query(
           `UPDATE invocations SET status = 'reserved', tool_name = $3, reserved_amount = $4, reservation_expires_at = $5,
-             request_hash = NULL, usage_id = NULL, response = NULL, created_at = $6, updated_at = $6
+             request_hash = NULL, usage_id = NULL, response = NULL, budget_windows = NULL, created_at = $6, updated_at = $6
            WHERE deployment_id = $1 AND invocation_id = $2`,
           [deploymentId, invocationId, toolName, cost, expiresAt, now],
         );
@@ -140,11 +169,11 @@ export async function reserveInvocation(
       // The row is this transaction's: the engine holds the credits as a batch of one.
       const hold = await applyOne(tx, { ...request, owned: true }, reportsToMeter(ctx));
       // Rolls the transaction back: the invocation row goes back to what it was with the refusal.
-      if (!hold.claimed || !hold.result.deducted) throw new Denied();
+      if (!hold.claimed || !hold.result.deducted) throw new Denied(hold.claimed ? hold.result.budget : undefined);
       return { held: true, amount: cost, available: remainingAfter(hold.result), expiresAt };
     });
   } catch (err) {
-    if (err instanceof Denied) return { held: false };
+    if (err instanceof Denied) return { held: false, budget: err.budget };
     throw err;
   } finally {
     // A hold moves what a check may promise: this instance reads the row again next time.
@@ -215,11 +244,12 @@ export async function recordInvocation(
     );
     let cost = request.cost;
     let releaseReserved = 0;
+    let heldWindows: string[] | undefined;
     if (inserted.length === 0) {
       const existing = await lockInvocation(tx, deploymentId, invocationId);
       const fresh = existing.created_at.getTime() > now.getTime() - IDEMPOTENCY_WINDOW_MS;
       if (!fresh) {
-        if (existing.status === 'reserved') await releaseHeld(tx, deploymentId, existing.reserved_amount, now);
+        if (existing.status === 'reserved') await releaseHeld(tx, existing, now);
       } else if (existing.status === 'recorded' || existing.status === 'refunded') {
         if (existing.request_hash !== requestHash) throw reusedInvocation();
         return { replayed: true, answer: existing.response! };
@@ -229,11 +259,12 @@ export async function recordInvocation(
         // The price was fixed when the credits were held.
         cost = existing.reserved_amount;
         releaseReserved = existing.reserved_amount;
+        heldWindows = existing.budget_windows ?? [];
       }
       // A held reservation of this call (the common path) needs no reset: the deduction marks it recorded.
       if (!(fresh && existing.status === 'reserved')) {
         await tx.query(
-          `UPDATE invocations SET status = 'pending', tool_name = $3, request_hash = $4, updated_at = $5,
+          `UPDATE invocations SET status = 'pending', tool_name = $3, request_hash = $4, updated_at = $5, budget_windows = NULL,
              created_at = CASE WHEN created_at > $6 THEN created_at ELSE $5 END
            WHERE deployment_id = $1 AND invocation_id = $2`,
           [deploymentId, invocationId, request.toolName, requestHash, now, new Date(now.getTime() - IDEMPOTENCY_WINDOW_MS)],
@@ -242,7 +273,7 @@ export async function recordInvocation(
     }
     // The engine marks the invocation recorded with its answer, or denied; a refused spend of a hold
     // leaves it held (credits/engine/write.ts).
-    const outcome = await applyOne(tx, { ...request, cost, releaseReserved, owned: true }, reportsToMeter(ctx));
+    const outcome = await applyOne(tx, { ...request, cost, releaseReserved, heldWindows, owned: true }, reportsToMeter(ctx));
     if (!outcome.claimed) throw new Error(`invocation ${invocationId} was not settled by its own transaction`);
     return { replayed: false, cost, deducted: outcome.result };
   });

@@ -1,7 +1,7 @@
 import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import type { BatchDeduction } from './engine/types.js';
-import { recordInvocation, type StoredRecordAnswer } from './invocations.js';
+import { apiKeyOf, recordInvocation, type StoredRecordAnswer } from './invocations.js';
 import type { DeductResult } from './rules.js';
 
 /** A metered use of a deployment: what a usage record and its deduction are made of. */
@@ -47,6 +47,7 @@ export async function recordUsage(
     mcpUserId: usage.mcpUserId,
     metadata: usage.metadata,
     actor: usage.actor,
+    apiKeyId: apiKeyOf(ctx),
     invocationId: idempotency?.invocationId ?? null,
     releaseReserved: 0,
     claimInvocation: idempotency ? { requestHash: idempotency.requestHash } : undefined,

@@ -1,6 +1,7 @@
 import { forgetBalance } from './balance-cache.js';
 import { type Ctx, actorLabel } from '../../context.js';
 import { AppError, NotFoundError, ValidationError } from '../../errors.js';
+import { giveBack } from './budgets.js';
 import { appendLedger } from './ledger.js';
 import { payOwed } from './owed.js';
 import { type BalanceRow, syncBalance, viewBalance } from './service.js';
@@ -42,6 +43,7 @@ interface UsageRow {
   period_start: Date | null;
   success: boolean;
   invocation_id: string | null;
+  budget_windows: string[] | null;
 }
 
 /** How a refund of `amount` splits: purchased first (the reverse of the deduction order), then monthly. */
@@ -73,7 +75,8 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
   // In the next deduction batch's transaction (credits/engine/queue.ts): one commit with the batch's.
   const result = await ctx.deductions.within(touched, async (tx) => {
     const usages = await tx.query<UsageRow>(
-      `SELECT id, organization_id, deployment_id, quantity, refunded, monthly_taken, purchased_taken, period_start, success, invocation_id
+      `SELECT id, organization_id, deployment_id, quantity, refunded, monthly_taken, purchased_taken, period_start, success, invocation_id,
+              budget_windows
        FROM usage_records WHERE id = $1 FOR UPDATE`,
       [input.usageId],
     );
@@ -149,6 +152,8 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
     const final = await payOwed(tx, after, { monthly: Math.max(0, monthlyDelta), purchased: purchasedBack }, { actor, now });
     const total = usage.refunded + amount;
     await tx.query('UPDATE usage_records SET refunded = $2 WHERE id = $1', [usage.id, total]);
+    // The budget windows the usage was counted in get the room back, while they last (docs/budgets.md).
+    await giveBack(tx, usage.budget_windows, amount, now);
     let refundId: string | null = null;
     if (input.idempotencyKey) {
       const rows = await tx.query<{ id: string }>(

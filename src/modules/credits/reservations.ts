@@ -9,13 +9,20 @@ export const RESERVATION_TTL_MS = 5 * 60 * 1000;
 
 /**
  * Release overdue reservations (all deployments, or one), in one statement: the invocation rows turn
- * `expired` and the held credits return to the balance together. SKIP LOCKED lets any number of
- * instances sweep at once, and skips a reservation that is being recorded right now. `except`: invocation
- * ids of this deployment that the caller's own transaction is spending: its lock does not keep them
- * from this sweep, and expiring one would give its credits back twice.
+ * `expired`, the held credits return to the balance, and the budget windows the holds were counted in
+ * (those still in progress) get them back (docs/budgets.md). SKIP LOCKED lets any number of instances
+ * sweep at once, and skips a reservation that is being recorded right now. `except`: invocation ids of
+ * this deployment that the caller's own transaction is spending: its lock does not keep them from this
+ * sweep, and expiring one would give its credits back twice. Window rows are locked in the one order
+ * every writer keeps (credits/budgets.ts).
  */
-export async function expireReservations(db: Queryable, now: Date, deploymentId?: string, except: string[] = []): Promise<number> {
-  const rows = await db.query<{ n: number }>(
+export async function sweepReservations(
+  db: Queryable,
+  now: Date,
+  deploymentId?: string,
+  except: string[] = [],
+): Promise<{ count: number; givenBack: Map<string, number> }> {
+  const rows = await db.query<{ n: number; given: Array<{ id: string; total: number }> }>(
     `WITH due AS (
        SELECT deployment_id, invocation_id FROM invocations
        WHERE status = 'reserved' AND reservation_expires_at <= $1::timestamptz
@@ -26,18 +33,35 @@ export async function expireReservations(db: Queryable, now: Date, deploymentId?
      ), exp AS (
        UPDATE invocations i SET status = 'expired', updated_at = $1::timestamptz
        FROM due WHERE i.deployment_id = due.deployment_id AND i.invocation_id = due.invocation_id
-       RETURNING i.deployment_id, i.reserved_amount
+       RETURNING i.deployment_id, i.reserved_amount, i.budget_windows
      ), sums AS (
        SELECT deployment_id, SUM(reserved_amount)::bigint AS total FROM exp GROUP BY deployment_id
      ), upd AS (
        UPDATE credit_balances b SET reserved = b.reserved - sums.total, updated_at = $1::timestamptz
        FROM sums WHERE b.deployment_id = sums.deployment_id
        RETURNING b.deployment_id
+     ), back AS (
+       SELECT w AS id, SUM(exp.reserved_amount)::bigint AS total FROM exp CROSS JOIN LATERAL unnest(exp.budget_windows) AS w GROUP BY w
+     ), held AS (
+       SELECT bw.id FROM budget_windows bw WHERE bw.id IN (SELECT id FROM back) AND bw.window_end > $1::timestamptz
+       ORDER BY bw.budget_id, bw.subject, bw.window_start FOR UPDATE OF bw
+     ), win AS (
+       UPDATE budget_windows bw SET spent_credits = GREATEST(0, bw.spent_credits - back.total)
+       FROM held JOIN back ON back.id = held.id WHERE bw.id = held.id
+       RETURNING bw.id, back.total
      )
-     SELECT (SELECT count(*) FROM exp)::int AS n`,
+     SELECT (SELECT count(*) FROM exp)::int AS n,
+            (SELECT coalesce(json_agg(json_build_object('id', id, 'total', total)), '[]'::json) FROM win) AS given`,
     [now, deploymentId ?? null, pgArray(except)],
+    'credits_reservations_sweep',
   );
-  return rows[0]?.n ?? 0;
+  const row = rows[0];
+  return { count: row?.n ?? 0, givenBack: new Map((row?.given ?? []).map((g) => [g.id, Number(g.total)])) };
+}
+
+/** sweepReservations, counting what it expired (the worker, a check that would refuse). */
+export async function expireReservations(db: Queryable, now: Date, deploymentId?: string): Promise<number> {
+  return (await sweepReservations(db, now, deploymentId)).count;
 }
 
 /** Invocation rows outlive the 24 h idempotency window so clients can reconcile; this long. */

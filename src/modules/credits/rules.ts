@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { type BudgetCounter, crossed } from './budget-rules.js';
 import type { BalanceRow } from './service.js';
 import { monthlyRemaining } from './terms.js';
 
@@ -13,6 +14,9 @@ import { monthlyRemaining } from './terms.js';
  * - A deduction or a hold needs what is spendable to cover it: monthly remaining + purchased − what
  *   other holders reserved (a spend's own hold counts for it). An unlimited allocation always covers.
  * - A release always succeeds: the row was locked as held, so `reserved` counts it.
+ * - A deduction or a hold that fits the balance must also fit every `block` budget it falls under
+ *   (credits/budget-rules.ts); it is then counted in all of them, block or alert. A spend was counted
+ *   when its hold was made; a release gives its hold's count back (docs/budgets.md).
  */
 
 /**
@@ -28,6 +32,13 @@ export interface Terms {
   cost: number;
   /** Of this deployment's `reserved`, what the change frees (a spend's own hold). */
   release: number;
+  /**
+   * The budget windows the request falls under, locked: a deduction or hold is checked against and
+   * counted in them; a release gives its credits back to them (those of a window still in progress).
+   */
+  budgets?: BudgetCounter[] | undefined;
+  /** A spend's: the windows its hold was counted in, which its usage record inherits. */
+  heldWindows?: string[] | undefined;
 }
 
 export type BalanceAfter = Pick<BalanceRow, 'monthly_allocation' | 'monthly_used' | 'purchased_balance' | 'reserved'>;
@@ -45,6 +56,10 @@ export interface Change extends Terms {
   purchasedTaken: number;
   after: BalanceAfter;
   periodStart: Date;
+  /** Refused by a block budget (not by the balance): the one that would have been crossed. */
+  budget: BudgetCounter | null;
+  /** The budget windows the change was counted in (a usage record's or a hold's). */
+  windows: string[];
 }
 
 /** What a money request left: its balance row after it (or as it found it, when refused). */
@@ -57,6 +72,8 @@ export interface DeductResult {
   monthly_used: number;
   purchased_balance: number;
   reserved: number;
+  /** Refused by a block budget: which one, and when its window ends. */
+  budget?: { id: string; resetsAt: Date } | undefined;
 }
 
 /** A release of an id that holds nothing: no balance row was read. */
@@ -84,16 +101,30 @@ export function applyInOrder(start: BalanceRow, indexes: number[], terms: Terms[
   const row = { ...start };
   const changes: Change[] = [];
   for (const index of indexes) {
-    const { kind, cost, release } = terms[index]!;
+    const { kind, cost, release, budgets } = terms[index]!;
     const allocation = row.monthly_allocation;
     const monthlyLeft = allocation === null ? null : Math.max(0, allocation - row.monthly_used);
     const spendable = monthlyLeft === null ? Number.POSITIVE_INFINITY : monthlyLeft + row.purchased_balance - (row.reserved - release);
     let deducted = spendable >= cost;
     let monthlyTaken = 0;
     let purchasedTaken = 0;
+    let budget: BudgetCounter | null = null;
+    let windows: string[] = [];
+    if (budgets && (kind === 'deduct' || kind === 'hold')) {
+      budget = deducted ? crossed(budgets, cost) : null;
+      if (budget) {
+        deducted = false;
+        budget.refused = true;
+      }
+      if (deducted) {
+        for (const c of budgets) c.spentCredits += cost;
+        windows = budgets.map((c) => c.id);
+      }
+    } else if (kind === 'spend') windows = terms[index]!.heldWindows ?? [];
     if (kind === 'release') {
       deducted = true;
       row.reserved -= cost;
+      for (const c of budgets ?? []) c.spentCredits = Math.max(0, c.spentCredits - cost);
     } else if (kind === 'hold') {
       if (deducted) row.reserved += cost;
     } else if (deducted) {
@@ -122,6 +153,8 @@ export function applyInOrder(start: BalanceRow, indexes: number[], terms: Terms[
         reserved: row.reserved,
       },
       periodStart: row.period_start,
+      budget,
+      windows,
     });
   }
   return { row, changes };

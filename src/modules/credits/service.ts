@@ -32,6 +32,8 @@ export interface BalanceRow {
   purchased_consumed: number;
   /** Credits a provider's over-report left unpaid (credits/owed.ts); no AI call starts while above 0. */
   credits_owed: number;
+  /** The organization has (or had) budgets: a check reads them (docs/budgets.md). */
+  has_budgets: boolean;
 }
 
 declare module '../../lib/caches.js' {

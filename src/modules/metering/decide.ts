@@ -1,5 +1,5 @@
 import type { Deps } from '../../context.js';
-import { expireReservations, loadBalance, readBalanceOfRecord, rememberBalance, viewBalance } from '../credits/index.js';
+import { budgetThatRefuses, expireReservations, loadBalance, readBalanceOfRecord, rememberBalance, viewBalance } from '../credits/index.js';
 import { effectiveFlags } from '../entitlements/flags.js';
 import type { DeploymentState } from './state.js';
 
@@ -8,7 +8,8 @@ export type DenialReason =
   | 'insufficient_credits'
   | 'no_deployment_found'
   | 'deployment_not_found'
-  | 'mcp_disabled';
+  | 'mcp_disabled'
+  | 'budget_exceeded';
 
 export interface Decision {
   allowed: boolean;
@@ -17,6 +18,15 @@ export interface Decision {
   /** Spendable credits now (null = unlimited, or unknown for a missing deployment). */
   available: number | null;
   state: DeploymentState | null;
+  /** A block budget the call would cross (reason budget_exceeded): which one, and when its window ends. */
+  budget?: { id: string; resetsAt: Date };
+}
+
+/** Who a check is for, as a charge would be counted in budgets (docs/budgets.md). */
+export interface CheckSubject {
+  apiKeyId: string | null;
+  endUserId: string | null;
+  toolName: string;
 }
 
 /**
@@ -38,12 +48,13 @@ export function gate(state: DeploymentState | null, missing: DenialReason): Deci
   return null;
 }
 
-/** The full check: gates, then the spendable balance against the cost. */
+/** The full check: gates, then the spendable balance against the cost, then the block budgets the call falls under. */
 export async function decide(
   deps: Deps,
   state: DeploymentState | null,
   missing: DenialReason,
   cost: number,
+  subject?: CheckSubject,
 ): Promise<Decision> {
   const denied = gate(state, missing);
   if (denied) return denied;
@@ -74,6 +85,17 @@ export async function decide(
   }
   if (available !== null && available < cost) {
     return { allowed: false, reason: 'insufficient_credits', tier: s.tier, available, state: s };
+  }
+  // Budgets are read only for an organization that has them (the balance row's mark, docs/budgets.md).
+  if (subject && balance.has_budgets) {
+    const budget = await budgetThatRefuses(
+      deps.db,
+      { organizationId: s.organization_id, deploymentId: s.deployment_id, ...subject },
+      cost,
+      now,
+      { start: balance.period_start, end: balance.period_end },
+    );
+    if (budget) return { allowed: false, reason: 'budget_exceeded', tier: s.tier, available, state: s, budget };
   }
   return { allowed: true, reason: null, tier: s.tier, available, state: s };
 }

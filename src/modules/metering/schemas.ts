@@ -2,7 +2,7 @@ import { Type } from 'typebox';
 import { InvocationId, Metadata, Nullable, StringEnum, ToolName } from '../../http/schemas.js';
 
 const Reason = Nullable(
-  StringEnum(['sandbox_tier', 'insufficient_credits', 'no_deployment_found', 'deployment_not_found', 'mcp_disabled'], {
+  StringEnum(['sandbox_tier', 'insufficient_credits', 'no_deployment_found', 'deployment_not_found', 'mcp_disabled', 'budget_exceeded'], {
     description: 'Why the call is not allowed; null when allowed',
   }),
 );
@@ -23,9 +23,22 @@ export const ServiceCheckBody = Type.Object(
   { additionalProperties: false },
 );
 
+/** What a refusal that money could lift says; a budget's names the budget and when its window ends (docs/budgets.md). */
+export const PaymentRequired = Type.Object(
+  {
+    reason: StringEnum(['insufficient_credits', 'budget_exceeded']),
+    credits_required: Type.Integer({ description: 'What the call costs' }),
+    credits_available: Nullable(Type.Integer({ description: 'Spendable credits; null when unlimited or unknown' })),
+    budget_id: Type.Optional(Type.String({ format: 'uuid', description: 'The budget that refused the call' })),
+    resets_at: Type.Optional(Type.String({ format: 'date-time', description: "When the budget's window ends" })),
+  },
+  { title: 'PaymentRequired' },
+);
+
 const reservationAnswer = {
   invocation_id: Type.Optional(Type.String({ description: 'With reserve: the id the reservation is held under' })),
   reservation_expires_at: Type.Optional(Type.String({ format: 'date-time', description: 'With reserve: when the hold lapses' })),
+  payment_required: Type.Optional(PaymentRequired),
 };
 
 export const StdioCheckReply = Type.Object({
@@ -68,6 +81,7 @@ export const RecordReply = Type.Object({
   error: Nullable(Type.String({ description: 'Why nothing was deducted', examples: ['insufficient_credits'] })),
   usage_id: Nullable(Type.String({ description: 'The usage record written for this call' })),
   invocation_id: Nullable(Type.String()),
+  payment_required: Type.Optional(PaymentRequired),
 }, { title: 'UsageRecorded' });
 
 export const ResolveQuery = Type.Object(

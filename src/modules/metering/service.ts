@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { type Ctx, actorLabel } from '../../context.js';
 import { requestHash } from '../../lib/canonical-json.js';
-import { type DeductResult, recordDeniedUsage, recordUsage as recordCreditsUsage, remainingAfter, reserveInvocation, type StoredRecordAnswer, type UsageRequest } from '../credits/index.js';
+import { apiKeyOf, budgetRefusal, type DeductResult, type PaymentRequired, recordDeniedUsage, recordUsage as recordCreditsUsage, remainingAfter, reserveInvocation, type StoredRecordAnswer, type UsageRequest } from '../credits/index.js';
 import { costOfTool } from './costs.js';
 import { type DenialReason, decide, gate } from './decide.js';
 import type { DeploymentState } from './state.js';
@@ -21,6 +21,7 @@ export interface CheckResult {
   credits_available: number | null;
   invocation_id?: string;
   reservation_expires_at?: string;
+  payment_required?: PaymentRequired;
 }
 
 export interface RecordInput {
@@ -51,7 +52,8 @@ export async function checkEntitlement(
 ): Promise<CheckResult> {
   const cost = await costOfTool(ctx, input.toolName);
   if (!input.reserve) {
-    const decision = await decide(ctx, state, missing, cost.credits);
+    const decision = await decide(ctx, state, missing, cost.credits, { apiKeyId: apiKeyOf(ctx), endUserId: null, toolName: input.toolName });
+    if (decision.budget) return { ...denial('budget_exceeded', decision.tier), payment_required: budgetRefusal(decision.budget, cost.credits, null) };
     if (!decision.allowed) return denial(decision.reason!, decision.tier);
     return { allowed: true, reason: null, tier: decision.tier, credit_cost: cost.credits, credits_available: decision.available };
   }
@@ -63,6 +65,7 @@ export async function checkEntitlement(
 async function reserve(ctx: Ctx, state: DeploymentState, cost: number, toolName: string, invocationId: string): Promise<CheckResult> {
   const outcome = await reserveInvocation(ctx, state, { cost, toolName, invocationId });
   ctx.metrics.reservations.inc({ outcome: outcome.held ? 'held' : 'refused' });
+  if (!outcome.held && outcome.budget) return { ...denial('budget_exceeded', state.tier), payment_required: budgetRefusal(outcome.budget, cost, null) };
   if (!outcome.held) return denial('insufficient_credits', state.tier);
   return {
     allowed: true,
@@ -134,12 +137,14 @@ async function recordOnce(
 }
 
 function toRecordResult(r: DeductResult, cost: number, invocationId: string | null): RecordResult {
-  return {
+  const result: RecordResult = {
     success: r.deducted,
     credits_used: r.deducted ? cost : 0,
     credits_remaining: remainingAfter(r),
-    error: r.deducted ? null : 'insufficient_credits',
+    error: r.deducted ? null : r.budget ? 'budget_exceeded' : 'insufficient_credits',
     usage_id: r.usageId,
     invocation_id: invocationId,
   };
+  if (!r.deducted && r.budget) result.payment_required = budgetRefusal(r.budget, cost, remainingAfter(r));
+  return result;
 }

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { actorLabel, type Ctx } from '../../context.js';
-import { AppError, NotFoundError, ValidationError } from '../../errors.js';
+import { AppError, NotFoundError, refusalUntil, ValidationError } from '../../errors.js';
 import { type KeysetPosition, pageOf } from '../../http/envelope.js';
 import { requestHash } from '../../lib/canonical-json.js';
 import { IDEMPOTENCY_WINDOW_MS, readBalance, recordUsage, refundUsage, remainingAfter, viewBalance } from '../credits/index.js';
@@ -94,6 +94,11 @@ export async function sendWebhook(
   });
   if (charged.replayed) throw new Error('a charge without an invocation id is never a replay');
   const charge = charged.result;
+  if (!charge.deducted && charge.budget) {
+    ctx.metrics.deductionRefusals.inc({ source: 'webhook', reason: 'budget_exceeded' });
+    await abandon(ctx, webhookId, 'budget exceeded');
+    throw refusalUntil('BUDGET_EXCEEDED', 'A budget of this organization would be exceeded by this send', { budget_id: charge.budget.id }, charge.budget.resetsAt, now);
+  }
   if (!charge.deducted) {
     ctx.metrics.deductionRefusals.inc({ source: 'webhook', reason: 'insufficient_credits' });
     await abandon(ctx, webhookId, 'insufficient credits');

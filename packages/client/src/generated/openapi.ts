@@ -1096,6 +1096,75 @@ export interface components {
             /** @enum {boolean} */
             success: true;
         };
+        /** Budget */
+        Budget: {
+            alert_thresholds: number[];
+            api_key_id: string | null;
+            /**
+             * Format: date-time
+             * @description When the budget was created
+             */
+            created_at: string;
+            deployment_id: string | null;
+            end_user_id: string | null;
+            id: string;
+            limit_ai_tokens: number | null;
+            limit_credits: number | null;
+            /**
+             * @description block: a charge that would cross the credit limit is refused; alert: only counted
+             * @example block
+             * @enum {string}
+             */
+            mode: "block" | "alert";
+            organization_id: string;
+            remaining_ai_tokens: number | null;
+            remaining_credits: number | null;
+            /**
+             * Format: date-time
+             * @description End of the window in progress: when the count starts over
+             */
+            resets_at: string;
+            /**
+             * @description What the budget caps: the whole organization, one deployment, one API key, end users or tools
+             * @example deployment
+             * @enum {string}
+             */
+            scope: "organization" | "deployment" | "api_key" | "end_user" | "tool";
+            spent_ai_tokens: number | null;
+            spent_credits: number | null;
+            subjects: components["schemas"]["BudgetSubject"][] | null;
+            tool_name: string | null;
+            /**
+             * Format: date-time
+             * @description When the budget was last changed
+             */
+            updated_at: string;
+            /**
+             * @description UTC hours, days, weeks from Monday, calendar months, or the deployment's credit period
+             * @example day
+             * @enum {string}
+             */
+            window: "hour" | "day" | "week" | "month" | "period";
+            /**
+             * Format: date-time
+             * @description Start of the window in progress
+             */
+            window_start: string;
+        };
+        /** BudgetEnvelope */
+        BudgetEnvelope: {
+            data: components["schemas"]["Budget"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** BudgetSubject */
+        BudgetSubject: {
+            /** @description The end user ("***" for a viewer) or the tool */
+            id: string;
+            spent_ai_tokens: number;
+            spent_credits: number;
+        };
         /** CheckoutSession */
         CheckoutSession: {
             /**
@@ -1116,7 +1185,8 @@ export interface components {
             credits_available: number | null;
             /** @description With reserve: the id the reservation is held under */
             invocation_id?: string;
-            reason: ("sandbox_tier" | "insufficient_credits" | "no_deployment_found" | "deployment_not_found" | "mcp_disabled") | null;
+            payment_required?: components["schemas"]["PaymentRequired"];
+            reason: ("sandbox_tier" | "insufficient_credits" | "no_deployment_found" | "deployment_not_found" | "mcp_disabled" | "budget_exceeded") | null;
             /**
              * Format: date-time
              * @description With reserve: when the hold lapses
@@ -1929,6 +1999,24 @@ export interface components {
             /** @description Pass as ?cursor= for the next page */
             next_cursor: string | null;
         };
+        /** PaymentRequired */
+        PaymentRequired: {
+            /**
+             * Format: uuid
+             * @description The budget that refused the call
+             */
+            budget_id?: string;
+            credits_available: number | null;
+            /** @description What the call costs */
+            credits_required: number;
+            /** @enum {string} */
+            reason: "insufficient_credits" | "budget_exceeded";
+            /**
+             * Format: date-time
+             * @description When the budget's window ends
+             */
+            resets_at?: string;
+        };
         /**
          * PermissionOverrides
          * @description Per-user overrides of the role's permissions: true grants, false takes away, null removes the override
@@ -2047,7 +2135,8 @@ export interface components {
             credit_cost: number;
             /** @description With reserve: the id the reservation is held under */
             invocation_id?: string;
-            reason: ("sandbox_tier" | "insufficient_credits" | "no_deployment_found" | "deployment_not_found" | "mcp_disabled") | null;
+            payment_required?: components["schemas"]["PaymentRequired"];
+            reason: ("sandbox_tier" | "insufficient_credits" | "no_deployment_found" | "deployment_not_found" | "mcp_disabled" | "budget_exceeded") | null;
             /**
              * Format: date-time
              * @description With reserve: when the hold lapses
@@ -2351,6 +2440,7 @@ export interface components {
             credits_used: number;
             error: string | null;
             invocation_id: string | null;
+            payment_required?: components["schemas"]["PaymentRequired"];
             /** @description Whether credits were deducted */
             success: boolean;
             usage_id: string | null;

@@ -26,6 +26,8 @@ function messageFor(reason: MeteringRefusal, tool: string, tier: string | null, 
       return `MCP tools are turned off for this deployment${tier ? ` (tier ${tier})` : ''}.${upgrade}`;
     case 'insufficient_credits':
       return `Not enough credits to run "${tool}". Buy credits or wait for the monthly allocation to reset, then call the tool again.`;
+    case 'budget_exceeded':
+      return `"${tool}" would go over a spending budget of this workspace, so it did not run and nothing was charged. Buying credits does not lift a budget: wait for its window to reset, or ask the workspace owner to raise it.`;
     case 'no_deployment_found':
       return `No active deployment is linked to this account, so "${tool}" cannot be metered. Create or join an organization, then try again.`;
     case 'deployment_not_found':

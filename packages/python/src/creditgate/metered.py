@@ -41,6 +41,7 @@ def denial_message(reason: str, tool: str, tier: Optional[str], upgrade_url: Opt
         "sandbox_tier": f'The tool "{tool}" is not available on the sandbox tier.{upgrade}',
         "mcp_disabled": f"MCP tools are turned off for this deployment{f' (tier {tier})' if tier else ''}.{upgrade}",
         "insufficient_credits": f'Not enough credits to run "{tool}". Buy credits or wait for the monthly allocation to reset, then call the tool again.',
+        "budget_exceeded": f'"{tool}" would go over a spending budget of this workspace, so it did not run and nothing was charged. Buying credits does not lift a budget: wait for its window to reset, or ask the workspace owner to raise it.',
         "no_deployment_found": f'No active deployment is linked to this account, so "{tool}" cannot be metered. Create or join an organization, then try again.',
         "deployment_not_found": f'The deployment this session meters against is unknown or suspended, so "{tool}" cannot run. Contact the workspace owner.',
         "no_user": f'"{tool}" needs a signed-in user: this request carried no user identity. Sign in and call the tool again.',

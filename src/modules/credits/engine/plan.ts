@@ -1,6 +1,8 @@
 import { pgArray } from '../../../db/arrays.js';
 import type { Statement, Transaction } from '../../../db/client.js';
-import { expireReservations, IDEMPOTENCY_WINDOW_MS } from '../reservations.js';
+import { IDEMPOTENCY_WINDOW_MS, sweepReservations } from '../reservations.js';
+import type { BudgetCounter } from '../budget-rules.js';
+import { type BudgetWithPeriod, budgetsStatement, type CounterKey, counterKey, countersFor, lockCounters } from '../budgets.js';
 import { applyInOrder, type Change, NOTHING_HELD, type Terms } from '../rules.js';
 import { type BalanceRow, syncBalance } from '../service.js';
 import { NotOptimistic, type OptimisticPlan, type Written } from './remembered.js';
@@ -27,6 +29,8 @@ interface HeldRow {
   reserved_amount: number;
   reservation_expires_at: Date;
   created_at: Date;
+  /** The budget windows its hold was counted in. */
+  budget_windows: string[] | null;
 }
 
 /**
@@ -55,7 +59,7 @@ export async function applyBatch(
   const batchNow = items.map((it) => it.now).reduce(latest, new Date(0));
   const nothingWritten: Written = { versions: [], now: batchNow };
   /** Per item: what it deducts, holds or gives back, and what of `reserved` it frees. */
-  const terms: Terms[] = items.map((it) => ({ kind: kindOf(it), cost: it.cost, release: it.releaseReserved }));
+  const terms: Terms[] = items.map((it) => ({ kind: kindOf(it), cost: it.cost, release: it.releaseReserved, heldWindows: it.heldWindows }));
 
   // Steps 1, 1b and 2 go in one round trip (Transaction.pipeline, with the transaction's BEGIN): none
   // of them needs another's answer to be sent, and PostgreSQL runs them in this order, so the lock
@@ -98,7 +102,7 @@ export async function applyBatch(
   //     (credits/invocations.ts) locks them. Rows this batch just claimed are its own and are told apart below.
   if (settleable.length > 0) {
     statements.push({
-      text: `SELECT i.deployment_id, i.invocation_id, i.tool_name, i.reserved_amount, i.reservation_expires_at, i.created_at
+      text: `SELECT i.deployment_id, i.invocation_id, i.tool_name, i.reserved_amount, i.reservation_expires_at, i.created_at, i.budget_windows
        FROM invocations i JOIN unnest($1::uuid[], $2::text[]) AS k(d, inv) ON i.deployment_id = k.d AND i.invocation_id = k.inv
        WHERE i.status = 'reserved'
        ORDER BY i.deployment_id, i.invocation_id
@@ -113,12 +117,18 @@ export async function applyBatch(
       // BalanceRow's columns, not updated_at: one timestamp fewer to parse per row.
       text: `SELECT deployment_id, organization_id, period_start, period_end, sync_before, monthly_allocation, monthly_used,
                     purchased_balance, reserved, ai_tokens_used, ai_tokens_over_limit, ai_tokens_reserved, ai_credits_reserved, purchased_consumed,
-                    credits_owed
+                    credits_owed, has_budgets
              FROM credit_balances WHERE deployment_id = ANY($1::uuid[]) ORDER BY deployment_id FOR UPDATE`,
       params: [pgArray(lockIds)],
       name: 'credits_batch_lock',
     });
   }
+  // 2b. The budgets of the batch's organizations (docs/budgets.md), read after the balance rows are
+  //     locked. A batch on remembered rows reads none: rows are remembered only where the organization
+  //     had no budget, and a budget's change gives them a new version (credits/budgets.ts budgetsChanged).
+  const organizations = [...new Set(items.map((it) => it.organizationId))];
+  const readBudgets = !remembered && items.length > 0;
+  if (readBudgets) statements.push(budgetsStatement(organizations));
   // Nothing to send (ops of one deployment alone): BEGIN then goes with the first op's statement.
   // Remembered rows: the claims are made by the writes themselves, and no existing row is settled.
   const answers = remembered
@@ -133,6 +143,9 @@ export async function applyBatch(
   const won = (claims.length > 0 ? answers.shift() : []) as Array<{ deployment_id: string; invocation_id: string }>;
   const held = (settleable.length > 0 ? answers.shift() : []) as unknown as HeldRow[];
   const locked = (lockBalances ? answers.shift() : []) as unknown as BalanceRow[];
+  const budgets = (readBudgets ? answers.shift() : []) as unknown as BudgetWithPeriod[];
+  /** Per release: the windows its hold was counted in. */
+  const releasing = new Map<number, string[]>();
 
   const claimedHere = new Set<string>();
   const losers: number[] = [];
@@ -173,6 +186,7 @@ export async function applyBatch(
         if (claimedHere.has(key) || overdue) outcomes[index] = { claimed: false };
         else if (row) {
           terms[index] = { kind: 'release', cost: row.reserved_amount, release: 0 };
+          if (row.budget_windows?.length) releasing.set(index, row.budget_windows);
           rowsByKey.delete(key);
         } else outcomes[index] = { claimed: true, result: { ...NOTHING_HELD }, cost: 0 };
         continue;
@@ -183,7 +197,7 @@ export async function applyBatch(
         row.created_at.getTime() > idempotencyFloor &&
         row.reservation_expires_at.getTime() > batchNow.getTime();
       if (spendable) {
-        terms[index] = { kind: 'spend', cost: row.reserved_amount, release: row.reserved_amount };
+        terms[index] = { kind: 'spend', cost: row.reserved_amount, release: row.reserved_amount, heldWindows: row.budget_windows ?? [] };
         rowsByKey.delete(key);
       } else outcomes[index] = { claimed: false };
     }
@@ -212,11 +226,18 @@ export async function applyBatch(
     }
   }
 
+  // 2c. The budget windows the batch's charges fall in and its releases give back to, locked.
+  const counters = budgets.length > 0 ? await budgetCounters(tx, items, terms, byDeployment, rows, budgets, releasing) : [];
+  const budgeted = new Set(budgets.map((b) => b.organization_id));
+
   // 3. Each deployment's requests in arrival order, by the spending rule (credits/rules.ts); a refusal
   //    while reservations hold credits first releases the overdue ones, then the rule runs again.
   const changes: Change[] = [];
   for (const id of deployments) {
     const indexes = byDeployment.get(id)!;
+    // Budget counters are shared across deployments (an organization's budget): a second run starts
+    // from what the first found.
+    const before = counters.map((c) => ({ spent: c.spentCredits, refused: c.refused }));
     let applied = applyInOrder(rows.get(id)!, indexes, terms);
     const refusedWhileHeld = applied.changes.some((c) => !c.deducted) && rows.get(id)!.reserved > 0;
     if (refusedWhileHeld && remembered) throw new NotOptimistic();
@@ -225,9 +246,14 @@ export async function applyBatch(
       // A hold the caller's transaction is spending is locked by that transaction, which the sweep's
       // SKIP LOCKED does not skip: expiring it would give its credits back twice.
       const spending = indexes.filter((i) => items[i]!.owned && items[i]!.releaseReserved > 0).map((i) => items[i]!.invocationId!);
-      if ((await expireReservations(tx, now, id, spending)) > 0) {
+      const expired = await sweepReservations(tx, now, id, spending);
+      if (expired.count > 0) {
         const fresh = await tx.query<BalanceRow>('SELECT * FROM credit_balances WHERE deployment_id = $1', [id]);
         rows.set(id, fresh[0]!);
+        for (const [i, c] of counters.entries()) {
+          c.spentCredits = Math.max(0, before[i]!.spent - (expired.givenBack.get(c.id) ?? 0));
+          c.refused = before[i]!.refused;
+        }
         applied = applyInOrder(fresh[0]!, indexes, terms);
       }
     }
@@ -235,15 +261,19 @@ export async function applyBatch(
     rows.set(id, applied.row);
   }
 
-  const versions = await writeBatch(tx, items, changes, rows, reportToMeter, commit, remembered);
+  const versions = await writeBatch(tx, items, changes, rows, reportToMeter, commit, remembered, counters);
   for (const c of changes) {
-    outcomes[c.index] = {
+    const result: BatchOutcome & { claimed: true } = {
       claimed: true,
       result: { found: true, deducted: c.deducted, usageId: c.kind === 'deduct' || c.kind === 'spend' ? c.usageId : null, ...c.after },
       cost: c.cost,
     };
+    if (c.budget) result.result.budget = { id: c.budget.budgetId, resetsAt: c.budget.window.end };
+    outcomes[c.index] = result;
   }
-  return [outcomes as BatchOutcome[], { versions: versions.map((v) => ({ ...v, row: rows.get(v.id)! })), now: batchNow }];
+  // Rows of organizations with budgets are not remembered: a batch on remembered rows reads no budgets.
+  const remember = versions.filter((v) => !budgeted.has(rows.get(v.id)!.organization_id));
+  return [outcomes as BatchOutcome[], { versions: remember.map((v) => ({ ...v, row: rows.get(v.id)! })), now: batchNow }];
 }
 
 /**
@@ -263,4 +293,46 @@ function kindOf(it: BatchDeduction): Terms['kind'] {
 export async function applyOne(tx: Transaction, item: BatchDeduction, reportToMeter: boolean): Promise<BatchOutcome> {
   const [outcomes] = await applyBatch(tx, [item], reportToMeter);
   return outcomes[0]!;
+}
+
+/**
+ * The budget counters of the batch (docs/budgets.md): each deduction's and hold's windows, and the
+ * windows in progress that each release gives back to, locked in one order; set on the requests' terms.
+ * Returns every counter, for the write and for a second run of the rule.
+ */
+async function budgetCounters(
+  tx: Transaction,
+  items: BatchDeduction[],
+  terms: Terms[],
+  byDeployment: Map<string, number[]>,
+  rows: Map<string, BalanceRow>,
+  budgets: BudgetWithPeriod[],
+  releasing: Map<number, string[]>,
+): Promise<BudgetCounter[]> {
+  const keysOf = new Map<number, CounterKey[]>();
+  for (const [deploymentId, indexes] of byDeployment) {
+    const row = rows.get(deploymentId)!;
+    const period = { start: row.period_start, end: row.period_end };
+    for (const index of indexes) {
+      const kind = terms[index]!.kind;
+      if (kind !== 'deduct' && kind !== 'hold') continue;
+      const it = items[index]!;
+      const keys = countersFor(
+        budgets,
+        { organizationId: it.organizationId, deploymentId, apiKeyId: it.apiKeyId ?? null, endUserId: it.mcpUserId, toolName: it.toolName },
+        it.now,
+        period,
+      );
+      if (keys.length > 0) keysOf.set(index, keys);
+    }
+  }
+  const releaseIds = [...releasing.values()].flat();
+  if (keysOf.size === 0 && releaseIds.length === 0) return [];
+  const { byKey, byId } = await lockCounters(tx, [...keysOf.values()].flat(), releaseIds);
+  for (const [index, keys] of keysOf) terms[index]!.budgets = keys.map((k) => byKey.get(counterKey(k))!);
+  for (const [index, ids] of releasing) {
+    const now = items[index]!.now.getTime();
+    terms[index]!.budgets = ids.map((id) => byId.get(id)).filter((c): c is BudgetCounter => c !== undefined && c.window.end.getTime() > now);
+  }
+  return [...byId.values()];
 }

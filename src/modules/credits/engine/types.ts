@@ -29,6 +29,8 @@ export interface BatchDeduction {
   metadata: unknown;
   /** The ledger row's actor. */
   actor: string;
+  /** The API key that authenticated the call, for its `api_key` budgets (docs/budgets.md). */
+  apiKeyId?: string | null | undefined;
   invocationId: string | null;
   /** Credits this deployment's own reservation held for this call; the deduction frees them. */
   releaseReserved: number;
@@ -42,6 +44,8 @@ export interface BatchDeduction {
    * `applyOne` in the caller's transaction (credits/invocations.ts).
    */
   owned?: true;
+  /** An owned spend's: the budget windows its hold was counted in, which its usage record inherits. */
+  heldWindows?: string[] | undefined;
   /**
    * A reservation (check with `reserve: true`, docs/metering.md) instead of a deduction: claim the invocation
    * as `reserved` until `expiresAt` and hold `cost` by the same rule and in the same arrival order as

@@ -2,6 +2,7 @@ import { type ArrayElement, pgArray } from '../../../db/arrays.js';
 import type { Transaction } from '../../../db/client.js';
 import { type ThresholdEvent, thresholdEvents } from '../../quotas/thresholds.js';
 import { SUBSCRIBED } from '../meter-outbox.js';
+import { type BudgetCounter, type BudgetEvent, budgetEvents } from '../budget-rules.js';
 import { type Change, remaining } from '../rules.js';
 import type { BalanceRow } from '../service.js';
 import type { OptimisticPlan } from './remembered.js';
@@ -45,6 +46,10 @@ export interface WriteShape {
   metered: boolean;
   /** `quota.threshold` events. */
   alerts: boolean;
+  /** Budget windows counted (docs/budgets.md): their new totals, and the usage records' windows. */
+  counted?: boolean;
+  /** Holds counted in budget windows: the windows stored on their invocations. */
+  heldCounted?: boolean;
 }
 
 /**
@@ -114,13 +119,15 @@ function writeBatchSql(shape: WriteShape): string {
     `used AS (
   -- Every deduction, and every final refusal (docs/metering.md, Denials: a record either way).
   INSERT INTO usage_records (id, organization_id, deployment_id, metric, quantity, tool_name, mcp_user_id, metadata,
-                             success, error, ledger_id, invocation_id, monthly_taken, purchased_taken, period_start, "timestamp")
-  SELECT x.id, o, d, m, q, tn, mu, md::jsonb, s, e, led.id, i, mt, pt, ps, t
+                             success, error, ledger_id, invocation_id, monthly_taken, purchased_taken, period_start, "timestamp"${
+                               shape.counted ? ', budget_windows' : ''
+                             })
+  SELECT x.id, o, d, m, q, tn, mu, md::jsonb, s, e, led.id, i, mt, pt, ps, t${shape.counted ? `, string_to_array(bw, ',')::uuid[]` : ''}
   FROM unnest($change_usage::uuid[], $change_organization::uuid[], $change_deployment::uuid[], $change_credits::bigint[],
               $change_deducted::boolean[], $change_monthly::bigint[], $change_purchased::bigint[], $change_at::timestamptz[],
               $usage_metric::text[], $usage_tool::text[], $usage_mcp_user::text[], $usage_metadata::text[], $usage_error::text[],
-              $usage_invocation::text[], $usage_period_start::timestamptz[])
-    AS x(id, o, d, q, s, mt, pt, t, m, tn, mu, md, e, i, ps)
+              $usage_invocation::text[], $usage_period_start::timestamptz[]${shape.counted ? ', $usage_windows::text[]' : ''})
+    AS x(id, o, d, q, s, mt, pt, t, m, tn, mu, md, e, i, ps${shape.counted ? ', bw' : ''})
   LEFT JOIN led ON led.usage_id = x.id
   RETURNING 1
 )`,
@@ -153,6 +160,24 @@ function writeBatchSql(shape: WriteShape): string {
   RETURNING 1
 )`,
   );
+  if (shape.counted) {
+    ctes.push(`win AS (
+  -- Budget windows (docs/budgets.md), locked by the plan: what the batch's charges and releases left.
+  UPDATE budget_windows w SET spent_credits = x.spent
+  FROM unnest($win_id::uuid[], $win_spent::bigint[]) AS x(id, spent)
+  WHERE w.id = x.id
+  RETURNING 1
+)`);
+  }
+  if (shape.heldCounted) {
+    ctes.push(`heldwin AS (
+  -- Holds counted in budget windows: their release, expiry or record finds the windows here.
+  UPDATE invocations i SET budget_windows = string_to_array(x.bw, ',')::uuid[]
+  FROM unnest($heldwin_deployment::uuid[], $heldwin_invocation::text[], $heldwin_windows::text[]) AS x(d, inv, bw)
+  WHERE i.deployment_id = x.d AND i.invocation_id = x.inv
+  RETURNING 1
+)`);
+  }
   if (shape.metered) {
     ctes.push(`met AS (
   -- Meter events of subscribed organizations (docs/billing.md, Usage to Stripe meters).
@@ -168,11 +193,13 @@ function writeBatchSql(shape: WriteShape): string {
   }
   if (shape.alerts) {
     ctes.push(`alert AS (
-  -- quota.threshold, once per threshold per period by its dedupe key (quotas/thresholds.ts).
+  -- quota.threshold (once per threshold per period, quotas/thresholds.ts) and budget events (once per
+  -- threshold or refusal per window, credits/budget-rules.ts), by their dedupe keys.
   INSERT INTO outbox_events (organization_id, deployment_id, type, data, dedupe_key, created_at)
-  SELECT o, d, 'quota.threshold', data::jsonb, k, t
-  FROM unnest($alert_organization::uuid[], $alert_deployment::uuid[], $alert_data::text[], $alert_key::text[], $alert_at::timestamptz[])
-    AS x(o, d, data, k, t)
+  SELECT o, d, ty, data::jsonb, k, t
+  FROM unnest($alert_organization::uuid[], $alert_deployment::uuid[], $alert_type::text[], $alert_data::text[], $alert_key::text[],
+              $alert_at::timestamptz[])
+    AS x(o, d, ty, data, k, t)
   ON CONFLICT (dedupe_key) DO NOTHING
   RETURNING 1
 )`);
@@ -217,7 +244,7 @@ export function writeStatement(shape: WriteShape): NumberedStatement {
   // R remembered, U unchanged, F refused, L released, M metered, A alerts.
   const key = `${shape.remembered ? 'R' : ''}${shape.unchanged ? 'U' : ''}${shape.refused ? 'F' : ''}${shape.released ? 'L' : ''}${
     shape.metered ? 'M' : ''
-  }${shape.alerts ? 'A' : ''}`;
+  }${shape.alerts ? 'A' : ''}${shape.counted ? 'B' : ''}${shape.heldCounted ? 'H' : ''}`;
   let statement = WRITE_STATEMENTS.get(key);
   if (!statement) {
     statement = numberParams(writeBatchSql(shape), key === '' ? 'credits_batch_write' : `credits_batch_write_${key}`);
@@ -240,9 +267,13 @@ interface BatchWrite {
   /** Deductions and spent reservations, deducted or refused: each a usage record. */
   changes: Change[];
   metered: Change[];
-  alerts: ThresholdEvent[];
+  alerts: Array<ThresholdEvent | BudgetEvent>;
   /** Per deployment, the time of its last change in the batch. */
   lastChange: Map<string, Date>;
+  /** The budget windows the batch locked, with what its changes left in them. */
+  counters: BudgetCounter[];
+  /** Holds made and counted in budget windows. */
+  heldCounted: Change[];
 }
 
 /** A claimed invocation's answer is stored; a spent reservation refused (an adjustment took its credits meanwhile) stays held. */
@@ -282,7 +313,13 @@ const WRITE_COLUMNS = {
         const m = w.items[c.index]!.metadata;
         return m === undefined || m === null ? null : JSON.stringify(m);
       }),
-    usage_error: (w: BatchWrite) => w.changes.map((c) => (c.deducted ? null : 'insufficient_credits')),
+    usage_error: (w: BatchWrite) => w.changes.map((c) => (c.deducted ? null : c.budget ? 'budget_exceeded' : 'insufficient_credits')),
+    usage_windows: (w: BatchWrite) => w.changes.map((c) => (c.deducted && c.windows.length > 0 ? c.windows.join(',') : null)),
+    win_id: (w: BatchWrite) => w.counters.map((c) => c.id),
+    win_spent: (w: BatchWrite) => w.counters.map((c) => c.spentCredits),
+    heldwin_deployment: (w: BatchWrite) => w.heldCounted.map((c) => c.deploymentId),
+    heldwin_invocation: (w: BatchWrite) => w.heldCounted.map((c) => w.items[c.index]!.invocationId),
+    heldwin_windows: (w: BatchWrite) => w.heldCounted.map((c) => c.windows.join(',')),
     usage_invocation: (w: BatchWrite) => w.changes.map((c) => w.items[c.index]!.invocationId),
     usage_period_start: (w: BatchWrite) => w.changes.map((c) => c.periodStart),
     // The claimed ones' request hash (which marks them), and the credits_remaining of the answer stored
@@ -301,6 +338,7 @@ const WRITE_COLUMNS = {
     meter_at: (w: BatchWrite) => w.metered.map((c) => w.items[c.index]!.now),
     alert_organization: (w: BatchWrite) => w.alerts.map((a) => a.organizationId),
     alert_deployment: (w: BatchWrite) => w.alerts.map((a) => a.deploymentId),
+    alert_type: (w: BatchWrite) => w.alerts.map((a) => ('type' in a ? a.type : 'quota.threshold')),
     alert_data: (w: BatchWrite) => w.alerts.map((a) => JSON.stringify(a.data)),
     alert_key: (w: BatchWrite) => w.alerts.map((a) => a.dedupeKey),
     alert_at: (w: BatchWrite) => w.alerts.map((a) => a.at),
@@ -318,6 +356,7 @@ export async function writeBatch(
   reportToMeter: boolean,
   commit: { progress: { committing: boolean } } | undefined,
   remembered: OptimisticPlan | undefined,
+  counters: BudgetCounter[] = [],
 ): Promise<Array<{ id: string; version: string }>> {
   const touched = [...new Set(all.filter((c) => c.deducted).map((c) => c.deploymentId))];
   const refusedHolds = all.filter((c) => c.kind === 'hold' && !c.deducted);
@@ -328,7 +367,8 @@ export async function writeBatch(
   // Remembered rows the batch does not write (every request refused) are checked, not written.
   const untouched = remembered ? [...remembered.rows.keys()].filter((id) => !touched.includes(id)).sort() : [];
   const metered = reportToMeter ? done.filter((c) => c.cost > 0) : [];
-  const alerts = batchThresholdEvents(items, done, rows);
+  const alerts: Array<ThresholdEvent | BudgetEvent> = [...batchThresholdEvents(items, done, rows), ...budgetEvents(counters, items.map((it) => it.now).reduce(latest))];
+  const heldCounted = all.filter((c) => c.kind === 'hold' && c.deducted && c.windows.length > 0);
   const lastChange = new Map<string, Date>();
   for (const c of all) lastChange.set(c.deploymentId, latest(lastChange.get(c.deploymentId) ?? new Date(0), items[c.index]!.now));
   const statement = writeStatement({
@@ -338,8 +378,24 @@ export async function writeBatch(
     released: releases.length > 0,
     metered: metered.length > 0,
     alerts: alerts.length > 0,
+    counted: counters.length > 0,
+    heldCounted: heldCounted.length > 0,
   });
-  const write: BatchWrite = { items, rows, remembered, touched, untouched, refusedHolds, releases, changes, metered, alerts, lastChange };
+  const write: BatchWrite = {
+    items,
+    rows,
+    remembered,
+    touched,
+    untouched,
+    refusedHolds,
+    releases,
+    changes,
+    metered,
+    alerts,
+    lastChange,
+    counters,
+    heldCounted,
+  };
   const params = statement.names.map((name) => pgArray(WRITE_COLUMNS[name as WriteColumn](write)));
   if (commit) commit.progress.committing = true;
   const [answer] = await (commit ? tx.queryAndCommit.bind(tx) : tx.query.bind(tx))<{ versions: Array<{ id: string; version: string }> }>(

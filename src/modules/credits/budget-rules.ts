@@ -1,0 +1,187 @@
+import { DAY, HOUR } from '../../clock.js';
+
+/**
+ * The budget rule, without I/O (docs/budgets.md): which budgets a charge falls under, the window it
+ * is counted in, and whether it fits. The money engine (credits/engine/plan.ts) locks the window rows
+ * this names and applies `fits` with the spending rule of credits/rules.ts, in the same order.
+ */
+
+export type BudgetScope = 'organization' | 'deployment' | 'api_key' | 'end_user' | 'tool';
+export type BudgetWindowKind = 'hour' | 'day' | 'week' | 'month' | 'period';
+export const BUDGET_SCOPES: readonly BudgetScope[] = ['organization', 'deployment', 'api_key', 'end_user', 'tool'];
+export const BUDGET_WINDOWS: readonly BudgetWindowKind[] = ['hour', 'day', 'week', 'month', 'period'];
+/** `end_user_id` / `tool_name` of a budget that holds for each end user / tool separately. */
+export const EACH = '*';
+
+/** A budget as the engine reads it (the `budgets` row, block or alert). */
+export interface BudgetRow {
+  id: string;
+  organization_id: string;
+  scope: BudgetScope;
+  deployment_id: string | null;
+  api_key_id: string | null;
+  end_user_id: string | null;
+  tool_name: string | null;
+  limit_credits: number | null;
+  limit_ai_tokens: number | null;
+  window_kind: BudgetWindowKind;
+  mode: 'block' | 'alert';
+  /** Percents of the limit at which a `budget.threshold` event is written, once per window. */
+  alert_thresholds: number[];
+}
+
+/** What a charge is made by and for: the request's deployment, key, end user and tool. */
+export interface ChargeSubject {
+  organizationId: string;
+  deploymentId: string;
+  /** The API key that authenticated the call, if one did. */
+  apiKeyId: string | null;
+  endUserId: string | null;
+  toolName: string;
+}
+
+/**
+ * Whether a budget holds for a charge, and for which subject ('' or the end user / tool of a '*'
+ * budget). A budget narrowed to a deployment holds only for that deployment's charges.
+ */
+export function subjectOf(budget: BudgetRow, charge: ChargeSubject): string | null {
+  if (budget.organization_id !== charge.organizationId) return null;
+  if (budget.deployment_id !== null && budget.deployment_id !== charge.deploymentId) return null;
+  switch (budget.scope) {
+    case 'organization':
+    case 'deployment':
+      return '';
+    case 'api_key':
+      return charge.apiKeyId !== null && budget.api_key_id === charge.apiKeyId ? '' : null;
+    case 'end_user':
+      if (charge.endUserId === null) return null;
+      if (budget.end_user_id === EACH) return charge.endUserId;
+      return budget.end_user_id === charge.endUserId ? '' : null;
+    case 'tool':
+      if (budget.tool_name === EACH) return charge.toolName;
+      return budget.tool_name === charge.toolName ? '' : null;
+  }
+}
+
+/** A window [start, end) in UTC. */
+export interface Window {
+  start: Date;
+  end: Date;
+}
+
+/**
+ * The window of `kind` holding `at`: UTC hours, days, weeks from Monday 00:00, calendar months, or the
+ * credit period given (`period`: the deployment's, for an organization budget its primary deployment's).
+ */
+export function windowOf(kind: BudgetWindowKind, at: Date, period: Window | null): Window {
+  const t = at.getTime();
+  switch (kind) {
+    case 'hour': {
+      const start = t - (((t % HOUR) + HOUR) % HOUR);
+      return { start: new Date(start), end: new Date(start + HOUR) };
+    }
+    case 'day': {
+      const start = t - (((t % DAY) + DAY) % DAY);
+      return { start: new Date(start), end: new Date(start + DAY) };
+    }
+    case 'week': {
+      const dayStart = t - (((t % DAY) + DAY) % DAY);
+      // 1970-01-01 was a Thursday: Monday is 3 days before it.
+      const daysSinceMonday = (((Math.floor(dayStart / DAY) + 3) % 7) + 7) % 7;
+      const start = dayStart - daysSinceMonday * DAY;
+      return { start: new Date(start), end: new Date(start + 7 * DAY) };
+    }
+    case 'month': {
+      const start = Date.UTC(at.getUTCFullYear(), at.getUTCMonth(), 1);
+      return { start: new Date(start), end: new Date(Date.UTC(at.getUTCFullYear(), at.getUTCMonth() + 1, 1)) };
+    }
+    case 'period':
+      if (!period) throw new Error('a period window needs the credit period');
+      return period;
+  }
+}
+
+/** A window row as the engine holds it locked: what its budget allows and what is counted so far. */
+export interface BudgetCounter {
+  /** The `budget_windows` row. */
+  id: string;
+  budgetId: string;
+  subject: string;
+  window: Window;
+  limitCredits: number | null;
+  /** block: a charge that would cross the limit is refused; alert: only counted. */
+  block: boolean;
+  spentCredits: number;
+  /** What the window held when the batch locked it (its events are judged from there). */
+  startSpent?: number;
+  /** A charge of the batch was refused by this window. */
+  refused?: boolean;
+  /** The budget, for its events. */
+  budget?: BudgetRow;
+}
+
+/** A budget event to append (its dedupe key makes it once per window). */
+export interface BudgetEvent {
+  organizationId: string;
+  deploymentId: string | null;
+  type: 'budget.threshold' | 'budget.exceeded';
+  data: Record<string, unknown>;
+  dedupeKey: string;
+  at: Date;
+}
+
+/**
+ * The events a batch's counting left (docs/budgets.md, Events): `budget.threshold` for each alert
+ * threshold a window's count reached by growing in the batch, and `budget.exceeded` when a block budget
+ * refused a charge; each once per window by its dedupe key.
+ */
+export function budgetEvents(counters: readonly BudgetCounter[], at: Date): BudgetEvent[] {
+  const events: BudgetEvent[] = [];
+  for (const c of counters) {
+    const budget = c.budget;
+    if (!budget || c.limitCredits === null) continue;
+    const data = (threshold: number) => ({
+      budget_id: budget.id,
+      scope: budget.scope,
+      deployment_id: budget.deployment_id,
+      end_user_id: budget.scope === 'end_user' ? (budget.end_user_id === EACH ? c.subject : budget.end_user_id) : null,
+      tool_name: budget.scope === 'tool' ? (budget.tool_name === EACH ? c.subject : budget.tool_name) : null,
+      metric: 'credits',
+      threshold,
+      spent: c.spentCredits,
+      limit: c.limitCredits,
+      window_start: c.window.start.toISOString(),
+      window_end: c.window.end.toISOString(),
+    });
+    const key = `${budget.id}:${c.subject}:${c.window.start.toISOString()}`;
+    const base = { organizationId: budget.organization_id, deploymentId: budget.deployment_id, at };
+    if (c.startSpent !== undefined && c.spentCredits > c.startSpent) {
+      for (const t of budget.alert_thresholds) {
+        if (c.spentCredits * 100 >= t * c.limitCredits) {
+          events.push({ ...base, type: 'budget.threshold', data: data(t), dedupeKey: `budget.threshold:${key}:${t}` });
+        }
+      }
+    }
+    if (c.refused && c.block) events.push({ ...base, type: 'budget.exceeded', data: data(100), dedupeKey: `budget.exceeded:${key}` });
+  }
+  return events;
+}
+
+/**
+ * The block budget a charge of `credits` would cross, or null if it fits every one: the most
+ * restrictive (least room left, then the earliest reset) is the one named.
+ */
+export function crossed(counters: readonly BudgetCounter[], credits: number): BudgetCounter | null {
+  let worst: BudgetCounter | null = null;
+  let worstRoom = Number.POSITIVE_INFINITY;
+  for (const c of counters) {
+    if (!c.block || c.limitCredits === null) continue;
+    const room = c.limitCredits - c.spentCredits;
+    if (credits <= room) continue;
+    if (room < worstRoom || (room === worstRoom && worst !== null && c.window.end.getTime() < worst.window.end.getTime())) {
+      worst = c;
+      worstRoom = room;
+    }
+  }
+  return worst;
+}

@@ -1,0 +1,269 @@
+import { monthlyPeriod } from '../../clock.js';
+import { pgArray } from '../../db/arrays.js';
+import type { Queryable, Statement, Transaction } from '../../db/client.js';
+import { type BudgetCounter, type BudgetRow, type ChargeSubject, EACH, subjectOf, type Window, windowOf } from './budget-rules.js';
+
+/**
+ * The budgets' side of the money engine (docs/budgets.md): which budgets a batch's organizations have,
+ * the window rows its charges fall in (created when first charged, locked in one order every writer
+ * keeps: budget, subject, window start — after the balance rows), and the give-back of a hold or a
+ * refund. The rule itself is credits/budget-rules.ts and credits/rules.ts.
+ */
+
+/** A budget with its organization's primary deployment's credit period, for `period` windows. */
+export interface BudgetWithPeriod extends BudgetRow {
+  primary_period_start: Date | null;
+  primary_period_end: Date | null;
+}
+
+/** The budgets of a batch's organizations: sent in the batch's first round trip (engine/plan.ts). */
+export function budgetsStatement(organizationIds: string[]): Statement {
+  return {
+    text: `SELECT b.id, b.organization_id, b.scope, b.deployment_id, b.api_key_id, b.end_user_id, b.tool_name, b.limit_credits,
+                  b.limit_ai_tokens, b.window_kind, b.mode, b.alert_thresholds, pb.period_start AS primary_period_start,
+                  pb.period_end AS primary_period_end
+           FROM budgets b
+           LEFT JOIN deployments pd ON pd.organization_id = b.organization_id AND pd.is_primary
+           LEFT JOIN credit_balances pb ON pb.deployment_id = pd.id
+           WHERE b.organization_id = ANY($1::uuid[]) AND b.limit_credits IS NOT NULL
+           ORDER BY b.id`,
+    params: [pgArray(organizationIds)],
+    name: 'credits_batch_budgets',
+  };
+}
+
+/** A window row a charge falls in, before it is locked. */
+export interface CounterKey {
+  budget: BudgetWithPeriod;
+  subject: string;
+  window: Window;
+}
+
+const keyText = (budgetId: string, subject: string, start: Date) => `${budgetId}\u0000${subject}\u0000${start.getTime()}`;
+
+/**
+ * The window rows a charge of `charge` at `at` falls in. `period` is the charge's deployment's credit
+ * period; an organization-wide budget's `period` window is its primary deployment's (brought forward
+ * by whole months when that row has not been synced since its period ended).
+ */
+export function countersFor(budgets: readonly BudgetWithPeriod[], charge: ChargeSubject, at: Date, period: Window): CounterKey[] {
+  const keys: CounterKey[] = [];
+  for (const budget of budgets) {
+    const subject = subjectOf(budget, charge);
+    if (subject === null) continue;
+    let own = period;
+    if (budget.window_kind === 'period' && budget.deployment_id === null && budget.scope !== 'deployment') {
+      const start = budget.primary_period_start;
+      const end = budget.primary_period_end;
+      if (start && end) own = end.getTime() > at.getTime() ? { start, end } : monthlyPeriod(end, at);
+    }
+    keys.push({ budget, subject, window: windowOf(budget.window_kind, at, own) });
+  }
+  return keys;
+}
+
+interface WindowRow {
+  id: string;
+  budget_id: string;
+  subject: string;
+  window_start: Date;
+  window_end: Date;
+  spent_credits: number;
+}
+
+/**
+ * Create the window rows that do not exist yet and lock every one the batch touches — those its
+ * charges fall in, and `releasing` (the windows of holds it gives back) — in budget, subject, window
+ * order. Returns the charges' counters by key, and every locked row's counter by id.
+ */
+export async function lockCounters(
+  tx: Transaction,
+  keys: readonly CounterKey[],
+  releasing: readonly string[],
+): Promise<{ byKey: Map<string, BudgetCounter>; byId: Map<string, BudgetCounter> }> {
+  const unique = new Map<string, CounterKey>();
+  for (const k of keys) unique.set(keyText(k.budget.id, k.subject, k.window.start), k);
+  const sorted = [...unique.values()].sort(
+    (a, b) =>
+      (a.budget.id < b.budget.id ? -1 : a.budget.id > b.budget.id ? 1 : 0) ||
+      (a.subject < b.subject ? -1 : a.subject > b.subject ? 1 : 0) ||
+      a.window.start.getTime() - b.window.start.getTime(),
+  );
+  const statements: Statement[] = [];
+  if (sorted.length > 0) {
+    statements.push({
+      text: `INSERT INTO budget_windows (budget_id, subject, window_start, window_end)
+             SELECT b, s, ws, we FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::timestamptz[]) WITH ORDINALITY AS x(b, s, ws, we, n)
+             ORDER BY n
+             ON CONFLICT (budget_id, subject, window_start) DO NOTHING`,
+      params: [
+        pgArray(sorted.map((k) => k.budget.id)),
+        pgArray(sorted.map((k) => k.subject)),
+        pgArray(sorted.map((k) => k.window.start)),
+        pgArray(sorted.map((k) => k.window.end)),
+      ],
+      name: 'credits_budget_windows_create',
+    });
+  }
+  statements.push({
+    text: `SELECT w.id, w.budget_id, w.subject, w.window_start, w.window_end, w.spent_credits
+           FROM budget_windows w
+           WHERE (w.budget_id, w.subject, w.window_start) IN (SELECT * FROM unnest($1::uuid[], $2::text[], $3::timestamptz[]))
+              OR w.id = ANY($4::uuid[])
+           ORDER BY w.budget_id, w.subject, w.window_start
+           FOR UPDATE OF w`,
+    params: [
+      pgArray(sorted.map((k) => k.budget.id)),
+      pgArray(sorted.map((k) => k.subject)),
+      pgArray(sorted.map((k) => k.window.start)),
+      pgArray([...releasing]),
+    ],
+    name: 'credits_budget_windows_lock',
+  });
+  const answers = await tx.pipeline(statements);
+  const locked = answers[answers.length - 1] as unknown as WindowRow[];
+  const budgetOf = new Map(sorted.map((k) => [k.budget.id, k.budget]));
+  const byId = new Map<string, BudgetCounter>();
+  const byKey = new Map<string, BudgetCounter>();
+  for (const row of locked) {
+    const budget = budgetOf.get(row.budget_id);
+    const counter: BudgetCounter = {
+      id: row.id,
+      budgetId: row.budget_id,
+      subject: row.subject,
+      window: { start: row.window_start, end: row.window_end },
+      limitCredits: budget?.limit_credits ?? null,
+      block: budget?.mode === 'block',
+      spentCredits: row.spent_credits,
+      startSpent: row.spent_credits,
+      refused: false,
+      ...(budget ? { budget } : {}),
+    };
+    byId.set(row.id, counter);
+    byKey.set(keyText(row.budget_id, row.subject, row.window_start), counter);
+  }
+  return { byKey, byId };
+}
+
+export const counterKey = (k: CounterKey) => keyText(k.budget.id, k.subject, k.window.start);
+
+/**
+ * Give `credits` back to the budget windows a hold or a usage record was counted in (a release, an
+ * expiry, a refund), to those whose window is still in progress at `now`; never below 0.
+ */
+export async function giveBack(tx: Queryable, windowIds: readonly string[] | null, credits: number, now: Date): Promise<void> {
+  if (!windowIds || windowIds.length === 0 || credits <= 0) return;
+  await tx.query(
+    `UPDATE budget_windows SET spent_credits = GREATEST(0, spent_credits - $2::bigint)
+     WHERE id IN (SELECT id FROM budget_windows WHERE id = ANY($1::uuid[]) AND window_end > $3::timestamptz
+                  ORDER BY budget_id, subject, window_start FOR UPDATE)`,
+    [pgArray([...windowIds]), credits, now],
+    'credits_budget_give_back',
+  );
+}
+
+/**
+ * A budget of `organizationId` is about to be created, changed or deleted: every balance row of the
+ * organization gets a new row version, so a batch computed on remembered rows (engine/remembered.ts),
+ * which reads no budgets, is refused and takes the path that does, and is marked `has_budgets`, so a
+ * check reads them (a mark that stays once set: it only costs a read). Call it FIRST in the budget change's
+ * transaction: it locks the balance rows in deployment order, as every batch does before it locks
+ * budget windows (a deleted budget's windows go with it), so the two never wait on each other in a
+ * cycle.
+ */
+export async function budgetsChanged(tx: Queryable, organizationId: string): Promise<void> {
+  await tx.query(
+    `UPDATE credit_balances SET updated_at = updated_at, has_budgets = true
+     WHERE deployment_id IN (SELECT deployment_id FROM credit_balances WHERE organization_id = $1 ORDER BY deployment_id FOR UPDATE)`,
+    [organizationId],
+    'credits_budgets_changed',
+  );
+}
+
+/** What a budget has counted in the window in progress (docs/budgets.md, API): the budgets API's read. */
+export interface BudgetStanding {
+  window: Window;
+  /** The window's count; for a '*' budget the largest subject's. */
+  spentCredits: number;
+  spentAiTokens: number;
+  /** A '*' budget's subjects (end users or tools), most spent first, at most `top`; null for the others. */
+  subjects: Array<{ subject: string; spentCredits: number; spentAiTokens: number }> | null;
+}
+
+const isEach = (b: BudgetRow) => (b.scope === 'end_user' && b.end_user_id === EACH) || (b.scope === 'tool' && b.tool_name === EACH);
+
+/**
+ * The window in progress at `now` of each of `budgets` (all of `organizationId`), and what it has
+ * counted; a window no charge has reached yet counts 0. The window is the one the engine would count a
+ * charge made now in: countersFor itself is asked, with a charge that falls under the budget. A credit
+ * period whose balance row has not been brought up to date since it ended is brought forward by whole
+ * months, as countersFor does for an organization's primary deployment. Reads only.
+ */
+export async function budgetStandings(
+  db: Queryable,
+  organizationId: string,
+  budgets: readonly BudgetRow[],
+  now: Date,
+  top = 100,
+): Promise<Map<string, BudgetStanding>> {
+  const out = new Map<string, BudgetStanding>();
+  if (budgets.length === 0) return out;
+  const narrowed = [...new Set(budgets.flatMap((b) => (b.deployment_id ? [b.deployment_id] : [])))];
+  const periods = await db.query<{ deployment_id: string; is_primary: boolean; period_start: Date; period_end: Date }>(
+    `SELECT cb.deployment_id, d.is_primary, cb.period_start, cb.period_end
+     FROM credit_balances cb JOIN deployments d ON d.id = cb.deployment_id
+     WHERE cb.organization_id = $1 AND (d.is_primary OR cb.deployment_id = ANY($2::uuid[]))`,
+    [organizationId, pgArray(narrowed)],
+    'credits_budget_standing_periods',
+  );
+  const primary = periods.find((p) => p.is_primary) ?? null;
+  const periodOf = new Map(
+    periods.map((p) => [p.deployment_id, p.period_end.getTime() > now.getTime() ? { start: p.period_start, end: p.period_end } : monthlyPeriod(p.period_end, now)]),
+  );
+  const windows = new Map<string, Window>();
+  for (const budget of budgets) {
+    const withPeriod: BudgetWithPeriod = { ...budget, primary_period_start: primary?.period_start ?? null, primary_period_end: primary?.period_end ?? null };
+    // With no balance row to follow (none should be missing), a period window falls back to the calendar month.
+    const own = (budget.deployment_id ? periodOf.get(budget.deployment_id) : undefined) ?? windowOf('month', now, null);
+    const charge: ChargeSubject = {
+      organizationId: budget.organization_id,
+      deploymentId: budget.deployment_id ?? primary?.deployment_id ?? '',
+      apiKeyId: budget.api_key_id,
+      endUserId: budget.end_user_id,
+      toolName: budget.tool_name ?? '',
+    };
+    const key = countersFor([withPeriod], charge, now, own)[0];
+    windows.set(budget.id, key ? key.window : windowOf(budget.window_kind, now, own));
+  }
+  const ids = [...windows.keys()];
+  const rows = await db.query<{ budget_id: string; subject: string; spent_credits: number; spent_ai_tokens: number; max_credits: number; max_ai_tokens: number }>(
+    `SELECT budget_id, subject, spent_credits, spent_ai_tokens, max_credits, max_ai_tokens FROM (
+       SELECT w.budget_id, w.subject, w.spent_credits, w.spent_ai_tokens,
+              MAX(w.spent_credits) OVER (PARTITION BY w.budget_id) AS max_credits,
+              MAX(w.spent_ai_tokens) OVER (PARTITION BY w.budget_id) AS max_ai_tokens,
+              row_number() OVER (PARTITION BY w.budget_id ORDER BY w.spent_credits DESC, w.spent_ai_tokens DESC, w.subject) AS n
+       FROM budget_windows w
+       WHERE (w.budget_id, w.window_start) IN (SELECT * FROM unnest($1::uuid[], $2::timestamptz[]))
+     ) x
+     WHERE n <= $3
+     ORDER BY budget_id, n`,
+    [pgArray(ids), pgArray(ids.map((id) => windows.get(id)!.start)), top],
+    'credits_budget_standings',
+  );
+  for (const budget of budgets) {
+    const mine = rows.filter((r) => r.budget_id === budget.id);
+    const window = windows.get(budget.id)!;
+    if (isEach(budget)) {
+      out.set(budget.id, {
+        window,
+        spentCredits: mine[0]?.max_credits ?? 0,
+        spentAiTokens: mine[0]?.max_ai_tokens ?? 0,
+        subjects: mine.map((r) => ({ subject: r.subject, spentCredits: r.spent_credits, spentAiTokens: r.spent_ai_tokens })),
+      });
+    } else {
+      const row = mine.find((r) => r.subject === '');
+      out.set(budget.id, { window, spentCredits: row?.spent_credits ?? 0, spentAiTokens: row?.spent_ai_tokens ?? 0, subjects: null });
+    }
+  }
+  return out;
+}
