@@ -146,6 +146,8 @@ function creditgateEnv(storage: Storage, db: BenchDatabase | undefined, dataDir:
       DEDUCT_BATCH_WINDOW_MS: process.env.DEDUCT_BATCH_WINDOW_MS,
       DEDUCT_BATCH_MAX: process.env.DEDUCT_BATCH_MAX,
       DEDUCT_BATCH_REMEMBER_MS: process.env.DEDUCT_BATCH_REMEMBER_MS,
+      // The seeding runs in the server: budgets on every tenant (bench/fixtures.ts).
+      BENCH_BUDGETS: process.env.BENCH_BUDGETS,
     },
   });
 }
