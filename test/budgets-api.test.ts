@@ -122,6 +122,15 @@ describe('budgets CRUD over HTTP', () => {
     expect(await version()).not.toBe(v2);
   });
 
+  it('an organization has at most 100 budgets: the 101st is 409 CONFLICT and nothing is written', async () => {
+    const t = await api.tenant();
+    for (let i = 0; i < 100; i++) await api.create(api.asUser(t.owner), t.organizationId, { scope: 'tool', tool_name: `tool-${i}`, limit_credits: 5, window: 'day' });
+    const refused = await api.send('POST', api.url(t.organizationId), api.asUser(t.owner), { scope: 'organization', limit_credits: 5, window: 'day' });
+    expect(refused.statusCode).toBe(409);
+    expect(json<{ error: { code: string } }>(refused).error.code).toBe('CONFLICT');
+    expect(await api.counts(t.organizationId)).toMatchObject({ budgets: 100 });
+  });
+
   it('deleting a budget deletes its windows', async () => {
     const t = await api.tenant();
     const b = await api.create(api.asUser(t.owner), t.organizationId, { scope: 'organization', limit_credits: 50, window: 'day' });

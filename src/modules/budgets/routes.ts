@@ -49,7 +49,7 @@ export async function budgetRoutes(fastify: FastifyInstance): Promise<void> {
         description: `A missing or foreign deployment_id or api_key_id, an id the scope does not take, or no limit is 400 naming the field; nothing is written. ${WHO}`,
         params: OrgParams,
         body: CreateBudgetBody,
-        response: { 201: Envelope(BudgetSchema), ...envelopeErrors(400, 401, 403, 404) },
+        response: { 201: Envelope(BudgetSchema), ...envelopeErrors(400, 401, 403, 404, 409) },
       },
     },
     async (request, reply) => reply.code(201).send(ok(await createBudget(ctxOf(request), request.params.id, request.body), 'Budget created')),

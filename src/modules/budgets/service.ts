@@ -79,6 +79,9 @@ export async function readBudget(ctx: Ctx, organizationId: string, budgetId: str
   return (await views(ctx.db, ctx, organizationId, [row], who))[0]!;
 }
 
+/** Budgets an organization may have at once (docs/budgets.md, API). */
+export const MAX_BUDGETS = 100;
+
 const sortedThresholds = (t: number[] | undefined) => [...(t ?? [80, 100])].sort((a, b) => a - b);
 
 export async function createBudget(ctx: Ctx, organizationId: string, spec: BudgetSpec): Promise<BudgetView> {
@@ -88,6 +91,11 @@ export async function createBudget(ctx: Ctx, organizationId: string, spec: Budge
   return ctx.db.transaction(async (tx) => {
     await budgetsChanged(tx, organizationId);
     await checkIds(tx, organizationId, spec);
+    // Every batch of the organization reads all of its budgets: a bound keeps that read small.
+    const count = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM budgets WHERE organization_id = $1', [organizationId]);
+    if (count[0]!.n >= MAX_BUDGETS) {
+      throw new AppError('CONFLICT', `An organization has at most ${MAX_BUDGETS} budgets; delete one to create another`);
+    }
     const rows = await tx.query<BudgetRecord>(
       `INSERT INTO budgets (organization_id, scope, deployment_id, api_key_id, end_user_id, tool_name, limit_credits, limit_ai_tokens,
                             window_kind, mode, alert_thresholds, created_at, updated_at)
