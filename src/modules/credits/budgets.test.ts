@@ -168,6 +168,39 @@ describe('subjects', () => {
     ]);
   });
 
+  it('the stdio routes take the end user as end_user_id or X-End-User-Id: counted for it, holds included; both sent must agree', async () => {
+    const t = await richTenant();
+    const budgetId = await b.addBudget({ organizationId: t.organizationId, scope: 'end_user', endUserId: '*', limitCredits: 2, window: 'day' });
+    expect(json(await stdioRecord(t, { end_user_id: 'dave' })).success).toBe(true);
+    const byHeader = await h.request({
+      method: 'POST',
+      url: '/api/v1/mcp/stdio/check-entitlement',
+      headers: { ...bearer(t.apiKey), 'x-end-user-id': 'dave' },
+      payload: { tool_name: 'x', reserve: true, invocation_id: 'dave-1' },
+    });
+    expect(json(byHeader)).toMatchObject({ allowed: true });
+    // dave has 2 counted (one record, one hold): a third is refused, by the check and by the record.
+    const check = await h.request({ method: 'POST', url: '/api/v1/mcp/stdio/check-entitlement', headers: bearer(t.apiKey), payload: { tool_name: 'x', end_user_id: 'dave' } });
+    expect(json(check)).toMatchObject({ allowed: false, reason: 'budget_exceeded' });
+    expect(json(await stdioRecord(t, { end_user_id: 'dave' })).error).toBe('budget_exceeded');
+    expect(json(await stdioRecord(t, { end_user_id: 'erin' })).success).toBe(true);
+    expect((await b.windowsOf(budgetId)).map((w) => [w.subject, w.spent_credits])).toEqual([
+      ['dave', 2],
+      ['erin', 1],
+    ]);
+    const differ = await h.request({
+      method: 'POST',
+      url: '/api/v1/mcp/stdio/record-usage',
+      headers: { ...bearer(t.apiKey), 'x-end-user-id': 'frank' },
+      payload: { tool_name: 'x', end_user_id: 'dave' },
+    });
+    expect(differ.statusCode).toBe(400);
+    expect(json(differ)).toMatchObject({ code: 'INVALID_REQUEST', fields: [expect.objectContaining({ field: 'end_user_id' })] });
+    expect((await stdioRecord(t, { end_user_id: '*' })).statusCode).toBe(400);
+    const usage = await h.deps.db.query<{ n: number }>('SELECT count(*)::int AS n FROM usage_records WHERE deployment_id = $1 AND mcp_user_id = $2', [t.deploymentId, 'erin']);
+    expect(usage[0]!.n).toBe(1);
+  });
+
   it('a tool budget narrowed to a deployment, and an api_key budget, hold only for their own charges', async () => {
     const t = await richTenant();
     await b.addBudget({ organizationId: t.organizationId, scope: 'tool', toolName: 'search', deploymentId: t.deploymentId, limitCredits: 1, window: 'day' });

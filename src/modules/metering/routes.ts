@@ -26,6 +26,25 @@ function invocationIdOf(request: FastifyRequest, bodyId: string | undefined): st
   return bodyId ?? headerId;
 }
 
+/**
+ * The end user of a call (docs/budgets.md): the body's field (`end_user_id`, or service usage's
+ * `mcp_user_id`) or the `X-End-User-Id` header; both sent, they must be equal. `*` means "each end
+ * user" in a budget and is no one's id.
+ */
+function endUserOf(request: FastifyRequest, bodyId: string | null | undefined, field: string): string | null {
+  const raw = request.headers['x-end-user-id'];
+  const header = Array.isArray(raw) ? raw[0] : raw;
+  if (header !== undefined && (header.length < 1 || header.length > 200 || header === '*')) {
+    throw new ValidationError('X-End-User-Id must be 1 to 200 characters and not "*"', [{ field: 'X-End-User-Id', message: 'must be 1 to 200 characters and not "*"' }]);
+  }
+  // Service usage's mcp_user_id takes any id it always took.
+  if (bodyId === '*' && field === 'end_user_id') throw new ValidationError(`${field} must not be "*"`, [{ field, message: 'must not be "*"' }]);
+  if (header !== undefined && bodyId != null && header !== bodyId) {
+    throw new ValidationError(`${field} and the X-End-User-Id header differ`, [{ field, message: 'differs from X-End-User-Id' }]);
+  }
+  return bodyId ?? header ?? null;
+}
+
 function checkMetadata(metadata: unknown): void {
   if (metadata === undefined || metadata === null) return;
   if (Buffer.byteLength(JSON.stringify(metadata), 'utf8') > METADATA_LIMIT) {
@@ -66,6 +85,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
         toolName: request.body.tool_name,
         reserve: request.body.reserve,
         invocationId: invocationIdOf(request, request.body.invocation_id),
+        endUserId: endUserOf(request, request.body.end_user_id, 'end_user_id'),
       });
       const { credits_available: _omit, ...stdio } = result;
       return stdio;
@@ -91,6 +111,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       const outcome = await recordUsage(ctx, principal.deployment, 'no_deployment_found', {
         toolName: request.body.tool_name,
         metadata: request.body.metadata,
+        mcpUserId: endUserOf(request, request.body.end_user_id, 'end_user_id'),
         invocationId: invocationIdOf(request, request.body.invocation_id),
       });
       return sendRecord(reply, outcome);
@@ -136,6 +157,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
         toolName: request.body.tool_name,
         reserve: request.body.reserve,
         invocationId: invocationIdOf(request, request.body.invocation_id),
+        endUserId: endUserOf(request, request.body.end_user_id, 'end_user_id'),
       });
     },
   );
@@ -160,7 +182,7 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       const outcome = await recordUsage(ctx, state, 'deployment_not_found', {
         toolName: request.body.tool_name,
         metadata: request.body.metadata,
-        mcpUserId: request.body.mcp_user_id,
+        mcpUserId: endUserOf(request, request.body.mcp_user_id, 'mcp_user_id'),
         invocationId: invocationIdOf(request, request.body.invocation_id),
       });
       return sendRecord(reply, outcome);

@@ -10,11 +10,15 @@ const Tier = Nullable(Type.String({ description: 'Deployment tier', examples: ['
 // docs/input.md: a deployment_id that is not a UUID is 400 here (it used to reach a ::uuid cast: 500).
 const DeploymentId = Type.String({ format: 'uuid', description: 'Deployment UUID', examples: ['0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f'] });
 
+/** The end user of the call, for end-user budgets and usage analytics (docs/budgets.md); `*` is no one's id. */
+const EndUserId = Type.String({ minLength: 1, maxLength: 200, description: 'Your end user of this call (or send X-End-User-Id); counted by end-user budgets' });
+
 const reservationFields = {
   reserve: Type.Optional(
     Type.Boolean({ description: 'Hold credit_cost credits for 5 minutes for a later record with the same invocation_id' }),
   ),
   invocation_id: Type.Optional(InvocationId),
+  end_user_id: Type.Optional(EndUserId),
 };
 
 export const StdioCheckBody = Type.Object({ tool_name: ToolName, ...reservationFields }, { additionalProperties: false });
@@ -59,7 +63,7 @@ export const ServiceCheckReply = Type.Object({
 }, { title: 'CheckResult' });
 
 export const StdioRecordBody = Type.Object(
-  { tool_name: ToolName, metadata: Type.Optional(Metadata), invocation_id: Type.Optional(InvocationId) },
+  { tool_name: ToolName, metadata: Type.Optional(Metadata), invocation_id: Type.Optional(InvocationId), end_user_id: Type.Optional(EndUserId) },
   { additionalProperties: false },
 );
 

@@ -11,6 +11,8 @@ export interface CheckInput {
   toolName: string;
   reserve?: boolean | undefined;
   invocationId?: string | undefined;
+  /** The call's end user (docs/budgets.md): counted by end-user budgets. */
+  endUserId?: string | null | undefined;
 }
 
 export interface CheckResult {
@@ -52,18 +54,25 @@ export async function checkEntitlement(
 ): Promise<CheckResult> {
   const cost = await costOfTool(ctx, input.toolName);
   if (!input.reserve) {
-    const decision = await decide(ctx, state, missing, cost.credits, { apiKeyId: apiKeyOf(ctx), endUserId: null, toolName: input.toolName });
+    const decision = await decide(ctx, state, missing, cost.credits, { apiKeyId: apiKeyOf(ctx), endUserId: input.endUserId ?? null, toolName: input.toolName });
     if (decision.budget) return { ...denial('budget_exceeded', decision.tier), payment_required: budgetRefusal(decision.budget, cost.credits, null) };
     if (!decision.allowed) return denial(decision.reason!, decision.tier);
     return { allowed: true, reason: null, tier: decision.tier, credit_cost: cost.credits, credits_available: decision.available };
   }
   const denied = gate(state, missing);
   if (denied) return denial(denied.reason!, denied.tier);
-  return reserve(ctx, state!, cost.credits, input.toolName, input.invocationId ?? randomUUID());
+  return reserve(ctx, state!, cost.credits, input.toolName, input.invocationId ?? randomUUID(), input.endUserId ?? null);
 }
 
-async function reserve(ctx: Ctx, state: DeploymentState, cost: number, toolName: string, invocationId: string): Promise<CheckResult> {
-  const outcome = await reserveInvocation(ctx, state, { cost, toolName, invocationId });
+async function reserve(
+  ctx: Ctx,
+  state: DeploymentState,
+  cost: number,
+  toolName: string,
+  invocationId: string,
+  endUserId: string | null,
+): Promise<CheckResult> {
+  const outcome = await reserveInvocation(ctx, state, { cost, toolName, invocationId, endUserId });
   ctx.metrics.reservations.inc({ outcome: outcome.held ? 'held' : 'refused' });
   if (!outcome.held && outcome.budget) return { ...denial('budget_exceeded', state.tier), payment_required: budgetRefusal(outcome.budget, cost, null) };
   if (!outcome.held) return denial('insufficient_credits', state.tier);

@@ -3673,6 +3673,8 @@ export interface operations {
                      * @example 0b6f1c2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
                      */
                     deployment_id: string;
+                    /** @description Your end user of this call (or send X-End-User-Id); counted by end-user budgets */
+                    end_user_id?: string;
                     /**
                      * @description Idempotency id of this tool call; the Idempotency-Key header is its equal
                      * @example inv_01J9Z3
@@ -4155,6 +4157,8 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description Your end user of this call (or send X-End-User-Id); counted by end-user budgets */
+                    end_user_id?: string;
                     /**
                      * @description Idempotency id of this tool call; the Idempotency-Key header is its equal
                      * @example inv_01J9Z3
@@ -4270,6 +4274,8 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description Your end user of this call (or send X-End-User-Id); counted by end-user budgets */
+                    end_user_id?: string;
                     /**
                      * @description Idempotency id of this tool call; the Idempotency-Key header is its equal
                      * @example inv_01J9Z3
