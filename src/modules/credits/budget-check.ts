@@ -1,7 +1,7 @@
 import { pgArray } from '../../db/arrays.js';
 import type { Queryable } from '../../db/client.js';
 import { type BudgetCounter, type ChargeSubject, crossed, type Window } from './budget-rules.js';
-import { type BudgetWithPeriod, budgetsStatement, countersFor } from './budgets.js';
+import { type BudgetWithPeriod, budgetsStatement, counterKey, countersFor, keyText } from './budgets.js';
 
 /**
  * The advisory check's look at budgets (docs/budgets.md, Enforcement): would a charge of `cost` now
@@ -31,7 +31,7 @@ export async function budgetThatRefuses(
     [pgArray(keys.map((k) => k.budget.id)), pgArray(keys.map((k) => k.subject)), pgArray(keys.map((k) => k.window.start))],
     'credits_budget_check',
   );
-  const spent = new Map(rows.map((r) => [`${r.budget_id}\u0000${r.subject}\u0000${r.window_start.getTime()}`, r.spent_credits]));
+  const spent = new Map(rows.map((r) => [keyText(r.budget_id, r.subject, r.window_start), r.spent_credits]));
   const counters: BudgetCounter[] = keys.map((k) => ({
     id: '',
     budgetId: k.budget.id,
@@ -39,7 +39,7 @@ export async function budgetThatRefuses(
     window: k.window,
     limitCredits: k.budget.limit_credits,
     block: true,
-    spentCredits: spent.get(`${k.budget.id}\u0000${k.subject}\u0000${k.window.start.getTime()}`) ?? 0,
+    spentCredits: spent.get(counterKey(k)) ?? 0,
   }));
   const refusing = crossed(counters, cost);
   return refusing ? { id: refusing.budgetId, resetsAt: refusing.window.end } : null;

@@ -39,7 +39,8 @@ export interface CounterKey {
   window: Window;
 }
 
-const keyText = (budgetId: string, subject: string, start: Date) => `${budgetId}\u0000${subject}\u0000${start.getTime()}`;
+/** A window row's key as text: budget, subject and window start. */
+export const keyText = (budgetId: string, subject: string, start: Date) => `${budgetId}\u0000${subject}\u0000${start.getTime()}`;
 
 /**
  * The window rows a charge of `charge` at `at` falls in. `period` is the charge's deployment's credit
