@@ -219,7 +219,9 @@ describe('subjects', () => {
 describe('events', () => {
   const eventsOf = (organizationId: string) =>
     h.deps.db.query<{ type: string; data: { threshold: number; spent: number; limit: number; budget_id: string; end_user_id: string | null } }>(
-      `SELECT type, data FROM outbox_events WHERE organization_id = $1 AND type LIKE 'budget.%' ORDER BY created_at, (data->>'threshold')::int`,
+      // Events of one fake-clock instant tie on created_at: thresholds in order, a threshold before the refusal at 100.
+      `SELECT type, data FROM outbox_events WHERE organization_id = $1 AND type LIKE 'budget.%'
+       ORDER BY created_at, (data->>'threshold')::int, type DESC`,
       [organizationId],
     );
 
