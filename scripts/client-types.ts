@@ -1,6 +1,6 @@
 /**
- * Writes packages/client/src/generated/openapi.ts: the TypeScript types of every /api/v1 route the
- * client SDK calls, generated from the service's own OpenAPI document (which comes from the route
+ * Writes packages/client/src/generated/openapi.ts: the TypeScript types of every route the client SDK
+ * calls, generated from the service's own OpenAPI document (which comes from the route
  * schemas). `npm run generate:client` rewrites it; test/client-types.test.ts fails while the
  * committed file differs from what the routes say, so a route cannot change shape without the client
  * following (and `tsc` then checks the client against the new types).
@@ -16,9 +16,12 @@ import { runMigrations } from '../src/db/migrate.js';
 
 export const CLIENT_TYPES_PATH = fileURLToPath(new URL('../packages/client/src/generated/openapi.ts', import.meta.url));
 
-/** The routes the SDK is for: the versioned metering, entitlement, quota and webhook API, not the operator's. */
+/** Application API routes the SDK calls too, with an organization API key: the budgets (docs/budgets.md, API). */
+const APPLICATION_PATHS = new Set(['/organizations/{id}/budgets', '/organizations/{id}/budgets/{budgetId}']);
+
+/** The routes the SDK is for: the versioned metering, entitlement, quota and webhook API (not the operator's), and the budgets. */
 export function isClientPath(path: string): boolean {
-  return path.startsWith('/api/v1/') && !path.startsWith('/api/v1/admin/');
+  return (path.startsWith('/api/v1/') && !path.startsWith('/api/v1/admin/')) || APPLICATION_PATHS.has(path);
 }
 
 type OpenApiDocument = { paths: Record<string, unknown> } & Record<string, unknown>;

@@ -9,8 +9,11 @@ export const ERROR_STATUS = {
   INSUFFICIENT_SCOPE: 403,
   FEATURE_NOT_AVAILABLE: 403,
   INSUFFICIENT_CREDITS: 403,
-  /** A block budget would be crossed (docs/budgets.md): the webhook proxy's refusal of its charge. */
-  BUDGET_EXCEEDED: 403,
+  /**
+   * The webhook proxy's refusal of a send a block budget would cross (docs/budgets.md): on the wire
+   * `BUDGET_EXCEEDED`, 403 like its other setup errors.
+   */
+  PROXY_BUDGET_EXCEEDED: 403,
   URL_NOT_ALLOWED: 403,
   DEPLOYMENT_SUSPENDED: 403,
   NOT_FOUND: 404,
@@ -25,6 +28,8 @@ export const ERROR_STATUS = {
   IDEMPOTENCY_KEY_REUSED: 422,
   RATE_LIMITED: 429,
   AI_QUOTA_EXCEEDED: 429,
+  /** A block budget would be crossed by an AI call (docs/budgets.md, AI calls): waiting for the window's end cures it. */
+  BUDGET_EXCEEDED: 429,
   INTERNAL_ERROR: 500,
   /** The AI provider answers 404/405 for a route it does not have (`/responses`; docs/ai-proxy.md). */
   AI_ROUTE_NOT_SUPPORTED: 501,
@@ -52,10 +57,11 @@ const FLAT_ERROR_WORD: Partial<Record<ErrorCode, string>> = {
   AI_UPSTREAM_ERROR: 'upstream_error',
   AI_NOT_CONFIGURED: 'ai_not_configured',
   AI_ROUTE_NOT_SUPPORTED: 'not_supported',
+  PROXY_BUDGET_EXCEEDED: 'budget_exceeded',
 };
 
 /** The flat shape calls a validation failure INVALID_REQUEST; the envelope calls it VALIDATION_ERROR (docs/openapi.md, Shapes). */
-const FLAT_CODE: Partial<Record<ErrorCode, string>> = { VALIDATION_ERROR: 'INVALID_REQUEST' };
+const FLAT_CODE: Partial<Record<ErrorCode, string>> = { VALIDATION_ERROR: 'INVALID_REQUEST', PROXY_BUDGET_EXCEEDED: 'BUDGET_EXCEEDED' };
 
 export interface FieldError {
   field: string;
@@ -126,12 +132,14 @@ export function refusalUntil(
   extra: Record<string, unknown>,
   resetsAt: Date | null,
   now: Date,
+  /** The body's name for `resets_at` (the webhook proxy's bodies are camelCase: `resetsAt`). */
+  resetsField = 'resets_at',
 ): AppError {
   const headers: Record<string, string> = { 'x-should-retry': 'false' };
   if (resetsAt === null) return new AppError(code, message, extra, headers);
   const seconds = Math.max(1, Math.ceil((resetsAt.getTime() - now.getTime()) / 1000));
   if (seconds <= LONGEST_RETRY_AFTER_SECONDS) headers['retry-after'] = String(seconds);
-  return new AppError(code, message, { ...extra, resets_at: resetsAt.toISOString() }, headers);
+  return new AppError(code, message, { ...extra, [resetsField]: resetsAt.toISOString() }, headers);
 }
 
 /** The flat shape (docs/openapi.md, Shapes): `{error, code, message, ...extra}` for every /api/v1 path. */

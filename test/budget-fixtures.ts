@@ -1,4 +1,4 @@
-import { budgetsChanged } from '../src/modules/credits/budgets.js';
+import { budgetsChanged, forgetOrganizationBalances } from '../src/modules/credits/budgets.js';
 import type { Harness } from './harness.js';
 
 /**
@@ -44,6 +44,9 @@ export function budgetFixtures(harness: () => Harness) {
           ],
         );
         return rows[0]!.id;
+      }).then(async (id) => {
+        await forgetOrganizationBalances(h.deps, input.organizationId);
+        return id;
       });
     },
     async setLimit(budgetId: string, organizationId: string, limitCredits: number): Promise<void> {
@@ -61,9 +64,11 @@ export function budgetFixtures(harness: () => Harness) {
       });
     },
     /** Every window row of a budget: subject, start and what it counted. */
-    async windowsOf(budgetId: string): Promise<Array<{ subject: string; window_start: Date; window_end: Date; spent_credits: number }>> {
+    async windowsOf(
+      budgetId: string,
+    ): Promise<Array<{ subject: string; window_start: Date; window_end: Date; spent_credits: number; spent_ai_tokens: number }>> {
       return harness().deps.db.query(
-        'SELECT subject, window_start, window_end, spent_credits FROM budget_windows WHERE budget_id = $1 ORDER BY window_start, subject',
+        'SELECT subject, window_start, window_end, spent_credits, spent_ai_tokens FROM budget_windows WHERE budget_id = $1 ORDER BY window_start, subject',
         [budgetId],
       );
     },

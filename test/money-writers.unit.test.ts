@@ -16,6 +16,7 @@ const MONEY_TABLES = [
   'credit_purchases',
   'ai_reservations',
   'meter_event_outbox',
+  'budget_windows',
 ];
 const WRITE = new RegExp(`\\b(INSERT\\s+INTO|UPDATE|DELETE\\s+FROM)\\s+(${MONEY_TABLES.join('|')})\\b`, 'i');
 

@@ -12,6 +12,21 @@ const Time = (description: string) => Type.String({ format: 'date-time', descrip
 
 const Role = StringEnum(['owner', 'admin', 'member', 'viewer'], { description: 'Role in the organization' });
 
+const BudgetEventData = Type.Object({
+  budget_id: Uuid('The budget'),
+  scope: StringEnum(['organization', 'deployment', 'api_key', 'end_user', 'tool']),
+  deployment_id: Nullable(Uuid('The deployment the budget is for or narrowed to; null when none')),
+  end_user_id: Nullable(Type.String({ description: 'The end user counted (for a "*" budget the one whose window it is); null unless the scope is end_user' })),
+  tool_name: Nullable(Type.String({ description: 'The tool counted (for a "*" budget the one whose window it is); null unless the scope is tool' })),
+  metric: StringEnum(['credits', 'ai_tokens']),
+  threshold: Type.Integer({ description: 'Percent reached; 100 for budget.exceeded', examples: [80, 100] }),
+  spent: Type.Integer({ description: 'Counted in the window when the event was written' }),
+  limit: Type.Integer({ description: "The budget's limit of that metric" }),
+  window_start: Time('Start of the window'),
+  window_end: Time('End of the window: when the count starts over'),
+  truncated: Type.Optional(Type.Literal(true, { description: 'The 101st event of a "*" budget in a window: no more are sent for it' })),
+});
+
 export const EVENT_DATA: Record<string, { summary: string; data: TSchema }> = {
   'organization.member.added': {
     summary: 'A user joined the organization (created it, accepted an invitation, or was added by an operator)',
@@ -90,6 +105,15 @@ export const EVENT_DATA: Record<string, { summary: string; data: TSchema }> = {
       from: Type.String({ description: 'Tier before', examples: ['trial'] }),
       to: Type.String({ description: 'Tier after', examples: ['launch'] }),
     }),
+  },
+  'budget.threshold': {
+    summary:
+      "A budget's window reached one of its alert thresholds (docs/budgets.md, Events): once per threshold per window and metric; a \"*\" budget sends at most 100 events per window, then one with truncated: true",
+    data: BudgetEventData,
+  },
+  'budget.exceeded': {
+    summary: 'A block budget first refused a charge in a window (docs/budgets.md, Events): once per window and metric',
+    data: BudgetEventData,
   },
   'webhook.test': {
     summary: 'A test send (POST /organizations/{id}/webhooks/{webhookId}/test): to that webhook only; not an event to subscribe to',

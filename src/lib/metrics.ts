@@ -28,7 +28,7 @@ export class Metrics {
   });
   readonly deductionRefusals = new Counter({
     name: 'creditgate_deduction_refusals_total',
-    help: 'Deductions refused, by source and reason (insufficient_credits, sandbox_tier, mcp_disabled, deployment_not_found, no_deployment_found)',
+    help: 'Deductions refused, by source (mcp, webhook, ai) and reason (insufficient_credits, budget_exceeded, sandbox_tier, mcp_disabled, deployment_not_found, no_deployment_found)',
     labelNames: ['source', 'reason'] as const,
     registers: [this.registry],
   });

@@ -2,7 +2,7 @@ import type { Deps } from '../context.js';
 import { MAIL_QUEUE } from '../lib/mailer.js';
 import { METER_QUEUE } from '../modules/billing/meter-events.js';
 import { pruneStripeEvents, STRIPE_EVENTS_QUEUE } from '../modules/billing/stripe-events.js';
-import { expireAiHolds, expireReservations, pruneAiHolds, pruneInvocations } from '../modules/credits/index.js';
+import { expireAiHolds, expireReservations, pruneAiHolds, pruneEachBudgetWindows, pruneInvocations } from '../modules/credits/index.js';
 import { EVENTS_QUEUE } from '../modules/events/outbox.js';
 import { lapseDomainClaims } from '../modules/templates/custom-domains.js';
 import { PROVISION_QUEUE } from '../modules/templates/provision.js';
@@ -58,6 +58,14 @@ export const WORKERS: WorkerDefinition[] = [
     batchSize: 1000,
     intervalMs: 10 * 60_000,
     run: (deps) => pruneAiHolds(deps.db, deps.clock.now(), 1000),
+  },
+  {
+    // Ended windows of "*" budgets: per end user or tool, kept only while in progress (docs/budgets.md).
+    name: 'budget-window-retention',
+    table: 'budget_windows',
+    batchSize: 1000,
+    intervalMs: 10 * 60_000,
+    run: (deps) => pruneEachBudgetWindows(deps.db, deps.clock.now(), 1000),
   },
   jobWorker(MAIL_QUEUE, 30_000),
   jobWorker(EVENTS_QUEUE, 2_000),

@@ -23,6 +23,8 @@ export const WEBHOOK_EVENTS: Array<{ type: string; meaning: string }> = [
   { type: 'credits.purchased', meaning: 'purchased credits were added' },
   { type: 'quota.threshold', meaning: 'a deployment used 80 % or 100 % of a quota' },
   { type: 'deployment.tier_changed', meaning: "a deployment's tier changed" },
+  { type: 'budget.threshold', meaning: 'a budget reached one of its alert thresholds' },
+  { type: 'budget.exceeded', meaning: 'a block budget refused a charge' },
 ];
 
 /** The delivery worker's limit (MAX_ATTEMPTS): a delivery with this many attempts cannot be retried. */

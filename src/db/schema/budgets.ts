@@ -62,6 +62,11 @@ export const budgetWindows = pgTable(
     windowEnd: timestamp('window_end', { withTimezone: true }).notNull(),
     spentCredits: bigint('spent_credits', { mode: 'number' }).notNull().default(0),
     spentAiTokens: bigint('spent_ai_tokens', { mode: 'number' }).notNull().default(0),
+    /**
+     * On the '' row of a '*' budget (no charge is counted there): the budget events written for the
+     * window, capped at 100 (docs/budgets.md, Events).
+     */
+    eventsSent: integer('events_sent').notNull().default(0),
   },
   (t) => [
     uniqueIndex('budget_windows_key').on(t.budgetId, t.subject, t.windowStart),

@@ -258,6 +258,11 @@ export const aiReservations = pgTable(
     outputAllowance: bigint('output_allowance', { mode: 'number' }).notNull(),
     tokensHeld: bigint('tokens_held', { mode: 'number' }).notNull(),
     creditsHeld: bigint('credits_held', { mode: 'number' }).notNull(),
+    /**
+     * The budget windows the hold was counted in (docs/budgets.md, AI calls): credits_held credits and
+     * prompt_tokens + output_allowance tokens, given back or settled to the call's usage there.
+     */
+    budgetWindows: uuid('budget_windows').array(),
     status: text('status').notNull(),
     usageId: uuid('usage_id'),
     expiresAt: timestamp('expires_at', { withTimezone: true }).notNull(),

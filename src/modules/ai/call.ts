@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ModelClass } from '../../config.js';
 import type { Ctx } from '../../context.js';
-import { type AiHold, type AiUsageResult, type DeploymentTerms, effectiveTerms, holdAiTokens, releaseAiHold, settleAiTokens } from '../credits/index.js';
+import { type AiCharge, type AiHold, type AiUsageResult, type DeploymentTerms, effectiveTerms, holdAiTokens, loadBalance, releaseAiHold, settleAiTokens } from '../credits/index.js';
+import { invalidRequest } from './prompt.js';
 import type { ReportedUsage } from './sse.js';
 import type { AiUpstream } from './upstream.js';
 
@@ -40,19 +41,45 @@ export interface CallPlan {
   choices: number;
   /** A reasoning model (AI_REASONING_MODELS): its hidden reasoning tokens cannot be counted. */
   reasoning: boolean;
+  /** Who makes the call, for its budgets (docs/budgets.md, AI calls). */
+  charge: AiCharge;
+}
+
+/**
+ * Who an AI call is made by, for its budgets (docs/budgets.md, AI calls): the API key that
+ * authenticated it, and its end user — the OpenAI `user` field (forwarded upstream as sent) or the
+ * X-End-User-Id header; both sent, they must be equal. A `user` of "" names no one; one of more than
+ * 200 characters or "*" is refused (400 INVALID_REQUEST, `param` naming it).
+ */
+export function chargeOf(call: Pick<ChatCall, 'ctx' | 'request'>, body: Record<string, unknown>): AiCharge {
+  const actor = call.ctx.actor;
+  const apiKeyId = actor.type === 'api_key' ? actor.apiKeyId : null;
+  const raw = call.request.headers['x-end-user-id'];
+  const header = Array.isArray(raw) ? raw[0] : raw;
+  if (header !== undefined && (header.length < 1 || header.length > 200 || header === '*')) {
+    throw invalidRequest('X-End-User-Id', 'must be 1 to 200 characters and not "*"');
+  }
+  const user = typeof body.user === 'string' && body.user !== '' ? body.user : null;
+  if (user !== null && (user.length > 200 || user === '*')) throw invalidRequest('user', 'must be at most 200 characters and not "*" (it names the end user for budgets)');
+  if (user !== null && header !== undefined && user !== header) throw invalidRequest('user', 'differs from the X-End-User-Id header');
+  return { apiKeyId, endUserId: user ?? header ?? null };
 }
 
 /** A hold, or (`skipped`) none: a deployment without an AI token limit has nothing to hold. */
 export type CallHold = AiHold & { skipped?: true };
 
 /**
- * Hold what the call may spend. An unlimited deployment (its terms as authenticated) holds nothing and
- * skips the transaction, so its calls reach the provider without a database round trip; the settle
- * still counts them against the limit in force then, should one have been set meanwhile.
+ * Hold what the call may spend. An unlimited deployment (its terms as authenticated) of an organization
+ * without budgets (its balance row's mark, as this instance last read it; a budget's change makes every
+ * instance read it again) holds nothing and skips the transaction, so its calls reach the provider
+ * without a database round trip; the settle still counts them against the limit in force then, should
+ * one have been set meanwhile, and in the budgets they fall under. With budgets the call is held, its
+ * tokens counted in them while held (docs/budgets.md, AI calls).
  */
 export async function hold(ctx: Ctx, deployment: AiDeployment, plan: CallPlan): Promise<CallHold> {
-  if (effectiveTerms(deployment, ctx.clock.now()).aiTokensLimit === null) {
-    return { id: randomUUID(), outputPerChoice: plan.outputPerChoice, tokensHeld: 0, creditsHeld: 0, skipped: true };
+  const now = ctx.clock.now();
+  if (effectiveTerms(deployment, now).aiTokensLimit === null && !(await loadBalance(ctx, deployment.id, now)).has_budgets) {
+    return { id: randomUUID(), outputPerChoice: plan.outputPerChoice, tokensHeld: 0, creditsHeld: 0, budgetWindows: [], skipped: true };
   }
   return holdAiTokens(ctx, deployment, {
     model: plan.model,
@@ -60,7 +87,8 @@ export async function hold(ctx: Ctx, deployment: AiDeployment, plan: CallPlan): 
     promptTokens: plan.promptTokens,
     outputPerChoice: plan.outputPerChoice,
     choices: plan.choices,
-    expiresAt: new Date(ctx.clock.now().getTime() + AI_HOLD_TTL_MS),
+    expiresAt: new Date(now.getTime() + AI_HOLD_TTL_MS),
+    charge: plan.charge,
   });
 }
 
@@ -90,7 +118,7 @@ export async function settle(ctx: Ctx, deployment: AiDeployment, plan: CallPlan,
   return settleAiTokens(ctx, deployment, {
     model: plan.model,
     modelClass: plan.modelClass,
-    ...(held.skipped ? { requestId: held.id } : { holdId: held.id }),
+    ...(held.skipped ? { requestId: held.id, charge: plan.charge } : { holdId: held.id, budgetWindows: held.budgetWindows }),
     ...settledTokens(plan, held, reported, relayed),
   });
 }

@@ -4,7 +4,7 @@ import type { Ctx } from '../../context.js';
 import { AppError, ValidationError } from '../../errors.js';
 import { assertAiEnabled, modelClassOf } from '../quotas/ai-tokens.js';
 import { askedAllowance, checkFields, upstreamChatBody } from './bounds.js';
-import { type CallHold, type CallPlan, type ChatCall, hold, release, settle, settleQuietly } from './call.js';
+import { type CallHold, type CallPlan, type ChatCall, chargeOf, hold, release, settle, settleQuietly } from './call.js';
 import { isReasoningModel } from './models.js';
 import { countChatPromptBound } from './prompt.js';
 import { type ReportedUsage, readUsage, textOfChoices } from './sse.js';
@@ -133,7 +133,8 @@ export interface ChatBody {
   [field: string]: unknown;
 }
 
-function chatPlan(ctx: Ctx, body: ChatBody): CallPlan {
+function chatPlan(call: ChatCall, body: ChatBody): CallPlan {
+  const { ctx } = call;
   return {
     model: body.model,
     modelClass: modelClassOf(ctx, body.model),
@@ -141,6 +142,7 @@ function chatPlan(ctx: Ctx, body: ChatBody): CallPlan {
     outputPerChoice: askedAllowance(ctx.config, body),
     choices: body.n ?? 1,
     reasoning: isReasoningModel(ctx.config, body.model),
+    charge: chargeOf(call, body),
   };
 }
 
@@ -152,7 +154,7 @@ async function prepareChat(call: ChatCall, body: ChatBody): Promise<{ plan: Call
   checkModel(ctx, body.model);
   if (!call.upstream) throw notConfigured();
   await loadEncodingFor(body.model);
-  const plan = chatPlan(ctx, body);
+  const plan = chatPlan(call, body);
   return { plan, held: await hold(ctx, deployment, plan), upstream: call.upstream };
 }
 
@@ -243,6 +245,7 @@ export async function embeddings(call: ChatCall, body: EmbeddingsBody): Promise<
     outputPerChoice: 0,
     choices: 1,
     reasoning: false,
+    charge: chargeOf(call, body),
   };
   const held = await hold(ctx, deployment, plan);
   const controller = abortOnDisconnect(reply);

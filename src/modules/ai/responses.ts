@@ -1,9 +1,8 @@
 import type { FastifyReply } from 'fastify';
-import type { Ctx } from '../../context.js';
 import { AppError, OpenAiShapedError } from '../../errors.js';
 import { assertAiEnabled, modelClassOf } from '../quotas/ai-tokens.js';
 import { askedAllowance, checkFields, checkStateless, upstreamResponsesBody } from './bounds.js';
-import { type CallPlan, type ChatCall, hold } from './call.js';
+import { type CallPlan, type ChatCall, chargeOf, hold } from './call.js';
 import { isReasoningModel } from './models.js';
 import { countResponsesPromptBound } from './prompt.js';
 import { abortOnDisconnect, answerWhole, checkModel, isRefusal, notConfigured, send, sendRefusal, type UpstreamRefusal } from './proxy.js';
@@ -66,7 +65,8 @@ export function textOfOutput(answer: Record<string, unknown>): string {
   return text;
 }
 
-function responsesPlan(ctx: Ctx, body: ResponsesBody): CallPlan {
+function responsesPlan(call: ChatCall, body: ResponsesBody): CallPlan {
+  const { ctx } = call;
   return {
     model: body.model,
     modelClass: modelClassOf(ctx, body.model),
@@ -74,6 +74,7 @@ function responsesPlan(ctx: Ctx, body: ResponsesBody): CallPlan {
     outputPerChoice: askedAllowance(ctx.config, body),
     choices: 1,
     reasoning: isReasoningModel(ctx.config, body.model),
+    charge: chargeOf(call, body),
   };
 }
 
@@ -85,7 +86,7 @@ export async function createResponse(call: ChatCall, body: ResponsesBody): Promi
   checkModel(ctx, body.model);
   if (!call.upstream) throw notConfigured();
   await loadEncodingFor(body.model);
-  const plan = responsesPlan(ctx, body);
+  const plan = responsesPlan(call, body);
   const held = await hold(ctx, deployment, plan);
   const controller = abortOnDisconnect(reply);
   const res = await send(call, held, call.upstream, '/responses', upstreamResponsesBody(body, held.outputPerChoice), controller.signal);

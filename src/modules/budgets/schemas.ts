@@ -48,7 +48,7 @@ const Ids = {
 };
 const Limits = {
   limit_credits: Type.Optional(Limit('Credits the window may spend')),
-  limit_ai_tokens: Type.Optional(Limit('AI tokens the window may spend (stored; not enforced yet)')),
+  limit_ai_tokens: Type.Optional(Limit('AI tokens (input + output of AI calls) the window may spend')),
 };
 
 export const CreateBudgetBody = Type.Object(

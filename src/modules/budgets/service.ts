@@ -4,7 +4,7 @@ import { AppError, type FieldError, NotFoundError } from '../../errors.js';
 import { isUuid } from '../../lib/ids.js';
 import { pgArray } from '../../db/arrays.js';
 import { writeAudit } from '../audit/service.js';
-import { budgetsChanged, budgetStandings } from '../credits/index.js';
+import { budgetsChanged, budgetStandings, forgetOrganizationBalances } from '../credits/index.js';
 import { authorize, type Role } from '../organizations/rbac.js';
 import { type BudgetSpec, checkIds, problemsOf, refuse } from './checks.js';
 import { TOP_SUBJECTS } from './schemas.js';
@@ -88,7 +88,7 @@ export async function createBudget(ctx: Ctx, organizationId: string, spec: Budge
   const who = await access(ctx, organizationId, true);
   refuse(problemsOf(spec));
   const now = ctx.clock.now();
-  return ctx.db.transaction(async (tx) => {
+  const changed = await ctx.db.transaction(async (tx) => {
     await budgetsChanged(tx, organizationId);
     await checkIds(tx, organizationId, spec);
     // Every batch of the organization reads all of its budgets: a bound keeps that read small.
@@ -119,6 +119,9 @@ export async function createBudget(ctx: Ctx, organizationId: string, spec: Budge
     await writeAudit(tx, ctx, { organizationId, action: 'create', resourceType: 'budget', resourceId: created.id, metadata: { budget: fieldsOf(created) } });
     return (await views(tx, ctx, organizationId, [created], who))[0]!;
   });
+  // Every instance sees the organization's has_budgets mark at once (credits/budgets.ts).
+  await forgetOrganizationBalances(ctx, organizationId);
+  return changed;
 }
 
 /** What a change may send: any field; scope and its ids only as they are. */
@@ -136,7 +139,7 @@ function refuseOwnKeyBudget(who: Access, budget: BudgetRecord): void {
 
 export async function updateBudget(ctx: Ctx, organizationId: string, budgetId: string, change: BudgetChange): Promise<BudgetView> {
   const who = await access(ctx, organizationId, true);
-  return ctx.db.transaction(async (tx) => {
+  const changed = await ctx.db.transaction(async (tx) => {
     await budgetsChanged(tx, organizationId);
     const before = await budgetOf(tx, organizationId, budgetId, true);
     refuseOwnKeyBudget(who, before);
@@ -164,12 +167,15 @@ export async function updateBudget(ctx: Ctx, organizationId: string, budgetId: s
     await writeAudit(tx, ctx, { organizationId, action: 'update', resourceType: 'budget', resourceId: budgetId, metadata: { before: was, after: fieldsOf(after) } });
     return (await views(tx, ctx, organizationId, [after], who))[0]!;
   });
+  // Every instance sees the organization's has_budgets mark at once (credits/budgets.ts).
+  await forgetOrganizationBalances(ctx, organizationId);
+  return changed;
 }
 
 /** Delete a budget and its windows; answers it as it was, with its window in progress. */
 export async function deleteBudget(ctx: Ctx, organizationId: string, budgetId: string): Promise<BudgetView> {
   const who = await access(ctx, organizationId, true);
-  return ctx.db.transaction(async (tx) => {
+  const changed = await ctx.db.transaction(async (tx) => {
     await budgetsChanged(tx, organizationId);
     const before = await budgetOf(tx, organizationId, budgetId, true);
     refuseOwnKeyBudget(who, before);
@@ -178,4 +184,7 @@ export async function deleteBudget(ctx: Ctx, organizationId: string, budgetId: s
     await writeAudit(tx, ctx, { organizationId, action: 'delete', resourceType: 'budget', resourceId: budgetId, metadata: { budget: fieldsOf(before) } });
     return view;
   });
+  // Every instance sees the organization's has_budgets mark at once (credits/budgets.ts).
+  await forgetOrganizationBalances(ctx, organizationId);
+  return changed;
 }

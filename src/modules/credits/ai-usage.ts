@@ -1,10 +1,13 @@
 import { forgetBalance } from './balance-cache.js';
 import type { ModelClass } from '../../config.js';
 import { type Ctx, actorLabel } from '../../context.js';
+import { pgArray } from '../../db/arrays.js';
 import type { Queryable } from '../../db/client.js';
 import { type AppError, refusalUntil, ValidationError } from '../../errors.js';
 import { AI_CREDIT_RATES } from '../../lib/tiers.js';
+import { appendEvent } from '../events/outbox.js';
 import { emitThresholds } from '../quotas/thresholds.js';
+import { type BudgetCounter, type BudgetRow, budgetEvents, crossed, roomLeft } from './budget-rules.js';
 import { appendLedger } from './ledger.js';
 import { enqueueMeterEvent } from './meter-outbox.js';
 import { payOwed } from './owed.js';
@@ -109,6 +112,15 @@ export interface AiHoldInput {
   choices: number;
   /** When a hold left by a dead process is given back (the `ai-holds` worker). */
   expiresAt: Date;
+  /** Who makes the call, for its budgets (docs/budgets.md, AI calls); none named: no key, no end user. */
+  charge?: AiCharge | undefined;
+}
+
+/** Who an AI call is made by and for, for its budgets: the key that authenticated it and its end user. */
+export interface AiCharge {
+  apiKeyId: string | null;
+  /** The request's `user` field or X-End-User-Id header. */
+  endUserId: string | null;
 }
 
 export interface AiHold {
@@ -117,6 +129,93 @@ export interface AiHold {
   outputPerChoice: number;
   tokensHeld: number;
   creditsHeld: number;
+  /** The budget windows the hold was counted in: its settle locks them with the batch's. */
+  budgetWindows: string[];
+}
+
+/** A budget refused an AI call (docs/budgets.md, AI calls): 429, waiting for the window's end cures it. */
+export function aiBudgetExceeded(budget: { budgetId: string; window: { end: Date } }, detail: string, now: Date): AppError {
+  return refusalUntil(
+    'BUDGET_EXCEEDED',
+    `A budget of this organization would be exceeded by this call${detail}; it resets at ${budget.window.end.toISOString()}`,
+    { budget_id: budget.budgetId },
+    budget.window.end,
+    now,
+  );
+}
+
+/**
+ * The windows handed to an op, as they stand now in its transaction (an earlier op of the same batch
+ * may have counted in them): counters whose events are judged from here.
+ */
+async function standingNow(tx: Queryable, windows: readonly BudgetCounter[]): Promise<BudgetCounter[]> {
+  if (windows.length === 0) return [];
+  const rows = await tx.query<{ id: string; spent_credits: number; spent_ai_tokens: number }>(
+    'SELECT id, spent_credits, spent_ai_tokens FROM budget_windows WHERE id = ANY($1::uuid[])',
+    [pgArray(windows.map((w) => w.id))],
+    'ai_budget_windows_now',
+  );
+  const byId = new Map(rows.map((r) => [r.id, r]));
+  return windows.flatMap((w) => {
+    const r = byId.get(w.id);
+    if (!r) return [];
+    return [{ ...w, spentCredits: r.spent_credits, startSpent: r.spent_credits, spentAiTokens: r.spent_ai_tokens, startAiTokens: r.spent_ai_tokens, refused: false }];
+  });
+}
+
+/** Windows by id with their budgets, locked in the engine's order (a no-op for those the batch locked). */
+async function windowsById(tx: Queryable, ids: readonly string[]): Promise<BudgetCounter[]> {
+  if (ids.length === 0) return [];
+  const rows = await tx.query<BudgetRow & { window_id: string; subject: string; window_start: Date; window_end: Date; spent_credits: number; spent_ai_tokens: number }>(
+    `SELECT w.id AS window_id, w.subject, w.window_start, w.window_end, w.spent_credits, w.spent_ai_tokens,
+            b.id, b.organization_id, b.scope, b.deployment_id, b.api_key_id, b.end_user_id, b.tool_name, b.limit_credits, b.limit_ai_tokens,
+            b.window_kind, b.mode, b.alert_thresholds
+     FROM budget_windows w JOIN budgets b ON b.id = w.budget_id
+     WHERE w.id = ANY($1::uuid[])
+     ORDER BY w.budget_id, w.subject, w.window_start
+     FOR UPDATE OF w`,
+    [pgArray([...ids])],
+    'ai_budget_windows_by_id',
+  );
+  return rows.map((r) => {
+    const { window_id, subject, window_start, window_end, spent_credits, spent_ai_tokens, ...budget } = r;
+    return {
+      id: window_id,
+      budgetId: budget.id,
+      subject,
+      window: { start: window_start, end: window_end },
+      limitCredits: budget.limit_credits,
+      limitAiTokens: budget.limit_ai_tokens,
+      block: budget.mode === 'block',
+      spentCredits: spent_credits,
+      startSpent: spent_credits,
+      spentAiTokens: spent_ai_tokens,
+      startAiTokens: spent_ai_tokens,
+      refused: false,
+      budget,
+    };
+  });
+}
+
+/** Count `credits` and `tokens` in windows (locked by the batch), and write the events that crossing left. */
+async function countInWindows(tx: Queryable, counters: BudgetCounter[], credits: number, tokens: number, now: Date): Promise<void> {
+  if (counters.length > 0 && (credits !== 0 || tokens !== 0)) {
+    await tx.query(
+      `UPDATE budget_windows SET spent_credits = GREATEST(0, spent_credits + $2::bigint), spent_ai_tokens = GREATEST(0, spent_ai_tokens + $3::bigint)
+       WHERE id = ANY($1::uuid[])`,
+      [pgArray(counters.map((c) => c.id)), credits, tokens],
+      'ai_budget_count',
+    );
+    for (const c of counters) {
+      c.spentCredits = Math.max(0, c.spentCredits + credits);
+      c.spentAiTokens = Math.max(0, (c.spentAiTokens ?? 0) + tokens);
+    }
+  }
+  await writeBudgetEvents(tx, counters, now);
+}
+
+async function writeBudgetEvents(tx: Queryable, counters: BudgetCounter[], now: Date): Promise<void> {
+  for (const event of budgetEvents(counters, now)) await appendEvent(tx, { ...event, at: now });
 }
 
 /**
@@ -130,80 +229,130 @@ export async function holdAiTokens(ctx: Ctx, deployment: { id: string; organizat
   const actor = actorLabel(ctx.actor);
   // Held credits count in `reserved`: this instance's cached balance for checks is stale with them.
   forgetBalance(ctx, deployment.id);
-  // In the next deduction batch's transaction (credits/engine/queue.ts): one commit with the batch's. A refusal
-  // is returned, not thrown, so that an owed payment made on the way commits with the batch.
-  const outcome = await ctx.deductions.within(deployment.id, async (tx): Promise<AiHold | { refusal: AppError }> => {
-    const locked = await lockForAi(tx, deployment.id, now, actor);
-    const limit = locked.limit;
-    let balance = locked.balance;
-    // Under the row's lock: a debt left by an over-report keeps every new call out until paid (credits/owed.ts).
-    // Purchased credits that became free since the debt began (a hold given back) pay it first.
-    if (balance.credits_owed > 0) balance = await payOwed(tx, balance, { monthly: 0, purchased: balance.purchased_balance }, { actor, now });
-    if (balance.credits_owed > 0) return { refusal: aiQuotaExceeded(ctx, limit, balance.period_end, now, '', balance.credits_owed) };
-    let perChoice = input.outputPerChoice;
-    let tokensHeld = 0;
-    let creditsHeld = 0;
-    if (limit !== null) {
-      const free = aiTokensFree(balance, limit) ?? 0;
-      const capacity = free + tokensForCredits(purchasedFloor(balance), input.modelClass);
+  const charge = {
+    organizationId: deployment.organization_id,
+    deploymentId: deployment.id,
+    apiKeyId: input.charge?.apiKeyId ?? null,
+    endUserId: input.charge?.endUserId ?? null,
+    toolName: input.model,
+    at: now,
+  };
+  // In the next deduction batch's transaction (credits/engine/queue.ts): one commit with the batch's, the
+  // call's budget windows locked with the batch's. A refusal is returned, not thrown, so that an owed
+  // payment made on the way, and a budget's `budget.exceeded` event, commit with the batch.
+  const outcome = await ctx.deductions.within(
+    deployment.id,
+    async (tx, windows): Promise<AiHold | { refusal: AppError }> => {
+      const locked = await lockForAi(tx, deployment.id, now, actor);
+      const limit = locked.limit;
+      let balance = locked.balance;
+      // Under the row's lock: a debt left by an over-report keeps every new call out until paid (credits/owed.ts).
+      // Purchased credits that became free since the debt began (a hold given back) pay it first.
+      if (balance.credits_owed > 0) balance = await payOwed(tx, balance, { monthly: 0, purchased: balance.purchased_balance }, { actor, now });
+      if (balance.credits_owed > 0) return { refusal: aiQuotaExceeded(ctx, limit, balance.period_end, now, '', balance.credits_owed) };
+      const counters = await standingNow(tx, windows);
       const minimum = input.outputPerChoice > 0 ? 1 : 0;
-      perChoice = Math.min(input.outputPerChoice, Math.floor((capacity - input.promptTokens) / input.choices));
-      if (capacity < input.promptTokens || perChoice < minimum) {
-        const detail = capacity > 0 ? ` (this call needs ${input.promptTokens + minimum} tokens, ${capacity} can be paid)` : '';
+      const needed = input.promptTokens + minimum * input.choices;
+      // The deployment's own quota and credits first (balance before budget), then its block budgets'
+      // room: credits they leave cap what purchased credits may pay, tokens they leave cap the call.
+      const free = limit === null ? null : (aiTokensFree(balance, limit) ?? 0);
+      const ownCapacity = free === null ? Number.POSITIVE_INFINITY : free + tokensForCredits(purchasedFloor(balance), input.modelClass);
+      if (limit !== null && (ownCapacity < input.promptTokens || Math.floor((ownCapacity - input.promptTokens) / input.choices) < minimum)) {
+        const detail = ownCapacity > 0 ? ` (this call needs ${needed} tokens, ${ownCapacity} can be paid)` : '';
         return { refusal: aiQuotaExceeded(ctx, limit, balance.period_end, now, detail) };
       }
+      const room = roomLeft(counters);
+      let capacity = ownCapacity;
+      if (free !== null && room.credits !== null) capacity = free + tokensForCredits(Math.min(purchasedFloor(balance), Math.max(0, room.credits)), input.modelClass);
+      if (room.tokens !== null) capacity = Math.min(capacity, room.tokens);
+      const perChoice = Math.min(input.outputPerChoice, Math.floor((capacity - input.promptTokens) / input.choices));
+      const lowered = (room.credits !== null && room.credits < 0) || (room.tokens !== null && room.tokens < 0);
+      if (lowered || capacity < input.promptTokens || perChoice < minimum) {
+        const creditsNeeded = free === null ? 0 : creditsForTokens(Math.max(0, needed - free), input.modelClass);
+        const budget = crossed(counters, creditsNeeded, needed) ?? counters.find((c) => c.block)!;
+        budget.refused = true;
+        await writeBudgetEvents(tx, counters, now);
+        return { refusal: aiBudgetExceeded(budget, ` (this call needs ${needed} tokens)`, now) };
+      }
       const total = input.promptTokens + perChoice * input.choices;
-      tokensHeld = Math.min(total, free);
-      creditsHeld = creditsForTokens(total - tokensHeld, input.modelClass);
-    }
-    const id = crypto.randomUUID();
-    // The balance and the hold's row in one statement: the row lock is held one round trip less.
-    await tx.query(
-      `WITH upd AS (
-         UPDATE credit_balances SET ai_tokens_reserved = ai_tokens_reserved + $8, ai_credits_reserved = ai_credits_reserved + $9,
-           reserved = reserved + $9, updated_at = $11
-         WHERE deployment_id = $3 AND ($8::bigint > 0 OR $9::bigint > 0)
-         RETURNING deployment_id
-       )
-       INSERT INTO ai_reservations (id, organization_id, deployment_id, model, model_class, prompt_tokens, output_allowance,
-         tokens_held, credits_held, status, expires_at, created_at, updated_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'held', $10, $11, $11)`,
-      [
-        id,
-        deployment.organization_id,
-        deployment.id,
-        input.model,
-        input.modelClass,
-        input.promptTokens,
-        perChoice * input.choices,
-        tokensHeld,
-        creditsHeld,
-        input.expiresAt,
-        now,
-      ],
-    );
-    return { id, outputPerChoice: perChoice, tokensHeld, creditsHeld };
-  });
-  if ('refusal' in outcome) throw outcome.refusal;
+      const tokensHeld = free === null ? 0 : Math.min(total, free);
+      const creditsHeld = free === null ? 0 : creditsForTokens(total - tokensHeld, input.modelClass);
+      const id = crypto.randomUUID();
+      const budgetWindows = counters.map((c) => c.id);
+      // The balance and the hold's row in one statement: the row lock is held one round trip less.
+      await tx.query(
+        `WITH upd AS (
+           UPDATE credit_balances SET ai_tokens_reserved = ai_tokens_reserved + $8, ai_credits_reserved = ai_credits_reserved + $9,
+             reserved = reserved + $9, updated_at = $11
+           WHERE deployment_id = $3 AND ($8::bigint > 0 OR $9::bigint > 0)
+           RETURNING deployment_id
+         )
+         INSERT INTO ai_reservations (id, organization_id, deployment_id, model, model_class, prompt_tokens, output_allowance,
+           tokens_held, credits_held, status, expires_at, created_at, updated_at, budget_windows)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'held', $10, $11, $11, $12::uuid[])`,
+        [
+          id,
+          deployment.organization_id,
+          deployment.id,
+          input.model,
+          input.modelClass,
+          input.promptTokens,
+          perChoice * input.choices,
+          tokensHeld,
+          creditsHeld,
+          input.expiresAt,
+          now,
+          budgetWindows.length > 0 ? pgArray(budgetWindows) : null,
+        ],
+      );
+      // Held tokens and credits count in every budget the call falls under while held.
+      await countInWindows(tx, counters, creditsHeld, total, now);
+      return { id, outputPerChoice: perChoice, tokensHeld, creditsHeld, budgetWindows };
+    },
+    { charge },
+  );
+  if ('refusal' in outcome) {
+    if (outcome.refusal.code === 'BUDGET_EXCEEDED') ctx.metrics.deductionRefusals.inc({ source: 'ai', reason: 'budget_exceeded' });
+    throw outcome.refusal;
+  }
   return outcome;
 }
+
+/**
+ * What a hold gives back to the budget windows it was counted in, those still in progress (docs/budgets.md,
+ * AI calls): a CTE over `gone` (held rows turned released or expired, with their budget_windows,
+ * credits_held and budget_tokens), locking the windows in the engine's order.
+ */
+const GIVE_BACK_TO_WINDOWS = `given AS (
+       SELECT w_id, SUM(gone.credits_held)::bigint AS credits, SUM(gone.budget_tokens)::bigint AS tokens
+       FROM gone, unnest(gone.budget_windows) AS w_id GROUP BY w_id
+     ), win AS (
+       UPDATE budget_windows w SET spent_credits = GREATEST(0, w.spent_credits - given.credits),
+         spent_ai_tokens = GREATEST(0, w.spent_ai_tokens - given.tokens)
+       FROM given
+       WHERE w.id = given.w_id AND w.id IN (
+         SELECT l.id FROM budget_windows l WHERE l.id IN (SELECT w_id FROM given) AND l.window_end > $NOW::timestamptz
+         ORDER BY l.budget_id, l.subject, l.window_start FOR UPDATE OF l)
+       RETURNING 1
+     )`;
 
 /** Give a hold back untouched (refusal, upstream fault, nothing produced). False when it was no longer held. */
 export async function releaseAiHold(db: Queryable, deploymentId: string, holdId: string, now: Date): Promise<boolean> {
   const rows = await db.query<{ id: string }>(
-    `WITH rel AS (
+    `WITH gone AS (
        UPDATE ai_reservations SET status = 'released', updated_at = $3::timestamptz
        WHERE id = $2::uuid AND deployment_id = $1::uuid AND status = 'held'
-       RETURNING id, tokens_held, credits_held
+       RETURNING id, tokens_held, credits_held, prompt_tokens + output_allowance AS budget_tokens, budget_windows
      ), upd AS (
-       UPDATE credit_balances b SET ai_tokens_reserved = b.ai_tokens_reserved - rel.tokens_held,
-         ai_credits_reserved = b.ai_credits_reserved - rel.credits_held, reserved = b.reserved - rel.credits_held,
+       UPDATE credit_balances b SET ai_tokens_reserved = b.ai_tokens_reserved - gone.tokens_held,
+         ai_credits_reserved = b.ai_credits_reserved - gone.credits_held, reserved = b.reserved - gone.credits_held,
          updated_at = $3::timestamptz
-       FROM rel WHERE b.deployment_id = $1::uuid
+       FROM gone WHERE b.deployment_id = $1::uuid
        RETURNING b.deployment_id
-     )
-     SELECT id FROM rel`,
+     ), ${GIVE_BACK_TO_WINDOWS.replace('$NOW', '$3')}
+     SELECT id FROM gone`,
     [deploymentId, holdId, now],
+    'ai_hold_release',
   );
   return rows.length > 0;
 }
@@ -217,21 +366,22 @@ export async function expireAiHolds(db: Queryable, now: Date, limit = 500): Prom
     `WITH due AS (
        SELECT id FROM ai_reservations WHERE status = 'held' AND expires_at <= $1::timestamptz
        ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
-     ), exp AS (
+     ), gone AS (
        UPDATE ai_reservations r SET status = 'expired', updated_at = $1::timestamptz
        FROM due WHERE r.id = due.id
-       RETURNING r.deployment_id, r.tokens_held, r.credits_held
+       RETURNING r.deployment_id, r.tokens_held, r.credits_held, r.prompt_tokens + r.output_allowance AS budget_tokens, r.budget_windows
      ), sums AS (
-       SELECT deployment_id, SUM(tokens_held)::bigint AS tokens, SUM(credits_held)::bigint AS credits FROM exp GROUP BY deployment_id
+       SELECT deployment_id, SUM(tokens_held)::bigint AS tokens, SUM(credits_held)::bigint AS credits FROM gone GROUP BY deployment_id
      ), upd AS (
        UPDATE credit_balances b SET ai_tokens_reserved = b.ai_tokens_reserved - sums.tokens,
          ai_credits_reserved = b.ai_credits_reserved - sums.credits, reserved = b.reserved - sums.credits,
          updated_at = $1::timestamptz
        FROM sums WHERE b.deployment_id = sums.deployment_id
        RETURNING b.deployment_id
-     )
-     SELECT (SELECT count(*) FROM exp)::int AS n`,
+     ), ${GIVE_BACK_TO_WINDOWS.replace('$NOW', '$1')}
+     SELECT (SELECT count(*) FROM gone)::int AS n`,
     [now, limit],
+    'ai_hold_expire',
   );
   return rows[0]?.n ?? 0;
 }
@@ -262,6 +412,13 @@ export interface AiUsageInput {
   requestId?: string | undefined;
   /** The provider reported no usage: the tokens were counted by our tokenizer. */
   estimated?: boolean;
+  /** The budget windows the hold was counted in (AiHold.budgetWindows): locked with the batch's. */
+  budgetWindows?: readonly string[] | undefined;
+  /**
+   * Who made a call without a hold, for its budgets: it is counted in the windows in progress (never
+   * refused: the tokens are spent). A call with a hold is counted where its hold was.
+   */
+  charge?: AiCharge | undefined;
 }
 
 export interface AiUsageResult {
@@ -312,8 +469,24 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
   const tokens = input.inputTokens + input.outputTokens;
   const requestId = input.requestId ?? input.holdId;
   const estimated = input.estimated === true;
+  // Budget windows: the hold's, or, for a call without one, those its charge falls in now.
+  const budgets =
+    input.holdId !== undefined
+      ? input.budgetWindows && input.budgetWindows.length > 0
+        ? { windows: input.budgetWindows }
+        : undefined
+      : {
+          charge: {
+            organizationId: deployment.organization_id,
+            deploymentId: deployment.id,
+            apiKeyId: input.charge?.apiKeyId ?? null,
+            endUserId: input.charge?.endUserId ?? null,
+            toolName: input.model,
+            at: now,
+          },
+        };
   // In the next deduction batch's transaction (credits/engine/queue.ts): one commit with the batch's.
-  const result = await ctx.deductions.within(deployment.id, async (tx) => {
+  const result = await ctx.deductions.within(deployment.id, async (tx, windows) => {
     const { balance: before, limit } = await lockForAi(tx, deployment.id, now, actor);
     const view = (b: AiBalance) => ({
       used: b.ai_tokens_used,
@@ -327,18 +500,23 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
     // given back by the sweeper) looks for an earlier usage record.
     let heldTokens = 0;
     let heldCredits = 0;
+    /** What the hold counted in its budget windows: all its tokens, and its credits. */
+    let heldBudgetTokens = 0;
+    let heldWindows: string[] = [];
     let claimed = false;
     if (input.holdId !== undefined) {
-      const held = await tx.query<{ tokens_held: number; credits_held: number }>(
+      const held = await tx.query<{ tokens_held: number; credits_held: number; budget_tokens: number; budget_windows: string[] | null }>(
         `UPDATE ai_reservations SET status = 'settled', usage_id = $3, updated_at = $4
          WHERE id = $2 AND deployment_id = $1 AND status = 'held'
-         RETURNING tokens_held, credits_held`,
+         RETURNING tokens_held, credits_held, prompt_tokens + output_allowance AS budget_tokens, budget_windows`,
         [deployment.id, input.holdId, usageId, now],
         'ai_hold_settle',
       );
       claimed = held.length > 0;
       heldTokens = held[0]?.tokens_held ?? 0;
       heldCredits = held[0]?.credits_held ?? 0;
+      heldBudgetTokens = held[0]?.budget_tokens ?? 0;
+      heldWindows = held[0]?.budget_windows ?? [];
     }
     if (!claimed && requestId !== undefined) {
       const seen = await tx.query<AiUsageRow>(
@@ -363,6 +541,9 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
         };
       }
     }
+    // The windows of this settle, as they stand: a hold's are those its row names (locked with the
+    // batch's when the caller named them too, AiHold.budgetWindows), else those its charge fell in.
+    const counted = input.holdId !== undefined ? await windowsById(tx, heldWindows) : await standingNow(tx, windows);
     const released: AiBalance = {
       ...before,
       ai_tokens_reserved: before.ai_tokens_reserved - heldTokens,
@@ -400,8 +581,8 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
     }
     await tx.query(
       `INSERT INTO usage_records (id, organization_id, deployment_id, metric, quantity, tool_name, metadata, success, error,
-         ledger_id, invocation_id, purchased_taken, period_start, "timestamp", credits_short)
-       VALUES ($1, $2, $3, 'ai_tokens', $4, $5, $6, true, $7, $8, $9, $4, $10, $11, $12)`,
+         ledger_id, invocation_id, purchased_taken, period_start, "timestamp", credits_short, budget_windows)
+       VALUES ($1, $2, $3, 'ai_tokens', $4, $5, $6, true, $7, $8, $9, $4, $10, $11, $12, $13::uuid[])`,
       [
         usageId,
         deployment.organization_id,
@@ -424,8 +605,16 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
         after.period_start,
         now,
         short,
+        counted.length > 0 ? pgArray(counted.map((c) => c.id)) : null,
       ],
     );
+    // Budgets (docs/budgets.md, AI calls): the call's tokens and the credits due for them (an
+    // over-report's included, even past a limit) replace what its hold counted, in the hold's windows
+    // that are still in progress; a call without a hold is counted in the windows of now.
+    if (input.holdId !== undefined) {
+      const inProgress = counted.filter((c) => c.window.end.getTime() > now.getTime());
+      await countInWindows(tx, inProgress, creditsDue - heldCredits, tokens - heldBudgetTokens, now);
+    } else await countInWindows(tx, counted, creditsDue, tokens, now);
     if (charged > 0 && ctx.config.stripeMeterEventName !== undefined) {
       await enqueueMeterEvent(tx, { usageId, organizationId: deployment.organization_id, deploymentId: deployment.id, value: charged, at: now });
     }
@@ -453,7 +642,7 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
       estimated,
       replayed: false,
     };
-  });
+  }, budgets);
   // Counted once committed: a batch that fails runs its ops again one by one.
   if (!result.replayed && result.creditsShort > 0) ctx.metrics.aiCreditsOwed.inc(result.creditsShort);
   return result;

@@ -109,11 +109,15 @@ export interface BudgetCounter {
   subject: string;
   window: Window;
   limitCredits: number | null;
+  /** The budget's AI token limit: counted by AI calls only (docs/budgets.md, AI calls). */
+  limitAiTokens?: number | null;
   /** block: a charge that would cross the limit is refused; alert: only counted. */
   block: boolean;
   spentCredits: number;
+  spentAiTokens?: number;
   /** What the window held when the batch locked it (its events are judged from there). */
   startSpent?: number;
+  startAiTokens?: number;
   /** A charge of the batch was refused by this window. */
   refused?: boolean;
   /** The budget, for its events. */
@@ -133,55 +137,94 @@ export interface BudgetEvent {
 /**
  * The events a batch's counting left (docs/budgets.md, Events): `budget.threshold` for each alert
  * threshold a window's count reached by growing in the batch, and `budget.exceeded` when a block budget
- * refused a charge; each once per window by its dedupe key.
+ * refused a charge; each once per window by its dedupe key, for credits and AI tokens apart.
  */
 export function budgetEvents(counters: readonly BudgetCounter[], at: Date): BudgetEvent[] {
   const events: BudgetEvent[] = [];
   for (const c of counters) {
     const budget = c.budget;
-    if (!budget || c.limitCredits === null) continue;
-    const data = (threshold: number) => ({
-      budget_id: budget.id,
-      scope: budget.scope,
-      deployment_id: budget.deployment_id,
-      end_user_id: budget.scope === 'end_user' ? (budget.end_user_id === EACH ? c.subject : budget.end_user_id) : null,
-      tool_name: budget.scope === 'tool' ? (budget.tool_name === EACH ? c.subject : budget.tool_name) : null,
-      metric: 'credits',
-      threshold,
-      spent: c.spentCredits,
-      limit: c.limitCredits,
-      window_start: c.window.start.toISOString(),
-      window_end: c.window.end.toISOString(),
-    });
+    if (!budget) continue;
+    const metrics = [
+      { metric: 'credits', limit: c.limitCredits, spent: c.spentCredits, start: c.startSpent },
+      { metric: 'ai_tokens', limit: c.limitAiTokens ?? null, spent: c.spentAiTokens ?? 0, start: c.startAiTokens },
+    ] as const;
     const key = `${budget.id}:${c.subject}:${c.window.start.toISOString()}`;
     const base = { organizationId: budget.organization_id, deploymentId: budget.deployment_id, at };
-    if (c.startSpent !== undefined && c.spentCredits > c.startSpent) {
-      for (const t of budget.alert_thresholds) {
-        if (c.spentCredits * 100 >= t * c.limitCredits) {
-          events.push({ ...base, type: 'budget.threshold', data: data(t), dedupeKey: `budget.threshold:${key}:${t}` });
+    for (const m of metrics) {
+      if (m.limit === null) continue;
+      const limit = m.limit;
+      const data = (threshold: number) => ({
+        budget_id: budget.id,
+        scope: budget.scope,
+        deployment_id: budget.deployment_id,
+        end_user_id: budget.scope === 'end_user' ? (budget.end_user_id === EACH ? c.subject : budget.end_user_id) : null,
+        tool_name: budget.scope === 'tool' ? (budget.tool_name === EACH ? c.subject : budget.tool_name) : null,
+        metric: m.metric,
+        threshold,
+        spent: m.spent,
+        limit,
+        window_start: c.window.start.toISOString(),
+        window_end: c.window.end.toISOString(),
+      });
+      // Credits keep the keys they had before AI tokens were counted: one event per window either way.
+      const suffix = m.metric === 'credits' ? '' : ':ai_tokens';
+      if (m.start !== undefined && m.spent > m.start) {
+        for (const t of budget.alert_thresholds) {
+          if (m.spent * 100 >= t * limit) {
+            events.push({ ...base, type: 'budget.threshold', data: data(t), dedupeKey: `budget.threshold:${key}:${t}${suffix}` });
+          }
         }
       }
+      if (c.refused && c.block && refusedOn(c, m.metric)) {
+        events.push({ ...base, type: 'budget.exceeded', data: data(100), dedupeKey: `budget.exceeded:${key}${suffix}` });
+      }
     }
-    if (c.refused && c.block) events.push({ ...base, type: 'budget.exceeded', data: data(100), dedupeKey: `budget.exceeded:${key}` });
   }
   return events;
 }
 
+/** The metric a refused window refused on: AI tokens when its token limit is reached, else credits. */
+function refusedOn(c: BudgetCounter, metric: 'credits' | 'ai_tokens'): boolean {
+  const tokensFull = c.limitAiTokens != null && (c.spentAiTokens ?? 0) >= c.limitAiTokens;
+  if (c.limitCredits === null) return metric === 'ai_tokens';
+  if (c.limitAiTokens == null) return metric === 'credits';
+  return metric === (tokensFull ? 'ai_tokens' : 'credits');
+}
+
 /**
- * The block budget a charge of `credits` would cross, or null if it fits every one: the most
- * restrictive (least room left, then the earliest reset) is the one named.
+ * The block budget a charge of `credits` (and `tokens` AI tokens) would cross, or null if it fits every
+ * one: the most restrictive (least room left, then the earliest reset) is the one named. Room is
+ * measured in the metric that is crossed: credits first, then AI tokens. A limit lowered below what is
+ * spent refuses even a charge of 0 credits; AI tokens are looked at only for a charge that has some.
  */
-export function crossed(counters: readonly BudgetCounter[], credits: number): BudgetCounter | null {
+export function crossed(counters: readonly BudgetCounter[], credits: number, tokens = 0): BudgetCounter | null {
   let worst: BudgetCounter | null = null;
   let worstRoom = Number.POSITIVE_INFINITY;
   for (const c of counters) {
-    if (!c.block || c.limitCredits === null) continue;
-    const room = c.limitCredits - c.spentCredits;
-    if (credits <= room) continue;
+    if (!c.block) continue;
+    let room: number | null = null;
+    if (c.limitCredits !== null && credits > c.limitCredits - c.spentCredits) room = c.limitCredits - c.spentCredits;
+    else if (c.limitAiTokens != null && tokens > 0 && tokens > c.limitAiTokens - (c.spentAiTokens ?? 0)) room = c.limitAiTokens - (c.spentAiTokens ?? 0);
+    if (room === null) continue;
     if (room < worstRoom || (room === worstRoom && worst !== null && c.window.end.getTime() < worst.window.end.getTime())) {
       worst = c;
       worstRoom = room;
     }
   }
   return worst;
+}
+
+/**
+ * What the block budgets of a charge leave room for (never below 0): credits and AI tokens, null where
+ * none of them limits that metric (docs/budgets.md, AI calls: an AI hold shrinks its allowance to it).
+ */
+export function roomLeft(counters: readonly BudgetCounter[]): { credits: number | null; tokens: number | null } {
+  let credits: number | null = null;
+  let tokens: number | null = null;
+  for (const c of counters) {
+    if (!c.block) continue;
+    if (c.limitCredits !== null) credits = Math.min(credits ?? Number.POSITIVE_INFINITY, Math.max(0, c.limitCredits - c.spentCredits));
+    if (c.limitAiTokens != null) tokens = Math.min(tokens ?? Number.POSITIVE_INFINITY, Math.max(0, c.limitAiTokens - (c.spentAiTokens ?? 0)));
+  }
+  return { credits, tokens };
 }

@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { budgetFixtures } from '../../../test/budget-fixtures.js';
-import { bearer, createHarness, createTenant, grant, type Harness, json, serviceHeaders, type Tenant } from '../../../test/harness.js';
+import { bearer, createHarness, createTenant, grant, type Harness, json, serviceHeaders, setTier, signUpWithOrganization, type Tenant } from '../../../test/harness.js';
+import { dispatchPending } from '../events/outbox.js';
+import { budgetStandings, pruneEachBudgetWindows } from './budgets.js';
 import { findLedgerMismatches } from './ledger.js';
 import { expireReservations } from './reservations.js';
 
@@ -12,7 +14,8 @@ import { expireReservations } from './reservations.js';
  */
 let h: Harness;
 beforeAll(async () => {
-  h = await createHarness();
+  // An organization webhook on loopback receives the budget events (never delivered here: no worker runs).
+  h = await createHarness({ webhookAllowPrivateNetworks: true });
 });
 afterAll(async () => {
   await h.close();
@@ -261,6 +264,59 @@ describe('events', () => {
     ]);
   });
 });
+
+describe('the cap on a "*" budget\'s events', () => {
+  it('at most 100 events per budget per window are sent, then one with truncated: true, then none; again in the next window', async () => {
+    const owner = await signUpWithOrganization(h);
+    const t: Tenant = { organizationId: owner.organizationId, deploymentId: owner.deploymentId, deploymentSecret: owner.deploymentSecret, userId: owner.userId, apiKey: '' };
+    await setTier(h, t.deploymentId, 'launch');
+    await grant(h, t.deploymentId, 10_000);
+    const hook = await h.request({
+      method: 'POST',
+      url: `/organizations/${t.organizationId}/webhooks`,
+      headers: bearer(owner.accessToken),
+      payload: { url: 'http://127.0.0.1:9/budgets', events: ['budget.threshold'] },
+    });
+    expect(hook.statusCode, hook.body).toBe(201);
+    const budgetId = await b.addBudget({ organizationId: t.organizationId, scope: 'end_user', endUserId: '*', limitCredits: 1, window: 'day', mode: 'alert' });
+    const deliveries = async () => {
+      await dispatchPending(h.deps.db, h.clock.now(), 1000);
+      return h.deps.db.query<{ payload: { data: { end_user_id: string; truncated?: boolean } } }>(
+        "SELECT payload FROM webhook_deliveries WHERE organization_id = $1 AND event_type = 'budget.threshold' ORDER BY created_at, id",
+        [t.organizationId],
+      );
+    };
+    // 60 end users each reach 80 % and 100 % of their 1 credit: 120 threshold events written.
+    for (let i = 0; i < 60; i++) expect(json(await serviceUsage(t, { mcp_user_id: `user-${i}` })).success).toBe(true);
+    const written = await h.deps.db.query<{ n: number }>("SELECT count(*)::int AS n FROM outbox_events WHERE organization_id = $1 AND type = 'budget.threshold'", [
+      t.organizationId,
+    ]);
+    expect(written[0]!.n).toBe(120);
+    const sent = await deliveries();
+    expect(sent).toHaveLength(101);
+    expect(sent.filter((d) => d.payload.data.truncated === true)).toHaveLength(1);
+    // The counter row is no end user's: the budget's reads list the 60 end users only.
+    const standing = (await budgetStandings(h.deps.db, t.organizationId, [{ ...(await budgetRow(budgetId)) }], h.clock.now())).get(budgetId)!;
+    expect(standing.subjects).toHaveLength(60);
+    expect(standing.subjects!.every((s) => s.subject.startsWith('user-'))).toBe(true);
+    // The next day is a new window: its events are sent again; the ended window's rows are pruned.
+    h.clock.advance(24 * 60 * 60 * 1000);
+    expect(json(await serviceUsage(t, { mcp_user_id: 'user-0' })).success).toBe(true);
+    expect(await deliveries()).toHaveLength(103);
+    // This budget's 60 ended windows and its '' row (other tests' "*" budgets share the database).
+    expect(await pruneEachBudgetWindows(h.deps.db, h.clock.now())).toBeGreaterThanOrEqual(61);
+    expect((await b.windowsOf(budgetId)).map((w) => w.subject)).toEqual(['', 'user-0']);
+  });
+});
+
+async function budgetRow(id: string) {
+  const rows = await h.deps.db.query<import('./budget-rules.js').BudgetRow>(
+    `SELECT id, organization_id, scope, deployment_id, api_key_id, end_user_id, tool_name, limit_credits, limit_ai_tokens, window_kind, mode,
+            alert_thresholds FROM budgets WHERE id = $1`,
+    [id],
+  );
+  return rows[0]!;
+}
 
 describe('holds, releases, expiries and refunds', () => {
   it('a reservation counts while held; its record does not count twice; a release and an expiry give the room back', async () => {

@@ -1,4 +1,6 @@
 import { monthlyPeriod } from '../../clock.js';
+import type { Deps } from '../../context.js';
+import { forgetBalance } from './balance-cache.js';
 import { pgArray } from '../../db/arrays.js';
 import type { Queryable, Statement, Transaction } from '../../db/client.js';
 import { type BudgetCounter, type BudgetRow, type ChargeSubject, EACH, subjectOf, type Window, windowOf } from './budget-rules.js';
@@ -25,7 +27,7 @@ export function budgetsStatement(organizationIds: string[]): Statement {
            FROM budgets b
            LEFT JOIN deployments pd ON pd.organization_id = b.organization_id AND pd.is_primary
            LEFT JOIN credit_balances pb ON pb.deployment_id = pd.id
-           WHERE b.organization_id = ANY($1::uuid[]) AND b.limit_credits IS NOT NULL
+           WHERE b.organization_id = ANY($1::uuid[])
            ORDER BY b.id`,
     params: [pgArray(organizationIds)],
     name: 'credits_batch_budgets',
@@ -45,11 +47,20 @@ export const keyText = (budgetId: string, subject: string, start: Date) => `${bu
 /**
  * The window rows a charge of `charge` at `at` falls in. `period` is the charge's deployment's credit
  * period; an organization-wide budget's `period` window is its primary deployment's (brought forward
- * by whole months when that row has not been synced since its period ended).
+ * by whole months when that row has not been synced since its period ended). A charge of credits alone
+ * (`credits`: MCP, the webhook proxy) falls under the budgets with a credit limit; an AI call (`ai`)
+ * under every budget, its tokens counted where there is a token limit (docs/budgets.md, AI calls).
  */
-export function countersFor(budgets: readonly BudgetWithPeriod[], charge: ChargeSubject, at: Date, period: Window): CounterKey[] {
+export function countersFor(
+  budgets: readonly BudgetWithPeriod[],
+  charge: ChargeSubject,
+  at: Date,
+  period: Window,
+  kind: 'credits' | 'ai' = 'credits',
+): CounterKey[] {
   const keys: CounterKey[] = [];
   for (const budget of budgets) {
+    if (kind === 'credits' && budget.limit_credits === null) continue;
     const subject = subjectOf(budget, charge);
     if (subject === null) continue;
     let own = period;
@@ -70,6 +81,7 @@ interface WindowRow {
   window_start: Date;
   window_end: Date;
   spent_credits: number;
+  spent_ai_tokens: number;
 }
 
 /**
@@ -107,7 +119,7 @@ export async function lockCounters(
     });
   }
   statements.push({
-    text: `SELECT w.id, w.budget_id, w.subject, w.window_start, w.window_end, w.spent_credits
+    text: `SELECT w.id, w.budget_id, w.subject, w.window_start, w.window_end, w.spent_credits, w.spent_ai_tokens
            FROM budget_windows w
            WHERE (w.budget_id, w.subject, w.window_start) IN (SELECT * FROM unnest($1::uuid[], $2::text[], $3::timestamptz[]))
               OR w.id = ANY($4::uuid[])
@@ -134,9 +146,12 @@ export async function lockCounters(
       subject: row.subject,
       window: { start: row.window_start, end: row.window_end },
       limitCredits: budget?.limit_credits ?? null,
+      limitAiTokens: budget?.limit_ai_tokens ?? null,
       block: budget?.mode === 'block',
       spentCredits: row.spent_credits,
       startSpent: row.spent_credits,
+      spentAiTokens: row.spent_ai_tokens,
+      startAiTokens: row.spent_ai_tokens,
       refused: false,
       ...(budget ? { budget } : {}),
     };
@@ -245,10 +260,12 @@ export async function budgetStandings(
               row_number() OVER (PARTITION BY w.budget_id ORDER BY w.spent_credits DESC, w.spent_ai_tokens DESC, w.subject) AS n
        FROM budget_windows w
        WHERE (w.budget_id, w.window_start) IN (SELECT * FROM unnest($1::uuid[], $2::timestamptz[]))
+         -- A "*" budget's '' row counts its events, no charge (budgetEventFate).
+         AND NOT (w.subject = '' AND w.budget_id = ANY($4::uuid[]))
      ) x
      WHERE n <= $3
      ORDER BY budget_id, n`,
-    [pgArray(ids), pgArray(ids.map((id) => windows.get(id)!.start)), top],
+    [pgArray(ids), pgArray(ids.map((id) => windows.get(id)!.start)), top, pgArray(budgets.filter(isEach).map((b) => b.id))],
     'credits_budget_standings',
   );
   for (const budget of budgets) {
@@ -267,4 +284,68 @@ export async function budgetStandings(
     }
   }
   return out;
+}
+
+/**
+ * After a budget change committed: every instance forgets the organization's cached balance rows, so
+ * the `has_budgets` mark a check and an unlimited deployment's AI call read is seen at once.
+ */
+export async function forgetOrganizationBalances(deps: Pick<Deps, 'db' | 'caches' | 'bus'>, organizationId: string): Promise<void> {
+  const rows = await deps.db.query<{ deployment_id: string }>(
+    'SELECT deployment_id FROM credit_balances WHERE organization_id = $1',
+    [organizationId],
+    'credits_budget_forget',
+  );
+  for (const r of rows) forgetBalance(deps, r.deployment_id, true);
+}
+
+/** Events a `"*"` budget sends per window at most; the next one says `truncated: true`, later ones are dropped. */
+export const EACH_BUDGET_EVENTS = 100;
+
+/**
+ * Whether a budget event is sent (docs/budgets.md, Events): those of a `"*"` budget are counted on its
+ * window's '' row (no charge is ever counted there), made when first needed; the first 100 of a
+ * window go out as written, the 101st with `truncated: true` in its data, the rest not at all. Run
+ * where the event is fanned out (events/outbox.ts), in that transaction: the row is locked only there,
+ * never by a charge, so it joins no lock order of the money engine.
+ */
+export async function budgetEventFate(tx: Queryable, eventId: string): Promise<'send' | 'truncated' | 'dropped'> {
+  const rows = await tx.query<{ events_sent: number }>(
+    `WITH e AS (
+       SELECT e.data FROM outbox_events e JOIN budgets b ON b.id = (e.data->>'budget_id')::uuid
+       WHERE e.id = $1 AND e.type IN ('budget.threshold', 'budget.exceeded')
+         AND ((b.scope = 'end_user' AND b.end_user_id = '*') OR (b.scope = 'tool' AND b.tool_name = '*'))
+     )
+     INSERT INTO budget_windows (budget_id, subject, window_start, window_end, events_sent)
+     SELECT (data->>'budget_id')::uuid, '', (data->>'window_start')::timestamptz, (data->>'window_end')::timestamptz, 1 FROM e
+     ON CONFLICT (budget_id, subject, window_start) DO UPDATE SET events_sent = budget_windows.events_sent + 1
+     RETURNING events_sent`,
+    [eventId],
+    'credits_budget_event_fate',
+  );
+  const n = rows[0]?.events_sent;
+  if (n === undefined || n <= EACH_BUDGET_EVENTS) return 'send';
+  if (n > EACH_BUDGET_EVENTS + 1) return 'dropped';
+  await tx.query(`UPDATE outbox_events SET data = data || '{"truncated": true}'::jsonb WHERE id = $1`, [eventId], 'credits_budget_event_truncated');
+  return 'truncated';
+}
+
+/**
+ * Ended windows of `"*"` budgets are deleted (docs/budgets.md, Windows): their counters per end user or
+ * tool are kept only while the window is in progress. A release, expiry or refund gives nothing back
+ * to an ended window, so nothing reads them. The other budgets keep one row per window.
+ */
+export async function pruneEachBudgetWindows(db: Queryable, now: Date, limit = 1000): Promise<number> {
+  const rows = await db.query<{ n: number }>(
+    `WITH old AS (
+       SELECT w.id FROM budget_windows w JOIN budgets b ON b.id = w.budget_id
+       WHERE w.window_end <= $1::timestamptz
+         AND ((b.scope = 'end_user' AND b.end_user_id = '*') OR (b.scope = 'tool' AND b.tool_name = '*'))
+       LIMIT $2 FOR UPDATE OF w SKIP LOCKED
+     ), del AS (DELETE FROM budget_windows w USING old WHERE w.id = old.id RETURNING 1)
+     SELECT count(*)::int AS n FROM del`,
+    [now, limit],
+    'credits_budget_windows_prune',
+  );
+  return rows[0]?.n ?? 0;
 }

@@ -28,6 +28,7 @@ export { expireReservations, pruneInvocations, RESERVATION_TTL_MS } from './rese
 export {
   aiQuotaExceeded,
   aiTokensFree,
+  type AiCharge,
   type AiHold,
   creditsForTokens,
   type AiUsageResult,
@@ -58,7 +59,14 @@ export { followSubscriptionPeriod } from './subscription-period.js';
 // Budgets (docs/budgets.md): the rule's names, the version bump every budget change makes in its
 // transaction, and what a budget has counted in its window in progress.
 export { BUDGET_SCOPES, BUDGET_WINDOWS, type BudgetRow, type BudgetScope, type BudgetWindowKind, EACH } from './budget-rules.js';
-export { budgetsChanged, type BudgetStanding, budgetStandings } from './budgets.js';
+export {
+  budgetEventFate,
+  budgetsChanged,
+  type BudgetStanding,
+  budgetStandings,
+  forgetOrganizationBalances,
+  pruneEachBudgetWindows,
+} from './budgets.js';
 
 // Reads: the balance a check may use, and the summary a dashboard shows.
 export { cachedBalance, forgetBalance, loadBalance, readBalanceOfRecord, rememberBalance } from './balance-cache.js';

@@ -68,10 +68,15 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
   }
   const now = ctx.clock.now();
   const actor = actorLabel(ctx.actor);
-  // The usage's deployment (it never changes) names the balance row the batch locks for the refund.
-  const owner = await ctx.db.query<{ deployment_id: string }>('SELECT deployment_id FROM usage_records WHERE id = $1', [input.usageId]);
+  // The usage's deployment and budget windows (they never change) name the balance row and the windows
+  // the batch locks for the refund, in its order (docs/budgets.md, Lock order).
+  const owner = await ctx.db.query<{ deployment_id: string; budget_windows: string[] | null }>(
+    'SELECT deployment_id, budget_windows FROM usage_records WHERE id = $1',
+    [input.usageId],
+  );
   const touched = owner[0]?.deployment_id;
   if (!touched) throw new NotFoundError('Usage record');
+  const windows = owner[0]?.budget_windows ?? [];
   // In the next deduction batch's transaction (credits/engine/queue.ts): one commit with the batch's.
   const result = await ctx.deductions.within(touched, async (tx) => {
     const usages = await tx.query<UsageRow>(
@@ -177,7 +182,7 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
       total_refunded: total,
       credits_remaining: viewBalance(final).available,
     };
-  });
+  }, windows.length > 0 ? { windows } : undefined);
   forgetBalance(ctx, touched, true);
   return result;
 }

@@ -89,9 +89,10 @@ export async function openBalance(
   const period = periodFor(input.terms, input.now, subscription[0] ?? null);
   const allocation = terms.monthlyCredits;
   await tx.query(
+    // A deployment of an organization that has budgets starts marked (credits/budgets.ts budgetsChanged).
     `INSERT INTO credit_balances (deployment_id, organization_id, period_start, period_end, sync_before,
-       monthly_allocation, monthly_used, purchased_balance, reserved, ai_tokens_used, updated_at)
-     VALUES ($1, $2, $3, $4, $5, $6, 0, 0, 0, 0, $7)`,
+       monthly_allocation, monthly_used, purchased_balance, reserved, ai_tokens_used, updated_at, has_budgets)
+     VALUES ($1, $2, $3, $4, $5, $6, 0, 0, 0, 0, $7, EXISTS (SELECT 1 FROM budgets WHERE organization_id = $2))`,
     [
       input.deploymentId,
       input.organizationId,

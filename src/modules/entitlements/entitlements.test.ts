@@ -84,6 +84,7 @@ describe('POST /api/v1/entitlements/check', () => {
         tier,
         features: expectedFeatures(tier),
         quotas: { ai_tokens: { used: 0, limit, remaining: limit, resets_at: addMonths(anchor, 1).toISOString() } },
+        budgets: [],
         message: null,
         next_check_seconds: 300,
       });
@@ -171,6 +172,7 @@ describe('POST /api/v1/entitlements/check', () => {
       tier: 'growth',
       features: expectedFeatures('growth'),
       quotas: { ai_tokens: { used: 0, limit: 50_000, remaining: 50_000, resets_at: addMonths(anchor, 1).toISOString() } },
+      budgets: [],
       message: null,
       next_check_seconds: 300,
     });
@@ -262,6 +264,7 @@ describe('GET /api/v1/ai/quota', () => {
       credits_per_standard: 1,
       credits_per_advanced: 3,
       credits_per_premium: 10,
+      budgets: [],
     });
 
     const used = await h.request({

@@ -4,9 +4,15 @@ import { Type } from 'typebox';
 import { ctxOf, deploymentOf } from '../../http/auth.js';
 import { flatErrors, Nullable } from '../../http/schemas.js';
 import { limitDeployment } from '../../http/rate-limit.js';
+import { AppliedBudgetSchema } from '../budgets/applicable.js';
 import { aiQuota, authenticateEntitlementCheck, NEXT_CHECK_SECONDS, snapshotOf } from './service.js';
 
 const NullableInt = Nullable(Type.Integer());
+
+const Budgets = Type.Array(AppliedBudgetSchema, {
+  description:
+    "The organization and deployment budgets that hold this deployment's charges, and the api_key budgets of the API key that authenticated (if one did), oldest first; [] without any (docs/budgets.md)",
+});
 
 export const SnapshotReply = Type.Object({
   status: Type.String({ examples: ['active'] }),
@@ -29,6 +35,7 @@ export const SnapshotReply = Type.Object({
       resets_at: Type.String({ format: 'date-time' }),
     }),
   }),
+  budgets: Budgets,
   message: Nullable(Type.String()),
   next_check_seconds: Type.Integer({ examples: [300] }),
 }, { title: 'EntitlementSnapshot' });
@@ -48,6 +55,7 @@ export const AiQuotaReply = Type.Object({
   credits_per_standard: Type.Integer(),
   credits_per_advanced: Type.Integer(),
   credits_per_premium: Type.Integer(),
+  budgets: Budgets,
 }, { title: 'AiQuota' });
 
 export async function entitlementRoutes(fastify: FastifyInstance): Promise<void> {

@@ -1,6 +1,7 @@
 import type { Ctx } from '../../context.js';
 import { AppError } from '../../errors.js';
 import { aiTokensFree, effectiveTerms, readBalance, viewBalance } from '../credits/index.js';
+import { type AppliedBudget, budgetsThatApply } from '../budgets/applicable.js';
 import { authenticateDeployment, type DeploymentRow } from '../deployments/service.js';
 import { effectiveFlags } from './flags.js';
 import { AI_CREDIT_RATES, FLAGS, type Flags, TIER_TABLE, type Tier } from '../../lib/tiers.js';
@@ -19,6 +20,8 @@ export interface EntitlementSnapshot {
   quotas: {
     ai_tokens: { used: number; limit: number | null; remaining: number | null; resets_at: string };
   };
+  /** The budgets that hold the deployment's (and the calling key's) charges (docs/budgets.md). */
+  budgets: AppliedBudget[];
   message: string | null;
   next_check_seconds: number;
 }
@@ -35,11 +38,21 @@ export function authenticateEntitlementCheck(ctx: Ctx, deploymentId: string, sec
   return authenticateDeployment(ctx, deploymentId, secret, invalidCredentials, fresh);
 }
 
+/**
+ * The budgets of the deployment and of the API key that authenticated, if one did (docs/budgets.md,
+ * "In the entitlement snapshot and the AI quota"); read on every answer, like the rest of it.
+ */
+function budgetsOf(ctx: Ctx, deployment: DeploymentRow, now: Date): Promise<AppliedBudget[]> {
+  const key = ctx.actor.type === 'api_key' && ctx.actor.organizationId === deployment.organization_id ? ctx.actor.apiKeyId : null;
+  return budgetsThatApply(ctx.db, { organizationId: deployment.organization_id, deploymentId: deployment.id, apiKeyId: key }, now);
+}
+
 export async function snapshotOf(ctx: Ctx, deployment: DeploymentRow): Promise<EntitlementSnapshot> {
   const now = ctx.clock.now();
   const tier = deployment.tier as Tier;
   const terms = effectiveTerms(deployment, now);
   const row = await readBalance(ctx.db, deployment.id, now, 'system');
+  const budgets = await budgetsOf(ctx, deployment, now);
   const balance = viewBalance(row);
   const active = deployment.status === 'active';
   const flags = active
@@ -63,6 +76,7 @@ export async function snapshotOf(ctx: Ctx, deployment: DeploymentRow): Promise<E
         resets_at: balance.periodEnd.toISOString(),
       },
     },
+    budgets,
     message: active ? null : 'This deployment is suspended; every feature is off until an operator reactivates it.',
     next_check_seconds: NEXT_CHECK_SECONDS,
   };
@@ -80,6 +94,7 @@ export interface AiQuota {
   credits_per_standard: number;
   credits_per_advanced: number;
   credits_per_premium: number;
+  budgets: AppliedBudget[];
 }
 
 /** GET /api/v1/ai/quota: information, not gated by ai_enabled (docs/entitlements.md, Flags and gates). */
@@ -98,5 +113,6 @@ export async function aiQuota(ctx: Ctx, deployment: DeploymentRow): Promise<AiQu
     credits_available: balance.available,
     credits_owed: balance.creditsOwed,
     ...AI_CREDIT_RATES,
+    budgets: await budgetsOf(ctx, deployment, now),
   };
 }

@@ -1,4 +1,5 @@
 import type { Queryable } from '../../db/client.js';
+import { budgetEventFate } from '../credits/index.js';
 import { type JobDeps, type JobQueue, runJobs } from '../../workers/jobs.js';
 
 export interface OutboxEvent {
@@ -24,7 +25,7 @@ export async function appendEvent(tx: Queryable, event: OutboxEvent): Promise<st
     'outbox_append',
   );
   const id = rows[0]?.id ?? null;
-  if (id) await fanOut(tx, id, event.at);
+  if (id) await fanOut(tx, id, event.at, event.type);
   return id;
 }
 
@@ -41,7 +42,12 @@ export function emitEvent(
  * the caller's transaction, and the event marked dispatched (the outbox, docs/webhooks.md). Events written inside
  * the one-statement deduction (quota.threshold for credits) are fanned out by the dispatcher worker.
  */
-export async function fanOut(tx: Queryable, eventId: string, now: Date): Promise<number> {
+export async function fanOut(tx: Queryable, eventId: string, now: Date, type?: string): Promise<number> {
+  // A "*" budget's events are capped per window (docs/budgets.md, Events): one past the cap is not sent.
+  if ((type === undefined || type.startsWith('budget.')) && (await budgetEventFate(tx, eventId)) === 'dropped') {
+    await tx.query('UPDATE outbox_events SET dispatched_at = $2 WHERE id = $1', [eventId, now], 'outbox_dispatched');
+    return 0;
+  }
   const rows = await tx.query<{ id: string }>(
     `INSERT INTO webhook_deliveries (organization_id, webhook_id, event_id, event_type, url, method, payload, status,
        next_retry_at, created_at, updated_at)
@@ -64,7 +70,7 @@ export async function fanOut(tx: Queryable, eventId: string, now: Date): Promise
  * in the claim's transaction, whose row locks are the lease (SKIP LOCKED: any number of instances).
  * A failure rolls the batch back; its events are due again at the next pass.
  */
-export const EVENTS_QUEUE: JobQueue<{ id: string }> = {
+export const EVENTS_QUEUE: JobQueue<{ id: string; type: string }> = {
   name: 'event-dispatch',
   table: 'outbox_events',
   policy: { batchSize: 100, leaseMs: null, maxAttempts: null, backoff: null, concurrency: 1 },
@@ -76,11 +82,11 @@ export const EVENTS_QUEUE: JobQueue<{ id: string }> = {
     dueAt: null,
     lease: { kind: 'transaction' },
     orderBy: 'q.created_at',
-    returning: 'j.id',
+    returning: 'j.id, j.type',
   },
   keyOf: (row) => row.id,
   async handle({ row, db, claimedAt }) {
-    await fanOut(db, row.id, claimedAt);
+    await fanOut(db, row.id, claimedAt, row.type);
     return 'done';
   },
 };

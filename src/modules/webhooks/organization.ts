@@ -27,6 +27,8 @@ export const EVENT_TYPES = [
   'credits.purchased',
   'quota.threshold',
   'deployment.tier_changed',
+  'budget.threshold',
+  'budget.exceeded',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 

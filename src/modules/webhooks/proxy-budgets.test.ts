@@ -26,7 +26,7 @@ const send = (t: Tenant) =>
   h.request({ method: 'POST', url: '/api/v1/proxy/webhooks/send', headers: creds(t), payload: { url: rx.url, payload: { n: 1 } } });
 
 describe('the webhook proxy under a budget', () => {
-  it('the send past the budget is 403 BUDGET_EXCEEDED with budget_id and resets_at, x-should-retry: false; nothing sent or charged', async () => {
+  it('the send past the budget is 403 BUDGET_EXCEEDED with budgetId and resetsAt (camelCase, like every proxy body), x-should-retry: false; nothing sent or charged', async () => {
     const t = await createTenant(h, { tier: 'launch' });
     const budgetId = await b.addBudget({ organizationId: t.organizationId, scope: 'deployment', deploymentId: t.deploymentId, limitCredits: 1, window: 'hour' });
     rx.script({ status: 200 });
@@ -34,7 +34,7 @@ describe('the webhook proxy under a budget', () => {
     const received = rx.received.length;
     const refused = await send(t);
     expect(refused.statusCode).toBe(403);
-    expect(json(refused)).toMatchObject({ error: 'budget_exceeded', code: 'BUDGET_EXCEEDED', budget_id: budgetId, resets_at: expect.any(String) });
+    expect(json(refused)).toMatchObject({ error: 'budget_exceeded', code: 'BUDGET_EXCEEDED', budgetId, resetsAt: expect.any(String) });
     expect(refused.headers['x-should-retry']).toBe('false');
     expect(rx.received.length).toBe(received);
     const charged = await h.deps.db.query<{ n: number }>(
@@ -44,5 +44,39 @@ describe('the webhook proxy under a budget', () => {
     expect(charged[0]!.n).toBe(1);
     expect((await b.windowsOf(budgetId)).map((w) => w.spent_credits)).toEqual([1]);
     expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
+});
+
+describe('the webhook proxy and end users', () => {
+  it('X-End-User-Id names the end user of a send: each end user has its own window of an end-user budget', async () => {
+    const t = await createTenant(h, { tier: 'launch' });
+    const budgetId = await b.addBudget({ organizationId: t.organizationId, scope: 'end_user', endUserId: '*', limitCredits: 1, window: 'day' });
+    rx.script({ status: 200 });
+    const sendAs = (user: string) =>
+      h.request({
+        method: 'POST',
+        url: '/api/v1/proxy/webhooks/send',
+        headers: { ...creds(t), 'x-end-user-id': user },
+        payload: { url: rx.url, payload: { n: 1 } },
+      });
+    expect((await sendAs('alice')).statusCode).toBe(200);
+    const refused = await sendAs('alice');
+    expect(refused.statusCode).toBe(403);
+    expect(json(refused)).toMatchObject({ code: 'BUDGET_EXCEEDED', budgetId });
+    expect((await sendAs('bob')).statusCode).toBe(200);
+    // A send without an end user is not under an end-user budget.
+    expect((await send(t)).statusCode).toBe(200);
+    expect((await b.windowsOf(budgetId)).map((w) => [w.subject, w.spent_credits])).toEqual([
+      ['alice', 1],
+      ['bob', 1],
+    ]);
+    const bad = await h.request({
+      method: 'POST',
+      url: '/api/v1/proxy/webhooks/send',
+      headers: { ...creds(t), 'x-end-user-id': '*' },
+      payload: { url: rx.url, payload: { n: 1 } },
+    });
+    expect(bad.statusCode).toBe(400);
+    expect(json(bad)).toMatchObject({ code: 'INVALID_REQUEST', fields: [{ field: 'X-End-User-Id' }] });
   });
 });

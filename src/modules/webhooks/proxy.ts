@@ -57,6 +57,8 @@ export async function sendWebhook(
   deployment: DeploymentRow,
   input: SendInput,
   headerKey: string | undefined,
+  /** The end user the send is for (X-End-User-Id), counted by end-user budgets. */
+  endUserId: string | null = null,
 ): Promise<{ reply: SendReply; replayed: boolean }> {
   if (input.idempotency_key !== undefined && headerKey !== undefined && input.idempotency_key !== headerKey) {
     throw new ValidationError('idempotency_key and the Idempotency-Key header differ', [
@@ -88,7 +90,7 @@ export async function sendWebhook(
     now,
     action: 'webhook_send',
     toolName: 'webhook_send',
-    mcpUserId: null,
+    mcpUserId: endUserId,
     metadata: { webhook_id: webhookId, host: url.host },
     actor,
   });
@@ -97,7 +99,14 @@ export async function sendWebhook(
   if (!charge.deducted && charge.budget) {
     ctx.metrics.deductionRefusals.inc({ source: 'webhook', reason: 'budget_exceeded' });
     await abandon(ctx, webhookId, 'budget exceeded');
-    throw refusalUntil('BUDGET_EXCEEDED', 'A budget of this organization would be exceeded by this send', { budget_id: charge.budget.id }, charge.budget.resetsAt, now);
+    throw refusalUntil(
+      'PROXY_BUDGET_EXCEEDED',
+      'A budget of this organization would be exceeded by this send',
+      { budgetId: charge.budget.id },
+      charge.budget.resetsAt,
+      now,
+      'resetsAt',
+    );
   }
   if (!charge.deducted) {
     ctx.metrics.deductionRefusals.inc({ source: 'webhook', reason: 'insufficient_credits' });

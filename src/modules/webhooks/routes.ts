@@ -7,6 +7,7 @@ import { idempotencyKeyHeader } from '../../http/idempotency-key.js';
 import { decodeCursor, PageQuery } from '../../http/envelope.js';
 import { flatErrors, Nullable, StringEnum } from '../../http/schemas.js';
 import { DeliverySchema } from './organization-routes.js';
+import { endUserOf } from '../../http/end-user.js';
 import { getProxyDelivery, listProxyDeliveries, type SendInput, sendWebhook, webhookQuota } from './proxy.js';
 
 /** docs/input.md (limits on input): at most 50 extra headers and 8 KiB of them. */
@@ -84,7 +85,9 @@ export async function webhookProxyRoutes(fastify: FastifyInstance): Promise<void
           { field: 'headers', message: `must be at most ${HEADERS_BYTES_MAX} bytes in all` },
         ]);
       }
-      const { reply: answer, replayed } = await sendWebhook(ctx, deployment, request.body as SendInput, headerKey);
+      // The end user the send is for, for end-user budgets (docs/budgets.md).
+      const endUserId = endUserOf(request, null, 'X-End-User-Id');
+      const { reply: answer, replayed } = await sendWebhook(ctx, deployment, request.body as SendInput, headerKey, endUserId);
       if (replayed) reply.header('idempotent-replayed', 'true');
       return answer;
     },

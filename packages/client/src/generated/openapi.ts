@@ -420,6 +420,58 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/organizations/{id}/budgets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The organization's budgets, oldest first, with their windows in progress
+         * @description Each budget with what its window in progress has counted: spent and remaining, window_start, resets_at. Every role reads (usage.read; an API key needs read); owners and admins manage (billing.manage; an API key needs admin, and cannot change or delete an api_key budget on itself). Viewers see end user ids as "***" (docs/budgets.md, API).
+         */
+        get: operations["listBudgets"];
+        put?: never;
+        /**
+         * Create a budget: a cap on what the organization, a deployment, an API key, end users or tools spend in a window
+         * @description A missing or foreign deployment_id or api_key_id, an id the scope does not take, or no limit is 400 naming the field; nothing is written. Every role reads (usage.read; an API key needs read); owners and admins manage (billing.manage; an API key needs admin, and cannot change or delete an api_key budget on itself). Viewers see end user ids as "***" (docs/budgets.md, API).
+         */
+        post: operations["createBudget"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/organizations/{id}/budgets/{budgetId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One budget with its window in progress
+         * @description Each budget with what its window in progress has counted: spent and remaining, window_start, resets_at. Every role reads (usage.read; an API key needs read); owners and admins manage (billing.manage; an API key needs admin, and cannot change or delete an api_key budget on itself). Viewers see end user ids as "***" (docs/budgets.md, API).
+         */
+        get: operations["getBudget"];
+        /**
+         * Change limits, window, mode or alert thresholds; fields left out keep their values
+         * @description scope, deployment_id, api_key_id, end_user_id and tool_name cannot change (400 when sent different). Windows already counted are kept. Every role reads (usage.read; an API key needs read); owners and admins manage (billing.manage; an API key needs admin, and cannot change or delete an api_key budget on itself). Viewers see end user ids as "***" (docs/budgets.md, API).
+         */
+        put: operations["updateBudget"];
+        post?: never;
+        /**
+         * Delete a budget and its windows
+         * @description Every role reads (usage.read; an API key needs read); owners and admins manage (billing.manage; an API key needs admin, and cannot change or delete an api_key budget on itself). Viewers see end user ids as "***" (docs/budgets.md, API).
+         */
+        delete: operations["deleteBudget"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export interface webhooks {
     "api_key.created": {
@@ -450,6 +502,40 @@ export interface webhooks {
         put?: never;
         /** An API key was revoked: it is refused from now on */
         post: operations["onApiKeyRevoked"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "budget.exceeded": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A block budget first refused a charge in a window (docs/budgets.md, Events): once per window and metric */
+        post: operations["onBudgetExceeded"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "budget.threshold": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A budget's window reached one of its alert thresholds (docs/budgets.md, Events): once per threshold per window and metric; a "*" budget sends at most 100 events per window, then one with truncated: true */
+        post: operations["onBudgetThreshold"];
         delete?: never;
         options?: never;
         head?: never;
@@ -712,6 +798,8 @@ export interface components {
         };
         /** AiQuota */
         AiQuota: {
+            /** @description The organization and deployment budgets that hold this deployment's charges, and the api_key budgets of the API key that authenticated (if one did), oldest first; [] without any (docs/budgets.md) */
+            budgets: components["schemas"]["AppliedBudget"][];
             credits_available: number | null;
             /**
              * @description Credits a provider's over-report left unpaid; while above 0 no AI call starts, and credits added pay it first
@@ -834,6 +922,35 @@ export interface components {
             id: string;
             /** @constant */
             type: "api_key.revoked";
+        };
+        /** AppliedBudget */
+        AppliedBudget: {
+            /**
+             * Format: uuid
+             * @description The budget (GET /organizations/{id}/budgets/{budgetId})
+             */
+            id: string;
+            limit_ai_tokens: number | null;
+            limit_credits: number | null;
+            /**
+             * Format: date-time
+             * @description End of the window in progress: when the count starts over
+             */
+            resets_at: string;
+            /**
+             * @description The organization, this deployment, or the API key that authenticated
+             * @example organization
+             * @enum {string}
+             */
+            scope: "organization" | "deployment" | "api_key";
+            spent_ai_tokens: number | null;
+            spent_credits: number | null;
+            /**
+             * @description UTC hours, days, weeks from Monday, calendar months, or the deployment's credit period
+             * @example day
+             * @enum {string}
+             */
+            window: "hour" | "day" | "week" | "month" | "period";
         };
         /** AuditLogEntry */
         AuditLogEntry: {
@@ -1158,12 +1275,118 @@ export interface components {
             /** @enum {boolean} */
             success: true;
         };
+        /** BudgetExceededData */
+        BudgetExceededData: {
+            /**
+             * Format: uuid
+             * @description The budget
+             */
+            budget_id: string;
+            deployment_id: string | null;
+            end_user_id: string | null;
+            /** @description The budget's limit of that metric */
+            limit: number;
+            /** @enum {string} */
+            metric: "credits" | "ai_tokens";
+            /** @enum {string} */
+            scope: "organization" | "deployment" | "api_key" | "end_user" | "tool";
+            /** @description Counted in the window when the event was written */
+            spent: number;
+            /**
+             * @description Percent reached; 100 for budget.exceeded
+             * @example 80
+             * @example 100
+             */
+            threshold: number;
+            tool_name: string | null;
+            /**
+             * @description The 101st event of a "*" budget in a window: no more are sent for it
+             * @constant
+             */
+            truncated?: true;
+            /**
+             * Format: date-time
+             * @description End of the window: when the count starts over
+             */
+            window_end: string;
+            /**
+             * Format: date-time
+             * @description Start of the window
+             */
+            window_start: string;
+        };
+        /** BudgetExceededEvent */
+        BudgetExceededEvent: {
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["BudgetExceededData"];
+            /**
+             * Format: uuid
+             * @description Event id
+             */
+            id: string;
+            /** @constant */
+            type: "budget.exceeded";
+        };
         /** BudgetSubject */
         BudgetSubject: {
             /** @description The end user ("***" for a viewer) or the tool */
             id: string;
             spent_ai_tokens: number;
             spent_credits: number;
+        };
+        /** BudgetThresholdData */
+        BudgetThresholdData: {
+            /**
+             * Format: uuid
+             * @description The budget
+             */
+            budget_id: string;
+            deployment_id: string | null;
+            end_user_id: string | null;
+            /** @description The budget's limit of that metric */
+            limit: number;
+            /** @enum {string} */
+            metric: "credits" | "ai_tokens";
+            /** @enum {string} */
+            scope: "organization" | "deployment" | "api_key" | "end_user" | "tool";
+            /** @description Counted in the window when the event was written */
+            spent: number;
+            /**
+             * @description Percent reached; 100 for budget.exceeded
+             * @example 80
+             * @example 100
+             */
+            threshold: number;
+            tool_name: string | null;
+            /**
+             * @description The 101st event of a "*" budget in a window: no more are sent for it
+             * @constant
+             */
+            truncated?: true;
+            /**
+             * Format: date-time
+             * @description End of the window: when the count starts over
+             */
+            window_end: string;
+            /**
+             * Format: date-time
+             * @description Start of the window
+             */
+            window_start: string;
+        };
+        /** BudgetThresholdEvent */
+        BudgetThresholdEvent: {
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["BudgetThresholdData"];
+            /**
+             * Format: uuid
+             * @description Event id
+             */
+            id: string;
+            /** @constant */
+            type: "budget.threshold";
         };
         /** CheckoutSession */
         CheckoutSession: {
@@ -1556,6 +1779,8 @@ export interface components {
         };
         /** EntitlementSnapshot */
         EntitlementSnapshot: {
+            /** @description The organization and deployment budgets that hold this deployment's charges, and the api_key budgets of the API key that authenticated (if one did), oldest first; [] without any (docs/budgets.md) */
+            budgets: components["schemas"]["AppliedBudget"][];
             features: {
                 ai_enabled: boolean;
                 ai_monthly_limit: number | null;
@@ -5271,6 +5496,629 @@ export interface operations {
             };
         };
     };
+    listBudgets: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Organization id
+                 * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+                 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The organization's budgets with their windows in progress */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: components["schemas"]["Budget"][];
+                        message: string;
+                        /** @enum {boolean} */
+                        success: true;
+                    };
+                };
+            };
+            /** @description VALIDATION_ERROR (details.fields names the fields) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description FORBIDDEN or FEATURE_NOT_AVAILABLE */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description NOT_FOUND (also for another organization's rows) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description SERVICE_UNAVAILABLE (a dependency such as Stripe) or BILLING_NOT_CONFIGURED */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+        };
+    };
+    createBudget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Organization id
+                 * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+                 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description At least one limit; the scope names its id (deployment_id, api_key_id, end_user_id or tool_name) */
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "scope": "end_user",
+                 *       "end_user_id": "*",
+                 *       "limit_credits": 500,
+                 *       "window": "day"
+                 *     }
+                 */
+                "application/json": {
+                    /**
+                     * @description Percents of the limit (1–100) to alert at; stored in ascending order. Default [80, 100]
+                     * @example [
+                     *       80,
+                     *       100
+                     *     ]
+                     */
+                    alert_thresholds?: number[];
+                    api_key_id?: string | null;
+                    deployment_id?: string | null;
+                    end_user_id?: string | null;
+                    limit_ai_tokens?: number | null;
+                    limit_credits?: number | null;
+                    /**
+                     * @description block: a charge that would cross the credit limit is refused; alert: only counted
+                     * @example block
+                     * @enum {string}
+                     */
+                    mode?: "block" | "alert";
+                    /**
+                     * @description What the budget caps: the whole organization, one deployment, one API key, end users or tools
+                     * @example deployment
+                     * @enum {string}
+                     */
+                    scope: "organization" | "deployment" | "api_key" | "end_user" | "tool";
+                    tool_name?: string | null;
+                    /**
+                     * @description UTC hours, days, weeks from Monday, calendar months, or the deployment's credit period
+                     * @example day
+                     * @enum {string}
+                     */
+                    window: "hour" | "day" | "week" | "month" | "period";
+                };
+            };
+        };
+        responses: {
+            /** @description The budget, with its window in progress */
+            201: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BudgetEnvelope"];
+                };
+            };
+            /** @description VALIDATION_ERROR (details.fields names the fields) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description FORBIDDEN or FEATURE_NOT_AVAILABLE */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description NOT_FOUND (also for another organization's rows) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description CONFLICT */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description SERVICE_UNAVAILABLE (a dependency such as Stripe) or BILLING_NOT_CONFIGURED */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+        };
+    };
+    getBudget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Budget id
+                 * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+                 */
+                budgetId: string;
+                /**
+                 * @description Organization id
+                 * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+                 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The budget with its window in progress */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BudgetEnvelope"];
+                };
+            };
+            /** @description VALIDATION_ERROR (details.fields names the fields) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description FORBIDDEN or FEATURE_NOT_AVAILABLE */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description NOT_FOUND (also for another organization's rows) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description SERVICE_UNAVAILABLE (a dependency such as Stripe) or BILLING_NOT_CONFIGURED */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+        };
+    };
+    updateBudget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Budget id
+                 * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+                 */
+                budgetId: string;
+                /**
+                 * @description Organization id
+                 * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+                 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description The fields to change; those left out keep their values. scope and its ids cannot change (400 when sent different) */
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "limit_credits": 2000
+                 *     }
+                 */
+                "application/json": {
+                    /**
+                     * @description Percents of the limit (1–100) to alert at; stored in ascending order. Default [80, 100]
+                     * @example [
+                     *       80,
+                     *       100
+                     *     ]
+                     */
+                    alert_thresholds?: number[];
+                    api_key_id?: string | null;
+                    deployment_id?: string | null;
+                    end_user_id?: string | null;
+                    limit_ai_tokens?: number | null;
+                    limit_credits?: number | null;
+                    /**
+                     * @description block: a charge that would cross the credit limit is refused; alert: only counted
+                     * @example block
+                     * @enum {string}
+                     */
+                    mode?: "block" | "alert";
+                    /**
+                     * @description What the budget caps: the whole organization, one deployment, one API key, end users or tools
+                     * @example deployment
+                     * @enum {string}
+                     */
+                    scope?: "organization" | "deployment" | "api_key" | "end_user" | "tool";
+                    tool_name?: string | null;
+                    /**
+                     * @description UTC hours, days, weeks from Monday, calendar months, or the deployment's credit period
+                     * @example day
+                     * @enum {string}
+                     */
+                    window?: "hour" | "day" | "week" | "month" | "period";
+                };
+            };
+        };
+        responses: {
+            /** @description The budget after the change */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BudgetEnvelope"];
+                };
+            };
+            /** @description VALIDATION_ERROR (details.fields names the fields) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description FORBIDDEN or FEATURE_NOT_AVAILABLE */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description NOT_FOUND (also for another organization's rows) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description SERVICE_UNAVAILABLE (a dependency such as Stripe) or BILLING_NOT_CONFIGURED */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+        };
+    };
+    deleteBudget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Budget id
+                 * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+                 */
+                budgetId: string;
+                /**
+                 * @description Organization id
+                 * @example 6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f
+                 */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The deleted budget, as it was */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BudgetEnvelope"];
+                };
+            };
+            /** @description VALIDATION_ERROR (details.fields names the fields) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description FORBIDDEN or FEATURE_NOT_AVAILABLE */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description NOT_FOUND (also for another organization's rows) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description SERVICE_UNAVAILABLE (a dependency such as Stripe) or BILLING_NOT_CONFIGURED */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+        };
+    };
     onApiKeyCreated: {
         parameters: {
             query?: never;
@@ -5336,6 +6184,90 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["ApiKeyRevokedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx: delivered */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Gone: the webhook is disabled */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onBudgetExceeded: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks message id: the delivery id (as x-service-delivery), the same on every attempt; deduplicate by it. Each webhook gets its own delivery of an event; the event id is the body's id */
+                "webhook-id": string;
+                /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
+                "webhook-signature": string;
+                /** @description Standard Webhooks timestamp (epoch seconds) */
+                "webhook-timestamp": string;
+                /** @description The delivery id */
+                "x-service-delivery": string;
+                /** @description The event type */
+                "x-service-event": string;
+                /** @description Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included) */
+                "x-service-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BudgetExceededEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx: delivered */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Gone: the webhook is disabled */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onBudgetThreshold: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks message id: the delivery id (as x-service-delivery), the same on every attempt; deduplicate by it. Each webhook gets its own delivery of an event; the event id is the body's id */
+                "webhook-id": string;
+                /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
+                "webhook-signature": string;
+                /** @description Standard Webhooks timestamp (epoch seconds) */
+                "webhook-timestamp": string;
+                /** @description The delivery id */
+                "x-service-delivery": string;
+                /** @description The event type */
+                "x-service-event": string;
+                /** @description Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included) */
+                "x-service-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BudgetThresholdEvent"];
             };
         };
         responses: {

@@ -1,12 +1,13 @@
 import { pgArray } from '../../../db/arrays.js';
 import type { Statement, Transaction } from '../../../db/client.js';
+import { monthlyPeriod } from '../../../clock.js';
 import { IDEMPOTENCY_WINDOW_MS, sweepReservations } from '../reservations.js';
-import type { BudgetCounter } from '../budget-rules.js';
+import type { BudgetCounter, Window } from '../budget-rules.js';
 import { type BudgetWithPeriod, budgetsStatement, type CounterKey, counterKey, countersFor, lockCounters } from '../budgets.js';
 import { applyInOrder, type Change, NOTHING_HELD, type Terms } from '../rules.js';
 import { type BalanceRow, syncBalance } from '../service.js';
 import { NotOptimistic, type OptimisticPlan, type Written } from './remembered.js';
-import type { BatchDeduction, BatchOutcome } from './types.js';
+import type { BatchDeduction, BatchOp, BatchOutcome } from './types.js';
 import { writeBatch } from './write.js';
 
 /**
@@ -41,8 +42,12 @@ export async function applyBatch(
   tx: Transaction,
   items: BatchDeduction[],
   reportToMeter: boolean,
-  /** Balance rows the batch's ops change: locked with the others, in deployment order. */
-  alsoLock: string[] = [],
+  /**
+   * The batch's ops (engine/types.ts BatchOp): their balance rows are locked with the others, in
+   * deployment order, and the budget windows they name with the batch's; the third answer holds each
+   * op's locked windows.
+   */
+  ops: ReadonlyArray<Pick<BatchOp, 'deploymentId' | 'budgets'>> = [],
   /**
    * Send the batch's writes with COMMIT in one round trip (`Transaction.queryAndCommit`): only when
    * nothing else runs in the transaction after them. `progress.committing` turns true as they go.
@@ -54,8 +59,11 @@ export async function applyBatch(
    * row changed since or any invocation id is taken (the caller then runs the locking path).
    */
   remembered?: OptimisticPlan,
-): Promise<[BatchOutcome[], Written]> {
+): Promise<[BatchOutcome[], Written, BudgetCounter[][]]> {
   const outcomes: Array<BatchOutcome | undefined> = new Array(items.length);
+  const alsoLock = ops.map((op) => op.deploymentId);
+  const opBudgets = ops.some((op) => op.budgets !== undefined);
+  let opWindows: BudgetCounter[][] = ops.map(() => []);
   const batchNow = items.map((it) => it.now).reduce(latest, new Date(0));
   const nothingWritten: Written = { versions: [], now: batchNow };
   /** Per item: what it deducts, holds or gives back, and what of `reserved` it frees. */
@@ -69,8 +77,9 @@ export async function applyBatch(
   const settleable = items.filter((it) => (it.claimInvocation || it.release) && it.invocationId !== null && !it.owned);
   // Every deployment the batch may touch; a row locked and then not needed costs nothing.
   const lockIds = [...new Set([...items.map((it) => it.deploymentId), ...alsoLock])].sort();
-  // Ops of one deployment alone lock their row themselves, as on their own: no order to keep.
-  const lockBalances = !(lockIds.length === 0 || (items.length === 0 && lockIds.length === 1));
+  // Ops of one deployment alone lock their row themselves, as on their own: no order to keep — unless
+  // they count in budget windows, which are locked after the balance rows.
+  const lockBalances = !(lockIds.length === 0 || (items.length === 0 && lockIds.length === 1 && !opBudgets));
   const statements: Statement[] = [];
   // 1. Claim fresh invocation ids in one statement; the first of duplicates wins, the others take the full path.
   //    Records are claimed `pending` (step 4 marks them), holds `reserved` (a refused hold's row is deleted in step 4).
@@ -126,8 +135,8 @@ export async function applyBatch(
   // 2b. The budgets of the batch's organizations (docs/budgets.md), read after the balance rows are
   //     locked. A batch on remembered rows reads none: rows are remembered only where the organization
   //     had no budget, and a budget's change gives them a new version (credits/budgets.ts budgetsChanged).
-  const organizations = [...new Set(items.map((it) => it.organizationId))];
-  const readBudgets = !remembered && items.length > 0;
+  const organizations = [...new Set([...items.map((it) => it.organizationId), ...ops.flatMap((op) => (op.budgets?.charge ? [op.budgets.charge.organizationId] : []))])];
+  const readBudgets = !remembered && organizations.length > 0;
   if (readBudgets) statements.push(budgetsStatement(organizations));
   // Nothing to send (ops of one deployment alone): BEGIN then goes with the first op's statement.
   // Remembered rows: the claims are made by the writes themselves, and no existing row is settled.
@@ -212,9 +221,12 @@ export async function applyBatch(
     byDeployment.set(it.deploymentId, list);
   }
   const deployments = [...byDeployment.keys()].sort();
-  if (deployments.length === 0) return [outcomes as BatchOutcome[], nothingWritten];
   const rows = new Map<string, BalanceRow>();
   for (const row of locked) rows.set(row.deployment_id, row);
+  if (deployments.length === 0) {
+    if (opBudgets) opWindows = (await budgetCounters(tx, items, terms, byDeployment, rows, budgets, releasing, ops)).opWindows;
+    return [outcomes as BatchOutcome[], nothingWritten, opWindows];
+  }
   for (const id of deployments) {
     const indexes = byDeployment.get(id)!;
     const now = indexes.map((i) => items[i]!.now).reduce(latest);
@@ -226,8 +238,14 @@ export async function applyBatch(
     }
   }
 
-  // 2c. The budget windows the batch's charges fall in and its releases give back to, locked.
-  const counters = budgets.length > 0 ? await budgetCounters(tx, items, terms, byDeployment, rows, budgets, releasing) : [];
+  // 2c. The budget windows the batch's charges fall in and its releases give back to, locked, with the
+  //     ops' windows.
+  let counters: BudgetCounter[] = [];
+  if (budgets.length > 0 || opBudgets) {
+    const found = await budgetCounters(tx, items, terms, byDeployment, rows, budgets, releasing, ops);
+    counters = found.all;
+    opWindows = found.opWindows;
+  }
   const budgeted = new Set(budgets.map((b) => b.organization_id));
 
   // 3. Each deployment's requests in arrival order, by the spending rule (credits/rules.ts); a refusal
@@ -273,7 +291,7 @@ export async function applyBatch(
   }
   // Rows of organizations with budgets are not remembered: a batch on remembered rows reads no budgets.
   const remember = versions.filter((v) => !budgeted.has(rows.get(v.id)!.organization_id));
-  return [outcomes as BatchOutcome[], { versions: remember.map((v) => ({ ...v, row: rows.get(v.id)! })), now: batchNow }];
+  return [outcomes as BatchOutcome[], { versions: remember.map((v) => ({ ...v, row: rows.get(v.id)! })), now: batchNow }, opWindows];
 }
 
 /**
@@ -296,9 +314,10 @@ export async function applyOne(tx: Transaction, item: BatchDeduction, reportToMe
 }
 
 /**
- * The budget counters of the batch (docs/budgets.md): each deduction's and hold's windows, and the
- * windows in progress that each release gives back to, locked in one order; set on the requests' terms.
- * Returns every counter, for the write and for a second run of the rule.
+ * The budget counters of the batch (docs/budgets.md): each deduction's and hold's windows, the windows
+ * in progress that each release gives back to, and the ops' windows (an AI call's charge, a hold's
+ * windows by id), locked in one order; set on the requests' terms. Returns every counter, for the write
+ * and for a second run of the rule, and each op's.
  */
 async function budgetCounters(
   tx: Transaction,
@@ -308,7 +327,8 @@ async function budgetCounters(
   rows: Map<string, BalanceRow>,
   budgets: BudgetWithPeriod[],
   releasing: Map<number, string[]>,
-): Promise<BudgetCounter[]> {
+  ops: ReadonlyArray<Pick<BatchOp, 'deploymentId' | 'budgets'>>,
+): Promise<{ all: BudgetCounter[]; opWindows: BudgetCounter[][] }> {
   const keysOf = new Map<number, CounterKey[]>();
   for (const [deploymentId, indexes] of byDeployment) {
     const row = rows.get(deploymentId)!;
@@ -326,13 +346,30 @@ async function budgetCounters(
       if (keys.length > 0) keysOf.set(index, keys);
     }
   }
+  // An op's charge: its deployment's row was locked, not brought up to date (the op does that): a
+  // period that has ended is brought forward by whole months, as for an organization's primary.
+  const opKeys = ops.map((op) => {
+    const charge = op.budgets?.charge;
+    const row = rows.get(op.deploymentId);
+    if (!charge || !row) return [];
+    const period: Window =
+      row.period_end.getTime() > charge.at.getTime() ? { start: row.period_start, end: row.period_end } : monthlyPeriod(row.period_end, charge.at);
+    return countersFor(budgets, charge, charge.at, period, 'ai');
+  });
   const releaseIds = [...releasing.values()].flat();
-  if (keysOf.size === 0 && releaseIds.length === 0) return [];
-  const { byKey, byId } = await lockCounters(tx, [...keysOf.values()].flat(), releaseIds);
+  const opIds = ops.flatMap((op) => op.budgets?.windows ?? []);
+  if (keysOf.size === 0 && releaseIds.length === 0 && opIds.length === 0 && opKeys.every((k) => k.length === 0)) {
+    return { all: [], opWindows: ops.map(() => []) };
+  }
+  const { byKey, byId } = await lockCounters(tx, [...[...keysOf.values()].flat(), ...opKeys.flat()], [...releaseIds, ...opIds]);
   for (const [index, keys] of keysOf) terms[index]!.budgets = keys.map((k) => byKey.get(counterKey(k))!);
   for (const [index, ids] of releasing) {
     const now = items[index]!.now.getTime();
     terms[index]!.budgets = ids.map((id) => byId.get(id)).filter((c): c is BudgetCounter => c !== undefined && c.window.end.getTime() > now);
   }
-  return [...byId.values()];
+  const opWindows = ops.map((op, i) => [
+    ...opKeys[i]!.map((k) => byKey.get(counterKey(k))!),
+    ...(op.budgets?.windows ?? []).map((id) => byId.get(id)).filter((c): c is BudgetCounter => c !== undefined),
+  ]);
+  return { all: [...byId.values()], opWindows };
 }

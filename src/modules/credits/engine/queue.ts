@@ -1,10 +1,11 @@
 import type { Deps } from '../../../context.js';
-import { type Database, isConnectionError, type Queryable } from '../../../db/client.js';
+import { type Database, isConnectionError, type Queryable, type Transaction } from '../../../db/client.js';
 import { ServiceUnavailableError } from '../../../errors.js';
 import { noteDeduction } from '../balance-cache.js';
 import { applyBatch, applyOne } from './plan.js';
 import { NotOptimistic, RowMemory, type Written } from './remembered.js';
-import type { BatchDeduction, BatchOp, BatchOutcome, BatchSettings } from './types.js';
+import type { BatchDeduction, BatchOp, BatchOutcome, BatchSettings, OpBudgets } from './types.js';
+import type { BudgetCounter } from '../budget-rules.js';
 
 /**
  * Group commit for deductions (docs/adr/0004-group-commit.md). Requests that arrive while a
@@ -85,11 +86,12 @@ export class DeductionBatcher {
   /**
    * Run a money change that is not a deduction in the next batch's transaction (see BatchOp); resolves
    * with `apply`'s value once the batch committed, or rejects with its error (nothing of it written).
-   * If the batch fails as a whole, the op runs in a transaction of its own.
+   * If the batch fails as a whole, the op runs in a transaction of its own. With `budgets`, `apply` is
+   * handed the budget windows locked for it (engine/types.ts OpBudgets).
    */
-  within<T>(deploymentId: string, apply: (tx: Queryable) => Promise<T>): Promise<T> {
+  within<T>(deploymentId: string, apply: (tx: Queryable, windows: BudgetCounter[]) => Promise<T>, budgets?: OpBudgets): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.queue.push({ op: { deploymentId, apply }, queuedAt: performance.now(), resolve: resolve as (value: unknown) => void, reject });
+      this.queue.push({ op: { deploymentId, apply, budgets }, queuedAt: performance.now(), resolve: resolve as (value: unknown) => void, reject });
       this.schedule();
     });
   }
@@ -215,15 +217,15 @@ export class DeductionBatcher {
       if (!outcomes) {
         const p = progress;
         [outcomes, written, opResults] = await this.db.transaction(async (tx) => {
-          const [out, versions] = await applyBatch(
+          const [out, versions, windows] = await applyBatch(
             tx,
             items,
             this.reportToMeter,
-            ops.map((o) => o.op.deploymentId),
+            ops.map((o) => o.op),
             // The ops run after the writes, so their COMMIT cannot go with them.
             ops.length === 0 ? { progress: p } : undefined,
           );
-          const done = await applyOps(tx, ops.map((o) => o.op));
+          const done = await applyOps(tx, ops.map((o) => o.op), windows);
           p.committing = true;
           return [out, versions, done] as const;
         }, PLANNED_FOR_ITS_ARRAYS);
@@ -278,7 +280,7 @@ export class DeductionBatcher {
   private async oneByOne(batch: Pending[]): Promise<void> {
     for (const p of batch) {
       try {
-        if (p.op) p.resolve(await this.db.transaction(p.op.apply));
+        if (p.op) p.resolve(await this.db.transaction((tx) => applyAlone(tx, p.op!, this.reportToMeter)));
         // A hold or a release goes back untouched to its verb (credits/invocations.ts), which settles
         // it as a batch of one with whatever its invocation row holds.
         else if (p.item.hold || p.item.release) this.answer(p, { claimed: false });
@@ -294,12 +296,12 @@ export class DeductionBatcher {
  * The batch's ops, in arrival order, each under a savepoint: an op that throws is undone alone and
  * answered with its error. A lost connection fails the batch (it then runs one by one).
  */
-async function applyOps(tx: Queryable, ops: BatchOp[]): Promise<OpResult[]> {
+async function applyOps(tx: Queryable, ops: BatchOp[], windows: BudgetCounter[][]): Promise<OpResult[]> {
   const results: OpResult[] = [];
-  for (const op of ops) {
+  for (const [i, op] of ops.entries()) {
     await tx.query('SAVEPOINT credits_op');
     try {
-      const value = await op.apply(tx);
+      const value = await op.apply(tx, windows[i] ?? []);
       await tx.query('RELEASE SAVEPOINT credits_op');
       results.push({ ok: true, value });
     } catch (error) {
@@ -309,4 +311,11 @@ async function applyOps(tx: Queryable, ops: BatchOp[]): Promise<OpResult[]> {
     }
   }
   return results;
+}
+
+/** An op in a transaction of its own: with budgets, its balance row and windows are locked first, in the batch's order. */
+async function applyAlone(tx: Transaction, op: BatchOp, reportToMeter: boolean): Promise<unknown> {
+  if (!op.budgets) return op.apply(tx, []);
+  const [, , windows] = await applyBatch(tx, [], reportToMeter, [op]);
+  return op.apply(tx, windows[0] ?? []);
 }

@@ -1,3 +1,4 @@
+import type { BudgetCounter, ChargeSubject } from '../budget-rules.js';
 import type { Queryable } from '../../../db/client.js';
 import type { DeductResult } from '../rules.js';
 
@@ -71,12 +72,26 @@ export interface BatchDeduction {
 export type BatchOutcome = { claimed: false } | { claimed: true; result: DeductResult; cost: number };
 
 /**
+ * The budget windows an op counts in (docs/budgets.md, AI calls), found and locked with the batch's in
+ * the one order every writer keeps (balance rows, then windows by budget, subject, window start), so an
+ * op never locks a window out of that order.
+ */
+export interface OpBudgets {
+  /** A charge the op makes now: the windows of every budget it falls under (an AI call's). */
+  charge?: ChargeSubject & { at: Date };
+  /** Windows the op adjusts by id: those a hold was counted in, settled or given back by the op. */
+  windows?: readonly string[];
+}
+
+/**
  * A money change that is not a deduction (an AI hold or settlement, a refund), run inside a batch's
  * transaction so it shares the batch's commit: its deployment's balance row is locked with the batch's
  * (in deployment order), then `apply` runs after the batch's writes under a savepoint, so an op that
- * fails (a refusal, a bad request) undoes only itself.
+ * fails (a refusal, a bad request) undoes only itself. With `budgets`, `apply` is handed the window
+ * rows locked for it: the charge's (in progress at its time), then those named by id.
  */
 export interface BatchOp {
   deploymentId: string;
-  apply: (tx: Queryable) => Promise<unknown>;
+  budgets?: OpBudgets | undefined;
+  apply: (tx: Queryable, windows: BudgetCounter[]) => Promise<unknown>;
 }
