@@ -2,6 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { type AdminApi, adminApi, baseUrl } from './cli/admin-api.js';
+import { addBudgetCommands } from './cli/budgets.js';
 import { addDeploymentCommands } from './cli/deployments.js';
 import { addTemplateCommands } from './cli/templates.js';
 import { EXIT, UsageError } from './cli/exit-codes.js';
@@ -101,6 +102,7 @@ function buildProgram(): Command {
   program.commandsGroup('Operator commands (a running service, ADMIN_API_KEY):');
   addDeploymentCommands(program, connect, print);
   addTemplateCommands(program, connect, print);
+  addBudgetCommands(program, connect, print);
 
   for (const command of program.commands) command.configureOutput({ outputError: (text, write) => write(errorLine(command, text)) });
   return program;

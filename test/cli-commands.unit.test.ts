@@ -265,3 +265,77 @@ describe('template commands', () => {
     });
   });
 });
+
+describe('budget commands', () => {
+  const ORG = '0b5e8c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b';
+  const BUDGET = '7d2e4f6a-8b1c-4d3e-9f5a-6b7c8d9e0f1a';
+  const base = `/api/v1/admin/organizations/${ORG}/budgets`;
+
+  it('list, show, create, change and delete send the operator key, the path and only the given fields', async () => {
+    answer = { status: 200, body: { budgets: [] } };
+    const [help, ...runs] = await Promise.all([
+      cli('--help'),
+      cli('budgets', ORG),
+      cli('budget', ORG, BUDGET),
+      cli('budget-create', ORG, 'end_user', 'day', '--end-user', '*', '--deployment', DEPLOYMENT, '--limit-credits', '500', '--mode', 'alert', '--alert-thresholds', '50,80,100'),
+      cli('budget-update', ORG, BUDGET, '--limit-credits', 'null', '--limit-ai-tokens', '1000', '--window', 'week'),
+      cli('budget-delete', ORG, BUDGET),
+    ]);
+    for (const command of ['budgets', 'budget', 'budget-create', 'budget-update', 'budget-delete']) expect(help!.stdout).toContain(`  ${command} `);
+    for (const run of runs) expect(run).toMatchObject({ code: 0, stderr: '' });
+    expect(JSON.parse(runs[0]!.stdout)).toEqual({ budgets: [] });
+    const sent = recorded.map((r) => ({ method: r.method, url: r.url, key: r.headers['x-admin-key'], body: r.body === '' ? undefined : JSON.parse(r.body) }));
+    expect(sent).toEqual(
+      expect.arrayContaining([
+        { method: 'GET', url: base, key: ADMIN_KEY, body: undefined },
+        { method: 'GET', url: `${base}/${BUDGET}`, key: ADMIN_KEY, body: undefined },
+        {
+          method: 'POST',
+          url: base,
+          key: ADMIN_KEY,
+          body: { scope: 'end_user', window: 'day', end_user_id: '*', deployment_id: DEPLOYMENT, limit_credits: 500, mode: 'alert', alert_thresholds: [50, 80, 100] },
+        },
+        { method: 'PUT', url: `${base}/${BUDGET}`, key: ADMIN_KEY, body: { limit_credits: null, limit_ai_tokens: 1000, window: 'week' } },
+        { method: 'DELETE', url: `${base}/${BUDGET}`, key: ADMIN_KEY, body: undefined },
+      ]),
+    );
+    expect(sent).toHaveLength(5);
+  });
+
+  it('bad arguments are one-line usage errors (exit 2) and nothing is sent', async () => {
+    const runs = await Promise.all([
+      cli('budgets'),
+      cli('budgets', 'acme'),
+      cli('budget', ORG, 'nope'),
+      cli('budget-create', ORG, 'org', 'day', '--limit-credits', '5'),
+      cli('budget-create', ORG, 'organization', 'fortnight', '--limit-credits', '5'),
+      cli('budget-create', ORG, 'deployment', 'day', '--limit-credits', '5'),
+      cli('budget-create', ORG, 'organization', 'day', '--tool', 'search', '--limit-credits', '5'),
+      cli('budget-create', ORG, 'organization', 'day'),
+      cli('budget-create', ORG, 'organization', 'day', '--limit-credits', '0'),
+      cli('budget-create', ORG, 'api_key', 'day', '--api-key', 'cg_secret', '--limit-credits', '5'),
+      cli('budget-create', ORG, 'organization', 'day', '--limit-credits', '5', '--alert-thresholds', '80,80'),
+      cli('budget-update', ORG, BUDGET),
+      cli('budget-update', ORG, BUDGET, '--mode', 'stop'),
+      cli('budget-update', ORG, BUDGET, '--limit-credits', '1.5'),
+    ]);
+    expect(runs.map((r) => r.stderr)).toEqual([
+      "creditgate budgets: missing required argument 'org'; see creditgate budgets --help\n",
+      "creditgate budgets: org 'acme' must be a UUID (creditgate deployments lists each deployment's organization_id); see creditgate budgets --help\n",
+      "creditgate budget: budget 'nope' must be a UUID (creditgate budgets ORG lists them); see creditgate budget --help\n",
+      "creditgate budget-create: scope 'org' must be one of organization, deployment, api_key, end_user, tool; see creditgate budget-create --help\n",
+      "creditgate budget-create: window 'fortnight' must be one of hour, day, week, month, period; see creditgate budget-create --help\n",
+      'creditgate: budget-create: a deployment budget needs --deployment ID; see creditgate budget-create --help\n',
+      'creditgate: budget-create: --tool is only for a tool budget; see creditgate budget-create --help\n',
+      'creditgate: budget-create: name a limit, --limit-credits and/or --limit-ai-tokens; see creditgate budget-create --help\n',
+      "creditgate budget-create: --limit-credits '0' must be a whole number from 1 to 1000000000000; see creditgate budget-create --help\n",
+      "creditgate budget-create: --api-key 'cg_secret' must be a UUID (an API key's id, not the key); see creditgate budget-create --help\n",
+      "creditgate budget-create: --alert-thresholds '80,80' must be up to 10 different whole numbers from 1 to 100, comma-separated, e.g. 80,100; see creditgate budget-create --help\n",
+      'creditgate: budget-update: name at least one change; see creditgate budget-update --help\n',
+      "creditgate budget-update: --mode 'stop' must be one of block, alert; see creditgate budget-update --help\n",
+      'creditgate budget-update: --limit-credits \'1.5\' must be a whole number from 1 to 1000000000000, or "null" to remove the limit; see creditgate budget-update --help\n',
+    ]);
+    for (const run of runs) expect(run).toMatchObject({ code: 2, stdout: '' });
+    expect(recorded).toEqual([]);
+  });
+});

@@ -73,6 +73,68 @@ export function pathSegment(value: string): string {
   return nonEmpty(value);
 }
 
+/** An organization id (the same check as uuid, pointing at where the operator finds one). */
+export function organizationId(value: string): string {
+  if (!UUID.test(value)) throw new InvalidArgumentError("must be a UUID (creditgate deployments lists each deployment's organization_id)");
+  return value;
+}
+
+/** A budget id (the same check as uuid, pointing at the command that lists budgets). */
+export function budgetId(value: string): string {
+  if (!UUID.test(value)) throw new InvalidArgumentError('must be a UUID (creditgate budgets ORG lists them)');
+  return value;
+}
+
+/** An API key's id (as the organization's key list answers it). */
+export function apiKeyId(value: string): string {
+  if (!UUID.test(value)) throw new InvalidArgumentError("must be a UUID (an API key's id, not the key)");
+  return value;
+}
+
+/** A parser that takes one of `values`. */
+export function oneOf<const T extends string>(values: readonly T[]): (value: string) => T {
+  return (value) => {
+    if (!(values as readonly string[]).includes(value)) throw new InvalidArgumentError(`must be one of ${values.join(', ')}`);
+    return value as T;
+  };
+}
+
+/** The largest budget limit the API takes (docs/budgets.md, API). */
+const MAX_BUDGET_LIMIT = 1_000_000_000_000;
+
+/** A budget's limit: a whole number from 1 to 10^12. */
+export function budgetLimit(value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > MAX_BUDGET_LIMIT) {
+    throw new InvalidArgumentError('must be a whole number from 1 to 1000000000000');
+  }
+  return Number(value);
+}
+
+/** A budget's limit, or "null" to remove it. */
+export function budgetLimitOrNull(value: string): number | typeof NULL_WORD {
+  if (value === NULL_WORD) return NULL_WORD;
+  if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > MAX_BUDGET_LIMIT) {
+    throw new InvalidArgumentError('must be a whole number from 1 to 1000000000000, or "null" to remove the limit');
+  }
+  return Number(value);
+}
+
+/** Alert thresholds: up to 10 different percents from 1 to 100, comma-separated (80,100). */
+export function percents(value: string): number[] {
+  const parts = value.split(',').map((part) => part.trim());
+  const valid = parts.length <= 10 && parts.every((part) => /^\d+$/.test(part) && Number(part) >= 1 && Number(part) <= 100);
+  if (!valid || new Set(parts.map(Number)).size !== parts.length) {
+    throw new InvalidArgumentError('must be up to 10 different whole numbers from 1 to 100, comma-separated, e.g. 80,100');
+  }
+  return parts.map(Number);
+}
+
+/** An end user or a tool a budget names: 1 to 200 characters, "*" for each one separately. */
+export function budgetSubject(value: string): string {
+  if (value.length < 1 || value.length > 200) throw new InvalidArgumentError('must be 1 to 200 characters ("*" for each one separately)');
+  return value;
+}
+
 /** A template id (the same check as uuid, pointing at the command that lists templates). */
 export function templateId(value: string): string {
   if (!UUID.test(value)) throw new InvalidArgumentError('must be a UUID (creditgate templates lists them)');

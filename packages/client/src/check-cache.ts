@@ -4,9 +4,16 @@ import type { RecordResult, ServiceCheckResult, StdioCheckResult } from './types
 type CheckResult = StdioCheckResult | ServiceCheckResult;
 
 /**
+ * Refusals for money: a top-up, a budget's window reset or a raised limit can lift them at any moment,
+ * and then no answer of the scope may stand (a cached "allowed" would hide them, too).
+ */
+const MONEY_REFUSALS: ReadonlySet<string | null> = new Set(['insufficient_credits', 'budget_exceeded']);
+
+/**
  * The client's memory of check-entitlement answers per scope (a deployment id, or 'stdio'), and of
- * the spendable balance the service last reported for it. A denial for credits is never kept; an
- * "allowed" is reused only while that balance still covers its cost.
+ * the spendable balance the service last reported for it. A denial for credits or by a budget is
+ * never kept, and drops the scope's kept answers; an "allowed" is reused only while that balance
+ * still covers its cost.
  */
 export class CheckCache {
   private readonly checks: TtlCache<CheckResult>;
@@ -33,7 +40,7 @@ export class CheckCache {
 
   /** Learns from a check answer (plain or reservation); keeps a plain one unless it is a denial for credits. */
   noteCheck(scope: string, tool: string, result: CheckResult, cacheable: boolean): void {
-    if (result.reason === 'insufficient_credits') this.checks.deletePrefix(`${scope}\u0000`);
+    if (MONEY_REFUSALS.has(result.reason)) this.checks.deletePrefix(`${scope}\u0000`);
     else if (cacheable) this.checks.set(this.key(scope, tool), result, this.ttlMs);
     if (!result.allowed) return;
     // An allowed answer says the balance covers the cost now; stdio answers do not say how much is left.
@@ -44,7 +51,7 @@ export class CheckCache {
   noteRecord(scope: string, result: RecordResult, replayed: boolean): void {
     // A replay repeats the first answer, whose balance may be old.
     if (!replayed) this.balances.set(scope, result.credits_remaining);
-    if (!result.success && result.error === 'insufficient_credits') this.checks.deletePrefix(`${scope}\u0000`);
+    if (!result.success && MONEY_REFUSALS.has(result.error)) this.checks.deletePrefix(`${scope}\u0000`);
   }
 
   clear(): void {

@@ -54,6 +54,11 @@ function present(value: string | undefined): string | undefined {
   return typeof value === 'string' && value.trim() !== '' ? value : undefined;
 }
 
+function budgetsPath(organizationId: string, budgetId?: string): string {
+  const base = `/organizations/${encodeURIComponent(organizationId)}/budgets`;
+  return budgetId === undefined ? base : `${base}/${encodeURIComponent(budgetId)}`;
+}
+
 /** Typed client for creditgate's /api/v1 routes; see createClient. */
 export class CreditgateClient {
   private readonly transport: Transport;
@@ -300,10 +305,41 @@ export class CreditgateClient {
       ).data,
   };
 
+  // ---- budgets (organization API key: read to read, admin to change; docs/budgets.md, API) ----
+
+  /**
+   * An organization's budgets through the application API (`/organizations/{id}/budgets`), with the
+   * client's API key: `read` reads, `admin` creates, changes and deletes. Answers are the envelope's
+   * `data`. Reads and changes are retried like every safe call; a create or delete is sent once (the
+   * route takes no idempotency key: a repeated create would make a second budget).
+   */
+  readonly budgets = {
+    /** Every budget of the organization, oldest first, each with what its window in progress has counted. */
+    list: async (organizationId: string): Promise<T.Budget[]> =>
+      this.envelope<T.Budget[]>({ method: 'GET', path: budgetsPath(organizationId), headers: this.apiKeyHeaders(), idempotent: true }),
+    /** Creates a budget (at least one limit; the scope names its id). */
+    create: async (organizationId: string, input: T.BudgetCreateInput): Promise<T.Budget> =>
+      this.envelope<T.Budget>({ method: 'POST', path: budgetsPath(organizationId), body: input, headers: this.apiKeyHeaders(), idempotent: false }),
+    /** One budget with its window in progress. */
+    get: async (organizationId: string, budgetId: string): Promise<T.Budget> =>
+      this.envelope<T.Budget>({ method: 'GET', path: budgetsPath(organizationId, budgetId), headers: this.apiKeyHeaders(), idempotent: true }),
+    /** Changes what `input` names (limits, window, mode, alert thresholds); `limit_credits: null` removes that limit. */
+    update: async (organizationId: string, budgetId: string, input: T.BudgetUpdateInput): Promise<T.Budget> =>
+      this.envelope<T.Budget>({ method: 'PUT', path: budgetsPath(organizationId, budgetId), body: input, headers: this.apiKeyHeaders(), idempotent: true }),
+    /** Deletes the budget and its windows; answers it as it was. */
+    delete: async (organizationId: string, budgetId: string): Promise<T.Budget> =>
+      this.envelope<T.Budget>({ method: 'DELETE', path: budgetsPath(organizationId, budgetId), headers: this.apiKeyHeaders(), idempotent: false }),
+  };
+
   // ---- internals ----
 
   private call<R>(options: CallOptions, transport = this.transport): Promise<Answer<R>> {
     return transport.call<R>(options);
+  }
+
+  /** An application API call (docs/openapi.md, Shapes): the envelope's data. */
+  private async envelope<R>(options: CallOptions): Promise<R> {
+    return (await this.call<{ data: R }>(options)).data.data;
   }
 
   /** Concurrent cacheable reads of the same thing share one request (16 first calls, one check). */
@@ -319,24 +355,26 @@ export class CreditgateClient {
    * Shared check logic. Reservations always go to the service (they are writes, made safe to retry
    * by their invocation id); plain checks come from the CheckCache while it has them.
    */
-  private async check<I extends { tool_name: string; reserve?: boolean; invocation_id?: string }, R extends T.StdioCheckResult>(
+  private async check<I extends { tool_name: string; end_user_id?: string; reserve?: boolean; invocation_id?: string }, R extends T.StdioCheckResult>(
     scope: string,
     input: I,
     options: ReadOptions,
     send: (body: I) => Promise<Answer<R>>,
   ): Promise<R> {
+    // An end user's budget can refuse one end user and not another: the answer is kept per (tool, end user).
+    const subject = input.end_user_id === undefined ? input.tool_name : `${input.tool_name}\u0000${input.end_user_id}`;
     if (input.reserve) {
       const answer = await send({ ...input, invocation_id: input.invocation_id ?? uuidv7() });
-      this.checks.noteCheck(scope, input.tool_name, answer.data, false);
+      this.checks.noteCheck(scope, subject, answer.data, false);
       return answer.data;
     }
     if (!options.forceRefresh) {
-      const hit = this.checks.get<R>(scope, input.tool_name);
+      const hit = this.checks.get<R>(scope, subject);
       if (hit) return hit;
     }
-    return this.shared(`check\u0000${scope}\u0000${input.tool_name}`, async () => {
+    return this.shared(`check\u0000${scope}\u0000${subject}`, async () => {
       const answer = await send(input);
-      this.checks.noteCheck(scope, input.tool_name, answer.data, true);
+      this.checks.noteCheck(scope, subject, answer.data, true);
       return answer.data;
     });
   }

@@ -28,6 +28,8 @@ export interface CreditgateErrorInit {
   retryAfterSeconds?: number | undefined;
   shouldRetry?: boolean | undefined;
   upgradeUrl?: string | undefined;
+  budgetId?: string | undefined;
+  resetsAt?: string | undefined;
   requestId?: string | undefined;
   fields?: Array<{ field: string; message: string }> | undefined;
   body?: unknown;
@@ -58,6 +60,13 @@ export class CreditgateError extends Error {
    */
   readonly shouldRetry: boolean | undefined;
   readonly upgradeUrl: string | undefined;
+  /** BUDGET_EXCEEDED: the budget that refused the call (docs/budgets.md, Enforcement). */
+  readonly budgetId: string | undefined;
+  /**
+   * When a refusal that waiting can cure ends: the refusing budget's window resets (BUDGET_EXCEEDED), or
+   * the AI token quota's period (AI_QUOTA_EXCEEDED). An ISO 8601 date-time, as sent.
+   */
+  readonly resetsAt: string | undefined;
   readonly requestId: string | undefined;
   /** INVALID_REQUEST: which fields were wrong. */
   readonly fields: Array<{ field: string; message: string }> | undefined;
@@ -74,17 +83,28 @@ export class CreditgateError extends Error {
     this.retryAfterSeconds = init.retryAfterSeconds;
     this.shouldRetry = init.shouldRetry;
     this.upgradeUrl = init.upgradeUrl;
+    this.budgetId = init.budgetId;
+    this.resetsAt = init.resetsAt;
     this.requestId = init.requestId;
     this.fields = init.fields;
     this.body = init.body;
   }
 
   /**
+   * A budget refused the call: the webhook proxy's 403 and the AI proxy's 429 `BUDGET_EXCEEDED`
+   * (`budgetId`, `resetsAt`). Buying credits does not lift it; its window's reset or a higher limit does.
+   */
+  get isBudgetExceeded(): boolean {
+    return this.code === 'BUDGET_EXCEEDED' || this.error === 'budget_exceeded';
+  }
+
+  /**
    * The platform could not be reached or answered with a transient failure: the same call may succeed
-   * later. Never true for an answer that said `x-should-retry: false`, whatever its status.
+   * later. Never true for an answer that said `x-should-retry: false`, whatever its status, nor for a
+   * budget's refusal, with or without that header (it holds until `resetsAt`).
    */
   get isTransient(): boolean {
-    if (this.shouldRetry === false) return false;
+    if (this.shouldRetry === false || this.isBudgetExceeded) return false;
     if (this.code === 'NETWORK_ERROR' || this.code === 'TIMEOUT') return true;
     if (this.code === 'IDEMPOTENCY_IN_PROGRESS') return true;
     return this.status !== null && RETRYABLE_STATUSES.has(this.status);
@@ -93,6 +113,49 @@ export class CreditgateError extends Error {
 
 export function isCreditgateError(value: unknown): value is CreditgateError {
   return value instanceof CreditgateError;
+}
+
+/** A refusal by a budget (docs/budgets.md, Enforcement), whichever way it came. */
+export interface BudgetRefusal {
+  /** The budget that refused: the most restrictive when several would be crossed. */
+  budgetId: string | undefined;
+  /** When that budget's window ends and the count starts over (ISO 8601). */
+  resetsAt: string | undefined;
+  /** What the call costs, where the answer says so. */
+  creditsRequired: number | undefined;
+  /** The balance, where the answer says so (null: unlimited). */
+  creditsAvailable: number | null | undefined;
+}
+
+/**
+ * The budget refusal in a check answer (`allowed: false`, `reason: "budget_exceeded"`), a record answer
+ * (`success: false`, `error: "budget_exceeded"`), both with `payment_required`, or a CreditgateError
+ * with `isBudgetExceeded` (the webhook proxy, the AI proxy); undefined for anything else.
+ *
+ * ```ts
+ * const check = await cg.stdio.checkEntitlement({ tool_name: 'search' });
+ * const budget = budgetRefusal(check);
+ * if (budget) console.log(`over budget ${budget.budgetId} until ${budget.resetsAt}`);
+ * ```
+ */
+export function budgetRefusal(value: unknown): BudgetRefusal | undefined {
+  if (value instanceof CreditgateError) {
+    if (!value.isBudgetExceeded) return undefined;
+    return { budgetId: value.budgetId, resetsAt: value.resetsAt, creditsRequired: value.creditsRequired, creditsAvailable: value.creditsAvailable };
+  }
+  if (value === null || typeof value !== 'object') return undefined;
+  const paymentRequired = (value as { payment_required?: unknown }).payment_required;
+  if (paymentRequired === null || typeof paymentRequired !== 'object') return undefined;
+  const p = paymentRequired as Record<string, unknown>;
+  if (p.reason !== 'budget_exceeded') return undefined;
+  const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
+  const num = (v: unknown) => (typeof v === 'number' ? v : undefined);
+  return {
+    budgetId: str(p.budget_id),
+    resetsAt: str(p.resets_at),
+    creditsRequired: num(p.credits_required),
+    creditsAvailable: p.credits_available === null ? null : num(p.credits_available),
+  };
 }
 
 export function isRetryableStatus(status: number): boolean {

@@ -19,7 +19,7 @@ export interface TransportOptions {
 }
 
 export interface CallOptions {
-  method: 'GET' | 'POST';
+  method: 'GET' | 'POST' | 'PUT' | 'DELETE';
   path: string;
   query?: Record<string, string | number | boolean | undefined> | undefined;
   body?: unknown;
@@ -178,22 +178,34 @@ interface Answered {
   shouldRetry: boolean | undefined;
 }
 
+/**
+ * The two error shapes (docs/openapi.md, Shapes): flat on /api/v1 (`{error, code, message, ...}`), and
+ * the application API's envelope (`{success: false, error: {code, message}, details: {...}}`), whose
+ * details hold what the flat shape has beside its message (`fields`, …).
+ */
 function errorFromBody(body: Record<string, unknown>, { status, retryAfterSeconds, shouldRetry }: Answered, what: string): CreditgateError {
   const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
   const num = (v: unknown) => (typeof v === 'number' ? v : undefined);
-  const code = str(body.code) ?? (status === 429 ? 'RATE_LIMITED' : isRetryableStatus(status) ? 'SERVICE_UNAVAILABLE' : `HTTP_${status}`);
+  const object = (v: unknown) => (v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined);
+  const envelope = body.success === false ? object(body.error) : undefined;
+  const flat = envelope ? { ...object(body.details), code: envelope.code, message: envelope.message } : body;
+  const code = str(flat.code) ?? (status === 429 ? 'RATE_LIMITED' : isRetryableStatus(status) ? 'SERVICE_UNAVAILABLE' : `HTTP_${status}`);
+  // The webhook proxy speaks camelCase (docs/webhooks.md, The proxy); the rest of the API snake_case.
+  const available = 'creditsAvailable' in flat ? flat.creditsAvailable : flat.credits_available;
   return new CreditgateError({
     code,
     status,
-    error: str(body.error) ?? null,
-    message: str(body.message) ?? `${what} answered ${status}`,
-    creditsRequired: num(body.creditsRequired),
-    creditsAvailable: body.creditsAvailable === null ? null : num(body.creditsAvailable),
+    error: envelope ? null : (str(body.error) ?? null),
+    message: str(flat.message) ?? `${what} answered ${status}`,
+    creditsRequired: num(flat.creditsRequired ?? flat.credits_required),
+    creditsAvailable: available === null ? null : num(available),
     retryAfterSeconds,
     shouldRetry,
-    upgradeUrl: str(body.upgrade_url),
-    requestId: str(body.request_id),
-    fields: Array.isArray(body.fields) ? (body.fields as Array<{ field: string; message: string }>) : undefined,
+    upgradeUrl: str(flat.upgrade_url),
+    budgetId: str(flat.budget_id ?? flat.budgetId),
+    resetsAt: str(flat.resets_at ?? flat.resetsAt),
+    requestId: str(flat.request_id),
+    fields: Array.isArray(flat.fields) ? (flat.fields as Array<{ field: string; message: string }>) : undefined,
     body,
   });
 }

@@ -2,23 +2,24 @@
  * Request and answer types of every route the client calls, taken from the service's OpenAPI
  * document (generated/openapi.ts, written by `npm run generate:client`), never retyped by hand.
  */
-import type { paths } from './generated/openapi.js';
+import type { components, paths } from './generated/openapi.js';
 
+type Method = 'get' | 'post' | 'put' | 'delete';
 type Json<T> = T extends { content: { 'application/json': infer B } } ? B : never;
-type Operation<P extends keyof paths, M extends 'get' | 'post'> = NonNullable<paths[P][M]>;
+type Operation<P extends keyof paths, M extends Method> = NonNullable<paths[P][M]>;
 
 /** JSON body a route takes. */
-export type RequestBody<P extends keyof paths, M extends 'get' | 'post'> = Operation<P, M> extends { requestBody?: infer R }
-  ? Json<NonNullable<R>>
-  : never;
-/** JSON a route answers with on success. */
-export type Reply<P extends keyof paths, M extends 'get' | 'post'> = Operation<P, M> extends { responses: { 200: infer R } }
+export type RequestBody<P extends keyof paths, M extends Method> = Operation<P, M> extends { requestBody?: infer R } ? Json<NonNullable<R>> : never;
+/** JSON a route answers with on success (200, or 201 for a create). */
+export type Reply<P extends keyof paths, M extends Method> = Operation<P, M> extends { responses: { 200: infer R } }
   ? Json<R>
-  : never;
+  : Operation<P, M> extends { responses: { 201: infer R } }
+    ? Json<R>
+    : never;
 /** Query parameters of a route. */
-export type Query<P extends keyof paths, M extends 'get' | 'post'> = Operation<P, M> extends { parameters: { query?: infer Q } }
-  ? NonNullable<Q>
-  : never;
+export type Query<P extends keyof paths, M extends Method> = Operation<P, M> extends { parameters: { query?: infer Q } } ? NonNullable<Q> : never;
+/** The `data` of an application API answer (the envelope `{success, data, message}`, docs/openapi.md). */
+type Data<R> = R extends { data: infer D } ? D : never;
 
 export type StdioCheckInput = RequestBody<'/api/v1/mcp/stdio/check-entitlement', 'post'>;
 export type StdioCheckResult = Reply<'/api/v1/mcp/stdio/check-entitlement', 'post'>;
@@ -49,3 +50,12 @@ export type WebhookDeliveries = Reply<'/api/v1/proxy/webhooks/deliveries', 'get'
 export type WebhookDelivery = Reply<'/api/v1/proxy/webhooks/deliveries/{webhookId}', 'get'>;
 
 export type DenialReason = NonNullable<StdioCheckResult['reason']>;
+
+/** A check's or record's refusal for money: `insufficient_credits`, or `budget_exceeded` with the budget and when its window resets. */
+export type PaymentRequired = components['schemas']['PaymentRequired'];
+
+/** An organization's budget with its window in progress (docs/budgets.md, API). */
+export type Budget = Data<Reply<'/organizations/{id}/budgets/{budgetId}', 'get'>>;
+export type BudgetSubject = NonNullable<Budget['subjects']>[number];
+export type BudgetCreateInput = RequestBody<'/organizations/{id}/budgets', 'post'>;
+export type BudgetUpdateInput = RequestBody<'/organizations/{id}/budgets/{budgetId}', 'put'>;

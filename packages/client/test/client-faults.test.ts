@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { type ClientOptions, type Credentials, CreditgateError, createClient } from '@creditgate/client';
+import { budgetRefusal, type ClientOptions, type Credentials, CreditgateError, createClient } from '@creditgate/client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createTenant, type Tenant } from '../../../test/harness.js';
 import { type LiveService, type Relay, startLiveService, startRelay } from './support.js';
@@ -278,6 +278,54 @@ describe('retries', () => {
       expect(typeof ids[0], name).toBe('string');
       expect((ids[0] as string).length, name).toBeGreaterThan(0);
       expect(new Set(ids).size, `${name}: ${ids.join(', ')}`).toBe(1);
+    }
+  });
+
+  it("a budget's refusal is tried once, with or without x-should-retry: the AI proxy's 429 BUDGET_EXCEEDED carries budgetId and resetsAt", async () => {
+    const budgetId = randomUUID();
+    const resetsAt = '2026-02-01T00:00:00.000Z';
+    const refusal = { error: 'budget_exceeded', code: 'BUDGET_EXCEEDED', message: 'A budget of this organization would be exceeded', budget_id: budgetId, resets_at: resetsAt };
+    const quota = json(200, { tier: 'launch', used: 0, limit: 1, remaining: 1, resets_at: resetsAt, credits_available: 0 });
+    // As the AI proxy answers it, and as a proxy in between might pass it on (the header dropped).
+    for (const headers of [{ 'x-should-retry': 'false', 'retry-after': '1' }, { 'retry-after': '1' }, {}] as Array<Record<string, string>>) {
+      const s = await standIn(json(429, refusal, headers), quota);
+      const { c, sleeps } = recorded(s.url);
+      const err = await rejection(c.ai.quota());
+      expect(err, JSON.stringify(headers)).toMatchObject({ code: 'BUDGET_EXCEEDED', status: 429, error: 'budget_exceeded', budgetId, resetsAt, isBudgetExceeded: true, isTransient: false });
+      expect(budgetRefusal(err)).toEqual({ budgetId, resetsAt, creditsRequired: undefined, creditsAvailable: undefined });
+      expect(s.seen).toHaveLength(1);
+      expect(sleeps).toEqual([]);
+    }
+    // The same fields spelt in camelCase, as the webhook proxy spells its credits.
+    const camel = await standIn(json(403, { error: 'budget_exceeded', code: 'BUDGET_EXCEEDED', message: 'over', budgetId, resetsAt, creditsRequired: 1 }));
+    expect(budgetRefusal(await rejection(recorded(camel.url).c.webhooks.quota()))).toEqual({ budgetId, resetsAt, creditsRequired: 1, creditsAvailable: undefined });
+    // An AI quota refusal has resetsAt but is not a budget's.
+    const spent = await standIn(json(429, { error: 'quota_exceeded', code: 'AI_QUOTA_EXCEEDED', message: 'used up', resets_at: resetsAt }, { 'x-should-retry': 'false' }));
+    const quotaErr = await rejection(recorded(spent.url).c.ai.quota());
+    expect(quotaErr).toMatchObject({ code: 'AI_QUOTA_EXCEEDED', resetsAt, budgetId: undefined, isBudgetExceeded: false });
+    expect(budgetRefusal(quotaErr)).toBeUndefined();
+  });
+
+  it('budgets: reads and changes are retried, a create or a delete is sent once (the route takes no idempotency key)', async () => {
+    const org = randomUUID();
+    const budget = randomUUID();
+    const ok = (data: unknown) => json(200, { success: true, data, message: 'OK' });
+    const busy = json(503, { success: false, error: { code: 'SERVICE_UNAVAILABLE', message: 'busy' }, details: { timestamp: '2026-01-01T00:00:00.000Z' } });
+    const list = await standIn(busy, ok([]));
+    expect(await recorded(list.url).c.budgets.list(org)).toEqual([]);
+    expect(list.seen.map((r) => `${r.method} ${r.path}`)).toEqual([`GET /organizations/${org}/budgets`, `GET /organizations/${org}/budgets`]);
+    const update = await standIn(busy, ok({ id: budget }));
+    expect(await recorded(update.url).c.budgets.update(org, budget, { limit_credits: null })).toEqual({ id: budget });
+    expect(update.seen).toHaveLength(2);
+    expect(update.seen.map((r) => JSON.parse(r.body))).toEqual([{ limit_credits: null }, { limit_credits: null }]);
+    for (const [name, call] of [
+      ['create', (c: ReturnType<typeof recorded>['c']) => c.budgets.create(org, { scope: 'organization', limit_credits: 5, window: 'day' })],
+      ['delete', (c: ReturnType<typeof recorded>['c']) => c.budgets.delete(org, budget)],
+    ] as const) {
+      const s = await standIn(busy, ok({ id: budget }));
+      const err = await rejection(call(recorded(s.url).c));
+      expect(err, name).toMatchObject({ code: 'SERVICE_UNAVAILABLE', status: 503, message: 'busy', error: null, isTransient: true });
+      expect(s.seen, name).toHaveLength(1);
     }
   });
 

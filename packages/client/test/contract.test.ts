@@ -21,7 +21,7 @@ interface Step {
 }
 interface Case {
   name: string;
-  tenant: { tier: 'sandbox' | 'trial' | 'launch' | 'growth' | 'enterprise'; purchased?: number; monthly_credits?: number; scopes?: Array<'read' | 'write'> };
+  tenant: { tier: 'sandbox' | 'trial' | 'launch' | 'growth' | 'enterprise'; purchased?: number; monthly_credits?: number; scopes?: Array<'read' | 'write' | 'admin'> };
   tools?: Record<string, string>;
   steps: Step[];
 }
@@ -71,6 +71,17 @@ const OPS: Record<string, Op> = {
   'ai.quota': (c) => c.ai.quota(),
   'webhooks.quota': (c) => c.webhooks.quota(),
   'webhooks.send': (c, a) => c.webhooks.send(a as never),
+  'budgets.list': (c, a) => c.budgets.list(str(a.organization_id)),
+  'budgets.create': (c, a) => {
+    const { organization_id, ...input } = a;
+    return c.budgets.create(str(organization_id), input as never);
+  },
+  'budgets.get': (c, a) => c.budgets.get(str(a.organization_id), str(a.budget_id)),
+  'budgets.update': (c, a) => {
+    const { organization_id, budget_id, ...input } = a;
+    return c.budgets.update(str(organization_id), str(budget_id), input as never);
+  },
+  'budgets.delete': (c, a) => c.budgets.delete(str(a.organization_id), str(a.budget_id)),
 };
 
 function substitute(value: Json, vars: Map<string, Json>): Json {
@@ -104,6 +115,7 @@ async function setUp(c: Case): Promise<{ tenant: Tenant; vars: Map<string, Json>
   const vars = new Map<string, Json>([
     ['id', `contract-${randomUUID()}`],
     ['deployment_id', tenant.deploymentId],
+    ['organization_id', tenant.organizationId],
     ['user_id', tenant.userId],
   ]);
   for (const [name, action] of Object.entries(c.tools ?? {})) {

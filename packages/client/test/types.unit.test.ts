@@ -1,5 +1,10 @@
 import type {
   AiQuota,
+  Budget,
+  BudgetCreateInput,
+  BudgetRefusal,
+  BudgetSubject,
+  BudgetUpdateInput,
   CreditCost,
   CreditCosts,
   CreditgateClient,
@@ -7,6 +12,7 @@ import type {
   DenialReason,
   EntitlementSnapshot,
   InvocationStatus,
+  PaymentRequired,
   RecordResult,
   RefundInput,
   RefundResult,
@@ -139,6 +145,42 @@ describe('exported types (checked by tsc)', () => {
     expectTypeOf<WebhookDeliveries['data']>().toEqualTypeOf<WebhookDelivery[]>();
     expectTypeOf<WebhookDeliveries['next_cursor']>().toEqualTypeOf<string | null>();
     expectTypeOf<WebhookDelivery['attempt_count']>().toEqualTypeOf<number>();
+  });
+
+  it('budgets and budget refusals', () => {
+    expectTypeOf<Budget['id']>().toEqualTypeOf<string>();
+    expectTypeOf<Budget['scope']>().toEqualTypeOf<'organization' | 'deployment' | 'api_key' | 'end_user' | 'tool'>();
+    expectTypeOf<Budget['window']>().toEqualTypeOf<'hour' | 'day' | 'week' | 'month' | 'period'>();
+    expectTypeOf<Budget['mode']>().toEqualTypeOf<'block' | 'alert'>();
+    expectTypeOf<Budget['limit_credits']>().toEqualTypeOf<number | null>();
+    expectTypeOf<Budget['spent_credits']>().toEqualTypeOf<number | null>();
+    expectTypeOf<Budget['remaining_credits']>().toEqualTypeOf<number | null>();
+    expectTypeOf<Budget['resets_at']>().toEqualTypeOf<string>();
+    expectTypeOf<Budget['subjects']>().toEqualTypeOf<BudgetSubject[] | null>();
+    expectTypeOf<BudgetSubject>().toEqualTypeOf<{ id: string; spent_credits: number; spent_ai_tokens: number }>();
+    expectTypeOf<BudgetCreateInput['scope']>().toEqualTypeOf<Budget['scope']>();
+    expectTypeOf<BudgetCreateInput['window']>().toEqualTypeOf<Budget['window']>();
+    expectTypeOf<BudgetCreateInput>().toHaveProperty('limit_credits').toEqualTypeOf<number | null | undefined>();
+    expectTypeOf<BudgetUpdateInput>().toHaveProperty('limit_credits').toEqualTypeOf<number | null | undefined>();
+    expectTypeOf<BudgetUpdateInput>().toHaveProperty('window').toEqualTypeOf<Budget['window'] | undefined>();
+    expectTypeOf<PaymentRequired['reason']>().toEqualTypeOf<'insufficient_credits' | 'budget_exceeded'>();
+    expectTypeOf<PaymentRequired>().toHaveProperty('budget_id').toEqualTypeOf<string | undefined>();
+    expectTypeOf<PaymentRequired>().toHaveProperty('resets_at').toEqualTypeOf<string | undefined>();
+    expectTypeOf<StdioCheckResult>().toHaveProperty('payment_required').toEqualTypeOf<PaymentRequired | undefined>();
+    expectTypeOf<RecordResult>().toHaveProperty('payment_required').toEqualTypeOf<PaymentRequired | undefined>();
+    expectTypeOf<CreditgateClient['budgets']['list']>().returns.resolves.toEqualTypeOf<Budget[]>();
+    expectTypeOf<CreditgateClient['budgets']['create']>().parameters.toEqualTypeOf<[string, BudgetCreateInput]>();
+    expectTypeOf<CreditgateClient['budgets']['update']>().parameters.toEqualTypeOf<[string, string, BudgetUpdateInput]>();
+    expectTypeOf<CreditgateClient['budgets']['delete']>().returns.resolves.toEqualTypeOf<Budget>();
+    expectTypeOf<CreditgateError['budgetId']>().toEqualTypeOf<string | undefined>();
+    expectTypeOf<CreditgateError['resetsAt']>().toEqualTypeOf<string | undefined>();
+    expectTypeOf<CreditgateError['isBudgetExceeded']>().toEqualTypeOf<boolean>();
+    expectTypeOf<BudgetRefusal>().toEqualTypeOf<{
+      budgetId: string | undefined;
+      resetsAt: string | undefined;
+      creditsRequired: number | undefined;
+      creditsAvailable: number | null | undefined;
+    }>();
   });
 
   it('the client methods return those types; errors carry the documented fields', () => {

@@ -127,6 +127,8 @@ class StandIn:
 
             do_GET = _serve
             do_POST = _serve
+            do_PUT = _serve
+            do_DELETE = _serve
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { type CreditgateClient, createClient } from '../client.js';
 import { CreditgateError, isCreditgateError } from '../errors.js';
-import type { RecordResult } from '../types.js';
+import type { PaymentRequired, RecordResult } from '../types.js';
 import { defaultUserId, invocationIdFor, sha256 } from './identity.js';
 import { isOutage, type MeteringEvent, type MeteringLogger, type MeteringOptions, stderrLogger, type ToolExtra } from './options.js';
 import { FileOutbox, MemoryOutbox, type Outbox, type OutboxEntry } from './outbox.js';
@@ -113,9 +113,9 @@ export class Meter {
   private async meter(toolName: string, args: unknown, extra: ToolExtra, invoke: () => Promise<CallToolResult>, hasOutputSchema: boolean): Promise<CallToolResult> {
     if (this.isExcluded(toolName)) return invoke();
     const target: Target = {};
-    const refuse = (reason: MeteringRefusal, tier: string | null = null, available?: number | null, retryAfterSeconds?: number) => {
+    const refuse = (reason: MeteringRefusal, tier: string | null = null, available?: number | null, retryAfterSeconds?: number, paymentRequired?: PaymentRequired) => {
       this.emit({ type: 'denied', tool: toolName, reason, ...(target.userId ? { userId: target.userId } : {}) });
-      return refusalResult(denialInfo(reason, toolName, tier, this.options.upgradeUrl, available, retryAfterSeconds), !hasOutputSchema);
+      return refusalResult(denialInfo(reason, toolName, tier, this.options.upgradeUrl, available, retryAfterSeconds, paymentRequired), !hasOutputSchema);
     };
 
     if (this.mode === 'service') {
@@ -135,7 +135,8 @@ export class Meter {
       const check = await this.check(toolName, invocationId, target);
       if (!check.allowed) {
         if (check.reason === 'deployment_not_found' && target.userId) this.forgetSession(extra.sessionId, target.userId);
-        return refuse(check.reason ?? 'insufficient_credits', check.tier, 'credits_available' in check ? (check.credits_available as number | null) : undefined);
+        const available = 'credits_available' in check ? (check.credits_available as number | null) : undefined;
+        return refuse(check.reason ?? 'insufficient_credits', check.tier, available, undefined, check.payment_required);
       }
       reserved = this.reserve;
       this.emit({ type: 'allowed', tool: toolName, invocationId, reserved });

@@ -1,5 +1,5 @@
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import type { DenialReason } from '../types.js';
+import type { DenialReason, PaymentRequired } from '../types.js';
 
 /** Where the middleware puts what it knows about a call in a tool result's `_meta`. */
 export const META_DENIAL = 'io.creditgate/denial';
@@ -15,6 +15,9 @@ export interface DenialInfo {
   upgrade_url?: string | undefined;
   retry_after_seconds?: number | undefined;
   credits_available?: number | null | undefined;
+  /** budget_exceeded: the budget that refused the call, and when its window resets (docs/budgets.md). */
+  budget_id?: string | undefined;
+  resets_at?: string | undefined;
 }
 
 function messageFor(reason: MeteringRefusal, tool: string, tier: string | null, upgradeUrl: string | undefined, retryAfterSeconds?: number): string {
@@ -50,7 +53,9 @@ export function denialInfo(
   upgradeUrl: string | undefined,
   creditsAvailable?: number | null,
   retryAfterSeconds?: number,
+  paymentRequired?: PaymentRequired,
 ): DenialInfo {
+  const budget = reason === 'budget_exceeded' ? paymentRequired : undefined;
   const wantsUpgrade = reason === 'sandbox_tier' || reason === 'mcp_disabled' || reason === 'insufficient_credits';
   return {
     reason,
@@ -60,6 +65,8 @@ export function denialInfo(
     ...(wantsUpgrade && upgradeUrl ? { upgrade_url: upgradeUrl } : {}),
     ...(creditsAvailable !== undefined ? { credits_available: creditsAvailable } : {}),
     ...(retryAfterSeconds !== undefined ? { retry_after_seconds: retryAfterSeconds } : {}),
+    ...(budget?.budget_id !== undefined ? { budget_id: budget.budget_id } : {}),
+    ...(budget?.resets_at !== undefined ? { resets_at: budget.resets_at } : {}),
   };
 }
 

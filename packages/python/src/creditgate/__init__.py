@@ -7,16 +7,22 @@
 
 from ._identity import IDEMPOTENCY_META_KEYS, canonical, derive_invocation_id, invocation_id_for, uuid7
 from ._version import __version__
-from .client import CacheOptions, Client
-from .errors import CreditgateError, MeteringDenied
+from .client import KEEP, CacheOptions, Client
+from .errors import BudgetRefusal, CreditgateError, MeteringDenied, budget_refusal
 from .metered import Metered, MeteredCall, metered
 from .types import (
     AiQuota,
+    Budget,
+    BudgetMode,
+    BudgetScope,
+    BudgetSubject,
+    BudgetWindow,
     CreditCost,
     CreditCosts,
     DenialReason,
     EntitlementSnapshot,
     InvocationStatus,
+    PaymentRequired,
     RecordResult,
     RefundResult,
     ReleaseResult,
@@ -31,7 +37,14 @@ from .types import (
 
 __all__ = [
     "IDEMPOTENCY_META_KEYS",
+    "KEEP",
     "AiQuota",
+    "Budget",
+    "BudgetMode",
+    "BudgetRefusal",
+    "BudgetScope",
+    "BudgetSubject",
+    "BudgetWindow",
     "CacheOptions",
     "Client",
     "CreditCost",
@@ -43,6 +56,7 @@ __all__ = [
     "Metered",
     "MeteredCall",
     "MeteringDenied",
+    "PaymentRequired",
     "RecordResult",
     "RefundResult",
     "ReleaseResult",
@@ -54,6 +68,7 @@ __all__ = [
     "WebhookQuota",
     "WebhookSendResult",
     "__version__",
+    "budget_refusal",
     "canonical",
     "derive_invocation_id",
     "invocation_id_for",

@@ -54,10 +54,15 @@ class TtlCache(Generic[V]):
         return len(self._entries)
 
 
+# Refusals for money: a top-up, a budget's window reset or a raised limit can lift them at any
+# moment, and then no answer of the scope may stand (a cached "allowed" would hide them, too).
+_MONEY_REFUSALS = frozenset({"insufficient_credits", "budget_exceeded"})
+
+
 class CheckCache:
     """Check-entitlement answers per scope (a deployment id, or 'stdio') and the spendable balance
-    the service last reported for it. A denial for credits is never kept; an "allowed" is reused
-    only while that balance still covers its cost."""
+    the service last reported for it. A denial for credits or by a budget is never kept, and drops
+    the scope's kept answers; an "allowed" is reused only while that balance still covers its cost."""
 
     def __init__(self, now: Callable[[], float], ttl: float) -> None:
         self._checks: TtlCache[Mapping[str, Any]] = TtlCache(now)
@@ -81,7 +86,7 @@ class CheckCache:
         return hit if balance is None or balance >= hit.get("credit_cost", 0) else None
 
     def note_check(self, scope: str, tool: str, result: Mapping[str, Any], cacheable: bool) -> None:
-        if result.get("reason") == "insufficient_credits":
+        if result.get("reason") in _MONEY_REFUSALS:
             self._checks.delete_prefix(f"{scope}\u0000")
         elif cacheable:
             self._checks.set(self._key(scope, tool), result, self._ttl)
@@ -101,7 +106,7 @@ class CheckCache:
             with self._lock:
                 self._balances[scope] = result.get("credits_remaining")
                 self._bound()
-        if not result.get("success") and result.get("error") == "insufficient_credits":
+        if not result.get("success") and result.get("error") in _MONEY_REFUSALS:
             self._checks.delete_prefix(f"{scope}\u0000")
 
     def _bound(self) -> None:

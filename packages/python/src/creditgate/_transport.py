@@ -230,27 +230,38 @@ def _int_or_none(value: Any) -> Optional[int]:
 def error_from_body(
     body: Mapping[str, Any], status: int, retry_after: Optional[int], what: str, *, should_retry: Optional[bool] = None
 ) -> CreditgateError:
+    """The two error shapes (docs/openapi.md, Shapes): flat on /api/v1 (``{error, code, message, ...}``),
+    and the application API's envelope (``{success: false, error: {code, message}, details: {...}}``),
+    whose details hold what the flat shape has beside its message (``fields``, ...)."""
+
     def text(value: Any) -> Optional[str]:
         return value if isinstance(value, str) else None
 
-    code = text(body.get("code"))
+    envelope = body.get("error") if body.get("success") is False and isinstance(body.get("error"), Mapping) else None
+    flat: Mapping[str, Any] = body
+    if envelope is not None:
+        details = body.get("details")
+        flat = {**(details if isinstance(details, Mapping) else {}), "code": envelope.get("code"), "message": envelope.get("message")}
+    code = text(flat.get("code"))
     if code is None:
         code = "RATE_LIMITED" if status == 429 else "SERVICE_UNAVAILABLE" if is_retryable_status(status) else f"HTTP_{status}"
-    # The webhook proxy speaks camelCase (docs/webhooks.md, The proxy); accept snake_case too should a route use it.
-    required = body.get("creditsRequired", body.get("credits_required"))
-    available = body.get("creditsAvailable", body.get("credits_available"))
-    fields = body.get("fields")
+    # The webhook proxy speaks camelCase (docs/webhooks.md, The proxy); the rest of the API snake_case.
+    required = flat.get("creditsRequired", flat.get("credits_required"))
+    available = flat.get("creditsAvailable", flat.get("credits_available"))
+    fields = flat.get("fields")
     return CreditgateError(
         code,
-        text(body.get("message")) or f"{what} answered {status}",
+        text(flat.get("message")) or f"{what} answered {status}",
         status=status,
-        error=text(body.get("error")),
+        error=None if envelope is not None else text(body.get("error")),
         credits_required=_int_or_none(required),
         credits_available=_int_or_none(available),
         retry_after_seconds=retry_after,
         should_retry=should_retry,
-        upgrade_url=text(body.get("upgrade_url")),
-        request_id=text(body.get("request_id")),
+        upgrade_url=text(flat.get("upgrade_url")),
+        request_id=text(flat.get("request_id")),
         fields=fields if isinstance(fields, list) else None,
         body=dict(body),
+        budget_id=text(flat.get("budget_id", flat.get("budgetId"))),
+        resets_at=text(flat.get("resets_at", flat.get("resetsAt"))),
     )

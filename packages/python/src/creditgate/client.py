@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Optional, Union, cast
+from typing import Any, Callable, List, Literal, Mapping, Optional, Sequence, Union, cast
 
 from ._cache import CheckCache, SingleFlight, TtlCache
 from ._identity import uuid7
@@ -15,6 +16,10 @@ from ._version import __version__
 from .errors import CONFIGURATION_ERROR, MISSING_CREDENTIALS, CreditgateError
 from .types import (
     AiQuota,
+    Budget,
+    BudgetMode,
+    BudgetScope,
+    BudgetWindow,
     CreditCosts,
     EntitlementSnapshot,
     InvocationStatus,
@@ -60,6 +65,14 @@ def _quote(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
 
 
+class _Keep(enum.Enum):
+    KEEP = "keep"
+
+
+# The default of a budget change's fields: left out of the request, so the budget keeps its value (None removes a limit).
+KEEP = _Keep.KEEP
+
+
 class Client:
     """A client for creditgate. Credentials: any of an organization API key (stdio mode), the
     shared service key (service mode) and a deployment's id and secret (entitlement snapshot, AI
@@ -69,8 +82,8 @@ class Client:
     >>> cg.stdio.check_entitlement("search")["allowed"]
 
     ``timeout`` is per attempt in seconds (35 s at least for webhook sends); ``retries`` extra
-    attempts for calls that are safe to repeat (every call this client makes is: writes carry an
-    idempotency id); ``cache=False`` turns every cache off.
+    attempts for calls that are safe to repeat (every call this client makes but a budget's create
+    and delete: writes carry an idempotency id); ``cache=False`` turns every cache off.
     """
 
     def __init__(
@@ -128,6 +141,7 @@ class Client:
         self.entitlements = _Entitlements(self)
         self.ai = _Ai(self)
         self.webhooks = _Webhooks(self)
+        self.budgets = _Budgets(self)
 
     @property
     def base_url(self) -> str:
@@ -192,16 +206,19 @@ class Client:
         body: Any = None,
         query: Optional[Mapping[str, QueryValue]] = None,
         transport: Optional[Transport] = None,
+        idempotent: bool = True,
     ) -> Answer:
-        # Every call this client makes is safe to repeat: reads, releases, and writes carrying an idempotency id.
-        return (transport or self._transport).call(method, path, headers=headers, body=body, query=query, idempotent=True)
+        # Safe to repeat, so retried: reads, releases, budget changes and writes carrying an idempotency id.
+        # Only a budget's create and delete are not (the route takes no idempotency key).
+        return (transport or self._transport).call(method, path, headers=headers, body=body, query=query, idempotent=idempotent)
 
     def _check(
         self, scope: str, body: dict[str, Any], force_refresh: bool, send: Callable[[dict[str, Any]], Answer]
     ) -> Mapping[str, Any]:
         """Reservations always go to the service (they are writes, made safe to retry by their
-        invocation id); plain checks come from the check cache while it has them."""
-        tool = body["tool_name"]
+        invocation id); plain checks come from the check cache while it has them, per (tool, end user):
+        an end user's budget can refuse one end user and not another."""
+        tool = body["tool_name"] if body.get("end_user_id") is None else f"{body['tool_name']}\u0000{body['end_user_id']}"
         if body.get("reserve"):
             body = {**body, "invocation_id": body.get("invocation_id") or uuid7()}
             data = send(body).data
@@ -256,9 +273,16 @@ class _Stdio:
         self._c = client
 
     def check_entitlement(
-        self, tool_name: str, *, reserve: bool = False, invocation_id: Optional[str] = None, force_refresh: bool = False
+        self,
+        tool_name: str,
+        *,
+        reserve: bool = False,
+        invocation_id: Optional[str] = None,
+        end_user_id: Optional[str] = None,
+        force_refresh: bool = False,
     ) -> StdioCheckResult:
-        """May this organization run the tool, and what does it cost? ``reserve=True`` holds the cost for 5 minutes."""
+        """May this organization run the tool, and what does it cost? ``reserve=True`` holds the cost for 5 minutes;
+        ``end_user_id`` names your end user, whom end-user budgets count (docs/budgets.md)."""
         c = self._c
         headers = c._api_key_headers()
         body: dict[str, Any] = {"tool_name": tool_name}
@@ -266,13 +290,20 @@ class _Stdio:
             body["reserve"] = True
         if invocation_id is not None:
             body["invocation_id"] = invocation_id
+        if end_user_id is not None:
+            body["end_user_id"] = end_user_id
         result = c._check(
             "stdio", body, force_refresh, lambda b: c._call("POST", "/api/v1/mcp/stdio/check-entitlement", headers, body=b)
         )
         return cast(StdioCheckResult, result)
 
     def record_usage(
-        self, tool_name: str, *, invocation_id: Optional[str] = None, metadata: Optional[Mapping[str, Any]] = None
+        self,
+        tool_name: str,
+        *,
+        invocation_id: Optional[str] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        end_user_id: Optional[str] = None,
     ) -> RecordResult:
         """Records a completed tool call and deducts its credits; an invocation_id is generated when
         none is given, so a retry never deducts twice. ``replayed`` says the service repeated the first answer."""
@@ -280,6 +311,8 @@ class _Stdio:
         body: dict[str, Any] = {"tool_name": tool_name, "invocation_id": invocation_id or uuid7()}
         if metadata is not None:
             body["metadata"] = dict(metadata)
+        if end_user_id is not None:
+            body["end_user_id"] = end_user_id
         answer = c._call("POST", "/api/v1/mcp/stdio/record-usage", c._api_key_headers(), body=body)
         c._checks.note_record("stdio", answer.data, answer.replayed)
         return cast(RecordResult, {**answer.data, "replayed": answer.replayed})
@@ -317,6 +350,7 @@ class _Service:
         *,
         reserve: bool = False,
         invocation_id: Optional[str] = None,
+        end_user_id: Optional[str] = None,
         force_refresh: bool = False,
     ) -> ServiceCheckResult:
         """May this deployment run the tool? Same caching and reservation rules as stdio.check_entitlement."""
@@ -327,6 +361,8 @@ class _Service:
             body["reserve"] = True
         if invocation_id is not None:
             body["invocation_id"] = invocation_id
+        if end_user_id is not None:
+            body["end_user_id"] = end_user_id
         result = c._check(
             deployment_id, body, force_refresh, lambda b: c._call("POST", "/api/v1/mcp/check-entitlement", headers, body=b)
         )
@@ -448,3 +484,93 @@ class _Webhooks:
     def delivery(self, webhook_id: str) -> WebhookDelivery:
         answer = self._c._call("GET", f"/api/v1/proxy/webhooks/deliveries/{_quote(webhook_id)}", self._c._deployment_headers())
         return cast(WebhookDelivery, answer.data)
+
+
+class _Budgets:
+    """An organization's budgets through the application API (``/organizations/{id}/budgets``,
+    docs/budgets.md), with the client's API key: ``read`` reads, ``admin`` creates, changes and
+    deletes. Answers are the envelope's ``data``. Reads and changes are retried like every safe call;
+    a create or a delete is sent once (the route takes no idempotency key: a repeated create would
+    make a second budget)."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def _path(self, organization_id: str, budget_id: Optional[str] = None) -> str:
+        base = f"/organizations/{_quote(organization_id)}/budgets"
+        return base if budget_id is None else f"{base}/{_quote(budget_id)}"
+
+    def _send(self, method: str, path: str, *, body: Any = None, idempotent: bool = True) -> Any:
+        c = self._c
+        return c._call(method, path, c._api_key_headers(), body=body, idempotent=idempotent).data["data"]
+
+    def list(self, organization_id: str) -> List[Budget]:
+        """Every budget of the organization, oldest first, each with what its window in progress has counted."""
+        return cast(List[Budget], self._send("GET", self._path(organization_id)))
+
+    def create(
+        self,
+        organization_id: str,
+        *,
+        scope: BudgetScope,
+        window: BudgetWindow,
+        limit_credits: Optional[int] = None,
+        limit_ai_tokens: Optional[int] = None,
+        deployment_id: Optional[str] = None,
+        api_key_id: Optional[str] = None,
+        end_user_id: Optional[str] = None,
+        tool_name: Optional[str] = None,
+        mode: Optional[BudgetMode] = None,
+        alert_thresholds: Optional[Sequence[int]] = None,
+    ) -> Budget:
+        """Creates a budget: at least one limit, and the scope's id (``deployment_id``, ``api_key_id``,
+        ``end_user_id`` or ``tool_name``; ``"*"`` for each end user or tool separately)."""
+        fields: dict[str, Any] = {
+            "scope": scope,
+            "window": window,
+            "limit_credits": limit_credits,
+            "limit_ai_tokens": limit_ai_tokens,
+            "deployment_id": deployment_id,
+            "api_key_id": api_key_id,
+            "end_user_id": end_user_id,
+            "tool_name": tool_name,
+            "mode": mode,
+            "alert_thresholds": None if alert_thresholds is None else list(alert_thresholds),
+        }
+        body = {key: value for key, value in fields.items() if value is not None}
+        return cast(Budget, self._send("POST", self._path(organization_id), body=body, idempotent=False))
+
+    def get(self, organization_id: str, budget_id: str) -> Budget:
+        """One budget with its window in progress."""
+        return cast(Budget, self._send("GET", self._path(organization_id, budget_id)))
+
+    def update(
+        self,
+        organization_id: str,
+        budget_id: str,
+        *,
+        limit_credits: Union[int, None, _Keep] = KEEP,
+        limit_ai_tokens: Union[int, None, _Keep] = KEEP,
+        window: Optional[BudgetWindow] = None,
+        mode: Optional[BudgetMode] = None,
+        alert_thresholds: Optional[Sequence[int]] = None,
+    ) -> Budget:
+        """Changes what is named; the rest keeps its value. ``limit_credits=None`` removes that limit
+        (while the other remains). A budget's scope and ids cannot change: a budget for something else is a new budget."""
+        body: dict[str, Any] = {}
+        if limit_credits is not KEEP:
+            body["limit_credits"] = limit_credits
+        if limit_ai_tokens is not KEEP:
+            body["limit_ai_tokens"] = limit_ai_tokens
+        for key, value in (("window", window), ("mode", mode)):
+            if value is not None:
+                body[key] = value
+        if alert_thresholds is not None:
+            body["alert_thresholds"] = list(alert_thresholds)
+        if not body:
+            raise CreditgateError("INVALID_REQUEST", "budgets.update needs at least one change")
+        return cast(Budget, self._send("PUT", self._path(organization_id, budget_id), body=body))
+
+    def delete(self, organization_id: str, budget_id: str) -> Budget:
+        """Deletes the budget and its windows; answers it as it was."""
+        return cast(Budget, self._send("DELETE", self._path(organization_id, budget_id), idempotent=False))

@@ -7,7 +7,8 @@ that are not errors (a denied check, a failed webhook target) are results, never
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
 
 # Codes the client itself produces, next to the service's own (UNAUTHORIZED, INSUFFICIENT_CREDITS, ...).
 CONFIGURATION_ERROR = "CONFIGURATION_ERROR"
@@ -34,7 +35,9 @@ class CreditgateError(Exception):
     has them). ``should_retry``: the answer's ``x-should-retry`` header, ``False`` when the service
     says repeating the call cannot help (a refusal that waiting cannot cure), ``True`` when it sent
     ``true``, None when it sent neither or no answer came; only ``False`` changes anything: such an
-    error is never transient and never retried.
+    error is never transient and never retried. ``budget_id``: the budget that refused the call
+    (``BUDGET_EXCEEDED``); ``resets_at``: when the refusal ends, the budget's window or the AI token
+    quota's period (an ISO 8601 date-time, as sent).
     """
 
     def __init__(
@@ -52,6 +55,8 @@ class CreditgateError(Exception):
         request_id: Optional[str] = None,
         fields: Optional[list[dict[str, str]]] = None,
         body: Any = None,
+        budget_id: Optional[str] = None,
+        resets_at: Optional[str] = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -66,14 +71,23 @@ class CreditgateError(Exception):
         self.request_id = request_id
         self.fields = fields
         self.body = body
+        self.budget_id = budget_id
+        self.resets_at = resets_at
+
+    @property
+    def is_budget_exceeded(self) -> bool:
+        """A budget refused the call: the webhook proxy's 403 and the AI proxy's 429 ``BUDGET_EXCEEDED``
+        (``budget_id``, ``resets_at``). Buying credits does not lift it; its window's reset or a higher limit does."""
+        return self.code == "BUDGET_EXCEEDED" or self.error == "budget_exceeded"
 
     @property
     def is_transient(self) -> bool:
         """The platform could not be reached or answered with a transient failure: the same call may succeed later.
 
-        Never true for an answer that said ``x-should-retry: false``, whatever its status.
+        Never true for an answer that said ``x-should-retry: false``, whatever its status, nor for a
+        budget's refusal, with or without that header (it holds until ``resets_at``).
         """
-        if self.should_retry is False:
+        if self.should_retry is False or self.is_budget_exceeded:
             return False
         if self.code in (NETWORK_ERROR, TIMEOUT, "IDEMPOTENCY_IN_PROGRESS"):
             return True
@@ -87,9 +101,10 @@ class MeteringDenied(CreditgateError):
     """``metered`` refused a call: the function did not run and nothing was charged.
 
     ``reason``: one of the service's denial reasons (``sandbox_tier``, ``insufficient_credits``,
-    ``no_deployment_found``, ``deployment_not_found``, ``mcp_disabled``) or ``no_user``,
-    ``rate_limited``, ``platform_unavailable``, ``metering_misconfigured``. The message is the same
-    sentence the TypeScript middleware returns, written for the model that called the tool.
+    ``no_deployment_found``, ``deployment_not_found``, ``mcp_disabled``, ``budget_exceeded``) or
+    ``no_user``, ``rate_limited``, ``platform_unavailable``, ``metering_misconfigured``. The message is
+    the same sentence the TypeScript middleware returns, written for the model that called the tool.
+    A ``budget_exceeded`` denial names the budget (``budget_id``) and when its window resets (``resets_at``).
     """
 
     def __init__(
@@ -102,6 +117,8 @@ class MeteringDenied(CreditgateError):
         upgrade_url: Optional[str] = None,
         credits_available: Optional[int] = None,
         retry_after_seconds: Optional[int] = None,
+        budget_id: Optional[str] = None,
+        resets_at: Optional[str] = None,
     ) -> None:
         super().__init__(
             "METERING_DENIED",
@@ -109,6 +126,8 @@ class MeteringDenied(CreditgateError):
             credits_available=credits_available,
             retry_after_seconds=retry_after_seconds,
             upgrade_url=upgrade_url,
+            budget_id=budget_id,
+            resets_at=resets_at,
         )
         self.reason = reason
         self.tool_name = tool_name
@@ -116,3 +135,53 @@ class MeteringDenied(CreditgateError):
 
     def __repr__(self) -> str:
         return f"MeteringDenied(reason={self.reason!r}, tool_name={self.tool_name!r})"
+
+
+@dataclass(frozen=True)
+class BudgetRefusal:
+    """A refusal by a budget (docs/budgets.md, Enforcement), whichever way it came."""
+
+    # The budget that refused: the most restrictive when several would be crossed.
+    budget_id: Optional[str]
+    # When that budget's window ends and the count starts over (ISO 8601).
+    resets_at: Optional[str]
+    # What the call costs, where the answer says so.
+    credits_required: Optional[int] = None
+    # The balance, where the answer says so (None: unlimited or not said).
+    credits_available: Optional[int] = None
+
+
+def budget_refusal(value: object) -> Optional[BudgetRefusal]:
+    """The budget refusal in a check answer (``allowed`` False, ``reason`` "budget_exceeded"), a record
+    answer (``success`` False, ``error`` "budget_exceeded"), both with ``payment_required``, or a
+    CreditgateError with ``is_budget_exceeded`` (the webhook proxy, the AI proxy); None for anything else.
+
+    >>> budget = budget_refusal(cg.stdio.check_entitlement("search"))
+    >>> if budget: print(f"over budget {budget.budget_id} until {budget.resets_at}")
+    """
+    if isinstance(value, MeteringDenied):
+        if value.reason != "budget_exceeded":
+            return None
+        return BudgetRefusal(value.budget_id, value.resets_at, value.credits_required, value.credits_available)
+    if isinstance(value, CreditgateError):
+        if not value.is_budget_exceeded:
+            return None
+        return BudgetRefusal(value.budget_id, value.resets_at, value.credits_required, value.credits_available)
+    if not isinstance(value, Mapping):
+        return None
+    required = value.get("payment_required")
+    if not isinstance(required, Mapping) or required.get("reason") != "budget_exceeded":
+        return None
+
+    def text(v: Any) -> Optional[str]:
+        return v if isinstance(v, str) else None
+
+    def number(v: Any) -> Optional[int]:
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    return BudgetRefusal(
+        text(required.get("budget_id")),
+        text(required.get("resets_at")),
+        number(required.get("credits_required")),
+        number(required.get("credits_available")),
+    )

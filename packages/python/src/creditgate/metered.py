@@ -155,8 +155,17 @@ class MeteredCall:
             self._finished = True
             return True
 
-    def _deny(self, reason: str, tier: Optional[str] = None, available: Optional[int] = None, retry_after: Optional[int] = None) -> MeteringDenied:
+    def _deny(
+        self,
+        reason: str,
+        tier: Optional[str] = None,
+        available: Optional[int] = None,
+        retry_after: Optional[int] = None,
+        payment_required: Optional[Mapping[str, Any]] = None,
+    ) -> MeteringDenied:
         wants_upgrade = reason in ("sandbox_tier", "mcp_disabled", "insufficient_credits")
+        # A budget's refusal names the budget and when its window resets (the middleware's denial _meta has the same).
+        budget = payment_required if reason == "budget_exceeded" and isinstance(payment_required, Mapping) else {}
         self._emit("denied", reason=reason)
         return MeteringDenied(
             reason,
@@ -166,6 +175,8 @@ class MeteredCall:
             upgrade_url=self._upgrade_url if wants_upgrade else None,
             credits_available=available,
             retry_after_seconds=retry_after,
+            budget_id=budget.get("budget_id"),
+            resets_at=budget.get("resets_at"),
         )
 
     def _begin(self) -> None:
@@ -185,7 +196,7 @@ class MeteredCall:
                 if check.get("reason") == "deployment_not_found" and self.user_id:
                     self.client._resolved.delete(self.user_id)
                 available = cast(Mapping[str, Any], check).get("credits_available")
-                raise self._deny(check.get("reason") or "insufficient_credits", check.get("tier"), available)
+                raise self._deny(check.get("reason") or "insufficient_credits", check.get("tier"), available, None, check.get("payment_required"))
             self.reserved = self._reserve
         except MeteringDenied:
             raise

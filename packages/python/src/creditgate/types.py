@@ -6,7 +6,28 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, TypedDict
 
-DenialReason = Literal["sandbox_tier", "insufficient_credits", "no_deployment_found", "deployment_not_found", "mcp_disabled"]
+DenialReason = Literal[
+    "sandbox_tier", "insufficient_credits", "no_deployment_found", "deployment_not_found", "mcp_disabled", "budget_exceeded"
+]
+
+
+class _BudgetNamed(TypedDict, total=False):
+    # budget_exceeded: the budget that refused the call, and when its window ends.
+    budget_id: str
+    resets_at: str
+
+
+class PaymentRequired(_BudgetNamed):
+    """A check's or record's refusal for money (docs/budgets.md, Enforcement)."""
+
+    reason: Literal["insufficient_credits", "budget_exceeded"]
+    credits_required: int
+    credits_available: Optional[int]
+
+
+class _Refused(TypedDict, total=False):
+    # Present on a refusal for money: insufficient_credits, or budget_exceeded naming the budget.
+    payment_required: PaymentRequired
 
 
 class _Reservation(TypedDict, total=False):
@@ -15,7 +36,7 @@ class _Reservation(TypedDict, total=False):
     reservation_expires_at: str
 
 
-class StdioCheckResult(_Reservation):
+class StdioCheckResult(_Reservation, _Refused):
     allowed: bool
     credit_cost: int
     reason: Optional[DenialReason]
@@ -26,7 +47,7 @@ class ServiceCheckResult(StdioCheckResult):
     credits_available: Optional[int]
 
 
-class RecordResult(TypedDict):
+class RecordResult(_Refused):
     success: bool
     credits_used: int
     credits_remaining: Optional[int]
@@ -171,3 +192,42 @@ class WebhookDelivery(TypedDict):
 class WebhookDeliveries(TypedDict):
     data: list[WebhookDelivery]
     next_cursor: Optional[str]
+
+
+# ---- budgets (docs/budgets.md, API) ----
+
+BudgetScope = Literal["organization", "deployment", "api_key", "end_user", "tool"]
+BudgetWindow = Literal["hour", "day", "week", "month", "period"]
+BudgetMode = Literal["block", "alert"]
+
+
+class BudgetSubject(TypedDict):
+    id: str  # the end user ("***" for a viewer) or the tool
+    spent_credits: int
+    spent_ai_tokens: int
+
+
+class Budget(TypedDict):
+    """An organization's budget, with what its window in progress has counted."""
+
+    id: str
+    organization_id: str
+    scope: BudgetScope
+    deployment_id: Optional[str]
+    api_key_id: Optional[str]
+    end_user_id: Optional[str]
+    tool_name: Optional[str]
+    limit_credits: Optional[int]
+    limit_ai_tokens: Optional[int]
+    window: BudgetWindow
+    mode: BudgetMode
+    alert_thresholds: list[int]
+    spent_credits: Optional[int]
+    remaining_credits: Optional[int]
+    spent_ai_tokens: Optional[int]
+    remaining_ai_tokens: Optional[int]
+    window_start: str
+    resets_at: str
+    subjects: Optional[list[BudgetSubject]]
+    created_at: str
+    updated_at: str
