@@ -5,7 +5,7 @@ import type { BudgetCounter } from '../budget-rules.js';
 import { type BudgetWithPeriod, budgetsStatement, type CounterKey, counterKey, countersFor, lockCounters } from '../budgets.js';
 import { applyInOrder, type Change, NOTHING_HELD, type Terms } from '../rules.js';
 import { type BalanceRow, syncBalance } from '../service.js';
-import { NotOptimistic, type OptimisticPlan, type Written } from './remembered.js';
+import { NotOptimistic, type OptimisticPlan, type RememberedBudgets, type Written } from './remembered.js';
 import type { BatchDeduction, BatchOutcome } from './types.js';
 import { writeBatch } from './write.js';
 
@@ -57,7 +57,7 @@ export async function applyBatch(
 ): Promise<[BatchOutcome[], Written]> {
   const outcomes: Array<BatchOutcome | undefined> = new Array(items.length);
   const batchNow = items.map((it) => it.now).reduce(latest, new Date(0));
-  const nothingWritten: Written = { versions: [], now: batchNow };
+  const nothingWritten: Written = { versions: [], windows: [], now: batchNow };
   /** Per item: what it deducts, holds or gives back, and what of `reserved` it frees. */
   const terms: Terms[] = items.map((it) => ({ kind: kindOf(it), cost: it.cost, release: it.releaseReserved, heldWindows: it.heldWindows }));
 
@@ -226,9 +226,20 @@ export async function applyBatch(
     }
   }
 
-  // 2c. The budget windows the batch's charges fall in and its releases give back to, locked.
-  const counters = budgets.length > 0 ? await budgetCounters(tx, items, terms, byDeployment, rows, budgets, releasing) : [];
-  const budgeted = new Set(budgets.map((b) => b.organization_id));
+  // 2c. The budget windows the batch's charges fall in and its releases give back to, locked; on
+  //     remembered rows, the budgets those rows' versions counted with and the windows as this instance
+  //     left them (engine/remembered.ts), checked by the write.
+  const budgetsOf = new Map<string, BudgetWithPeriod[]>();
+  if (remembered) {
+    for (const r of remembered.rows.values()) if (r.budgets.length > 0) budgetsOf.set(r.row.organization_id, [...r.budgets]);
+  } else {
+    for (const b of budgets) {
+      const list = budgetsOf.get(b.organization_id);
+      if (list) list.push(b);
+      else budgetsOf.set(b.organization_id, [b]);
+    }
+  }
+  const counters = budgetsOf.size > 0 ? await budgetCounters(tx, items, terms, byDeployment, rows, budgetsOf, releasing, remembered) : [];
 
   // 3. Each deployment's requests in arrival order, by the spending rule (credits/rules.ts); a refusal
   //    while reservations hold credits first releases the overdue ones, then the rule runs again.
@@ -261,7 +272,7 @@ export async function applyBatch(
     rows.set(id, applied.row);
   }
 
-  const versions = await writeBatch(tx, items, changes, rows, reportToMeter, commit, remembered, counters);
+  const written = await writeBatch(tx, items, changes, rows, reportToMeter, commit, remembered, counters);
   for (const c of changes) {
     const result: BatchOutcome & { claimed: true } = {
       claimed: true,
@@ -271,10 +282,25 @@ export async function applyBatch(
     if (c.budget) result.result.budget = { id: c.budget.budgetId, resetsAt: c.budget.window.end };
     outcomes[c.index] = result;
   }
-  // Rows of organizations with budgets are not remembered: a batch on remembered rows reads no budgets.
-  const remember = versions.filter((v) => !budgeted.has(rows.get(v.id)!.organization_id));
-  return [outcomes as BatchOutcome[], { versions: remember.map((v) => ({ ...v, row: rows.get(v.id)! })), now: batchNow }];
+  // Each row is remembered with the budgets this batch counted with for its organization.
+  const counterOf = new Map(counters.map((c) => [c.id, c]));
+  return [
+    outcomes as BatchOutcome[],
+    {
+      versions: written.balances.map((v) => {
+        const row = rows.get(v.id)!;
+        return { ...v, row, budgets: budgetsOf.get(row.organization_id) ?? NO_BUDGETS };
+      }),
+      windows: written.windows.flatMap((w) => {
+        const counter = counterOf.get(w.id);
+        return counter ? [{ counter, version: w.version }] : [];
+      }),
+      now: batchNow,
+    },
+  ];
 }
+
+const NO_BUDGETS: RememberedBudgets = Object.freeze([]);
 
 /**
  * What a request asks by its fields: an owned record that spends its own hold is a spend (refused, its
@@ -298,7 +324,10 @@ export async function applyOne(tx: Transaction, item: BatchDeduction, reportToMe
 /**
  * The budget counters of the batch (docs/budgets.md): each deduction's and hold's windows, and the
  * windows in progress that each release gives back to, locked in one order; set on the requests' terms.
- * Returns every counter, for the write and for a second run of the rule.
+ * On remembered rows nothing is locked: each window comes from what this instance last committed of it
+ * (its version goes to the write, which refuses the batch if the row changed since), and a window not
+ * remembered sends the batch to the locking path. Returns every counter, for the write and for a
+ * second run of the rule.
  */
 async function budgetCounters(
   tx: Transaction,
@@ -306,12 +335,15 @@ async function budgetCounters(
   terms: Terms[],
   byDeployment: Map<string, number[]>,
   rows: Map<string, BalanceRow>,
-  budgets: BudgetWithPeriod[],
+  budgetsOf: Map<string, BudgetWithPeriod[]>,
   releasing: Map<number, string[]>,
+  remembered: OptimisticPlan | undefined,
 ): Promise<BudgetCounter[]> {
   const keysOf = new Map<number, CounterKey[]>();
   for (const [deploymentId, indexes] of byDeployment) {
     const row = rows.get(deploymentId)!;
+    const budgets = budgetsOf.get(row.organization_id);
+    if (!budgets) continue;
     const period = { start: row.period_start, end: row.period_end };
     for (const index of indexes) {
       const kind = terms[index]!.kind;
@@ -328,11 +360,48 @@ async function budgetCounters(
   }
   const releaseIds = [...releasing.values()].flat();
   if (keysOf.size === 0 && releaseIds.length === 0) return [];
-  const { byKey, byId } = await lockCounters(tx, [...keysOf.values()].flat(), releaseIds);
+  const { byKey, byId } = remembered
+    ? rememberedCounters(remembered, [...keysOf.values()].flat())
+    : await lockCounters(tx, [...keysOf.values()].flat(), releaseIds);
   for (const [index, keys] of keysOf) terms[index]!.budgets = keys.map((k) => byKey.get(counterKey(k))!);
   for (const [index, ids] of releasing) {
     const now = items[index]!.now.getTime();
     terms[index]!.budgets = ids.map((id) => byId.get(id)).filter((c): c is BudgetCounter => c !== undefined && c.window.end.getTime() > now);
   }
   return [...byId.values()];
+}
+
+/**
+ * The counters of a batch on remembered rows (no releases there): each window as this instance last
+ * committed it, with the limits of the budgets the rows' versions counted with; its version noted for
+ * the write. A window not remembered (a new one, or one last written elsewhere) needs the locking path.
+ */
+function rememberedCounters(
+  remembered: OptimisticPlan,
+  keys: readonly CounterKey[],
+): { byKey: Map<string, BudgetCounter>; byId: Map<string, BudgetCounter> } {
+  const byKey = new Map<string, BudgetCounter>();
+  const byId = new Map<string, BudgetCounter>();
+  for (const k of keys) {
+    const key = counterKey(k);
+    if (byKey.has(key)) continue;
+    const known = remembered.window(k.budget.id, k.subject, k.window.start);
+    if (!known) throw new NotOptimistic();
+    const counter: BudgetCounter = {
+      id: known.counter.id,
+      budgetId: k.budget.id,
+      subject: k.subject,
+      window: known.counter.window,
+      limitCredits: k.budget.limit_credits,
+      block: k.budget.mode === 'block',
+      spentCredits: known.counter.spentCredits,
+      startSpent: known.counter.spentCredits,
+      refused: false,
+      budget: k.budget,
+    };
+    remembered.windowVersions.set(counter.id, known.version);
+    byKey.set(key, counter);
+    byId.set(counter.id, counter);
+  }
+  return { byKey, byId };
 }
