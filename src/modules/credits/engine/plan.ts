@@ -124,8 +124,8 @@ export async function applyBatch(
     });
   }
   // 2b. The budgets of the batch's organizations (docs/budgets.md), read after the balance rows are
-  //     locked. A batch on remembered rows reads none: rows are remembered only where the organization
-  //     had no budget, and a budget's change gives them a new version (credits/budgets.ts budgetsChanged).
+  //     locked. A batch on remembered rows reads none: each row is remembered with the budgets its
+  //     version counted with, and a budget's change gives it a new version (credits/budgets.ts budgetsChanged).
   const organizations = [...new Set(items.map((it) => it.organizationId))];
   const readBudgets = !remembered && items.length > 0;
   if (readBudgets) statements.push(budgetsStatement(organizations));
