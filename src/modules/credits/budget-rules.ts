@@ -140,6 +140,10 @@ export function budgetEvents(counters: readonly BudgetCounter[], at: Date): Budg
   for (const c of counters) {
     const budget = c.budget;
     if (!budget || c.limitCredits === null) continue;
+    const limit = c.limitCredits;
+    const grew = c.startSpent !== undefined && c.spentCredits > c.startSpent;
+    // Most windows of a batch reach no threshold and refuse nothing: nothing to build for them.
+    if (!(c.refused && c.block) && !(grew && budget.alert_thresholds.some((t) => c.spentCredits * 100 >= t * limit))) continue;
     const data = (threshold: number) => ({
       budget_id: budget.id,
       scope: budget.scope,
@@ -149,15 +153,15 @@ export function budgetEvents(counters: readonly BudgetCounter[], at: Date): Budg
       metric: 'credits',
       threshold,
       spent: c.spentCredits,
-      limit: c.limitCredits,
+      limit,
       window_start: c.window.start.toISOString(),
       window_end: c.window.end.toISOString(),
     });
     const key = `${budget.id}:${c.subject}:${c.window.start.toISOString()}`;
     const base = { organizationId: budget.organization_id, deploymentId: budget.deployment_id, at };
-    if (c.startSpent !== undefined && c.spentCredits > c.startSpent) {
+    if (grew) {
       for (const t of budget.alert_thresholds) {
-        if (c.spentCredits * 100 >= t * c.limitCredits) {
+        if (c.spentCredits * 100 >= t * limit) {
           events.push({ ...base, type: 'budget.threshold', data: data(t), dedupeKey: `budget.threshold:${key}:${t}` });
         }
       }

@@ -37,6 +37,8 @@ export interface CounterKey {
   budget: BudgetWithPeriod;
   subject: string;
   window: Window;
+  /** keyText of the three. */
+  key: string;
 }
 
 /** A window row's key as text: budget, subject and window start. */
@@ -58,7 +60,8 @@ export function countersFor(budgets: readonly BudgetWithPeriod[], charge: Charge
       const end = budget.primary_period_end;
       if (start && end) own = end.getTime() > at.getTime() ? { start, end } : monthlyPeriod(end, at);
     }
-    keys.push({ budget, subject, window: windowOf(budget.window_kind, at, own) });
+    const window = windowOf(budget.window_kind, at, own);
+    keys.push({ budget, subject, window, key: keyText(budget.id, subject, window.start) });
   }
   return keys;
 }
@@ -83,7 +86,7 @@ export async function lockCounters(
   releasing: readonly string[],
 ): Promise<{ byKey: Map<string, BudgetCounter>; byId: Map<string, BudgetCounter> }> {
   const unique = new Map<string, CounterKey>();
-  for (const k of keys) unique.set(keyText(k.budget.id, k.subject, k.window.start), k);
+  for (const k of keys) unique.set(k.key, k);
   const sorted = [...unique.values()].sort(
     (a, b) =>
       (a.budget.id < b.budget.id ? -1 : a.budget.id > b.budget.id ? 1 : 0) ||
@@ -150,7 +153,7 @@ export async function lockCounters(
   return { byKey, byId };
 }
 
-export const counterKey = (k: CounterKey) => keyText(k.budget.id, k.subject, k.window.start);
+export const counterKey = (k: CounterKey) => k.key;
 
 /**
  * Give `credits` back to the budget windows a hold or a usage record was counted in (a release, an

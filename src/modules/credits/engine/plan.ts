@@ -385,7 +385,7 @@ function rememberedCounters(
   for (const k of keys) {
     const key = counterKey(k);
     if (byKey.has(key)) continue;
-    const known = remembered.window(k.budget.id, k.subject, k.window.start);
+    const known = remembered.window(key);
     if (!known) throw new NotOptimistic();
     const counter: BudgetCounter = {
       id: known.counter.id,

@@ -37,8 +37,8 @@ export interface RememberedWindow {
 export interface OptimisticPlan {
   now: Date;
   rows: Map<string, { row: BalanceRow; version: string; budgets: RememberedBudgets }>;
-  /** The budget window row of that key as this instance last committed it, if it is remembered. */
-  window(budgetId: string, subject: string, start: Date): RememberedWindow | undefined;
+  /** The budget window row of that key (credits/budgets.ts keyText) as this instance last committed it, if it is remembered. */
+  window(key: string): RememberedWindow | undefined;
   /** The versions of the window rows the batch counts in, by row id, as the plan (engine/plan.ts) found them here. */
   windowVersions: Map<string, string>;
 }
@@ -102,8 +102,8 @@ export class RowMemory {
       now: new Date(now),
       rows,
       windowVersions: new Map(),
-      window(budgetId, subject, start) {
-        const known = windows.get(keyText(budgetId, subject, start));
+      window(key) {
+        const known = windows.get(key);
         if (!known || now - known.at > rememberMs || known.at > now) return undefined;
         return known;
       },

@@ -227,9 +227,11 @@ function writeBatchSql(shape: WriteShape): string {
             AND (SELECT count(*) FROM win) = cardinality($win_id::uuid[])` : ''
             })::int AS fresh`
     : '';
+  // Every window row the statement updates gets the one version of its transaction: that version, and how many.
   const windows = shape.counted
     ? `,
-       (SELECT coalesce(json_agg(json_build_object('id', id, 'version', version)), '[]') FROM win) AS windows`
+       (SELECT CASE WHEN count(DISTINCT version) = 1 THEN min(version) END FROM win) AS windows_version,
+       (SELECT count(*) FROM win)::int AS windows`
     : '';
   return `WITH ${ctes.join(', ')}
 SELECT (SELECT count(*) FROM used)::int AS usage,
@@ -323,12 +325,14 @@ export async function writeBatch(
   };
   const params = statement.names.map((name) => pgArray(WRITE_COLUMNS[name as WriteColumn](write)));
   if (commit) commit.progress.committing = true;
-  const [answer] = await (commit ? tx.queryAndCommit.bind(tx) : tx.query.bind(tx))<{ versions: RowVersion[]; windows?: RowVersion[] }>(
-    statement.text,
-    params,
-    statement.name,
-  );
-  return { balances: answer!.versions, windows: answer!.windows ?? [] };
+  const [answer] = await (commit ? tx.queryAndCommit.bind(tx) : tx.query.bind(tx))<{
+    versions: RowVersion[];
+    windows_version?: string | null;
+    windows?: number;
+  }>(statement.text, params, statement.name);
+  const version = answer!.windows_version;
+  const windows = version && answer!.windows === counters.length ? counters.map((c) => ({ id: c.id, version })) : [];
+  return { balances: answer!.versions, windows };
 }
 
 /** A row the write changed (a balance row by deployment id, a budget window by id) and its new version (`xmin`). */
