@@ -57,7 +57,7 @@ export async function applyBatch(
 ): Promise<[BatchOutcome[], Written]> {
   const outcomes: Array<BatchOutcome | undefined> = new Array(items.length);
   const batchNow = items.map((it) => it.now).reduce(latest, new Date(0));
-  const nothingWritten: Written = { versions: [], windows: [], now: batchNow };
+  const nothingWritten: Written = { versions: [], windows: null, now: batchNow };
   /** Per item: what it deducts, holds or gives back, and what of `reserved` it frees. */
   const terms: Terms[] = items.map((it) => ({ kind: kindOf(it), cost: it.cost, release: it.releaseReserved, heldWindows: it.heldWindows }));
 
@@ -247,10 +247,12 @@ export async function applyBatch(
   for (const id of deployments) {
     const indexes = byDeployment.get(id)!;
     // Budget counters are shared across deployments (an organization's budget): a second run starts
-    // from what the first found.
-    const before = counters.map((c) => ({ spent: c.spentCredits, refused: c.refused }));
+    // from what the first found. Only a row with credits held can have one (copying every counter for
+    // every deployment made a batch's planning quadratic in its size).
+    const held = rows.get(id)!.reserved > 0;
+    const before = held ? counters.map((c) => ({ spent: c.spentCredits, refused: c.refused })) : [];
     let applied = applyInOrder(rows.get(id)!, indexes, terms);
-    const refusedWhileHeld = applied.changes.some((c) => !c.deducted) && rows.get(id)!.reserved > 0;
+    const refusedWhileHeld = held && applied.changes.some((c) => !c.deducted);
     if (refusedWhileHeld && remembered) throw new NotOptimistic();
     if (refusedWhileHeld) {
       const now = indexes.map((i) => items[i]!.now).reduce(latest);
@@ -283,7 +285,6 @@ export async function applyBatch(
     outcomes[c.index] = result;
   }
   // Each row is remembered with the budgets this batch counted with for its organization.
-  const counterOf = new Map(counters.map((c) => [c.id, c]));
   return [
     outcomes as BatchOutcome[],
     {
@@ -291,10 +292,7 @@ export async function applyBatch(
         const row = rows.get(v.id)!;
         return { ...v, row, budgets: budgetsOf.get(row.organization_id) ?? NO_BUDGETS };
       }),
-      windows: written.windows.flatMap((w) => {
-        const counter = counterOf.get(w.id);
-        return counter ? [{ counter, version: w.version }] : [];
-      }),
+      windows: written.windowsVersion === null ? null : { counters, version: written.windowsVersion },
       now: batchNow,
     },
   ];
@@ -388,14 +386,14 @@ function rememberedCounters(
     const known = remembered.window(key);
     if (!known) throw new NotOptimistic();
     const counter: BudgetCounter = {
-      id: known.counter.id,
+      id: known.id,
       budgetId: k.budget.id,
       subject: k.subject,
-      window: known.counter.window,
+      window: known.window,
       limitCredits: k.budget.limit_credits,
       block: k.budget.mode === 'block',
-      spentCredits: known.counter.spentCredits,
-      startSpent: known.counter.spentCredits,
+      spentCredits: known.spentCredits,
+      startSpent: known.spentCredits,
       refused: false,
       budget: k.budget,
     };

@@ -1,4 +1,4 @@
-import type { BudgetCounter } from '../budget-rules.js';
+import type { BudgetCounter, Window } from '../budget-rules.js';
 import { type BudgetWithPeriod, keyText } from '../budgets.js';
 import type { BalanceRow } from '../service.js';
 import type { BatchDeduction } from './types.js';
@@ -29,7 +29,9 @@ export type RememberedBudgets = readonly BudgetWithPeriod[];
 
 /** A budget window row as a batch left it: its count and version. */
 export interface RememberedWindow {
-  counter: BudgetCounter;
+  id: string;
+  window: Window;
+  spentCredits: number;
   version: string;
 }
 
@@ -46,8 +48,8 @@ export interface OptimisticPlan {
 /** The rows a committed batch wrote, with their new versions. */
 export interface Written {
   versions: Array<{ id: string; version: string; row: BalanceRow; budgets: RememberedBudgets }>;
-  /** The budget window rows it wrote, as it left them. */
-  windows: RememberedWindow[];
+  /** The budget window rows it wrote, as it left them, with the version they were written at. */
+  windows: { counters: BudgetCounter[]; version: string } | null;
   now: Date;
 }
 
@@ -129,12 +131,20 @@ export class RowMemory {
       if (this.rows.size <= REMEMBER_MAX) break;
       this.rows.delete(id);
     }
-    for (const { counter, version } of written.windows) {
-      const key = keyText(counter.budgetId, counter.subject, counter.window.start);
-      this.windows.delete(key);
-      // A count the batch's ops may have changed afterwards (a refund) would only be refused: not kept.
-      if (except.length > 0) continue;
-      this.windows.set(key, { counter: { ...counter }, version, at: now });
+    // A count the batch's ops may have changed afterwards (a refund) would only be refused: not kept.
+    const windows = written.windows;
+    if (windows && except.length === 0) {
+      for (const c of windows.counters) {
+        this.windows.set(keyText(c.budgetId, c.subject, c.window.start), {
+          id: c.id,
+          window: c.window,
+          spentCredits: c.spentCredits,
+          version: windows.version,
+          at: now,
+        });
+      }
+    } else if (windows) {
+      for (const c of windows.counters) this.windows.delete(keyText(c.budgetId, c.subject, c.window.start));
     }
     for (const key of this.windows.keys()) {
       if (this.windows.size <= REMEMBER_MAX * 4) break;

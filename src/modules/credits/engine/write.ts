@@ -284,12 +284,12 @@ export async function writeBatch(
   commit: { progress: { committing: boolean } } | undefined,
   remembered: OptimisticPlan | undefined,
   counters: BudgetCounter[] = [],
-): Promise<{ balances: RowVersion[]; windows: RowVersion[] }> {
+): Promise<{ balances: RowVersion[]; windowsVersion: string | null }> {
   const touched = [...new Set(all.filter((c) => c.deducted).map((c) => c.deploymentId))];
   const refusedHolds = all.filter((c) => c.kind === 'hold' && !c.deducted);
   const releases = all.filter((c) => c.kind === 'release');
   const changes = all.filter((c) => c.kind === 'deduct' || c.kind === 'spend');
-  if (touched.length === 0 && refusedHolds.length === 0 && changes.length === 0) return { balances: [], windows: [] };
+  if (touched.length === 0 && refusedHolds.length === 0 && changes.length === 0) return { balances: [], windowsVersion: null };
   const done = changes.filter((c) => c.deducted);
   // Remembered rows the batch does not write (every request refused) are checked, not written.
   const untouched = remembered ? [...remembered.rows.keys()].filter((id) => !touched.includes(id)).sort() : [];
@@ -330,9 +330,9 @@ export async function writeBatch(
     windows_version?: string | null;
     windows?: number;
   }>(statement.text, params, statement.name);
+  // The version every window of `counters` was written at; null when not all were (then none is remembered).
   const version = answer!.windows_version;
-  const windows = version && answer!.windows === counters.length ? counters.map((c) => ({ id: c.id, version })) : [];
-  return { balances: answer!.versions, windows };
+  return { balances: answer!.versions, windowsVersion: version && answer!.windows === counters.length ? version : null };
 }
 
 /** A row the write changed (a balance row by deployment id, a budget window by id) and its new version (`xmin`). */
