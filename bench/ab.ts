@@ -57,7 +57,8 @@ const line = (m: Measurement) => `${String(m.rps).padStart(6)}/s p50 ${m.latency
 
 /**
  * Mean and count of the histograms that break a request's time down (the batcher's wait and batch, the
- * balance reads, the HTTP request of the measured route), from Prometheus text.
+ * balance reads, the HTTP request of the measured route), and the batches on remembered rows, from
+ * Prometheus text.
  */
 function summarizeHistograms(text: string): string[] {
   const sums = new Map<string, { sum: number; count: number }>();
@@ -69,10 +70,13 @@ function summarizeHistograms(text: string): string[] {
     entry[m[2] as 'sum' | 'count'] = Number(m[4]);
     sums.set(key, entry);
   }
-  return [...sums].map(([key, { sum, count }]) => {
+  const lines = [...sums].map(([key, { sum, count }]) => {
     const mean = count === 0 ? 0 : sum / count;
     return `${key}: count ${count}, mean ${key.includes('seconds') ? `${(mean * 1000).toFixed(2)} ms` : mean.toFixed(1)}`;
   });
+  // Batches on remembered rows (one round trip) committed, and attempts that found a row changed.
+  for (const line of text.split('\n')) if (line.startsWith('creditgate_deduction_batch_remembered_total{')) lines.push(line);
+  return lines;
 }
 
 const db = await createBenchDatabase();

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { batcherFixtures, resultOf } from '../../../test/batcher-fixtures.js';
+import { budgetFixtures } from '../../../test/budget-fixtures.js';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { createHarness, dbKind, grant, type Harness, type Tenant } from '../../../test/harness.js';
+import { usageFixtures } from '../../../test/usage-fixtures.js';
 import { DeductionBatcher } from './engine/queue.js';
 import type { BatchOutcome } from './engine/types.js';
 
@@ -20,6 +22,8 @@ afterAll(async () => {
 });
 const f = creditFixtures(() => h);
 const { request, usageOf } = batcherFixtures(() => h);
+const budgets = budgetFixtures(() => h);
+const usage = usageFixtures(() => h);
 
 describe('one round trip on remembered rows', () => {
   // A batcher that remembers the rows it committed (DEDUCT_BATCH_REMEMBER_MS; the app's default).
@@ -139,5 +143,93 @@ describe('one round trip on remembered rows', () => {
     expect(b.stats).toMatchObject({ optimistic: 0, stale: 0, batches: 2 });
     expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 1 });
     await f.expectLedgerConsistent(t);
+  });
+});
+
+describe('one round trip on remembered rows, with budgets (docs/budgets.md)', () => {
+  const remembering = () => new DeductionBatcher(h.deps, { windowMs: 20, maxBatch: 1000, maxInFlight: 1, rememberMs: 60_000 });
+  const batchOf = (b: DeductionBatcher, t: Tenant | Array<Tenant>, n: number) =>
+    Promise.all(Array.from({ length: n }, (_, i) => b.submit(request(Array.isArray(t) ? t[i % t.length]! : t, 1))));
+  const deducted = (outcomes: BatchOutcome[]) => outcomes.map((o) => resultOf(o).deducted);
+  const spentIn = async (budgetId: string) => (await budgets.windowsOf(budgetId)).map((w) => w.spent_credits);
+
+  it('counts in the remembered windows in one round trip, and the budget refuses exactly there too', async () => {
+    const t = await f.tenantWith(100);
+    const day = await budgets.addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: 5, window: 'day' });
+    const eachTool = await budgets.addBudget({ organizationId: t.organizationId, scope: 'tool', toolName: '*', limitCredits: 100, window: 'hour' });
+    const b = remembering();
+    expect(deducted(await batchOf(b, t, 2))).toEqual([true, true]);
+    expect(b.stats).toMatchObject({ batches: 1, optimistic: 0 });
+    const second = await batchOf(b, t, 4);
+    expect(b.stats).toMatchObject({ batches: 2, optimistic: 1, stale: 0, fallbacks: 0 });
+    expect(deducted(second)).toEqual([true, true, true, false]);
+    expect(resultOf(second[3]!).budget).toMatchObject({ id: day });
+    expect(await spentIn(day)).toEqual([5]);
+    expect(await spentIn(eachTool)).toEqual([5]);
+    // The third batch counts from what the second left, in one round trip again: nothing fits.
+    expect(deducted(await batchOf(b, t, 2))).toEqual([false, false]);
+    expect(b.stats).toMatchObject({ batches: 3, optimistic: 2, stale: 0 });
+    expect(await spentIn(day)).toEqual([5]);
+    const records = await h.deps.db.query<{ success: boolean; error: string | null; budget_windows: string[] | null }>(
+      'SELECT success, error, budget_windows FROM usage_records WHERE deployment_id = $1',
+      [t.deploymentId],
+    );
+    expect(records.filter((u) => u.success).map((u) => u.budget_windows?.length)).toEqual([2, 2, 2, 2, 2]);
+    expect(records.filter((u) => !u.success).map((u) => u.error)).toEqual(['budget_exceeded', 'budget_exceeded', 'budget_exceeded']);
+    expect(await f.balanceOf(t.deploymentId)).toMatchObject({ monthly_used: 5 });
+    await f.expectLedgerConsistent(t);
+  });
+
+  it('a window another instance counted in since is not trusted: the attempt is refused and the locking path counts from the row', async () => {
+    const t = await f.tenantWith(100);
+    const second = { ...t, deploymentId: await usage.addDeployment(t.organizationId) };
+    await grant(h, second.deploymentId, 100);
+    const day = await budgets.addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: 5, window: 'day' });
+    const one = remembering();
+    const other = remembering();
+    expect(deducted(await batchOf(one, t, 2))).toEqual([true, true]);
+    // Another instance counts 2 on the organization's other deployment: `one`'s balance row is unchanged, its window is not.
+    expect(deducted(await batchOf(other, second, 2))).toEqual([true, true]);
+    expect(deducted(await batchOf(one, t, 2))).toEqual([true, false]);
+    expect(one.stats).toMatchObject({ optimistic: 0, stale: 1, fallbacks: 0, batches: 2 });
+    expect(await spentIn(day)).toEqual([5]);
+    await f.expectLedgerConsistent(t);
+  });
+
+  it('a limit changed since the rows were remembered applies at once: the attempt is refused as a whole', async () => {
+    const t = await f.tenantWith(100);
+    const day = await budgets.addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: 10, window: 'day' });
+    const b = remembering();
+    await batchOf(b, t, 3);
+    await batchOf(b, t, 1);
+    expect(b.stats).toMatchObject({ optimistic: 1, stale: 0 });
+    await budgets.setLimit(day, t.organizationId, 5);
+    expect(deducted(await batchOf(b, t, 3))).toEqual([true, false, false]);
+    expect(b.stats).toMatchObject({ optimistic: 1, stale: 1, fallbacks: 0 });
+    expect(await spentIn(day)).toEqual([5]);
+  });
+
+  it('a window no batch of this instance has counted in yet (the next hour) is made by the locking path', async () => {
+    const t = await f.tenantWith(100);
+    const hour = await budgets.addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: 3, window: 'hour' });
+    const b = remembering();
+    await batchOf(b, t, 2);
+    h.clock.advance(3600_000);
+    expect(deducted(await batchOf(b, t, 4))).toEqual([true, true, true, false]);
+    expect(b.stats).toMatchObject({ batches: 2, optimistic: 0, stale: 0 });
+    expect(await spentIn(hour)).toEqual([2, 3]);
+    // Remembered from there on.
+    expect(deducted(await batchOf(b, t, 1))).toEqual([false]);
+    expect(b.stats).toMatchObject({ batches: 3, optimistic: 1, stale: 0 });
+  });
+
+  it("an organization budget of the primary deployment's period is counted on locked rows", async () => {
+    const t = await f.tenantWith(100);
+    const period = await budgets.addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: 3, window: 'period' });
+    const b = remembering();
+    await batchOf(b, t, 2);
+    expect(deducted(await batchOf(b, t, 2))).toEqual([true, false]);
+    expect(b.stats).toMatchObject({ batches: 2, optimistic: 0, stale: 0 });
+    expect(await spentIn(period)).toEqual([3]);
   });
 });

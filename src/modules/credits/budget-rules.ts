@@ -148,11 +148,15 @@ export function budgetEvents(counters: readonly BudgetCounter[], at: Date): Budg
       { metric: 'credits', limit: c.limitCredits, spent: c.spentCredits, start: c.startSpent },
       { metric: 'ai_tokens', limit: c.limitAiTokens ?? null, spent: c.spentAiTokens ?? 0, start: c.startAiTokens },
     ] as const;
-    const key = `${budget.id}:${c.subject}:${c.window.start.toISOString()}`;
-    const base = { organizationId: budget.organization_id, deploymentId: budget.deployment_id, at };
     for (const m of metrics) {
       if (m.limit === null) continue;
       const limit = m.limit;
+      const grew = m.start !== undefined && m.spent > m.start;
+      const refused = c.refused === true && c.block && refusedOn(c, m.metric);
+      // Most windows of a batch reach no threshold and refuse nothing: nothing to build for them.
+      if (!refused && !(grew && budget.alert_thresholds.some((t) => m.spent * 100 >= t * limit))) continue;
+      const key = `${budget.id}:${c.subject}:${c.window.start.toISOString()}`;
+      const base = { organizationId: budget.organization_id, deploymentId: budget.deployment_id, at };
       const data = (threshold: number) => ({
         budget_id: budget.id,
         scope: budget.scope,
@@ -168,14 +172,14 @@ export function budgetEvents(counters: readonly BudgetCounter[], at: Date): Budg
       });
       // Credits keep the keys they had before AI tokens were counted: one event per window either way.
       const suffix = m.metric === 'credits' ? '' : ':ai_tokens';
-      if (m.start !== undefined && m.spent > m.start) {
+      if (grew) {
         for (const t of budget.alert_thresholds) {
           if (m.spent * 100 >= t * limit) {
             events.push({ ...base, type: 'budget.threshold', data: data(t), dedupeKey: `budget.threshold:${key}:${t}${suffix}` });
           }
         }
       }
-      if (c.refused && c.block && refusedOn(c, m.metric)) {
+      if (refused) {
         events.push({ ...base, type: 'budget.exceeded', data: data(100), dedupeKey: `budget.exceeded:${key}${suffix}` });
       }
     }

@@ -39,6 +39,8 @@ export interface CounterKey {
   budget: BudgetWithPeriod;
   subject: string;
   window: Window;
+  /** keyText of the three. */
+  key: string;
 }
 
 /** A window row's key as text: budget, subject and window start. */
@@ -69,7 +71,8 @@ export function countersFor(
       const end = budget.primary_period_end;
       if (start && end) own = end.getTime() > at.getTime() ? { start, end } : monthlyPeriod(end, at);
     }
-    keys.push({ budget, subject, window: windowOf(budget.window_kind, at, own) });
+    const window = windowOf(budget.window_kind, at, own);
+    keys.push({ budget, subject, window, key: keyText(budget.id, subject, window.start) });
   }
   return keys;
 }
@@ -95,7 +98,7 @@ export async function lockCounters(
   releasing: readonly string[],
 ): Promise<{ byKey: Map<string, BudgetCounter>; byId: Map<string, BudgetCounter> }> {
   const unique = new Map<string, CounterKey>();
-  for (const k of keys) unique.set(keyText(k.budget.id, k.subject, k.window.start), k);
+  for (const k of keys) unique.set(k.key, k);
   const sorted = [...unique.values()].sort(
     (a, b) =>
       (a.budget.id < b.budget.id ? -1 : a.budget.id > b.budget.id ? 1 : 0) ||
@@ -119,10 +122,14 @@ export async function lockCounters(
     });
   }
   statements.push({
+    // The rows are found by their keys through the key index, then read and locked by id in key order:
+    // written as one condition with OR, the planner read the whole table for every batch.
     text: `SELECT w.id, w.budget_id, w.subject, w.window_start, w.window_end, w.spent_credits, w.spent_ai_tokens
            FROM budget_windows w
-           WHERE (w.budget_id, w.subject, w.window_start) IN (SELECT * FROM unnest($1::uuid[], $2::text[], $3::timestamptz[]))
-              OR w.id = ANY($4::uuid[])
+           WHERE w.id IN (SELECT k.id FROM budget_windows k
+                            JOIN unnest($1::uuid[], $2::text[], $3::timestamptz[]) AS u(b, s, ws)
+                              ON k.budget_id = u.b AND k.subject = u.s AND k.window_start = u.ws
+                          UNION ALL SELECT unnest($4::uuid[]))
            ORDER BY w.budget_id, w.subject, w.window_start
            FOR UPDATE OF w`,
     params: [
@@ -161,7 +168,7 @@ export async function lockCounters(
   return { byKey, byId };
 }
 
-export const counterKey = (k: CounterKey) => keyText(k.budget.id, k.subject, k.window.start);
+export const counterKey = (k: CounterKey) => k.key;
 
 /**
  * Give `credits` back to the budget windows a hold or a usage record was counted in (a release, an
@@ -181,7 +188,8 @@ export async function giveBack(tx: Queryable, windowIds: readonly string[] | nul
 /**
  * A budget of `organizationId` is about to be created, changed or deleted: every balance row of the
  * organization gets a new row version, so a batch computed on remembered rows (engine/remembered.ts),
- * which reads no budgets, is refused and takes the path that does, and is marked `has_budgets`, so a
+ * which reads no budgets but counts with those the row was remembered with, is refused and takes the
+ * path that reads them, and is marked `has_budgets`, so a
  * check reads them (a mark that stays once set: it only costs a read). Call it FIRST in the budget change's
  * transaction: it locks the balance rows in deployment order, as every batch does before it locks
  * budget windows (a deleted budget's windows go with it), so the two never wait on each other in a

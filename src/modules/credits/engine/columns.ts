@@ -75,6 +75,7 @@ export const WRITE_COLUMNS = {
     usage_windows: (w: BatchWrite) => w.changes.map((c) => (c.deducted && c.windows.length > 0 ? c.windows.join(',') : null)),
     win_id: (w: BatchWrite) => w.counters.map((c) => c.id),
     win_spent: (w: BatchWrite) => w.counters.map((c) => c.spentCredits),
+    win_version: (w: BatchWrite) => w.counters.map((c) => w.remembered!.windowVersions.get(c.id)!),
     heldwin_deployment: (w: BatchWrite) => w.heldCounted.map((c) => c.deploymentId),
     heldwin_invocation: (w: BatchWrite) => w.heldCounted.map((c) => w.items[c.index]!.invocationId),
     heldwin_windows: (w: BatchWrite) => w.heldCounted.map((c) => c.windows.join(',')),

@@ -6,7 +6,7 @@ import type { BudgetCounter, Window } from '../budget-rules.js';
 import { type BudgetWithPeriod, budgetsStatement, type CounterKey, counterKey, countersFor, lockCounters } from '../budgets.js';
 import { applyInOrder, type Change, NOTHING_HELD, type Terms } from '../rules.js';
 import { type BalanceRow, syncBalance } from '../service.js';
-import { NotOptimistic, type OptimisticPlan, type Written } from './remembered.js';
+import { NotOptimistic, type OptimisticPlan, type RememberedBudgets, type Written } from './remembered.js';
 import type { BatchDeduction, BatchOp, BatchOutcome } from './types.js';
 import { writeBatch } from './write.js';
 
@@ -65,7 +65,7 @@ export async function applyBatch(
   const opBudgets = ops.some((op) => op.budgets !== undefined);
   let opWindows: BudgetCounter[][] = ops.map(() => []);
   const batchNow = items.map((it) => it.now).reduce(latest, new Date(0));
-  const nothingWritten: Written = { versions: [], now: batchNow };
+  const nothingWritten: Written = { versions: [], windows: null, now: batchNow };
   /** Per item: what it deducts, holds or gives back, and what of `reserved` it frees. */
   const terms: Terms[] = items.map((it) => ({ kind: kindOf(it), cost: it.cost, release: it.releaseReserved, heldWindows: it.heldWindows }));
 
@@ -133,8 +133,9 @@ export async function applyBatch(
     });
   }
   // 2b. The budgets of the batch's organizations (docs/budgets.md), read after the balance rows are
-  //     locked. A batch on remembered rows reads none: rows are remembered only where the organization
-  //     had no budget, and a budget's change gives them a new version (credits/budgets.ts budgetsChanged).
+  //     locked. A batch on remembered rows reads none: each row is remembered with the budgets its
+  //     version counted with, and a budget's change gives it a new version (credits/budgets.ts budgetsChanged).
+  //     Ops that count in budgets (an AI call's charge) read their organizations' budgets too.
   const organizations = [...new Set([...items.map((it) => it.organizationId), ...ops.flatMap((op) => (op.budgets?.charge ? [op.budgets.charge.organizationId] : []))])];
   const readBudgets = !remembered && organizations.length > 0;
   if (readBudgets) statements.push(budgetsStatement(organizations));
@@ -223,8 +224,19 @@ export async function applyBatch(
   const deployments = [...byDeployment.keys()].sort();
   const rows = new Map<string, BalanceRow>();
   for (const row of locked) rows.set(row.deployment_id, row);
+  // The budgets of each organization: read above, or those the remembered rows' versions counted with.
+  const budgetsOf = new Map<string, BudgetWithPeriod[]>();
+  if (remembered) {
+    for (const r of remembered.rows.values()) if (r.budgets.length > 0) budgetsOf.set(r.row.organization_id, [...r.budgets]);
+  } else {
+    for (const b of budgets) {
+      const list = budgetsOf.get(b.organization_id);
+      if (list) list.push(b);
+      else budgetsOf.set(b.organization_id, [b]);
+    }
+  }
   if (deployments.length === 0) {
-    if (opBudgets) opWindows = (await budgetCounters(tx, items, terms, byDeployment, rows, budgets, releasing, ops)).opWindows;
+    if (opBudgets) opWindows = (await budgetCounters(tx, items, terms, byDeployment, rows, budgetsOf, releasing, ops, remembered)).opWindows;
     return [outcomes as BatchOutcome[], nothingWritten, opWindows];
   }
   for (const id of deployments) {
@@ -239,14 +251,14 @@ export async function applyBatch(
   }
 
   // 2c. The budget windows the batch's charges fall in and its releases give back to, locked, with the
-  //     ops' windows.
+  //     ops' windows; on remembered rows (never with ops), the budgets those rows' versions counted with
+  //     and the windows as this instance left them (engine/remembered.ts), checked by the write.
   let counters: BudgetCounter[] = [];
-  if (budgets.length > 0 || opBudgets) {
-    const found = await budgetCounters(tx, items, terms, byDeployment, rows, budgets, releasing, ops);
+  if (budgetsOf.size > 0 || opBudgets) {
+    const found = await budgetCounters(tx, items, terms, byDeployment, rows, budgetsOf, releasing, ops, remembered);
     counters = found.all;
     opWindows = found.opWindows;
   }
-  const budgeted = new Set(budgets.map((b) => b.organization_id));
 
   // 3. Each deployment's requests in arrival order, by the spending rule (credits/rules.ts); a refusal
   //    while reservations hold credits first releases the overdue ones, then the rule runs again.
@@ -254,10 +266,12 @@ export async function applyBatch(
   for (const id of deployments) {
     const indexes = byDeployment.get(id)!;
     // Budget counters are shared across deployments (an organization's budget): a second run starts
-    // from what the first found.
-    const before = counters.map((c) => ({ spent: c.spentCredits, refused: c.refused }));
+    // from what the first found. Only a row with credits held can have one (copying every counter for
+    // every deployment made a batch's planning quadratic in its size).
+    const held = rows.get(id)!.reserved > 0;
+    const before = held ? counters.map((c) => ({ spent: c.spentCredits, refused: c.refused })) : [];
     let applied = applyInOrder(rows.get(id)!, indexes, terms);
-    const refusedWhileHeld = applied.changes.some((c) => !c.deducted) && rows.get(id)!.reserved > 0;
+    const refusedWhileHeld = held && applied.changes.some((c) => !c.deducted);
     if (refusedWhileHeld && remembered) throw new NotOptimistic();
     if (refusedWhileHeld) {
       const now = indexes.map((i) => items[i]!.now).reduce(latest);
@@ -279,7 +293,7 @@ export async function applyBatch(
     rows.set(id, applied.row);
   }
 
-  const versions = await writeBatch(tx, items, changes, rows, reportToMeter, commit, remembered, counters);
+  const written = await writeBatch(tx, items, changes, rows, reportToMeter, commit, remembered, counters);
   for (const c of changes) {
     const result: BatchOutcome & { claimed: true } = {
       claimed: true,
@@ -289,10 +303,22 @@ export async function applyBatch(
     if (c.budget) result.result.budget = { id: c.budget.budgetId, resetsAt: c.budget.window.end };
     outcomes[c.index] = result;
   }
-  // Rows of organizations with budgets are not remembered: a batch on remembered rows reads no budgets.
-  const remember = versions.filter((v) => !budgeted.has(rows.get(v.id)!.organization_id));
-  return [outcomes as BatchOutcome[], { versions: remember.map((v) => ({ ...v, row: rows.get(v.id)! })), now: batchNow }, opWindows];
+  // Each row is remembered with the budgets this batch counted with for its organization.
+  return [
+    outcomes as BatchOutcome[],
+    {
+      versions: written.balances.map((v) => {
+        const row = rows.get(v.id)!;
+        return { ...v, row, budgets: budgetsOf.get(row.organization_id) ?? NO_BUDGETS };
+      }),
+      windows: written.windowsVersion === null ? null : { counters, version: written.windowsVersion },
+      now: batchNow,
+    },
+    opWindows,
+  ];
 }
+
+const NO_BUDGETS: RememberedBudgets = Object.freeze([]);
 
 /**
  * What a request asks by its fields: an owned record that spends its own hold is a spend (refused, its
@@ -316,8 +342,11 @@ export async function applyOne(tx: Transaction, item: BatchDeduction, reportToMe
 /**
  * The budget counters of the batch (docs/budgets.md): each deduction's and hold's windows, the windows
  * in progress that each release gives back to, and the ops' windows (an AI call's charge, a hold's
- * windows by id), locked in one order; set on the requests' terms. Returns every counter, for the write
- * and for a second run of the rule, and each op's.
+ * windows by id), locked in one order; set on the requests' terms. On remembered rows nothing is
+ * locked: each window comes from what this instance last committed of it (its version goes to the
+ * write, which refuses the batch if the row changed since), and a window not remembered sends the
+ * batch to the locking path. Returns every counter, for the write and for a second run of the rule,
+ * and each op's.
  */
 async function budgetCounters(
   tx: Transaction,
@@ -325,13 +354,16 @@ async function budgetCounters(
   terms: Terms[],
   byDeployment: Map<string, number[]>,
   rows: Map<string, BalanceRow>,
-  budgets: BudgetWithPeriod[],
+  budgetsOf: Map<string, BudgetWithPeriod[]>,
   releasing: Map<number, string[]>,
   ops: ReadonlyArray<Pick<BatchOp, 'deploymentId' | 'budgets'>>,
+  remembered: OptimisticPlan | undefined,
 ): Promise<{ all: BudgetCounter[]; opWindows: BudgetCounter[][] }> {
   const keysOf = new Map<number, CounterKey[]>();
   for (const [deploymentId, indexes] of byDeployment) {
     const row = rows.get(deploymentId)!;
+    const budgets = budgetsOf.get(row.organization_id);
+    if (!budgets) continue;
     const period = { start: row.period_start, end: row.period_end };
     for (const index of indexes) {
       const kind = terms[index]!.kind;
@@ -354,14 +386,16 @@ async function budgetCounters(
     if (!charge || !row) return [];
     const period: Window =
       row.period_end.getTime() > charge.at.getTime() ? { start: row.period_start, end: row.period_end } : monthlyPeriod(row.period_end, charge.at);
-    return countersFor(budgets, charge, charge.at, period, 'ai');
+    return countersFor(budgetsOf.get(charge.organizationId) ?? [], charge, charge.at, period, 'ai');
   });
   const releaseIds = [...releasing.values()].flat();
   const opIds = ops.flatMap((op) => op.budgets?.windows ?? []);
   if (keysOf.size === 0 && releaseIds.length === 0 && opIds.length === 0 && opKeys.every((k) => k.length === 0)) {
     return { all: [], opWindows: ops.map(() => []) };
   }
-  const { byKey, byId } = await lockCounters(tx, [...[...keysOf.values()].flat(), ...opKeys.flat()], [...releaseIds, ...opIds]);
+  const { byKey, byId } = remembered
+    ? rememberedCounters(remembered, [...keysOf.values()].flat())
+    : await lockCounters(tx, [...[...keysOf.values()].flat(), ...opKeys.flat()], [...releaseIds, ...opIds]);
   for (const [index, keys] of keysOf) terms[index]!.budgets = keys.map((k) => byKey.get(counterKey(k))!);
   for (const [index, ids] of releasing) {
     const now = items[index]!.now.getTime();
@@ -372,4 +406,39 @@ async function budgetCounters(
     ...(op.budgets?.windows ?? []).map((id) => byId.get(id)).filter((c): c is BudgetCounter => c !== undefined),
   ]);
   return { all: [...byId.values()], opWindows };
+}
+
+/**
+ * The counters of a batch on remembered rows (no releases there): each window as this instance last
+ * committed it, with the limits of the budgets the rows' versions counted with; its version noted for
+ * the write. A window not remembered (a new one, or one last written elsewhere) needs the locking path.
+ */
+function rememberedCounters(
+  remembered: OptimisticPlan,
+  keys: readonly CounterKey[],
+): { byKey: Map<string, BudgetCounter>; byId: Map<string, BudgetCounter> } {
+  const byKey = new Map<string, BudgetCounter>();
+  const byId = new Map<string, BudgetCounter>();
+  for (const k of keys) {
+    const key = counterKey(k);
+    if (byKey.has(key)) continue;
+    const known = remembered.window(key);
+    if (!known) throw new NotOptimistic();
+    const counter: BudgetCounter = {
+      id: known.id,
+      budgetId: k.budget.id,
+      subject: k.subject,
+      window: known.window,
+      limitCredits: k.budget.limit_credits,
+      block: k.budget.mode === 'block',
+      spentCredits: known.spentCredits,
+      startSpent: known.spentCredits,
+      refused: false,
+      budget: k.budget,
+    };
+    remembered.windowVersions.set(counter.id, known.version);
+    byKey.set(key, counter);
+    byId.set(counter.id, counter);
+  }
+  return { byKey, byId };
 }

@@ -1,3 +1,5 @@
+import type { BudgetCounter, Window } from '../budget-rules.js';
+import { type BudgetWithPeriod, keyText } from '../budgets.js';
 import type { BalanceRow } from '../service.js';
 import type { BatchDeduction } from './types.js';
 
@@ -9,6 +11,12 @@ import type { BatchDeduction } from './types.js';
  * statement is refused as a whole, nothing of it stays, and the batch runs the locking path
  * (docs/adr/0004-group-commit.md, "One round trip on remembered rows"). The memory is a hint: a wrong
  * one costs a round trip, never a credit.
+ *
+ * Budgets (docs/budgets.md) go with the rows: each remembered row keeps the budgets of its organization
+ * that the batch which wrote that version counted with. A budget's creation, change or deletion gives
+ * every balance row of its organization a new version first (credits/budgets.ts budgetsChanged), so
+ * while a row's version is the one remembered, so are its organization's budgets. The budget window
+ * rows the batches counted in are remembered too, each with its own version, and guarded the same way.
  */
 
 /** Rows remembered at most (the oldest are dropped first). */
@@ -16,15 +24,32 @@ const REMEMBER_MAX = 10_000;
 /** After a refused attempt, the batch's deployments take the locking path this long (another instance writes them too). */
 const CONTENDED_MS = 1_000;
 
+/** The budgets of a row's organization as its remembered version counted with (none: an empty list). */
+export type RememberedBudgets = readonly BudgetWithPeriod[];
+
+/** A budget window row as a batch left it: its count and version. */
+export interface RememberedWindow {
+  id: string;
+  window: Window;
+  spentCredits: number;
+  version: string;
+}
+
 /** The rows of a batch that may go in one round trip, with the versions they were committed at. */
 export interface OptimisticPlan {
   now: Date;
-  rows: Map<string, { row: BalanceRow; version: string }>;
+  rows: Map<string, { row: BalanceRow; version: string; budgets: RememberedBudgets }>;
+  /** The budget window row of that key (credits/budgets.ts keyText) as this instance last committed it, if it is remembered. */
+  window(key: string): RememberedWindow | undefined;
+  /** The versions of the window rows the batch counts in, by row id, as the plan (engine/plan.ts) found them here. */
+  windowVersions: Map<string, string>;
 }
 
 /** The rows a committed batch wrote, with their new versions. */
 export interface Written {
-  versions: Array<{ id: string; version: string; row: BalanceRow }>;
+  versions: Array<{ id: string; version: string; row: BalanceRow; budgets: RememberedBudgets }>;
+  /** The budget window rows it wrote, as it left them, with the version they were written at. */
+  windows: { counters: BudgetCounter[]; version: string } | null;
   now: Date;
 }
 
@@ -39,7 +64,8 @@ export class RowMemory {
   /** @param rememberMs how long a remembered row may be used (DEDUCT_BATCH_REMEMBER_MS; 0: never), then it is read again. */
   constructor(private readonly rememberMs: number) {}
 
-  private readonly rows = new Map<string, { row: BalanceRow; version: string; at: number }>();
+  private readonly rows = new Map<string, { row: BalanceRow; version: string; budgets: RememberedBudgets; at: number }>();
+  private readonly windows = new Map<string, RememberedWindow & { at: number }>();
   private readonly contendedUntil = new Map<string, number>();
 
   /**
@@ -60,16 +86,30 @@ export class RowMemory {
       }
       now = Math.max(now, it.now.getTime());
     }
-    const rows = new Map<string, { row: BalanceRow; version: string }>();
+    const rows = new Map<string, { row: BalanceRow; version: string; budgets: RememberedBudgets }>();
     for (const it of items) {
       if (rows.has(it.deploymentId)) continue;
       const known = this.rows.get(it.deploymentId);
       if (!known || now - known.at > this.rememberMs || known.at > now || known.row.sync_before.getTime() <= now) return undefined;
       // Credits held: a record may be spending its reservation, which only the locking path settles.
       if (known.row.reserved !== 0) return undefined;
-      rows.set(it.deploymentId, { row: known.row, version: known.version });
+      // An organization budget's `period` window follows the primary deployment's balance row, whose
+      // version this batch may not check: such a batch is computed on the locked rows.
+      if (known.budgets.some(followsPrimary)) return undefined;
+      rows.set(it.deploymentId, { row: known.row, version: known.version, budgets: known.budgets });
     }
-    return { now: new Date(now), rows };
+    const windows = this.windows;
+    const rememberMs = this.rememberMs;
+    return {
+      now: new Date(now),
+      rows,
+      windowVersions: new Map(),
+      window(key) {
+        const known = windows.get(key);
+        if (!known || now - known.at > rememberMs || known.at > now) return undefined;
+        return known;
+      },
+    };
   }
 
   /** After a commit: the rows the batch wrote, except those something else in its transaction changed afterwards. */
@@ -77,7 +117,7 @@ export class RowMemory {
     if (this.rememberMs === 0) return;
     const now = written.now.getTime();
     for (const id of except) this.rows.delete(id);
-    for (const { id, version, row } of written.versions) {
+    for (const { id, version, row, budgets } of written.versions) {
       this.rows.delete(id);
       if (except.includes(id)) continue;
       const until = this.contendedUntil.get(id);
@@ -85,11 +125,30 @@ export class RowMemory {
         if (until > now) continue;
         this.contendedUntil.delete(id);
       }
-      this.rows.set(id, { row, version, at: now });
+      this.rows.set(id, { row, version, budgets, at: now });
     }
     for (const id of this.rows.keys()) {
       if (this.rows.size <= REMEMBER_MAX) break;
       this.rows.delete(id);
+    }
+    // A count the batch's ops may have changed afterwards (a refund) would only be refused: not kept.
+    const windows = written.windows;
+    if (windows && except.length === 0) {
+      for (const c of windows.counters) {
+        this.windows.set(keyText(c.budgetId, c.subject, c.window.start), {
+          id: c.id,
+          window: c.window,
+          spentCredits: c.spentCredits,
+          version: windows.version,
+          at: now,
+        });
+      }
+    } else if (windows) {
+      for (const c of windows.counters) this.windows.delete(keyText(c.budgetId, c.subject, c.window.start));
+    }
+    for (const key of this.windows.keys()) {
+      if (this.windows.size <= REMEMBER_MAX * 4) break;
+      this.windows.delete(key);
     }
   }
 
@@ -110,3 +169,6 @@ export class RowMemory {
     }
   }
 }
+
+/** An organization-wide budget whose `period` window is the primary deployment's credit period (credits/budgets.ts countersFor). */
+const followsPrimary = (b: BudgetWithPeriod) => b.window_kind === 'period' && b.deployment_id === null && b.scope !== 'deployment';

@@ -166,11 +166,18 @@ function writeBatchSql(shape: WriteShape): string {
   );
   if (shape.counted) {
     ctes.push(`win AS (
-  -- Budget windows (docs/budgets.md), locked by the plan: what the batch's charges and releases left.
+  -- Budget windows (docs/budgets.md), locked by the plan: what the batch's charges and releases left.${
+    shape.remembered
+      ? `
+  -- On remembered rows: only the window row version the batch counted from.`
+      : ''
+  }
   UPDATE budget_windows w SET spent_credits = x.spent
-  FROM unnest($win_id::uuid[], $win_spent::bigint[]) AS x(id, spent)
-  WHERE w.id = x.id
-  RETURNING 1
+  FROM unnest($win_id::uuid[], $win_spent::bigint[]${shape.remembered ? ', $win_version::xid[]' : ''}) AS x(id, spent${shape.remembered ? ', version' : ''})
+  -- w.id = ANY(...) lets the planner see how few rows it reads: joined to the arrays alone, a table of
+  -- a few thousand windows was read whole for every batch.
+  WHERE w.id = x.id AND w.id = ANY($win_id::uuid[])${shape.remembered ? ' AND w.xmin = x.version' : ''}
+  RETURNING w.id, w.xmin::text AS version
 )`);
   }
   if (shape.heldCounted) {
@@ -215,11 +222,20 @@ function writeBatchSql(shape: WriteShape): string {
        1 / ((SELECT count(*) FROM bal) = cardinality($bal_id::uuid[])${
          shape.unchanged ? `\n            AND (SELECT count(*) FROM unchanged) = cardinality($unchanged_id::uuid[])` : ''
        }
-            AND (SELECT count(*) FROM answered) = cardinality(array_remove($answer_hash::text[], NULL)))::int AS fresh`
+            AND (SELECT count(*) FROM answered) = cardinality(array_remove($answer_hash::text[], NULL))${
+              shape.counted ? `
+            AND (SELECT count(*) FROM win) = cardinality($win_id::uuid[])` : ''
+            })::int AS fresh`
+    : '';
+  // Every window row the statement updates gets the one version of its transaction: that version, and how many.
+  const windows = shape.counted
+    ? `,
+       (SELECT CASE WHEN count(DISTINCT version) = 1 THEN min(version) END FROM win) AS windows_version,
+       (SELECT count(*) FROM win)::int AS windows`
     : '';
   return `WITH ${ctes.join(', ')}
 SELECT (SELECT count(*) FROM used)::int AS usage,
-       (SELECT coalesce(json_agg(json_build_object('id', id, 'version', version)), '[]') FROM bal) AS versions${fresh}`;
+       (SELECT coalesce(json_agg(json_build_object('id', id, 'version', version)), '[]') FROM bal) AS versions${windows}${fresh}`;
 }
 
 /** A statement with named parameters (`$bal_id`), numbered in order of first appearance. */
@@ -268,12 +284,12 @@ export async function writeBatch(
   commit: { progress: { committing: boolean } } | undefined,
   remembered: OptimisticPlan | undefined,
   counters: BudgetCounter[] = [],
-): Promise<Array<{ id: string; version: string }>> {
+): Promise<{ balances: RowVersion[]; windowsVersion: string | null }> {
   const touched = [...new Set(all.filter((c) => c.deducted).map((c) => c.deploymentId))];
   const refusedHolds = all.filter((c) => c.kind === 'hold' && !c.deducted);
   const releases = all.filter((c) => c.kind === 'release');
   const changes = all.filter((c) => c.kind === 'deduct' || c.kind === 'spend');
-  if (touched.length === 0 && refusedHolds.length === 0 && changes.length === 0) return [];
+  if (touched.length === 0 && refusedHolds.length === 0 && changes.length === 0) return { balances: [], windowsVersion: null };
   const done = changes.filter((c) => c.deducted);
   // Remembered rows the batch does not write (every request refused) are checked, not written.
   const untouched = remembered ? [...remembered.rows.keys()].filter((id) => !touched.includes(id)).sort() : [];
@@ -309,12 +325,20 @@ export async function writeBatch(
   };
   const params = statement.names.map((name) => pgArray(WRITE_COLUMNS[name as WriteColumn](write)));
   if (commit) commit.progress.committing = true;
-  const [answer] = await (commit ? tx.queryAndCommit.bind(tx) : tx.query.bind(tx))<{ versions: Array<{ id: string; version: string }> }>(
-    statement.text,
-    params,
-    statement.name,
-  );
-  return answer!.versions;
+  const [answer] = await (commit ? tx.queryAndCommit.bind(tx) : tx.query.bind(tx))<{
+    versions: RowVersion[];
+    windows_version?: string | null;
+    windows?: number;
+  }>(statement.text, params, statement.name);
+  // The version every window of `counters` was written at; null when not all were (then none is remembered).
+  const version = answer!.windows_version;
+  return { balances: answer!.versions, windowsVersion: version && answer!.windows === counters.length ? version : null };
+}
+
+/** A row the write changed (a balance row by deployment id, a budget window by id) and its new version (`xmin`). */
+export interface RowVersion {
+  id: string;
+  version: string;
 }
 
 /**
