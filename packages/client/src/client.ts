@@ -37,6 +37,12 @@ export interface ReadOptions {
   forceRefresh?: boolean;
 }
 
+/**
+ * A conditional read of the cost table (`creditCostsIfChanged`): unchanged since `etag` (a 304, no
+ * body), or the table with the ETag to send next time.
+ */
+export type CreditCostsRevalidation = { notModified: true; etag: string } | { notModified: false; etag: string | undefined; costs: T.CreditCosts };
+
 /** An answer of a write that carries an idempotency id, with whether the service replayed the first answer. */
 export type WithReplay<R> = R & { replayed: boolean };
 
@@ -194,6 +200,20 @@ export class CreditgateClient {
       });
     },
   };
+
+  /**
+   * The cost table with the tool → action map, revalidated: with the `etag` of an earlier answer, an
+   * unchanged table answers `{ notModified: true }` (a 304 without a body). With either metering
+   * credential (an API key with `read`, or the service key); never cached here, the caller keeps the
+   * table and its ETag (the MCP middleware does: docs/client.md, Prices in tools/list).
+   */
+  async creditCostsIfChanged(etag?: string): Promise<CreditCostsRevalidation> {
+    const headers = { ...this.meteringHeaders(), ...(etag ? { 'if-none-match': etag } : {}) };
+    const answer = await this.call<T.CreditCosts>({ method: 'GET', path: '/api/v1/mcp/credit-costs', headers, idempotent: true });
+    const tag = answer.headers.get('etag') ?? undefined;
+    if (answer.status === 304) return { notModified: true, etag: tag ?? (etag as string) };
+    return { notModified: false, etag: tag, costs: answer.data };
+  }
 
   // ---- reservations and invocations (API key or service key); refunds (service key only) ----
 

@@ -144,6 +144,10 @@ export class Transport {
         cause: err,
       });
     }
+    // A conditional read whose representation is unchanged: no body, by design (RFC 9110 §15.4.5).
+    if (response.status === 304 && Object.keys(options.headers).some((name) => name.toLowerCase() === 'if-none-match')) {
+      return { data: undefined as T, status: 304, headers: response.headers, replayed: false };
+    }
     const body = parseJson(text);
     const retryAfter = retryAfterMs(response.headers.get('retry-after'), Date.now());
     const retryAfterSeconds = retryAfter === undefined ? undefined : Math.ceil(retryAfter / 1000);

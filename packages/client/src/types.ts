@@ -33,6 +33,8 @@ export type ServiceUsageInput = RequestBody<'/api/v1/mcp/usage', 'post'>;
 export type ServiceUsageResult = Reply<'/api/v1/mcp/usage', 'post'>;
 export type CreditCosts = Reply<'/api/v1/mcp/credit-costs', 'get'>;
 export type CreditCost = CreditCosts['costs'][number];
+/** A row of the tool → action map; a tool without one is priced as `platform_basic`. */
+export type ToolAction = CreditCosts['tools'][number];
 
 export type ReleaseResult = Reply<'/api/v1/mcp/reservations/{invocation_id}/release', 'post'>;
 export type InvocationStatus = Reply<'/api/v1/mcp/invocations/{invocation_id}', 'get'>;

@@ -5,7 +5,7 @@ import { ValidationError } from '../../errors.js';
 import { apiKeyOf, ctxOf, principalOf } from '../../http/auth.js';
 import { endUserOf } from '../../http/end-user.js';
 import { anyOf, flatErrors } from '../../http/schemas.js';
-import { costTable } from './costs.js';
+import { costTable, matchesEtag, priceListOf } from './costs.js';
 import { idempotencyKeyHeader } from '../../http/idempotency-key.js';
 import { refundUsage } from '../credits/index.js';
 import { getInvocation, releaseInvocation, type Scope } from './invocations.js';
@@ -174,22 +174,31 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
   app.get(
     '/api/v1/mcp/credit-costs',
     {
-      config: { auth: 'service' },
+      config: { auth: 'apiKeyOrService', scope: 'read' },
       schema: {
         tags: serviceTags,
         operationId: 'listCreditCosts',
-        summary: 'The credit cost of every action (callers may cache it for 1 hour)',
-        security: serviceSecurity,
-        response: { 200: S.CostsReply, ...flatErrors(401) },
+        summary: 'The credit cost of every action and the tool → action map, with an ETag (service key, or an API key with read)',
+        description:
+          'A tool not in `tools` is metered as `platform_basic`. Send the `ETag` back as `If-None-Match`: while the table is unchanged ' +
+          'the answer is 304 without a body (docs/metering.md, Prices up front).',
+        security: eitherSecurity,
+        headers: S.CostsHeaders,
+        response: {
+          200: { ...S.CostsReply, headers: { ETag: S.CostsEtag } },
+          304: { description: 'Not modified: the table is the one If-None-Match names; no body', headers: { ETag: S.CostsEtag }, type: 'null' },
+          ...flatErrors(400, 401, 403),
+        },
       },
     },
     async (request, reply) => {
       const ctx = ctxOf(request);
-      const table = await costTable(ctx);
+      const list = priceListOf(await costTable(ctx));
       reply.header('cache-control', 'private, max-age=3600');
-      return {
-        costs: [...table.costs.entries()].map(([action, c]) => ({ action, credits: c.credits, description: c.description })),
-      };
+      reply.header('etag', list.etag);
+      // No payload at all: a serialized null would still be announced as 4 bytes of content-length.
+      if (matchesEtag(request.headers['if-none-match'], list.etag)) return reply.code(304).send(undefined as unknown as null);
+      return { costs: list.costs, tools: list.tools };
     },
   );
 

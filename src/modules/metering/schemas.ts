@@ -104,8 +104,19 @@ export const ResolveReply = Type.Object({
 export const CostsReply = Type.Object({
   costs: Type.Array(
     Type.Object({ action: Type.String(), credits: Type.Integer(), description: Nullable(Type.String()) }),
+    { description: 'Every action with its credits, by action' },
+  ),
+  tools: Type.Array(
+    Type.Object({ tool_name: Type.String(), action: Type.String() }),
+    { description: 'The tool → action map, by tool name; a tool not listed is metered as platform_basic' },
   ),
 }, { title: 'CreditCosts' });
+
+/** The cost table's validator: a strong ETag over its content (docs/metering.md, Prices up front). */
+export const CostsEtag = Type.String({ description: 'Strong ETag of the table; send it back as If-None-Match to get 304 while the table is unchanged', examples: ['"3q2-7wEjRk3xYbG5hXJ0k0n8Pq5aV1cZ"'] });
+export const CostsHeaders = Type.Object({
+  'if-none-match': Type.Optional(Type.String({ maxLength: 1000, description: 'An ETag of an earlier answer: 304 without a body while the table is unchanged' })),
+});
 
 export const InvocationParams = Type.Object({ invocation_id: InvocationId });
 export const UsageParams = Type.Object({ usage_id: Type.String({ format: 'uuid' }) });

@@ -78,7 +78,8 @@ describe('X-MCP-Service-Key', () => {
         await resolve(t.userId, headers),
         await check({ deployment_id: t.deploymentId, tool_name: 'x' }, headers),
         await usage({ deployment_id: t.deploymentId, tool_name: 'x' }, headers),
-        await costs(headers),
+        // The cost table also answers an API key with read (credit-costs.test.ts): not a wrong key there.
+        ...(headers.authorization === `Bearer ${t.apiKey}` ? [] : [await costs(headers)]),
       ];
       for (const [i, res] of answers.entries()) {
         expect(res.statusCode, `${JSON.stringify(headers)} route #${i}`).toBe(401);

@@ -186,7 +186,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The credit cost of every action (callers may cache it for 1 hour) */
+        /**
+         * The credit cost of every action and the tool → action map, with an ETag (service key, or an API key with read)
+         * @description A tool not in `tools` is metered as `platform_basic`. Send the `ETag` back as `If-None-Match`: while the table is unchanged the answer is 304 without a body (docs/metering.md, Prices up front).
+         */
         get: operations["listCreditCosts"];
         put?: never;
         post?: never;
@@ -1555,10 +1558,16 @@ export interface components {
         };
         /** CreditCosts */
         CreditCosts: {
+            /** @description Every action with its credits, by action */
             costs: {
                 action: string;
                 credits: number;
                 description: string | null;
+            }[];
+            /** @description The tool → action map, by tool name; a tool not listed is metered as platform_basic */
+            tools: {
+                action: string;
+                tool_name: string;
             }[];
         };
         /** CreditPackCatalog */
@@ -3996,15 +4005,20 @@ export interface operations {
     listCreditCosts: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description An ETag of an earlier answer: 304 without a body while the table is unchanged */
+                "if-none-match"?: string;
+            };
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description The cost table: credits per action */
+            /** @description The cost table: credits per action, and the tool → action map */
             200: {
                 headers: {
+                    /** @description Strong ETag of the table; send it back as If-None-Match to get 304 while the table is unchanged */
+                    ETag?: string;
                     RateLimit: components["headers"]["RateLimit"];
                     "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
                     "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
@@ -4016,8 +4030,35 @@ export interface operations {
                     "application/json": components["schemas"]["CreditCosts"];
                 };
             };
+            /** @description Not modified: the table is the one If-None-Match names; no body */
+            304: {
+                headers: {
+                    /** @description Strong ETag of the table; send it back as If-None-Match to get 304 while the table is unchanged */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request (INVALID_REQUEST): malformed JSON, wrong types, unknown fields, sizes over the limits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
             /** @description Missing or invalid credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Forbidden (scope, feature flag, or credits) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -12,12 +12,14 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { CreditgateError } from '../errors.js';
 import { Meter } from './meter.js';
 import type { MeteringOptions } from './options.js';
+import { META_PRICING } from './pricing.js';
 
 export { Meter } from './meter.js';
 export { IDEMPOTENCY_META_KEYS, type MeteringEvent, type MeteringLogger, type MeteringOptions, type ToolExtra } from './options.js';
 export type { FlushReport } from './replay.js';
 export { FileOutbox, MemoryOutbox, type Outbox, type OutboxEntry } from './outbox.js';
 export { type DenialInfo, META_DENIAL, META_USAGE, type MeteringRefusal } from './results.js';
+export { META_PRICING, PRICING_REVALIDATE_MS, type PriceList, type ToolPrice } from './pricing.js';
 
 type AnyCallback = (...params: never[]) => CallToolResult | Promise<CallToolResult>;
 
@@ -50,7 +52,63 @@ export function withMetering(server: McpServer, options: MeteringOptions | Meter
     const callback = params[params.length - 1] as AnyCallback;
     return tool(...params.slice(0, -1), meter.wrap(name, callback));
   };
+  withPricing(server, meter);
   return meter;
+}
+
+type RawHandler = (request: unknown, extra: unknown) => Promise<unknown>;
+interface ToolsListResult {
+  tools?: Array<{ name: string; _meta?: Record<string, unknown> }>;
+}
+
+/**
+ * Shows the price of every tool `meter` meters in `server`'s tools/list, as
+ * `_meta["io.creditgate/pricing"] = { credits, action }`, and sends notifications/tools/list_changed
+ * when one changes (docs/client.md, Prices in tools/list). withMetering does this; call it yourself
+ * with meteredTool. Other tools are listed as they are. Does nothing with `pricing: false`.
+ */
+export function withPricing(server: McpServer, meter: Meter): void {
+  const prices = meter.prices;
+  if (!prices) return;
+  // McpServer installs its tools/list handler on the low-level Server when the first tool is
+  // registered (or at construction with capabilities.tools); the handler map is private, so it is
+  // wrapped where it lives, now and whenever it is set again.
+  const low = server.server as unknown as { _requestHandlers?: unknown; setRequestHandler: (...params: unknown[]) => unknown };
+  const handlers = low._requestHandlers;
+  if (!(handlers instanceof Map)) {
+    // Prices are a convenience: metering goes on without them rather than stopping the server.
+    process.emitWarning('creditgate: this MCP SDK keeps its request handlers elsewhere; tools/list is sent without prices (pass pricing: false to silence this)', {
+      code: 'CREDITGATE_PRICING_UNAVAILABLE',
+    });
+    return;
+  }
+  const ours = new WeakSet<RawHandler>();
+  const wrapListing = () => {
+    const listing = handlers.get('tools/list') as RawHandler | undefined;
+    if (!listing || ours.has(listing)) return;
+    const priced: RawHandler = async (request, extra) => {
+      const result = (await listing(request, extra)) as ToolsListResult;
+      const priceOf = await prices.forListing();
+      if (!Array.isArray(result?.tools)) return result;
+      return {
+        ...result,
+        tools: result.tools.map((tool) => {
+          const price = meter.isMetered(tool.name) ? priceOf(tool.name) : undefined;
+          return price ? { ...tool, _meta: { ...tool._meta, [META_PRICING]: price } } : tool;
+        }),
+      };
+    };
+    ours.add(priced);
+    handlers.set('tools/list', priced);
+  };
+  wrapListing();
+  const setRequestHandler = low.setRequestHandler.bind(low);
+  low.setRequestHandler = (...params: unknown[]) => {
+    const answer = setRequestHandler(...params);
+    wrapListing();
+    return answer;
+  };
+  meter.addServer(server);
 }
 
 /**

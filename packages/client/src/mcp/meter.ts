@@ -7,6 +7,7 @@ import type { PaymentRequired, RecordResult } from '../types.js';
 import { defaultUserId, invocationIdFor, sha256 } from './identity.js';
 import { isOutage, type MeteringEvent, type MeteringLogger, type MeteringOptions, stderrLogger, type ToolExtra } from './options.js';
 import { FileOutbox, MemoryOutbox, type Outbox, type OutboxEntry } from './outbox.js';
+import { PriceList } from './pricing.js';
 import { type FlushReport, OutboxReplayer } from './replay.js';
 import { denialInfo, META_USAGE, type MeteringRefusal, refusalResult } from './results.js';
 
@@ -34,6 +35,12 @@ export class Meter {
   private readonly replayer: OutboxReplayer | undefined;
   /** Calls between check and record, so close() can let them finish recording. */
   private readonly inflight = new Set<Promise<CallToolResult>>();
+  /** Names wrapped by this Meter: the tools whose prices tools/list shows (unless excluded). */
+  private readonly wrapped = new Set<string>();
+  /** The servers whose tools/list shows prices (withMetering, withPricing): told when prices change. */
+  private readonly servers = new Set<WeakRef<{ sendToolListChanged(): void }>>();
+  /** The price list of tools/list (undefined with `pricing: false`). */
+  readonly prices: PriceList | undefined;
 
   constructor(options: MeteringOptions) {
     if (!options || typeof options !== 'object') {
@@ -75,6 +82,42 @@ export class Meter {
         )
       : undefined;
     this.replayer?.kick();
+    this.prices =
+      options.pricing === false
+        ? undefined
+        : new PriceList({
+            client: this.client,
+            now: options.now ?? Date.now,
+            logger: this.logger,
+            meteredTools: () => [...this.wrapped].filter((name) => !this.isExcluded(name)),
+            changed: () => this.pricesChanged(),
+          });
+  }
+
+  /** Whether tools/list shows this tool's price: a tool this Meter wraps and does not exclude. */
+  isMetered(toolName: string): boolean {
+    return this.wrapped.has(toolName) && !this.isExcluded(toolName);
+  }
+
+  /** A server whose tools/list shows prices: it is sent notifications/tools/list_changed when they change. */
+  addServer(server: { sendToolListChanged(): void }): void {
+    this.servers.add(new WeakRef(server));
+  }
+
+  private pricesChanged(): void {
+    for (const ref of this.servers) {
+      const server = ref.deref();
+      if (!server) {
+        this.servers.delete(ref);
+        continue;
+      }
+      try {
+        // McpServer sends it only while connected.
+        server.sendToolListChanged();
+      } catch (err) {
+        this.logger.warn(`could not send notifications/tools/list_changed (${(err as Error).message})`);
+      }
+    }
   }
 
   private outboxFrom(option: MeteringOptions['outbox']): Outbox | undefined {
@@ -93,6 +136,7 @@ export class Meter {
     handler: H,
     options: { outputSchema?: boolean } = {},
   ): H {
+    this.wrapped.add(toolName);
     const wrapped = (...params: unknown[]) => {
       const extra = params[params.length - 1] as ToolExtra;
       const args = params.length > 1 ? params[0] : undefined;
@@ -103,6 +147,8 @@ export class Meter {
 
   /** One metered call. Exported for frameworks that do not register tools through McpServer. */
   run(toolName: string, args: unknown, extra: ToolExtra, invoke: () => Promise<CallToolResult>, hasOutputSchema = false): Promise<CallToolResult> {
+    // A client that listed tools once and only calls them still learns of a price change (within 5 minutes).
+    if (this.prices?.active) void this.prices.refreshIfDue();
     const call = this.meter(toolName, args, extra, invoke, hasOutputSchema);
     this.inflight.add(call);
     const forget = () => this.inflight.delete(call);
@@ -311,6 +357,7 @@ export class Meter {
     await Promise.race([work, limit]);
     clearTimeout(timeout);
     this.replayer?.cancelTimer();
+    this.prices?.stop();
   }
 }
 

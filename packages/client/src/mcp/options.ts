@@ -49,6 +49,12 @@ export interface MeteringOptions extends Omit<ClientOptions, 'cache'> {
   exclude?: string[] | ((toolName: string) => boolean);
   /** Metadata stored with each usage record (≤ 16 KiB serialized). */
   metadata?: (call: { toolName: string; args: unknown; extra: ToolExtra }) => Record<string, unknown> | undefined;
+  /**
+   * Show each metered tool's price in tools/list (`_meta["io.creditgate/pricing"] = { credits, action }`),
+   * revalidated at most every 5 minutes, with notifications/tools/list_changed when a price changes
+   * (default true; docs/client.md, Prices in tools/list). The clock is the `now` option.
+   */
+  pricing?: boolean;
   /** Shown in denials for tier and credits (e.g. your pricing page). */
   upgradeUrl?: string;
   logger?: MeteringLogger;

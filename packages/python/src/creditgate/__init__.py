@@ -7,9 +7,9 @@
 
 from ._identity import IDEMPOTENCY_META_KEYS, canonical, derive_invocation_id, invocation_id_for, uuid7
 from ._version import __version__
-from .client import KEEP, CacheOptions, Client
+from .client import KEEP, CacheOptions, Client, CostsRevalidation
 from .errors import BudgetRefusal, CreditgateError, MeteringDenied, budget_refusal
-from .metered import Metered, MeteredCall, metered
+from .metered import META_PRICING, TOOLS_LIST_CHANGED, Metered, MeteredCall, ToolPricing, metered
 from .types import (
     AiQuota,
     Budget,
@@ -29,6 +29,8 @@ from .types import (
     ResolveResult,
     ServiceCheckResult,
     StdioCheckResult,
+    ToolAction,
+    ToolPrice,
     WebhookDeliveries,
     WebhookDelivery,
     WebhookQuota,
@@ -38,6 +40,8 @@ from .types import (
 __all__ = [
     "IDEMPOTENCY_META_KEYS",
     "KEEP",
+    "META_PRICING",
+    "TOOLS_LIST_CHANGED",
     "AiQuota",
     "Budget",
     "BudgetMode",
@@ -47,6 +51,7 @@ __all__ = [
     "BudgetWindow",
     "CacheOptions",
     "Client",
+    "CostsRevalidation",
     "CreditCost",
     "CreditCosts",
     "CreditgateError",
@@ -63,6 +68,9 @@ __all__ = [
     "ResolveResult",
     "ServiceCheckResult",
     "StdioCheckResult",
+    "ToolAction",
+    "ToolPrice",
+    "ToolPricing",
     "WebhookDeliveries",
     "WebhookDelivery",
     "WebhookQuota",

@@ -198,6 +198,9 @@ class Transport:
         except (http.client.HTTPException, OSError) as err:
             raise CreditgateError(NETWORK_ERROR, f"cannot reach creditgate at {where} ({type(err).__name__}: {err})") from err
 
+        # A conditional read whose representation is unchanged: no body, by design (RFC 9110 §15.4.5).
+        if status == 304 and any(name.lower() == "if-none-match" for name in headers):
+            return Answer(None, status, answer_headers, False)
         text = raw.decode("utf-8", errors="replace")
         parsed: Any = None
         if text != "":

@@ -65,6 +65,16 @@ def _quote(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
 
 
+@dataclass(frozen=True)
+class CostsRevalidation:
+    """A conditional read of the cost table (``credit_costs_if_changed``): ``not_modified`` (a 304,
+    no body), or the table in ``costs`` with the ``etag`` to send next time."""
+
+    not_modified: bool
+    etag: Optional[str]
+    costs: Optional[CreditCosts] = None
+
+
 class _Keep(enum.Enum):
     KEEP = "keep"
 
@@ -194,6 +204,18 @@ class Client:
             body["amount"] = amount
         answer = self._call("POST", f"/api/v1/mcp/usage/{_quote(usage_id)}/refund", self._metering_headers(), body=body)
         return cast(RefundResult, answer.data)
+
+    def credit_costs_if_changed(self, etag: Optional[str] = None) -> CostsRevalidation:
+        """The cost table with the tool → action map, revalidated: with the ``etag`` of an earlier
+        answer, an unchanged table answers ``not_modified`` (a 304 without a body). With either
+        metering credential (an API key with ``read``, or the service key); never cached here:
+        ``ToolPricing`` keeps the table and its ETag."""
+        headers = {**self._metering_headers(), **({"if-none-match": etag} if etag else {})}
+        answer = self._call("GET", "/api/v1/mcp/credit-costs", headers)
+        tag = answer.headers.get("etag")
+        if answer.status == 304:
+            return CostsRevalidation(True, tag or etag)
+        return CostsRevalidation(False, tag, cast(CreditCosts, answer.data))
 
     # ---- internals ----
 

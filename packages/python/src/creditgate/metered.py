@@ -17,15 +17,17 @@ import functools
 import inspect
 import logging
 import threading
+import time
 import typing
-from typing import Any, Callable, Literal, Mapping, Optional, TypeVar, Union, cast
+from typing import Any, Callable, Iterable, Literal, Mapping, Optional, TypeVar, Union, cast
 
 from ._identity import idempotency_key_from_meta, invocation_id_for
 from .client import Client
 from .errors import INVALID_RESPONSE, CreditgateError, MeteringDenied
-from .types import RecordResult, ServiceCheckResult, StdioCheckResult
+from .types import RecordResult, ServiceCheckResult, StdioCheckResult, ToolPrice
 
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 OnOutage = Literal["fail_closed", "fail_open"]
 # A value, or a function of the call's arguments by name (context objects included).
 FromArgs = Union[str, None, Callable[[Mapping[str, Any]], Optional[str]]]
@@ -494,4 +496,200 @@ def metered(
     )
 
 
-__all__ = ["Metered", "MeteredCall", "denial_message", "metered"]
+# ---- prices up front: tools/list ----
+
+META_PRICING = "io.creditgate/pricing"
+# The notification a server sends when a price its clients were shown changed.
+TOOLS_LIST_CHANGED: Mapping[str, Any] = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+# The price list is revalidated at most this often (seconds): a conditional GET, a 304 carries no body.
+PRICING_REVALIDATE = 5 * 60.0
+# After a failed first load (no prices known yet), the next listing may try again this soon.
+_FIRST_LOAD_RETRY = 30.0
+# A tool without a row in the tool → action map is metered as this action (docs/metering.md).
+DEFAULT_ACTION = "platform_basic"
+
+ToolFilter = Union[Iterable[str], Callable[[str], bool], None]
+
+
+def _matches(selection: ToolFilter, name: str) -> bool:
+    if selection is None:
+        return False
+    if callable(selection):
+        return bool(selection(name))
+    return name in selection
+
+
+class ToolPricing:
+    """Prices up front for a Python MCP server (the TypeScript middleware's, docs/client.md, Prices in
+    tools/list), on plain dicts: ``tools_list(result)`` adds ``_meta["io.creditgate/pricing"] =
+    {"credits", "action"}`` to every metered tool of a ``tools/list`` result; the cost table is
+    revalidated with If-None-Match at most every 5 minutes (on a listing, on ``tool_called(result)``
+    with a ``CallToolResult``, or on the ``start()`` timer), and ``notify`` is called with the
+    ``notifications/tools/list_changed`` message when a price the clients were shown changed.
+
+    ``tools``: the metered tools' names (or a predicate); by default every listed tool. ``exclude``:
+    names (or a predicate) that are free, as the middleware's option. ``now``: the clock in seconds
+    (``time.monotonic``). Thread-safe; one request at a time. An unreachable platform keeps the last
+    prices (a listing before the first load goes out without, and ``notify`` follows once they come).
+
+        pricing = ToolPricing(cg, notify=lambda message: transport.send(message))
+        result = pricing.tools_list({"tools": [...]})       # the server's tools/list answer
+        result = pricing.tool_called(call_tool_result)      # after each tools/call
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        tools: ToolFilter = None,
+        exclude: ToolFilter = None,
+        notify: Optional[Callable[[Mapping[str, Any]], None]] = None,
+        now: Optional[Callable[[], float]] = None,
+    ) -> None:
+        if not isinstance(client, Client):
+            raise CreditgateError("CONFIGURATION_ERROR", "ToolPricing needs a creditgate.Client")
+        if client.mode == "deployment":
+            raise CreditgateError("CONFIGURATION_ERROR", "prices need an API key (scope read) or the service key, not deployment credentials")
+        self._client = client
+        self._tools = tools if tools is None or callable(tools) else frozenset(tools)
+        self._exclude = exclude if exclude is None or callable(exclude) else frozenset(exclude)
+        self._notify = notify
+        self._now = now or time.monotonic
+        self._lock = threading.Lock()
+        self._credits: Optional[dict[str, int]] = None
+        self._actions: dict[str, str] = {}
+        self._etag: Optional[str] = None
+        self._checked_at: Optional[float] = None
+        self._loading = False
+        self._listed: list[str] = []
+        self._shown: Optional[str] = None
+        self._timer: Optional[threading.Thread] = None
+        self._stopping = threading.Event()
+
+    def is_metered(self, tool_name: str) -> bool:
+        """Whether ``tools_list`` prices this tool: one of ``tools`` (every tool by default), not excluded."""
+        included = self._tools is None or _matches(self._tools, tool_name)
+        return included and not _matches(self._exclude, tool_name)
+
+    def price_of(self, tool_name: str) -> Optional[ToolPrice]:
+        """The tool's price, or None while no price list is known."""
+        with self._lock:
+            return self._price(tool_name)
+
+    def _price(self, tool_name: str) -> Optional[ToolPrice]:
+        if self._credits is None:
+            return None
+        action = self._actions.get(tool_name, DEFAULT_ACTION)
+        credits = self._credits.get(action)
+        return None if credits is None else ToolPrice(credits=credits, action=action)
+
+    def tools_list(self, result: Mapping[str, Any]) -> dict[str, Any]:
+        """A copy of a ``tools/list`` result with each metered tool's price in its ``_meta``
+        (revalidated first when due); other tools, and a tool's own ``_meta`` keys, stay as they are."""
+        tools = result.get("tools")
+        if not isinstance(tools, list):
+            return dict(result)
+        names = [t["name"] for t in tools if isinstance(t, Mapping) and isinstance(t.get("name"), str)]
+        with self._lock:
+            self._listed = sorted({name for name in names if self.is_metered(name)})
+        self.revalidate_if_due()
+        priced: list[Any] = []
+        with self._lock:
+            self._shown = self._signature()
+            for tool in tools:
+                name = tool.get("name") if isinstance(tool, Mapping) else None
+                price = self._price(name) if isinstance(name, str) and self.is_metered(name) else None
+                if price is None:
+                    priced.append(tool)
+                    continue
+                meta = tool.get("_meta")
+                priced.append({**tool, "_meta": {**(meta if isinstance(meta, Mapping) else {}), META_PRICING: dict(price)}})
+        return {**result, "tools": priced}
+
+    def tool_called(self, result: R) -> R:
+        """After a ``tools/call``: revalidates when due (so a client that listed once and only calls
+        learns of a change) and returns the ``CallToolResult`` unchanged."""
+        if self._shown is not None:
+            self.revalidate_if_due()
+        return result
+
+    def revalidate_if_due(self) -> bool:
+        """Revalidates when 5 minutes have passed since the last request (30 s after a failed first
+        load); True when a price clients were shown changed (``notify`` was called). Never raises."""
+        with self._lock:
+            if self._loading:
+                return False
+            wait = PRICING_REVALIDATE if self._credits is not None or self._checked_at is None else _FIRST_LOAD_RETRY
+            if self._checked_at is not None and self._now() - self._checked_at < wait:
+                return False
+            self._loading = True
+            self._checked_at = self._now()
+            etag = self._etag if self._credits is not None else None
+        try:
+            return self._revalidate(etag)
+        finally:
+            with self._lock:
+                self._loading = False
+
+    def _revalidate(self, etag: Optional[str]) -> bool:
+        try:
+            answer = self._client.credit_costs_if_changed(etag)
+        except Exception as err:
+            log.warning("could not load the credit costs for tools/list (%s); %s", err, "keeping the last prices" if self._credits is not None else "listing tools without prices")
+            return False
+        if answer.not_modified or answer.costs is None:
+            return False
+        with self._lock:
+            self._credits = {c["action"]: c["credits"] for c in answer.costs["costs"]}
+            self._actions = {t["tool_name"]: t["action"] for t in answer.costs.get("tools", [])}
+            self._etag = answer.etag
+            now = self._signature()
+            changed = self._shown is not None and now != self._shown
+            if changed:
+                self._shown = now
+        if changed:
+            log.info("credit costs changed: sending notifications/tools/list_changed")
+            if self._notify is not None:
+                try:
+                    self._notify(dict(TOOLS_LIST_CHANGED))
+                except Exception as err:
+                    log.warning("could not send notifications/tools/list_changed (%s)", err)
+        return changed
+
+    def _signature(self) -> str:
+        return repr([(name, self._price(name)) for name in self._listed])
+
+    def start(self, every: float = 30.0) -> None:
+        """Looks every ``every`` seconds (in a daemon thread) whether a revalidation is due, so clients
+        hear of a change without listing or calling. ``stop()`` ends it."""
+        with self._lock:
+            if self._timer is not None:
+                return
+            self._stopping.clear()
+            self._timer = threading.Thread(target=self._tick, args=(every,), name="creditgate-pricing", daemon=True)
+        self._timer.start()
+
+    def _tick(self, every: float) -> None:
+        while not self._stopping.wait(every):
+            if self._shown is not None:
+                self.revalidate_if_due()
+
+    def stop(self) -> None:
+        """Ends the ``start()`` timer (a revalidation in progress finishes)."""
+        self._stopping.set()
+        timer, self._timer = self._timer, None
+        if timer is not None and timer is not threading.current_thread():
+            timer.join(timeout=5)
+
+
+__all__ = [
+    "DEFAULT_ACTION",
+    "META_PRICING",
+    "PRICING_REVALIDATE",
+    "TOOLS_LIST_CHANGED",
+    "Metered",
+    "MeteredCall",
+    "ToolPricing",
+    "denial_message",
+    "metered",
+]

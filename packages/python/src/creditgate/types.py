@@ -72,8 +72,22 @@ class CreditCost(TypedDict):
     description: Optional[str]
 
 
+class ToolAction(TypedDict):
+    tool_name: str
+    action: str
+
+
 class CreditCosts(TypedDict):
     costs: list[CreditCost]
+    # The tool → action map; a tool not listed is metered as platform_basic.
+    tools: list[ToolAction]
+
+
+class ToolPrice(TypedDict):
+    """``_meta["io.creditgate/pricing"]`` of a metered tool in tools/list."""
+
+    credits: int
+    action: str
 
 
 class ReleaseResult(TypedDict):
