@@ -62,12 +62,13 @@ describe('budgets: an organization API key lists, creates, reads, changes and de
     expect(await budgetRows(t.organizationId)).toEqual([{ id: created.id, scope: 'deployment', limit_credits: '500', window_kind: 'day', mode: 'block' }]);
 
     const perTool = await c.budgets.create(t.organizationId, { scope: 'tool', tool_name: '*', limit_credits: 50, window: 'hour', mode: 'alert' });
-    expect((await c.budgets.list(t.organizationId)).map((b: Budget) => b.id)).toEqual([created.id, perTool.id]);
+    // Both made at one instant of the service's clock: oldest first, ties in no set order.
+    expect((await c.budgets.list(t.organizationId)).map((b: Budget) => b.id).sort()).toEqual([created.id, perTool.id].sort());
     expect(await c.budgets.get(t.organizationId, perTool.id)).toMatchObject({ id: perTool.id, tool_name: '*', subjects: [] });
 
     const changed = await c.budgets.update(t.organizationId, created.id, { limit_credits: 800, mode: 'alert', alert_thresholds: [100, 50] });
     expect(changed).toMatchObject({ id: created.id, limit_credits: 800, mode: 'alert', alert_thresholds: [50, 100], remaining_credits: 800 });
-    expect((await budgetRows(t.organizationId))[0]).toMatchObject({ limit_credits: '800', mode: 'alert' });
+    expect((await budgetRows(t.organizationId)).find((r) => r.id === created.id)).toMatchObject({ limit_credits: '800', mode: 'alert' });
 
     const deleted = await c.budgets.delete(t.organizationId, perTool.id);
     expect(deleted).toMatchObject({ id: perTool.id, scope: 'tool' });

@@ -20,7 +20,8 @@ const f = templateFixtures(() => h);
 beforeAll(async () => {
   dns = await startDnsStandIn();
   // A short lookup bound (test-only config, not an environment variable) keeps the timeout case quick.
-  const dnsConfig = { dnsServers: [dns.server], dnsTimeoutMs: 300 };
+  // A second: an answering stand-in on a loaded machine is never mistaken for a silent one.
+  const dnsConfig = { dnsServers: [dns.server], dnsTimeoutMs: 1000 };
   h = await createHarness({ ...dnsConfig, templateReservedSubdomains: ['shop'] });
   lapseH = await createHarness(dnsConfig, '2024-01-01T00:00:00.000Z');
   template = await f.createTemplate();
