@@ -3,6 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ModelClass } from '../../config.js';
 import type { Ctx } from '../../context.js';
 import { type AiCharge, type AiHold, type AiUsageResult, type DeploymentTerms, effectiveTerms, holdAiTokens, loadBalance, releaseAiHold, settleAiTokens } from '../credits/index.js';
+import { topUpUrl } from '../billing/top-up-link.js';
 import { invalidRequest } from './prompt.js';
 import type { ReportedUsage } from './sse.js';
 import type { AiUpstream } from './upstream.js';
@@ -89,6 +90,7 @@ export async function hold(ctx: Ctx, deployment: AiDeployment, plan: CallPlan): 
     choices: plan.choices,
     expiresAt: new Date(now.getTime() + AI_HOLD_TTL_MS),
     charge: plan.charge,
+    topUpUrl: topUpUrl(ctx, deployment.id, deployment),
   });
 }
 

@@ -136,7 +136,14 @@ export async function subscriptionCheckout(ctx: Ctx, organizationId: string, pri
  * credits, amount, currency) recorded before the customer can pay. The metadata is for people reading
  * Stripe's dashboard and for matching a refund; no event is granted from it.
  */
-export async function packCheckout(ctx: Ctx, deployment: DeploymentRow, pack: string, urls: ReturnUrls, idempotencyKey?: string): Promise<CheckoutAnswer> {
+export async function packCheckout(
+  ctx: Ctx,
+  deployment: DeploymentRow,
+  pack: string,
+  urls: ReturnUrls,
+  idempotencyKey?: string,
+  options: { guest?: boolean } = {},
+): Promise<CheckoutAnswer> {
   const packs = ctx.config.creditPacks;
   const names = Object.keys(packs);
   if (names.length === 0) throw new AppError('BILLING_NOT_CONFIGURED', 'No credit packs are configured (CREDIT_PACKS)');
@@ -144,7 +151,9 @@ export async function packCheckout(ctx: Ctx, deployment: DeploymentRow, pack: st
   if (!chosen) throw new ValidationError(`Unknown pack ${pack}`, [{ field: 'pack', message: `one of ${names.join(', ')}` }]);
   const { success, cancel } = defaultUrls(ctx, urls);
   const stripe = requireStripe(ctx);
-  const customer = await ensureCustomer(ctx, deployment.organization_id);
+  // A guest checkout (the top-up link, docs/billing.md "Top-up link") names no customer: Checkout then
+  // neither shows the organization's saved payment methods nor prefills its email to whoever holds the link.
+  const customer = options.guest ? undefined : await ensureCustomer(ctx, deployment.organization_id);
   const metadata = {
     organization_id: deployment.organization_id,
     deployment_id: deployment.id,
@@ -156,7 +165,7 @@ export async function packCheckout(ctx: Ctx, deployment: DeploymentRow, pack: st
     stripe.checkout.sessions.create(
       {
         mode: 'payment',
-        customer,
+        ...(customer ? { customer } : {}),
         line_items: [{ price: chosen.priceId, quantity: 1 }],
         success_url: success,
         cancel_url: cancel,

@@ -9,6 +9,7 @@ import { idempotencyKeyHeader } from '../../http/idempotency-key.js';
 import { type BillingSelection, getSubscription, getUsage, listInvoices } from './service.js';
 import { subscribe } from './subscribe.js';
 import { accountSellingRoutes } from './account-selling-routes.js';
+import { topUpRoutes } from './top-up.js';
 
 const Uuid = (description: string) => Type.String({ format: 'uuid', description, examples: ['6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f'] });
 const Timestamp = (description: string) => Type.String({ format: 'date-time', description, examples: ['2026-01-15T12:00:00.000Z'] });
@@ -203,4 +204,6 @@ export async function billingRoutes(fastify: FastifyInstance): Promise<void> {
 
   // The catalog, credit packs and the Billing Portal for owners and admins (the console's billing page).
   await fastify.register(accountSellingRoutes);
+  // The top-up link's page, for whoever holds a refusal's link (docs/billing.md, "Top-up link").
+  await fastify.register(topUpRoutes);
 }

@@ -54,6 +54,8 @@ export interface PaymentRequired {
   credits_available: number | null;
   budget_id?: string;
   resets_at?: string;
+  /** A refusal for credits, when billing is available: the top-up page (docs/billing.md, "Top-up link"). */
+  top_up_url?: string;
 }
 
 /** The `payment_required` of a budget's refusal of a charge of `cost`. */

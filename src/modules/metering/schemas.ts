@@ -35,6 +35,13 @@ export const PaymentRequired = Type.Object(
     credits_available: Nullable(Type.Integer({ description: 'Spendable credits; null when unlimited or unknown' })),
     budget_id: Type.Optional(Type.String({ format: 'uuid', description: 'The budget that refused the call' })),
     resets_at: Type.Optional(Type.String({ format: 'date-time', description: "When the budget's window ends" })),
+    top_up_url: Type.Optional(
+      Type.String({
+        format: 'uri',
+        description: 'insufficient_credits with billing available: a page where a person buys a credit pack for this deployment, valid 30 minutes',
+        examples: ['https://creditgate.example.com/console/top-up/AQtvHCSwW0rHqTiWJ3FHqr4AAGlpH3iA'],
+      }),
+    ),
   },
   { title: 'PaymentRequired' },
 );

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { type Ctx, actorLabel } from '../../context.js';
 import { requestHash } from '../../lib/canonical-json.js';
 import { apiKeyOf, budgetRefusal, type DeductResult, type PaymentRequired, recordDeniedUsage, recordUsage as recordCreditsUsage, remainingAfter, reserveInvocation, type StoredRecordAnswer, type UsageRequest } from '../credits/index.js';
+import { topUpUrl } from '../billing/top-up-link.js';
 import { costOfTool } from './costs.js';
 import { type DenialReason, decide, gate } from './decide.js';
 import type { DeploymentState } from './state.js';
@@ -45,6 +46,16 @@ function denial(reason: DenialReason, tier: string | null): CheckResult {
   return { allowed: false, reason, tier, credit_cost: 0, credits_available: null };
 }
 
+/** A refusal for credits carries the top-up link when billing is available for the deployment (docs/billing.md, "Top-up link"). */
+function creditsRefusal(ctx: Ctx, state: DeploymentState, cost: number, available: number | null): PaymentRequired | undefined {
+  const url = topUpUrl(ctx, state.deployment_id, state);
+  return url === undefined ? undefined : { reason: 'insufficient_credits', credits_required: cost, credits_available: available, top_up_url: url };
+}
+
+function withPayment<T extends object>(answer: T, payment: PaymentRequired | undefined): T {
+  return payment ? { ...answer, payment_required: payment } : answer;
+}
+
 /** check-entitlement of both modes; with reserve:true an allowed answer also holds the cost for 5 minutes. */
 export async function checkEntitlement(
   ctx: Ctx,
@@ -56,6 +67,9 @@ export async function checkEntitlement(
   if (!input.reserve) {
     const decision = await decide(ctx, state, missing, cost.credits, { apiKeyId: apiKeyOf(ctx), endUserId: input.endUserId ?? null, toolName: input.toolName });
     if (decision.budget) return { ...denial('budget_exceeded', decision.tier), payment_required: budgetRefusal(decision.budget, cost.credits, null) };
+    if (!decision.allowed && decision.reason === 'insufficient_credits' && decision.state) {
+      return withPayment(denial('insufficient_credits', decision.tier), creditsRefusal(ctx, decision.state, cost.credits, decision.available ?? null));
+    }
     if (!decision.allowed) return denial(decision.reason!, decision.tier);
     return { allowed: true, reason: null, tier: decision.tier, credit_cost: cost.credits, credits_available: decision.available };
   }
@@ -75,7 +89,7 @@ async function reserve(
   const outcome = await reserveInvocation(ctx, state, { cost, toolName, invocationId, endUserId });
   ctx.metrics.reservations.inc({ outcome: outcome.held ? 'held' : 'refused' });
   if (!outcome.held && outcome.budget) return { ...denial('budget_exceeded', state.tier), payment_required: budgetRefusal(outcome.budget, cost, null) };
-  if (!outcome.held) return denial('insufficient_credits', state.tier);
+  if (!outcome.held) return withPayment(denial('insufficient_credits', state.tier), creditsRefusal(ctx, state, cost, null));
   return {
     allowed: true,
     reason: null,
@@ -142,10 +156,10 @@ async function recordOnce(
       : { invocationId, requestHash: requestHash({ tool_name: input.toolName, mcp_user_id: input.mcpUserId ?? null, metadata: input.metadata ?? null }) };
   const recorded = await recordCreditsUsage(ctx, usage, idempotency);
   if (recorded.replayed) return { replayed: true, result: recorded.answer };
-  return { replayed: false, result: toRecordResult(recorded.result, recorded.cost, invocationId) };
+  return { replayed: false, result: toRecordResult(ctx, state!, recorded.result, recorded.cost, invocationId) };
 }
 
-function toRecordResult(r: DeductResult, cost: number, invocationId: string | null): RecordResult {
+function toRecordResult(ctx: Ctx, state: DeploymentState, r: DeductResult, cost: number, invocationId: string | null): RecordResult {
   const result: RecordResult = {
     success: r.deducted,
     credits_used: r.deducted ? cost : 0,
@@ -155,5 +169,9 @@ function toRecordResult(r: DeductResult, cost: number, invocationId: string | nu
     invocation_id: invocationId,
   };
   if (!r.deducted && r.budget) result.payment_required = budgetRefusal(r.budget, cost, remainingAfter(r));
+  else if (!r.deducted) {
+    const payment = creditsRefusal(ctx, state, cost, remainingAfter(r));
+    if (payment) result.payment_required = payment;
+  }
   return result;
 }

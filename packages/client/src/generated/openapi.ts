@@ -2250,6 +2250,12 @@ export interface components {
              * @description When the budget's window ends
              */
             resets_at?: string;
+            /**
+             * Format: uri
+             * @description insufficient_credits with billing available: a page where a person buys a credit pack for this deployment, valid 30 minutes
+             * @example https://creditgate.example.com/console/top-up/AQtvHCSwW0rHqTiWJ3FHqr4AAGlpH3iA
+             */
+            top_up_url?: string;
         };
         /**
          * PermissionOverrides
