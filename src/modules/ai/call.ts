@@ -90,7 +90,8 @@ export async function hold(ctx: Ctx, deployment: AiDeployment, plan: CallPlan): 
     choices: plan.choices,
     expiresAt: new Date(now.getTime() + AI_HOLD_TTL_MS),
     charge: plan.charge,
-    topUpUrl: topUpUrl(ctx, deployment.id, deployment),
+    // Signed only when a refusal for credits carries it.
+    topUpUrl: () => topUpUrl(ctx, deployment.id, deployment),
   });
 }
 

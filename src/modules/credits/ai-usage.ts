@@ -113,8 +113,8 @@ export interface AiHoldInput {
   outputPerChoice: number;
   /** Choices asked for (`n`); the allowance applies to each. */
   choices: number;
-  /** The top-up link a refusal for credits carries, when billing is available (docs/billing.md, "Top-up link"). */
-  topUpUrl?: string | undefined;
+  /** The top-up link a refusal for credits carries, when billing is available (docs/billing.md, "Top-up link"); made only for such a refusal. */
+  topUpUrl?: (() => string | undefined) | undefined;
   /** When a hold left by a dead process is given back (the `ai-holds` worker). */
   expiresAt: Date;
   /** Who makes the call, for its budgets (docs/budgets.md, AI calls); none named: no key, no end user. */
@@ -254,7 +254,7 @@ export async function holdAiTokens(ctx: Ctx, deployment: { id: string; organizat
       // Under the row's lock: a debt left by an over-report keeps every new call out until paid (credits/owed.ts).
       // Purchased credits that became free since the debt began (a hold given back) pay it first.
       if (balance.credits_owed > 0) balance = await payOwed(tx, balance, { monthly: 0, purchased: balance.purchased_balance }, { actor, now });
-      if (balance.credits_owed > 0) return { refusal: aiQuotaExceeded(ctx, limit, balance.period_end, now, '', balance.credits_owed, input.topUpUrl) };
+      if (balance.credits_owed > 0) return { refusal: aiQuotaExceeded(ctx, limit, balance.period_end, now, '', balance.credits_owed, input.topUpUrl?.()) };
       const counters = await standingNow(tx, windows);
       const minimum = input.outputPerChoice > 0 ? 1 : 0;
       const needed = input.promptTokens + minimum * input.choices;
@@ -264,7 +264,7 @@ export async function holdAiTokens(ctx: Ctx, deployment: { id: string; organizat
       const ownCapacity = free === null ? Number.POSITIVE_INFINITY : free + tokensForCredits(purchasedFloor(balance), input.modelClass);
       if (limit !== null && (ownCapacity < input.promptTokens || Math.floor((ownCapacity - input.promptTokens) / input.choices) < minimum)) {
         const detail = ownCapacity > 0 ? ` (this call needs ${needed} tokens, ${ownCapacity} can be paid)` : '';
-        return { refusal: aiQuotaExceeded(ctx, limit, balance.period_end, now, detail, 0, input.topUpUrl) };
+        return { refusal: aiQuotaExceeded(ctx, limit, balance.period_end, now, detail, 0, input.topUpUrl?.()) };
       }
       const room = roomLeft(counters);
       let capacity = ownCapacity;
