@@ -16,10 +16,10 @@ import { runMigrations } from '../src/db/migrate.js';
 
 export const CLIENT_TYPES_PATH = fileURLToPath(new URL('../packages/client/src/generated/openapi.ts', import.meta.url));
 
-/** Application API routes the SDK calls too, with an organization API key: the budgets (docs/budgets.md, API). */
-const APPLICATION_PATHS = new Set(['/organizations/{id}/budgets', '/organizations/{id}/budgets/{budgetId}']);
+/** Application API routes the SDK calls too, with an organization API key: the budgets (docs/budgets.md, API) and auto top-up (docs/billing.md, "Auto top-up"). */
+const APPLICATION_PATHS = new Set(['/organizations/{id}/budgets', '/organizations/{id}/budgets/{budgetId}', '/organizations/{id}/auto-top-up']);
 
-/** The routes the SDK is for: the versioned metering, entitlement, quota and webhook API (not the operator's), and the budgets. */
+/** The routes the SDK is for: the versioned metering, entitlement, quota and webhook API (not the operator's), the budgets and auto top-up. */
 export function isClientPath(path: string): boolean {
   return (path.startsWith('/api/v1/') && !path.startsWith('/api/v1/admin/')) || APPLICATION_PATHS.has(path);
 }

@@ -24,6 +24,7 @@ import { apiKeyRoutes } from './modules/api-keys/routes.js';
 import { auditRoutes } from './modules/audit/routes.js';
 import { billingProxyRoutes } from './modules/billing/proxy-routes.js';
 import { adminBudgetRoutes, budgetRoutes } from './modules/budgets/routes.js';
+import { adminAutoTopUpRoutes, autoTopUpRoutes } from './modules/billing/auto-top-up-routes.js';
 import { billingRoutes } from './modules/billing/routes.js';
 import { stripeWebhookRoutes } from './modules/billing/stripe-routes.js';
 import { deploymentRoutes } from './modules/deployments/routes.js';
@@ -168,6 +169,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(adminTemplateRoutes);
   await app.register(adminMailboxRoutes);
   await app.register(adminBudgetRoutes);
+  await app.register(adminAutoTopUpRoutes);
   await app.register(authRoutes);
   await app.register(organizationRoutes);
   await app.register(memberRoutes);
@@ -183,6 +185,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(templateRoutes);
   await app.register(usageRoutes);
   await app.register(budgetRoutes);
+  await app.register(autoTopUpRoutes);
   // Start counting in the shared window from the first request when Redis is there (bounded wait).
   app.addHook('onReady', async () => {
     await limiter.ready(2_000);

@@ -2,6 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { type AdminApi, adminApi, baseUrl } from './cli/admin-api.js';
+import { addAutoTopUpCommands } from './cli/auto-top-up.js';
 import { addBudgetCommands } from './cli/budgets.js';
 import { addDeploymentCommands } from './cli/deployments.js';
 import { addTemplateCommands } from './cli/templates.js';
@@ -103,6 +104,7 @@ function buildProgram(): Command {
   addDeploymentCommands(program, connect, print);
   addTemplateCommands(program, connect, print);
   addBudgetCommands(program, connect, print);
+  addAutoTopUpCommands(program, connect, print);
 
   for (const command of program.commands) command.configureOutput({ outputError: (text, write) => write(errorLine(command, text)) });
   return program;

@@ -29,6 +29,9 @@ const TABLE: Case[] = [
   { method: 'GET', url: '/organizations/:id/usage/summary', write: false },
   { method: 'GET', url: '/organizations/:id/usage/records', write: false },
   { method: 'POST', url: '/api/organizations/:org_id/invitations', body: { email: 'someone@example.com', role: 'member' }, write: true },
+  // Auto top-up is read and changed only by those who manage billing (docs/billing.md, Auto top-up): its GET is a write here.
+  { method: 'GET', url: '/organizations/:id/auto-top-up', write: true },
+  { method: 'PUT', url: '/organizations/:id/auto-top-up', body: { enabled: false, below_credits: 50, pack: 'small', max_per_month: 1 }, write: true },
   { method: 'GET', url: '/organizations/:id/webhooks', write: false },
   { method: 'POST', url: '/organizations/:id/webhooks', body: { url: 'https://example.com/hooks', events: ['api_key.created'] }, write: true },
   { method: 'GET', url: '/organizations/:id/webhooks/:webhookId', write: false },

@@ -24,11 +24,11 @@ describe('client SDK types (packages/client/src/generated/openapi.ts)', () => {
     expect(committed === expected, 'the client types are stale: run `npm run generate:client` and fix what tsc reports').toBe(true);
   });
 
-  it('cover every versioned route except the operator API, and the budgets of the application API', () => {
+  it('cover every versioned route except the operator API, and the budgets and auto top-up of the application API', () => {
     const document = h.app.swagger() as unknown as { paths: Record<string, unknown> };
     const covered = Object.keys(document.paths).filter(isClientPath);
     expect(covered).toEqual(expect.arrayContaining(['/api/v1/mcp/stdio/check-entitlement', '/api/v1/proxy/webhooks/send', '/api/v1/ai/quota']));
     expect(covered.some((p) => p.startsWith('/api/v1/admin'))).toBe(false);
-    expect(covered.filter((p) => !p.startsWith('/api/v1/')).sort()).toEqual(['/organizations/{id}/budgets', '/organizations/{id}/budgets/{budgetId}']);
+    expect(covered.filter((p) => !p.startsWith('/api/v1/')).sort()).toEqual(['/organizations/{id}/auto-top-up', '/organizations/{id}/budgets', '/organizations/{id}/budgets/{budgetId}']);
   });
 });

@@ -17,6 +17,7 @@ const MONEY_TABLES = [
   'ai_reservations',
   'meter_event_outbox',
   'budget_windows',
+  'auto_top_ups',
 ];
 const WRITE = new RegExp(`\\b(INSERT\\s+INTO|UPDATE|DELETE\\s+FROM)\\s+(${MONEY_TABLES.join('|')})\\b`, 'i');
 

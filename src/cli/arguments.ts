@@ -173,3 +173,29 @@ export function httpUrlOrNull(value: string): string {
   }
   return value;
 }
+
+/** A yes or no option: the words true and false, as the API's JSON booleans. */
+export function boolean(value: string): boolean {
+  if (value !== 'true' && value !== 'false') throw new InvalidArgumentError('must be true or false');
+  return value === 'true';
+}
+
+/** The auto top-up line (docs/billing.md, "Auto top-up"): a whole number of credits from 1 to 10^12. */
+export function autoTopUpBelow(value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > MAX_BUDGET_LIMIT) {
+    throw new InvalidArgumentError('must be a whole number from 1 to 1000000000000');
+  }
+  return Number(value);
+}
+
+/** Auto top-ups started per calendar month, at most: a whole number from 1 to 1000. */
+export function topUpsPerMonth(value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > 1000) throw new InvalidArgumentError('must be a whole number from 1 to 1000');
+  return Number(value);
+}
+
+/** A credit pack's name (a CREDIT_PACKS name; the service names the packs it sells when it is not one). */
+export function packName(value: string): string {
+  if (value.trim() === '' || value.length > 100) throw new InvalidArgumentError('must be 1 to 100 characters (a CREDIT_PACKS name)');
+  return value;
+}

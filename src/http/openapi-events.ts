@@ -27,6 +27,17 @@ const BudgetEventData = Type.Object({
   truncated: Type.Optional(Type.Literal(true, { description: 'The 101st event of a "*" budget in a window: no more are sent for it' })),
 });
 
+/** Auto top-up events' data (docs/billing.md, "Auto top-up"). */
+const autoTopUpData = (failed: boolean) =>
+  Type.Object({
+    deployment_id: Uuid('The deployment topped up'),
+    pack: Type.String({ description: 'The credit pack bought' }),
+    credits: Type.Integer({ description: "The pack's credits" }),
+    payment_intent_id: Nullable(Type.String({ description: 'The off-session Stripe PaymentIntent; null when Stripe made none' })),
+    consecutive_failures: Type.Integer({ description: 'Failed top-ups in a row in the organization, this one included (0 after a success)' }),
+    ...(failed ? { failure_code: Type.String({ description: "Stripe's code (card_declined, authentication_required …) or no_payment_method", examples: ['card_declined'] }) } : {}),
+  });
+
 export const EVENT_DATA: Record<string, { summary: string; data: TSchema }> = {
   'organization.member.added': {
     summary: 'A user joined the organization (created it, accepted an invitation, or was added by an operator)',
@@ -85,6 +96,8 @@ export const EVENT_DATA: Record<string, { summary: string; data: TSchema }> = {
       expires_at: Nullable(Time('When these credits expire; null when they do not')),
       pack: Type.Optional(Type.String({ description: 'The credit pack, when bought through Stripe' })),
       checkout_session_id: Type.Optional(Type.String({ description: 'The Stripe Checkout Session that paid for it' })),
+      payment_intent_id: Type.Optional(Type.String({ description: 'An auto top-up: the off-session Stripe PaymentIntent that paid for it' })),
+      auto_top_up: Type.Optional(Type.Literal(true, { description: 'Bought by auto top-up (docs/billing.md, "Auto top-up")' })),
     }),
   },
   'quota.threshold': {
@@ -114,6 +127,18 @@ export const EVENT_DATA: Record<string, { summary: string; data: TSchema }> = {
   'budget.exceeded': {
     summary: 'A block budget first refused a charge in a window (docs/budgets.md, Events): once per window and metric',
     data: BudgetEventData,
+  },
+  'auto_top_up.succeeded': {
+    summary: "An auto top-up's payment succeeded and its credits were added (a credits.purchased event is sent too)",
+    data: autoTopUpData(false),
+  },
+  'auto_top_up.failed': {
+    summary: 'An auto top-up could not be paid (declined, authentication required, no saved card); another is tried no sooner than an hour later',
+    data: autoTopUpData(true),
+  },
+  'auto_top_up.disabled': {
+    summary: 'Three auto top-ups in a row failed: auto top-up is switched off until an owner or admin enables it again',
+    data: autoTopUpData(false),
   },
   'webhook.test': {
     summary: 'A test send (POST /organizations/{id}/webhooks/{webhookId}/test): to that webhook only; not an event to subscribe to',

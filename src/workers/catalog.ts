@@ -1,5 +1,6 @@
 import type { Deps } from '../context.js';
 import { MAIL_QUEUE } from '../lib/mailer.js';
+import { AUTO_TOP_UP_QUEUE } from '../modules/billing/auto-top-up.js';
 import { METER_QUEUE } from '../modules/billing/meter-events.js';
 import { pruneStripeEvents, STRIPE_EVENTS_QUEUE } from '../modules/billing/stripe-events.js';
 import { expireAiHolds, expireReservations, pruneAiHolds, pruneEachBudgetWindows, pruneInvocations } from '../modules/credits/index.js';
@@ -79,6 +80,8 @@ export const WORKERS: WorkerDefinition[] = [
     intervalMs: 60 * 60_000,
     run: (deps) => pruneStripeEvents(deps, 1000),
   },
+  // Auto top-ups asked by a deduction that crossed the line: one off-session PaymentIntent each (docs/billing.md, "Auto top-up").
+  jobWorker(AUTO_TOP_UP_QUEUE, 2_000),
   // Usage to the Stripe meter when STRIPE_METER_EVENT_NAME is set (docs/billing.md, Usage to Stripe meters).
   jobWorker(METER_QUEUE, 5_000),
   // Template deployments due for a provisioning attempt (docs/templates.md).

@@ -72,6 +72,11 @@ function answer(deps: ApiDeps, request: ApiRequest, send: Send): number {
     send(200, body);
     return 200;
   } catch (error) {
+    // As Stripe does, a card decline (402) already happened (a PaymentIntent, a failed charge, an event):
+    // its answer is stored under the key and replayed, so a retry declines again without a second attempt.
+    if (error instanceof StripeApiError && error.status === 402 && idempotencyKey) {
+      deps.idempotency.store(idempotencyKey, { method: request.method, path: request.path, requestBody: request.bodyText, status: 402, body: { error: error.body } });
+    }
     if (error instanceof StripeApiError) return fail(send, error);
     return fail(send, new StripeApiError(500, { type: 'api_error', message: `Stripe stand-in bug: ${(error as Error).message}` }));
   }

@@ -14,7 +14,8 @@ import {
   valueAt,
 } from './forms.js';
 import { recordMeterEvent } from './meter-events.js';
-import { createRefund } from './payments.js';
+import { listPaymentMethods } from './payment-methods.js';
+import { createPaymentIntent, createRefund } from './payments.js';
 import type { StandInContext } from './state.js';
 import { cancelSubscription, updateSubscription } from './subscriptions.js';
 
@@ -72,6 +73,7 @@ function checkoutParams(form: FormObject): CheckoutInput {
   if (valueAt(form, 'customer') !== undefined && valueAt(form, 'customer_email') !== undefined) {
     throw invalidRequest('You may only specify one of these parameters: customer, customer_email.');
   }
+  const mode = required(oneOf(form, 'mode', ['payment', 'subscription', 'setup'] as const), 'mode');
   const quantity = integer(form, 'line_items[0][quantity]') ?? 1;
   if (quantity < 1) throw invalidParam('line_items[0][quantity]', 'Invalid positive integer');
   const clientReferenceId = text(form, 'client_reference_id');
@@ -79,17 +81,21 @@ function checkoutParams(form: FormObject): CheckoutInput {
     throw invalidParam('client_reference_id', 'client_reference_id can have up to 200 characters.');
   }
   return {
-    mode: required(oneOf(form, 'mode', ['payment', 'subscription'] as const), 'mode'),
+    mode,
     customer: text(form, 'customer'),
     customerEmail: text(form, 'customer_email'),
-    price: requiredText(form, 'line_items[0][price]'),
+    // Setup mode takes no line items; checkModeFits refuses them there.
+    price: mode === 'setup' && valueAt(form, 'line_items') === undefined ? undefined : requiredText(form, 'line_items[0][price]'),
     quantity,
+    currency: text(form, 'currency'),
     successUrl: url(form, 'success_url'),
     cancelUrl: url(form, 'cancel_url'),
     clientReferenceId,
     metadata: mergeMetadata({}, form),
     subscriptionMetadata: valueAt(form, 'subscription_data') === undefined ? undefined : mergeMetadata({}, form, 'subscription_data[metadata]'),
     paymentIntentMetadata: valueAt(form, 'payment_intent_data') === undefined ? undefined : mergeMetadata({}, form, 'payment_intent_data[metadata]'),
+    setupFutureUsage: oneOf(form, 'payment_intent_data[setup_future_usage]', ['off_session', 'on_session'] as const),
+    setupIntentMetadata: valueAt(form, 'setup_intent_data') === undefined ? undefined : mergeMetadata({}, form, 'setup_intent_data[metadata]'),
   };
 }
 
@@ -102,6 +108,12 @@ function customerParams(form: FormObject, currentMetadata: Record<string, string
     description: text(form, 'description'),
     metadata: metadataIfSent(form, 'metadata', currentMetadata),
   };
+}
+
+/** `invoice_settings[default_payment_method]`: absent keeps it, '' unsets it. */
+function defaultPaymentMethodParam(form: FormObject): string | null | undefined {
+  const value = text(form, 'invoice_settings[default_payment_method]');
+  return value === '' ? null : value;
 }
 
 export const API_ROUTES: readonly ApiRoute[] = [
@@ -135,8 +147,53 @@ export const API_ROUTES: readonly ApiRoute[] = [
   {
     method: 'POST',
     pattern: /^\/v1\/customers\/([^/]+)$/,
-    allowed: CUSTOMER_PARAMS,
-    handle: (ctx, form, id) => updateCustomer(ctx, id, customerParams(form, findOrThrow(ctx.state.customers, id, 'customer').metadata)),
+    allowed: { ...CUSTOMER_PARAMS, invoice_settings: { default_payment_method: true } },
+    handle: (ctx, form, id) =>
+      updateCustomer(ctx, id, {
+        ...customerParams(form, findOrThrow(ctx.state.customers, id, 'customer').metadata),
+        defaultPaymentMethod: defaultPaymentMethodParam(form),
+      }),
+  },
+  {
+    method: 'GET',
+    pattern: /^\/v1\/customers\/([^/]+)\/payment_methods$/,
+    allowed: { type: true, limit: true, starting_after: true, expand: 'hash' },
+    handle: (ctx, form, id) =>
+      listPaymentMethods(ctx, id, { type: text(form, 'type'), limit: integer(form, 'limit'), startingAfter: text(form, 'starting_after') }),
+  },
+  {
+    method: 'GET',
+    pattern: /^\/v1\/payment_methods\/([^/]+)$/,
+    allowed: RETRIEVE,
+    handle: (ctx, _form, id) => findOrThrow(ctx.state.paymentMethods, id, 'PaymentMethod'),
+  },
+  {
+    method: 'POST',
+    pattern: /^\/v1\/payment_intents$/,
+    allowed: { amount: true, currency: true, customer: true, payment_method: true, off_session: true, confirm: true, description: true, metadata: 'hash', expand: 'hash' },
+    handle: (ctx, form) =>
+      createPaymentIntent(ctx, {
+        amount: required(integer(form, 'amount'), 'amount'),
+        currency: requiredText(form, 'currency'),
+        customer: text(form, 'customer'),
+        paymentMethod: text(form, 'payment_method'),
+        offSession: boolean(form, 'off_session'),
+        confirm: boolean(form, 'confirm'),
+        description: text(form, 'description'),
+        metadata: mergeMetadata({}, form),
+      }),
+  },
+  {
+    method: 'GET',
+    pattern: /^\/v1\/payment_intents\/([^/]+)$/,
+    allowed: RETRIEVE,
+    handle: (ctx, _form, id) => findOrThrow(ctx.state.paymentIntents, id, 'payment_intent'),
+  },
+  {
+    method: 'GET',
+    pattern: /^\/v1\/setup_intents\/([^/]+)$/,
+    allowed: RETRIEVE,
+    handle: (ctx, _form, id) => findOrThrow(ctx.state.setupIntents, id, 'setup_intent'),
   },
   {
     method: 'POST',
@@ -150,8 +207,10 @@ export const API_ROUTES: readonly ApiRoute[] = [
       cancel_url: true,
       client_reference_id: true,
       metadata: 'hash',
+      currency: true,
       subscription_data: { metadata: 'hash' },
-      payment_intent_data: { metadata: 'hash' },
+      payment_intent_data: { metadata: 'hash', setup_future_usage: true },
+      setup_intent_data: { metadata: 'hash' },
       expand: 'hash',
     },
     handle: (ctx, form) => createCheckoutSession(ctx, checkoutParams(form)),

@@ -1,5 +1,5 @@
 import { type Interval, newId, randomToken } from './clock.js';
-import { findOrThrow, invalidParam } from './errors.js';
+import { findOrThrow, invalidParam, StripeApiError } from './errors.js';
 import type { CustomerObject, Metadata, PriceObject, ProductObject } from './objects.js';
 import { type StandInContext, snapshot } from './state.js';
 
@@ -120,6 +120,11 @@ export interface CustomerInput {
   metadata?: Metadata;
 }
 
+export interface CustomerUpdate extends CustomerInput {
+  /** `invoice_settings[default_payment_method]`: a card attached to this customer, or `null` (sent as '') to unset. */
+  defaultPaymentMethod?: string | null;
+}
+
 export function createCustomer(ctx: StandInContext, input: CustomerInput = {}): CustomerObject {
   const customer: CustomerObject = {
     id: newId('cus_'),
@@ -139,6 +144,7 @@ export function createCustomer(ctx: StandInContext, input: CustomerInput = {}): 
     phone: null,
     preferred_locales: [],
     shipping: null,
+    invoice_settings: { custom_fields: null, default_payment_method: null, footer: null, rendering_options: null },
     tax_exempt: 'none',
     test_clock: null,
   };
@@ -147,11 +153,29 @@ export function createCustomer(ctx: StandInContext, input: CustomerInput = {}): 
 }
 
 /** Fields given replace the stored ones; `metadata` is already merged by the caller (Stripe's merge rules). */
-export function updateCustomer(ctx: StandInContext, id: string, input: CustomerInput): CustomerObject {
+export function updateCustomer(ctx: StandInContext, id: string, input: CustomerUpdate): CustomerObject {
   const customer = findOrThrow(ctx.state.customers, id, 'customer');
+  if (input.defaultPaymentMethod) {
+    const param = 'invoice_settings[default_payment_method]';
+    if (ctx.state.paymentMethods.get(input.defaultPaymentMethod)?.customer !== id) {
+      throw noSuchPaymentMethodOf(input.defaultPaymentMethod, param);
+    }
+  }
+  if (input.defaultPaymentMethod !== undefined) customer.invoice_settings.default_payment_method = input.defaultPaymentMethod;
   if (input.email !== undefined) customer.email = input.email;
   if (input.name !== undefined) customer.name = input.name;
   if (input.description !== undefined) customer.description = input.description;
   if (input.metadata !== undefined) customer.metadata = input.metadata;
   return snapshot(customer);
+}
+
+/** Stripe's answer when a PaymentMethod is missing or not attached to the customer that names it. */
+export function noSuchPaymentMethodOf(paymentMethodId: string, param: string): StripeApiError {
+  return new StripeApiError(400, {
+    type: 'invalid_request_error',
+    code: 'resource_missing',
+    param,
+    message: `The customer does not have a payment method with the ID ${paymentMethodId}. The payment method must be attached to the customer.`,
+    doc_url: 'https://stripe.com/docs/error-codes/resource-missing',
+  });
 }

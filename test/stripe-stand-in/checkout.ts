@@ -1,7 +1,8 @@
 import { createCustomer } from './catalog.js';
 import { newId } from './clock.js';
 import { findOrThrow, invalidParam, invalidRequest } from './errors.js';
-import type { CheckoutLineItemObject, CheckoutSessionObject, ListObject, Metadata, PortalSessionObject, PriceObject } from './objects.js';
+import type { CardBehaviour, CheckoutLineItemObject, CheckoutSessionObject, ListObject, Metadata, PortalSessionObject, PriceObject } from './objects.js';
+import { saveCard, succeededSetupIntent } from './payment-methods.js';
 import { createPayment, settlePayment } from './payments.js';
 import { type CheckoutOrder, type StandInContext, snapshot } from './state.js';
 import { declineInvoice, payInvoice, startSubscription } from './subscriptions.js';
@@ -9,26 +10,33 @@ import { declineInvoice, payInvoice, startSubscription } from './subscriptions.j
 const SESSION_LIFETIME_SECONDS = 24 * 3600;
 
 export interface CheckoutInput {
-  mode: 'payment' | 'subscription';
+  mode: 'payment' | 'subscription' | 'setup';
   customer?: string;
   customerEmail?: string;
-  price: string;
+  /** Absent in setup mode only. */
+  price?: string;
   quantity: number;
+  /** Setup mode (optional); in the other modes it must be the price's. */
+  currency?: string;
   successUrl?: string;
   cancelUrl?: string;
   clientReferenceId?: string;
   metadata: Metadata;
   subscriptionMetadata?: Metadata;
   paymentIntentMetadata?: Metadata;
+  /** `payment_intent_data[setup_future_usage]`: payment mode saves the card to the customer. */
+  setupFutureUsage?: 'off_session' | 'on_session';
+  /** `setup_intent_data[metadata]`, setup mode only. */
+  setupIntentMetadata?: Metadata;
 }
 
 export function createCheckoutSession(ctx: StandInContext, input: CheckoutInput): CheckoutSessionObject {
-  const price = findOrThrow(ctx.state.prices, input.price, 'price', 'line_items[0][price]');
+  const price = input.mode === 'setup' ? null : findOrThrow(ctx.state.prices, required(input.price, 'line_items'), 'price', 'line_items[0][price]');
   checkModeFits(input, price);
   if (input.customer !== undefined) findOrThrow(ctx.state.customers, input.customer, 'customer', 'customer');
   const now = ctx.clock.seconds();
   const id = newId('cs_test_');
-  const amount = price.unit_amount * input.quantity;
+  const amount = price ? price.unit_amount * input.quantity : null;
   const session: CheckoutSessionObject = {
     id,
     object: 'checkout.session',
@@ -37,7 +45,7 @@ export function createCheckoutSession(ctx: StandInContext, input: CheckoutInput)
     cancel_url: input.cancelUrl ?? null,
     client_reference_id: input.clientReferenceId ?? null,
     created: now,
-    currency: price.currency,
+    currency: price?.currency ?? input.currency?.toLowerCase() ?? null,
     customer: input.customer ?? null,
     customer_details: null,
     customer_email: input.customerEmail ?? null,
@@ -48,7 +56,8 @@ export function createCheckoutSession(ctx: StandInContext, input: CheckoutInput)
     mode: input.mode,
     payment_intent: null,
     payment_method_types: ['card'],
-    payment_status: 'unpaid',
+    payment_status: input.mode === 'setup' ? 'no_payment_required' : 'unpaid',
+    setup_intent: null,
     status: 'open',
     subscription: null,
     success_url: input.successUrl ?? null,
@@ -57,17 +66,35 @@ export function createCheckoutSession(ctx: StandInContext, input: CheckoutInput)
   };
   ctx.state.checkoutSessions.set(id, session);
   ctx.state.checkoutOrders.set(id, {
-    price: price.id,
+    price: price?.id ?? null,
     quantity: input.quantity,
     customerEmail: input.customerEmail ?? null,
     subscriptionMetadata: input.subscriptionMetadata ?? {},
     paymentIntentMetadata: input.paymentIntentMetadata ?? {},
+    setupFutureUsage: input.setupFutureUsage ?? null,
+    setupIntentMetadata: input.setupIntentMetadata ?? {},
     pendingAsync: null,
   });
   return snapshot(session);
 }
 
-function checkModeFits(input: CheckoutInput, price: PriceObject): void {
+function required<T>(value: T | undefined, param: string): T {
+  if (value === undefined) throw invalidParam(param, `Missing required param: ${param}.`, 'parameter_missing');
+  return value;
+}
+
+function checkModeFits(input: CheckoutInput, price: PriceObject | null): void {
+  if (!price) {
+    if (input.price !== undefined) throw invalidParam('line_items', 'You cannot pass `line_items` in `setup` mode.');
+    if (input.subscriptionMetadata) throw invalidParam('subscription_data', 'You can not pass `subscription_data` in `setup` mode.');
+    if (input.paymentIntentMetadata || input.setupFutureUsage) throw invalidParam('payment_intent_data', 'You can not pass `payment_intent_data` in `setup` mode.');
+    if (input.currency !== undefined && !/^[a-zA-Z]{3}$/.test(input.currency)) throw invalidParam('currency', `Invalid currency: ${input.currency}`);
+    return;
+  }
+  if (input.setupIntentMetadata) throw invalidParam('setup_intent_data', `You can not pass \`setup_intent_data\` in \`${input.mode}\` mode.`);
+  if (input.currency !== undefined && input.currency.toLowerCase() !== price.currency) {
+    throw invalidParam('currency', `The currency ${input.currency} does not match the currency of the price (${price.currency}).`);
+  }
   if (input.mode === 'payment' && price.recurring) {
     throw invalidParam(
       'mode',
@@ -88,16 +115,18 @@ function checkModeFits(input: CheckoutInput, price: PriceObject): void {
 /** The session with its one line item, for `expand[]=line_items`. */
 export function withLineItems(ctx: StandInContext, session: CheckoutSessionObject): CheckoutSessionObject {
   const order = findOrThrow(ctx.state.checkoutOrders, session.id, 'checkout.session');
+  const url = `/v1/checkout/sessions/${session.id}/line_items`;
+  if (order.price === null) return { ...snapshot(session), line_items: { object: 'list', data: [], has_more: false, total_count: 0, url } };
   const price = findOrThrow(ctx.state.prices, order.price, 'price');
   const product = ctx.state.products.get(price.product);
   const item: CheckoutLineItemObject = {
     id: `li_${session.id.slice('cs_test_'.length)}`,
     object: 'item',
     amount_discount: 0,
-    amount_subtotal: session.amount_subtotal,
+    amount_subtotal: session.amount_subtotal ?? 0,
     amount_tax: 0,
-    amount_total: session.amount_total,
-    currency: session.currency,
+    amount_total: session.amount_total ?? 0,
+    currency: price.currency,
     description: product?.name ?? price.product,
     price: snapshot(price),
     quantity: order.quantity,
@@ -107,33 +136,47 @@ export function withLineItems(ctx: StandInContext, session: CheckoutSessionObjec
     data: [item],
     has_more: false,
     total_count: 1,
-    url: `/v1/checkout/sessions/${session.id}/line_items`,
+    url,
   };
   return { ...snapshot(session), line_items: lineItems };
 }
 
 export interface CompleteOptions {
-  /** A bank debit: `checkout.session.completed` with `payment_status: 'unpaid'` now, the outcome on `settleAsyncPayment`. */
+  /** A bank debit: `checkout.session.completed` with `payment_status: 'unpaid'` now, the outcome on `settleAsyncPayment`. Not in setup mode. */
   asyncPayment?: boolean;
   /** With `asyncPayment`, the debit bounces on settlement. Alone, the card is declined: the session stays open. */
   fail?: boolean;
+  /**
+   * How the card the customer enters answers later off-session payments, when it is saved (setup mode, or
+   * payment mode with `payment_intent_data[setup_future_usage]`); default `ok`. The payment at checkout
+   * itself always succeeds.
+   */
+  card?: CardBehaviour;
 }
 
-/** The customer pays on the hosted page. */
+/** The customer pays (or, in setup mode, saves a card) on the hosted page. */
 export function completeCheckout(ctx: StandInContext, id: string, options: CompleteOptions = {}): CheckoutSessionObject {
   const session = openSession(ctx, id);
   const order = ctx.state.checkoutOrders.get(id)!;
+  if (options.asyncPayment && session.mode === 'setup') throw invalidRequest('A setup-mode Checkout Session takes no payment (asyncPayment does not apply).');
   if (options.fail && !options.asyncPayment) return snapshot(session);
-  const price = findOrThrow(ctx.state.prices, order.price, 'price');
-  session.customer ??= session.mode === 'subscription' ? createCustomer(ctx, { email: order.customerEmail }).id : null;
+  const savesCard = session.mode === 'setup' || (order.setupFutureUsage !== null && !options.asyncPayment);
+  session.customer ??= session.mode === 'subscription' || savesCard ? createCustomer(ctx, { email: order.customerEmail }).id : null;
   const customer = session.customer ? ctx.state.customers.get(session.customer) : undefined;
   session.customer_details = { email: customer?.email ?? order.customerEmail, name: customer?.name ?? null };
   session.status = 'complete';
   session.url = null;
-  session.payment_status = options.asyncPayment ? 'unpaid' : 'paid';
+  if (session.mode !== 'setup') session.payment_status = options.asyncPayment ? 'unpaid' : 'paid';
   order.pendingAsync = options.asyncPayment ? { fail: options.fail ?? false } : null;
-  if (session.mode === 'payment') chargeOnce(ctx, session, order, options.asyncPayment ? 'processing' : 'succeeded');
-  else subscribe(ctx, session, order, price, options.asyncPayment ? 'open' : 'paid');
+  // A card paid once without setup_future_usage is not attached to anyone (a bank debit has no card).
+  const card = options.asyncPayment ? null : saveCard(ctx, savesCard ? session.customer : null, { behaviour: options.card ?? 'ok', makeDefault: false });
+  if (session.mode === 'setup') {
+    session.setup_intent = succeededSetupIntent(ctx, { customer: session.customer!, paymentMethod: card!.id, metadata: order.setupIntentMetadata }).id;
+  } else if (session.mode === 'payment') {
+    chargeOnce(ctx, session, order, card?.id ?? null, options.asyncPayment ? 'processing' : 'succeeded');
+  } else {
+    subscribe(ctx, session, order, findOrThrow(ctx.state.prices, order.price!, 'price'), options.asyncPayment ? 'open' : 'paid');
+  }
   ctx.emit('checkout.session.completed', session);
   return snapshot(session);
 }
@@ -145,16 +188,20 @@ function openSession(ctx: StandInContext, id: string): CheckoutSessionObject {
   return session;
 }
 
-function chargeOnce(ctx: StandInContext, session: CheckoutSessionObject, order: CheckoutOrder, outcome: 'succeeded' | 'processing'): void {
+/** The Checkout payment; `payment_intent.succeeded` when it is not a bank debit still on its way. */
+function chargeOnce(ctx: StandInContext, session: CheckoutSessionObject, order: CheckoutOrder, card: string | null, outcome: 'succeeded' | 'processing'): void {
   const { intent } = createPayment(ctx, {
-    amount: session.amount_total,
-    currency: session.currency,
+    amount: session.amount_total ?? 0,
+    currency: session.currency ?? 'usd',
     customer: session.customer,
     description: null,
     metadata: order.paymentIntentMetadata,
+    paymentMethod: card,
+    setupFutureUsage: order.setupFutureUsage,
     outcome,
   });
   session.payment_intent = intent.id;
+  if (outcome === 'succeeded') ctx.emit('payment_intent.succeeded', intent);
 }
 
 function subscribe(ctx: StandInContext, session: CheckoutSessionObject, order: CheckoutOrder, price: PriceObject, collection: 'paid' | 'open'): void {

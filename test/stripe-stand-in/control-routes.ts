@@ -1,5 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { StripeApiError } from './errors.js';
+import type { CardBehaviour } from './objects.js';
+import { CARD_BEHAVIOURS } from './payment-methods.js';
 import { readBody, redirect, sendHtml, sendJson, wantsHtml } from './http.js';
 import { checkoutPage, invoicePage, notFoundPage, portalPage } from './pages.js';
 import type { StripeStandIn } from './server.js';
@@ -33,6 +35,20 @@ function str(body: ControlBody, name: string): string | undefined {
   return value === undefined || value === '' ? undefined : String(value);
 }
 
+/** `true`/`false` when sent, `undefined` when absent. */
+function optionalFlag(body: ControlBody, name: string): boolean | undefined {
+  return body[name] === undefined || body[name] === '' ? undefined : flag(body, name);
+}
+
+function behaviour(body: ControlBody, name: string): CardBehaviour | undefined {
+  const value = str(body, name);
+  if (value === undefined) return undefined;
+  if (!(CARD_BEHAVIOURS as readonly string[]).includes(value)) {
+    throw new StripeApiError(400, { type: 'invalid_request_error', message: `${name} must be one of ${CARD_BEHAVIOURS.join(', ')}`, param: name });
+  }
+  return value as CardBehaviour;
+}
+
 function backToPortal(_s: StripeStandIn, body: ControlBody, id: string): string {
   const portal = str(body, 'portal');
   return portal ? `/portal/${encodeURIComponent(portal)}` : `/_stand-in/state#${id}`;
@@ -48,7 +64,10 @@ const CONTROL_ROUTES: readonly ControlRoute[] = [
   {
     method: 'POST',
     pattern: /^\/_stand-in\/checkout\/([^/]+)\/complete$/,
-    run: (s, b, id) => s.completeCheckout(id, { asyncPayment: flag(b, 'async_payment'), fail: flag(b, 'fail') }),
+    run: (s, b, id) => {
+      const card = behaviour(b, 'card');
+      return s.completeCheckout(id, { asyncPayment: flag(b, 'async_payment'), fail: flag(b, 'fail'), ...(card ? { card } : {}) });
+    },
     redirectTo: afterCheckout,
   },
   { method: 'POST', pattern: /^\/_stand-in\/checkout\/([^/]+)\/settle$/, run: (s, _b, id) => s.settleAsyncPayment(id) },
@@ -60,6 +79,24 @@ const CONTROL_ROUTES: readonly ControlRoute[] = [
     pattern: /^\/_stand-in\/subscriptions\/([^/]+)\/cancel$/,
     run: (s, b, id) => s.cancelSubscription(id, { atPeriodEnd: flag(b, 'at_period_end') }),
     redirectTo: backToPortal,
+  },
+  {
+    method: 'POST',
+    pattern: /^\/_stand-in\/customers\/([^/]+)\/payment_methods$/,
+    run: (s, b, id) => {
+      const card = behaviour(b, 'behaviour');
+      const makeDefault = optionalFlag(b, 'make_default');
+      return s.savePaymentMethod(id, { ...(card ? { behaviour: card } : {}), ...(makeDefault === undefined ? {} : { makeDefault }) });
+    },
+  },
+  {
+    method: 'POST',
+    pattern: /^\/_stand-in\/payment_methods\/([^/]+)\/behaviour$/,
+    run: (s, b, id) => {
+      const card = behaviour(b, 'behaviour');
+      if (!card) throw new StripeApiError(400, { type: 'invalid_request_error', message: 'Missing behaviour', param: 'behaviour' });
+      return s.setCardBehaviour(id, card);
+    },
   },
   { method: 'POST', pattern: /^\/_stand-in\/invoices\/([^/]+)\/pay$/, run: (s, _b, id) => s.payInvoice(id), redirectTo: (_s, _b, id) => `/invoices/${id}` },
   {

@@ -10,13 +10,13 @@ afterEach(async () => {
   kit = undefined;
 });
 
-/** Three checkout.session.completed events, queued and not yet delivered. */
+/** Three checkout.session.completed events (bank debits, so no payment_intent.succeeded yet), queued and not yet delivered. */
 async function threeEvents(k: Kit): Promise<string[]> {
   const { pack } = await catalog(k.stripe);
   const ids: string[] = [];
   for (let i = 0; i < 3; i++) {
     const session = await k.stripe.checkout.sessions.create({ mode: 'payment', line_items: [{ price: pack.id }], client_reference_id: `n${i}` });
-    k.standIn.completeCheckout(session.id);
+    k.standIn.completeCheckout(session.id, { asyncPayment: true });
     ids.push(k.standIn.events().at(-1)!.id);
   }
   return ids;
@@ -76,7 +76,7 @@ describe('auto delivery', () => {
     kit.respond(503);
     const { pack } = await catalog(kit.stripe);
     const session = await kit.stripe.checkout.sessions.create({ mode: 'payment', line_items: [{ price: pack.id }] });
-    kit.standIn.completeCheckout(session.id);
+    kit.standIn.completeCheckout(session.id, { asyncPayment: true });
     await kit.standIn.idle();
     expect(kit.standIn.deliveries().map((d) => d.status)).toEqual([503]);
     kit.respond(200);
@@ -93,7 +93,7 @@ describe('auto delivery', () => {
       const price = standIn.createPrice({ productName: 'Pack', unitAmount: 500 });
       const stripe = new Stripe(standIn.secretKey, { host: '127.0.0.1', port: standIn.port, protocol: 'http', maxNetworkRetries: 0 });
       const session = await stripe.checkout.sessions.create({ mode: 'payment', line_items: [{ price: price.id }] });
-      standIn.completeCheckout(session.id);
+      standIn.completeCheckout(session.id, { asyncPayment: true });
       await standIn.idle();
       const [request] = receiver.received;
       expect(request?.headers['content-type']).toBe('application/json; charset=utf-8');

@@ -5,6 +5,11 @@ export interface StripeErrorBody {
   param?: string;
   code?: string;
   doc_url?: string;
+  /** Card errors: the issuer's reason, the failed charge, and the objects involved (stripe-node exposes them on the error). */
+  decline_code?: string;
+  charge?: string;
+  payment_intent?: object;
+  payment_method?: object;
 }
 
 /** Thrown anywhere in the stand-in; the HTTP layer turns it into `{ error: body }` with `status`. */

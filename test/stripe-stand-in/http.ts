@@ -59,7 +59,8 @@ export type IdempotencyLookup = { kind: 'new' } | { kind: 'replay'; status: numb
  * Stripe's idempotency: the first successful answer to a key is stored; the same key with the same
  * request answers it again with no second effect, the same key with another request is a 400
  * `idempotency_error`. Answers that failed (4xx validation, injected faults) are not stored, so a
- * retry runs again, as Stripe does for requests that did not start executing.
+ * retry runs again, as Stripe does for requests that did not start executing; a 402 card decline is
+ * stored (api-handler.ts), since the attempt was made.
  */
 export function createIdempotencyStore() {
   const answers = new Map<string, StoredAnswer>();

@@ -74,6 +74,8 @@ export interface CustomerObject {
   phone: string | null;
   preferred_locales: string[];
   shipping: null;
+  /** `default_payment_method` is what an off-session payment (auto top-up) charges. */
+  invoice_settings: { custom_fields: null; default_payment_method: string | null; footer: null; rendering_options: null };
   tax_exempt: 'none';
   test_clock: null;
 }
@@ -94,12 +96,14 @@ export interface CheckoutLineItemObject {
 export interface CheckoutSessionObject {
   id: string;
   object: 'checkout.session';
-  amount_subtotal: number;
-  amount_total: number;
+  /** `null` in setup mode, as Stripe's. */
+  amount_subtotal: number | null;
+  amount_total: number | null;
   cancel_url: string | null;
   client_reference_id: string | null;
   created: number;
-  currency: string;
+  /** In setup mode, the `currency` parameter or `null`. */
+  currency: string | null;
   customer: string | null;
   customer_details: { email: string | null; name: string | null } | null;
   customer_email: string | null;
@@ -108,12 +112,14 @@ export interface CheckoutSessionObject {
   livemode: boolean;
   line_items?: ListObject<CheckoutLineItemObject>;
   metadata: Metadata;
-  mode: 'payment' | 'subscription';
+  mode: 'payment' | 'subscription' | 'setup';
   payment_intent: string | null;
   payment_method_types: string[];
-  payment_status: 'paid' | 'unpaid';
+  payment_status: 'paid' | 'unpaid' | 'no_payment_required';
   status: 'open' | 'complete' | 'expired';
   subscription: string | null;
+  /** Setup mode: the SetupIntent that saved the card, once complete. */
+  setup_intent: string | null;
   success_url: string | null;
   ui_mode: 'hosted';
   url: string | null;
@@ -247,6 +253,19 @@ export interface InvoiceObject {
   total: number;
 }
 
+export type PaymentIntentStatus = 'succeeded' | 'processing' | 'requires_payment_method' | 'requires_confirmation';
+
+/** Why the last confirmation failed: what the 402 answer said, with the card that failed. */
+export interface LastPaymentErrorObject {
+  type: 'card_error';
+  charge: string;
+  code: 'card_declined' | 'authentication_required';
+  decline_code: 'generic_decline' | 'authentication_required';
+  doc_url: string;
+  message: string;
+  payment_method: PaymentMethodObject;
+}
+
 export interface PaymentIntentObject {
   id: string;
   object: 'payment_intent';
@@ -261,12 +280,70 @@ export interface PaymentIntentObject {
   currency: string;
   customer: string | null;
   description: string | null;
+  last_payment_error: LastPaymentErrorObject | null;
   latest_charge: string | null;
   livemode: boolean;
   metadata: Metadata;
-  payment_method: null;
+  /** The card paid with; `null` again after a failed confirmation (the card is in `last_payment_error`). */
+  payment_method: string | null;
   payment_method_types: string[];
-  status: 'succeeded' | 'processing' | 'requires_payment_method';
+  setup_future_usage: 'off_session' | 'on_session' | null;
+  status: PaymentIntentStatus;
+}
+
+/** How a saved card answers a later payment: Stripe's test cards 4242…, 0341 (declines once attached) and 3184 (always asks for 3-D Secure). */
+export type CardBehaviour = 'ok' | 'card_declined' | 'authentication_required';
+
+export interface PaymentMethodObject {
+  id: string;
+  object: 'payment_method';
+  allow_redisplay: 'always' | 'limited' | 'unspecified';
+  billing_details: { address: null; email: string | null; name: string | null; phone: null; tax_id: null };
+  card: {
+    brand: 'visa';
+    checks: { address_line1_check: null; address_postal_code_check: null; cvc_check: 'pass' | null };
+    country: 'US';
+    display_brand: 'visa';
+    exp_month: number;
+    exp_year: number;
+    fingerprint: string;
+    funding: 'credit';
+    generated_from: null;
+    last4: string;
+    networks: { available: string[]; preferred: null };
+    regulated_status: 'unregulated';
+    three_d_secure_usage: { supported: boolean };
+    wallet: null;
+  };
+  created: number;
+  /** `null` for a card used once (a Checkout payment without `setup_future_usage`). */
+  customer: string | null;
+  customer_account: null;
+  livemode: boolean;
+  metadata: Metadata;
+  type: 'card';
+}
+
+export interface SetupIntentObject {
+  id: string;
+  object: 'setup_intent';
+  cancellation_reason: null;
+  client_secret: string;
+  created: number;
+  customer: string;
+  description: string | null;
+  last_setup_error: null;
+  latest_attempt: null;
+  livemode: boolean;
+  mandate: null;
+  metadata: Metadata;
+  next_action: null;
+  on_behalf_of: null;
+  payment_method: string;
+  payment_method_types: string[];
+  single_use_mandate: null;
+  status: 'succeeded';
+  usage: 'off_session';
 }
 
 export interface ChargeObject {
@@ -288,6 +365,7 @@ export interface ChargeObject {
   metadata: Metadata;
   paid: boolean;
   payment_intent: string;
+  payment_method: string | null;
   receipt_url: string | null;
   refunded: boolean;
   status: 'succeeded' | 'pending' | 'failed';

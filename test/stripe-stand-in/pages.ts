@@ -25,17 +25,26 @@ function button(action: string, label: string, fields: Record<string, string> = 
 
 export function checkoutPage(state: StandInStateView, session: Readonly<CheckoutSessionObject>): string {
   const order = state.checkoutOrders.get(session.id);
-  const price = order ? state.prices.get(order.price) : undefined;
+  const action = `/_stand-in/checkout/${session.id}/complete`;
+  const cancel = session.cancel_url ? `<p><a href="${escapeHtml(session.cancel_url)}">Cancel and go back</a></p>` : '';
+  if (session.mode === 'setup') {
+    const head = '<h1>Save a card</h1><p>For later payments, made without you (auto top-up).</p>';
+    if (session.status !== 'open') return page('Checkout', `${head}<p>This Checkout Session is <b>${session.status}</b>.</p>`);
+    const save = `${button(action, 'Save card')} ${button(action, 'Save card (declines later)', { card: 'card_declined' })} ${button(action, 'Save card (needs authentication later)', { card: 'authentication_required' })}`;
+    return page('Checkout', `${head}<p>${save} ${button(action, 'Decline card', { fail: 'true' })}</p>${cancel}`);
+  }
+  const price = order?.price ? state.prices.get(order.price) : undefined;
   const product = price ? state.products.get(price.product) : undefined;
   const what = `${order?.quantity ?? 1} × ${product?.name ?? 'item'}`;
   const every = price?.recurring ? ` / ${price.recurring.interval}` : '';
-  const head = `<h1>${escapeHtml(what)}</h1><p>${escapeHtml(formatAmount(session.amount_total, session.currency))}${every}</p>`;
+  const head = `<h1>${escapeHtml(what)}</h1><p>${escapeHtml(formatAmount(session.amount_total ?? 0, session.currency ?? 'usd'))}${every}</p>`;
   if (session.status !== 'open') return page('Checkout', `${head}<p>This Checkout Session is <b>${session.status}</b>.</p>`);
-  const action = `/_stand-in/checkout/${session.id}/complete`;
-  const cancel = session.cancel_url ? `<p><a href="${escapeHtml(session.cancel_url)}">Cancel and go back</a></p>` : '';
+  const saved = order?.setupFutureUsage
+    ? `<p class="muted">The card is saved for later payments. ${button(action, 'Pay (saved card declines later)', { card: 'card_declined' })}</p>`
+    : '';
   return page(
     'Checkout',
-    `${head}<p>${button(action, 'Pay')} ${button(action, 'Pay by bank debit (settles later)', { async_payment: 'true' })} ${button(action, 'Decline card', { fail: 'true' })}</p>${cancel}`,
+    `${head}<p>${button(action, 'Pay')} ${button(action, 'Pay by bank debit (settles later)', { async_payment: 'true' })} ${button(action, 'Decline card', { fail: 'true' })}</p>${saved}${cancel}`,
   );
 }
 

@@ -13,16 +13,20 @@ import type {
   CheckoutSessionObject,
   CustomerObject,
   InvoiceObject,
+  CardBehaviour,
   MeterEventObject,
+  PaymentMethodObject,
   PriceObject,
   StripeEventObject,
   SubscriptionObject,
 } from './objects.js';
+import { type SaveCardOptions, saveCard, setCardBehaviour } from './payment-methods.js';
 import { createState, type StandInContext, type StandInStateView, snapshot } from './state.js';
 import { cancelSubscription, payInvoice, renewSubscription, updateSubscription } from './subscriptions.js';
 
 export type { CustomerInput, PriceInput } from './catalog.js';
 export type { CompleteOptions } from './checkout.js';
+export type { SaveCardOptions } from './payment-methods.js';
 export type { DeliverFn, DeliveryMode, DeliveryResult } from './delivery.js';
 export type { StandInStateView } from './state.js';
 export type * from './objects.js';
@@ -63,7 +67,15 @@ export interface StripeStandIn {
   advanceClock(seconds: number): Date;
   createPrice(input: PriceInput): PriceObject;
   createCustomer(input?: CustomerInput): CustomerObject;
-  /** The customer pays on the hosted page (see `CompleteOptions` for bank debits and declines). */
+  /**
+   * A card saved to the customer, as a setup-mode Checkout would leave it (no event). `behaviour` (default
+   * `ok`) is how it answers off-session payments; `makeDefault: true` makes it
+   * `invoice_settings.default_payment_method`, `false` leaves that alone, absent sets it only when none.
+   */
+  savePaymentMethod(customerId: string, options?: SaveCardOptions): PaymentMethodObject;
+  /** From now on the card answers payments this way (a card that starts declining, or works again). */
+  setCardBehaviour(paymentMethodId: string, behaviour: CardBehaviour): PaymentMethodObject;
+  /** The customer pays (or saves a card) on the hosted page; see `CompleteOptions` for bank debits, declines and the saved card. */
   completeCheckout(sessionId: string, options?: CompleteOptions): CheckoutSessionObject;
   settleAsyncPayment(sessionId: string): CheckoutSessionObject;
   expireCheckout(sessionId: string): CheckoutSessionObject;
@@ -151,6 +163,8 @@ function controls(ctx: StandInContext, delivery: Delivery, faults: ReturnType<ty
     advanceClock: (seconds) => clock.advance(seconds),
     createPrice: (input) => createPrice(ctx, input),
     createCustomer: (input) => createCustomer(ctx, input),
+    savePaymentMethod: (customerId, opts) => saveCard(ctx, customerId, opts),
+    setCardBehaviour: (id, behaviour) => setCardBehaviour(ctx, id, behaviour),
     completeCheckout: (id, opts) => completeCheckout(ctx, id, opts),
     settleAsyncPayment: (id) => settleAsyncPayment(ctx, id),
     expireCheckout: (id) => expireCheckout(ctx, id),

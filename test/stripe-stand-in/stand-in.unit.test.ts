@@ -62,8 +62,8 @@ describe('checkout in payment mode', () => {
     expect(kit.received).toHaveLength(0);
     await kit.standIn.flush();
 
-    expect(types(kit.received)).toEqual(['checkout.session.completed']);
-    const event = kit.received[0]!;
+    expect(types(kit.received)).toEqual(['payment_intent.succeeded', 'checkout.session.completed']);
+    const event = kit.received[1]!;
     expect(event).toMatchObject({ object: 'event', api_version: '2026-10-28.endive', livemode: false, pending_webhooks: 1 });
     const paid = event.data.object as Stripe.Checkout.Session;
     expect(paid).toMatchObject({ status: 'complete', payment_status: 'paid', customer: customer.id });
@@ -85,6 +85,7 @@ describe('checkout in payment mode', () => {
     expect(kit.received.map((e) => [e.type, (e.data.object as Stripe.Checkout.Session).payment_status])).toEqual([
       ['checkout.session.completed', 'unpaid'],
       ['checkout.session.completed', 'unpaid'],
+      ['payment_intent.succeeded', undefined],
       ['checkout.session.async_payment_succeeded', 'paid'],
       ['checkout.session.async_payment_failed', 'unpaid'],
     ]);

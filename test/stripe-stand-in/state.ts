@@ -6,22 +6,29 @@ import type {
   InvoiceObject,
   Metadata,
   MeterEventObject,
+  CardBehaviour,
   PaymentIntentObject,
+  PaymentMethodObject,
   PortalSessionObject,
   PriceObject,
   ProductObject,
   RefundObject,
+  SetupIntentObject,
   StripeEventObject,
   SubscriptionObject,
 } from './objects.js';
 
 /** What a Checkout Session sells and what it carries to the objects it creates; not part of the wire object. */
 export interface CheckoutOrder {
-  price: string;
+  /** `null` in setup mode (no line items). */
+  price: string | null;
   quantity: number;
   customerEmail: string | null;
   subscriptionMetadata: Metadata;
   paymentIntentMetadata: Metadata;
+  /** Payment mode: `payment_intent_data[setup_future_usage]`, which saves the card to the customer. */
+  setupFutureUsage: 'off_session' | 'on_session' | null;
+  setupIntentMetadata: Metadata;
   /** Set between an async completion and its settlement. */
   pendingAsync: { fail: boolean } | null;
 }
@@ -39,6 +46,10 @@ export interface StandInState {
   paymentIntents: Map<string, PaymentIntentObject>;
   charges: Map<string, ChargeObject>;
   refunds: Map<string, RefundObject>;
+  paymentMethods: Map<string, PaymentMethodObject>;
+  /** By PaymentMethod id: how the card answers a payment (not part of the wire object). */
+  cardBehaviours: Map<string, { payment_method: string; behaviour: CardBehaviour }>;
+  setupIntents: Map<string, SetupIntentObject>;
   /** By identifier: a repeated identifier is the same event. */
   meterEvents: Map<string, MeterEventObject>;
   events: StripeEventObject[];
@@ -62,6 +73,9 @@ export function createState(): StandInState {
     paymentIntents: new Map(),
     charges: new Map(),
     refunds: new Map(),
+    paymentMethods: new Map(),
+    cardBehaviours: new Map(),
+    setupIntents: new Map(),
     meterEvents: new Map(),
     events: [],
   };

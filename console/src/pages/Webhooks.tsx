@@ -25,6 +25,9 @@ export const WEBHOOK_EVENTS: Array<{ type: string; meaning: string }> = [
   { type: 'deployment.tier_changed', meaning: "a deployment's tier changed" },
   { type: 'budget.threshold', meaning: 'a budget reached one of its alert thresholds' },
   { type: 'budget.exceeded', meaning: 'a block budget refused a charge' },
+  { type: 'auto_top_up.succeeded', meaning: 'an auto top-up was paid and its credits added' },
+  { type: 'auto_top_up.failed', meaning: 'an auto top-up could not be paid' },
+  { type: 'auto_top_up.disabled', meaning: 'three failed auto top-ups in a row switched it off' },
 ];
 
 /** The delivery worker's limit (MAX_ATTEMPTS): a delivery with this many attempts cannot be retried. */

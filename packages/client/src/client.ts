@@ -65,6 +65,10 @@ function budgetsPath(organizationId: string, budgetId?: string): string {
   return budgetId === undefined ? base : `${base}/${encodeURIComponent(budgetId)}`;
 }
 
+function autoTopUpPath(organizationId: string): string {
+  return `/organizations/${encodeURIComponent(organizationId)}/auto-top-up`;
+}
+
 /** Typed client for creditgate's /api/v1 routes; see createClient. */
 export class CreditgateClient {
   private readonly transport: Transport;
@@ -349,6 +353,28 @@ export class CreditgateClient {
     /** Deletes the budget and its windows; answers it as it was. */
     delete: async (organizationId: string, budgetId: string): Promise<T.Budget> =>
       this.envelope<T.Budget>({ method: 'DELETE', path: budgetsPath(organizationId, budgetId), headers: this.apiKeyHeaders(), idempotent: false }),
+  };
+
+  // ---- auto top-up (organization API key with admin; docs/billing.md, "Auto top-up") ----
+
+  /**
+   * An organization's auto top-up setting through the application API (`/organizations/{id}/auto-top-up`),
+   * with the client's API key, which needs `admin` to read or change it. Answers are the envelope's
+   * `data`. Both calls are retried like every safe call: a PUT sets the whole setting, so a repeat
+   * changes nothing more.
+   */
+  readonly autoTopUp = {
+    /** The setting; never set, `enabled` is false and the rest null. */
+    get: async (organizationId: string): Promise<T.AutoTopUp> =>
+      this.envelope<T.AutoTopUp>({ method: 'GET', path: autoTopUpPath(organizationId), headers: this.apiKeyHeaders(), idempotent: true }),
+    /**
+     * Sets the whole setting (every field required). An unknown `pack` is VALIDATION_ERROR 400 naming the
+     * packs. Enabling needs billing available and a saved payment method, else CONFLICT 409 with
+     * `body.details.missing` (`billing_available`, `payment_method`) and nothing changes; `enabled: false`
+     * needs neither. Enabling resets the count of failures in a row.
+     */
+    set: async (organizationId: string, input: T.AutoTopUpInput): Promise<T.AutoTopUp> =>
+      this.envelope<T.AutoTopUp>({ method: 'PUT', path: autoTopUpPath(organizationId), body: input, headers: this.apiKeyHeaders(), idempotent: true }),
   };
 
   // ---- internals ----

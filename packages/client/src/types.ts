@@ -61,3 +61,8 @@ export type Budget = Data<Reply<'/organizations/{id}/budgets/{budgetId}', 'get'>
 export type BudgetSubject = NonNullable<Budget['subjects']>[number];
 export type BudgetCreateInput = RequestBody<'/organizations/{id}/budgets', 'post'>;
 export type BudgetUpdateInput = RequestBody<'/organizations/{id}/budgets/{budgetId}', 'put'>;
+
+/** An organization's auto top-up setting (docs/billing.md, "Auto top-up"); never set, it is off with nulls. */
+export type AutoTopUp = Data<Reply<'/organizations/{id}/auto-top-up', 'get'>>;
+/** The whole setting a PUT takes: every field required. */
+export type AutoTopUpInput = RequestBody<'/organizations/{id}/auto-top-up', 'put'>;

@@ -2,11 +2,14 @@
  * The Python client (packages/python) against a live creditgate: starts the service as the client's
  * own tests do, then runs `python3 -m unittest discover` with the base URL and keys in the
  * environment (the Python tests provision their tenants through the operator API). Also compiles
- * every file, and type-checks with `mypy --strict` where mypy is installed.
+ * every file, and type-checks with `mypy --strict` where mypy is installed. Billing is available
+ * (docs/billing.md, "Top-up link": a Stripe key, the Stripe stand-in's, and a credit pack), so refusals
+ * for credits carry `payment_required` with a top-up link where a deployment's `billing_enabled` is on.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type StripeStandIn, startStripeStandIn } from '../../../test/stripe-stand-in/server.js';
 import { type LiveService, startLiveService } from './support.js';
 
 const repoRoot = fileURLToPath(new URL('../../..', import.meta.url));
@@ -42,11 +45,20 @@ describe('Python client (packages/python)', () => {
   });
 
   let live: LiveService;
+  let stripe: StripeStandIn;
   beforeAll(async () => {
-    live = await startLiveService({ webhookAllowPrivateNetworks: true });
+    stripe = await startStripeStandIn();
+    const small = stripe.createPrice({ productName: '1,000 credits', unitAmount: 500 }).id;
+    live = await startLiveService({
+      webhookAllowPrivateNetworks: true,
+      stripeSecretKey: stripe.secretKey,
+      stripeApiBase: stripe.url,
+      creditPacks: { small: { credits: 1000, priceId: small } },
+    });
   });
   afterAll(async () => {
     await live?.close();
+    await stripe?.close();
   });
 
   it('python3 -m unittest passes against the live service', { timeout: 300_000 }, async () => {

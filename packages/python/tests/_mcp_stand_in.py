@@ -2,8 +2,9 @@
 registered as functions, JSON-RPC 2.0 messages handled as plain dicts, and what the server sends on its
 own (notifications) kept in `sent`, where a transport would write it. It does what a framework does with
 `ToolPricing`: hands each `tools/list` result to `pricing.tools_list` and each `CallToolResult` to
-`pricing.tool_called`, and sends what `notify` is given. A MeteringDenied becomes a tool error, as
-`MCPServer`/`FastMCP` turn a tool's exception into one."""
+`pricing.tool_called`, and sends what `notify` is given. A MeteringDenied becomes the middleware's tool
+error (`denial_result`: its text and `_meta`, as a server that catches it returns); another CreditgateError
+a plain one, as `MCPServer`/`FastMCP` turn a tool's exception into one."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any, Callable, Mapping, Optional
 
 import _support  # noqa: F401  (puts packages/python/src on sys.path)
 
-from creditgate import CreditgateError, ToolPricing
+from creditgate import CreditgateError, MeteringDenied, ToolPricing
+from creditgate.metered import denial_result
 
 
 class StandInMcpServer:
@@ -55,6 +57,8 @@ class StandInMcpServer:
             try:
                 value = fn(**(params.get("arguments") or {}))
                 result = value if isinstance(value, dict) else {"content": [{"type": "text", "text": str(value)}]}
+            except MeteringDenied as err:
+                result = denial_result(err)
             except CreditgateError as err:
                 result = {"isError": True, "content": [{"type": "text", "text": err.message}]}
             if self.pricing is not None:

@@ -98,7 +98,9 @@ export const creditPurchases = pgTable(
       .references(() => deployments.id),
     pack: text('pack').notNull(),
     credits: bigint('credits', { mode: 'number' }).notNull(),
-    stripeCheckoutSessionId: text('stripe_checkout_session_id').notNull(),
+    /** The Checkout Session that sold the pack; NULL for an auto top-up's (its PaymentIntent, `auto_top_up_id`). */
+    stripeCheckoutSessionId: text('stripe_checkout_session_id'),
+    autoTopUpId: uuid('auto_top_up_id'),
     stripePriceId: text('stripe_price_id').notNull(),
     stripePaymentIntentId: text('stripe_payment_intent_id'),
     amountTotal: bigint('amount_total', { mode: 'number' }),
@@ -114,6 +116,8 @@ export const creditPurchases = pgTable(
     uniqueIndex('credit_purchases_payment_intent_key').on(t.stripePaymentIntentId),
     index('credit_purchases_org_idx').on(t.organizationId, t.createdAt),
     check('credit_purchases_credits_positive', sql`${t.credits} > 0`),
+    check('credit_purchases_one_source', sql`(${t.stripeCheckoutSessionId} IS NULL) <> (${t.autoTopUpId} IS NULL)`),
+    uniqueIndex('credit_purchases_auto_top_up_key').on(t.autoTopUpId),
     check('credit_purchases_refund_bound', sql`${t.creditsTakenBack} >= 0 AND ${t.creditsTakenBack} <= ${t.refundShare} AND ${t.refundShare} <= ${t.credits}`),
   ],
 );
@@ -146,5 +150,74 @@ export const meterEventOutbox = pgTable(
       .on(t.nextAttemptAt)
       .where(sql`${t.status} = 'pending'`),
     check('meter_event_outbox_status', sql`${t.status} IN ('pending', 'reported', 'failed')`),
+  ],
+);
+
+/**
+ * An organization's auto top-up setting (docs/billing.md, "Auto top-up"). `consecutive_failures` counts
+ * failed top-ups since the last success; the third sets `enabled` false (`disabled_reason`).
+ */
+export const autoTopUpSettings = pgTable(
+  'auto_top_up_settings',
+  {
+    organizationId: uuid('organization_id')
+      .primaryKey()
+      .references(() => organizations.id),
+    enabled: boolean('enabled').notNull().default(false),
+    belowCredits: bigint('below_credits', { mode: 'number' }).notNull(),
+    pack: text('pack').notNull(),
+    maxPerMonth: integer('max_per_month').notNull(),
+    consecutiveFailures: integer('consecutive_failures').notNull().default(0),
+    disabledReason: text('disabled_reason'),
+    updatedAt: timestamp('updated_at', { withTimezone: true }).notNull(),
+  },
+  (t) => [
+    check('auto_top_up_settings_below_positive', sql`${t.belowCredits} >= 1`),
+    check('auto_top_up_settings_max_positive', sql`${t.maxPerMonth} >= 1`),
+  ],
+);
+
+/**
+ * One auto top-up of a deployment (docs/billing.md, "Auto top-up"). `requested` rows are written by the
+ * deduction that crossed the line (the trigger on credit_balances); the `auto-top-ups` worker decides
+ * (`starting`, with the pack's price fixed, or `skipped`), creates the off-session PaymentIntent under an
+ * idempotency key of the row's id, and stores it (`started`); the PaymentIntent's events settle it
+ * (`succeeded`, with the grant; `failed`). At most one open (requested, starting, started) per deployment.
+ */
+export const autoTopUps = pgTable(
+  'auto_top_ups',
+  {
+    id: uuid('id').primaryKey().defaultRandom(),
+    organizationId: uuid('organization_id')
+      .notNull()
+      .references(() => organizations.id),
+    deploymentId: uuid('deployment_id')
+      .notNull()
+      .references(() => deployments.id),
+    status: text('status').notNull(),
+    pack: text('pack'),
+    credits: bigint('credits', { mode: 'number' }),
+    stripePriceId: text('stripe_price_id'),
+    amount: bigint('amount', { mode: 'number' }),
+    currency: text('currency'),
+    stripePaymentIntentId: text('stripe_payment_intent_id'),
+    failureCode: text('failure_code'),
+    attempts: integer('attempts').notNull().default(0),
+    nextAttemptAt: timestamp('next_attempt_at', { withTimezone: true }),
+    lastError: text('last_error'),
+    requestedAt: timestamp('requested_at', { withTimezone: true }).notNull(),
+    startedAt: timestamp('started_at', { withTimezone: true }),
+    settledAt: timestamp('settled_at', { withTimezone: true }),
+  },
+  (t) => [
+    uniqueIndex('auto_top_ups_open_key')
+      .on(t.deploymentId)
+      .where(sql`${t.status} IN ('requested', 'starting', 'started')`),
+    uniqueIndex('auto_top_ups_payment_intent_key').on(t.stripePaymentIntentId),
+    index('auto_top_ups_due_idx')
+      .on(t.nextAttemptAt)
+      .where(sql`${t.status} IN ('requested', 'starting')`),
+    index('auto_top_ups_org_idx').on(t.organizationId, t.requestedAt),
+    check('auto_top_ups_status', sql`${t.status} IN ('requested', 'starting', 'started', 'succeeded', 'failed', 'skipped')`),
   ],
 );

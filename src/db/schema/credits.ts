@@ -56,6 +56,14 @@ export const creditBalances = pgTable(
     creditsOwed: bigint('credits_owed', { mode: 'number' }).notNull().default(0),
     /** The organization has (or had) budgets (docs/budgets.md): a check reads them; set by every budget change. */
     hasBudgets: boolean('has_budgets').notNull().default(false),
+    /**
+     * Auto top-up (docs/billing.md, "Auto top-up"): the organization's line while it is enabled, else NULL.
+     * A deduction that takes the row's available credits from at or above it to below asks for one top-up
+     * (the trigger of migration 0024 inserts an `auto_top_ups` row, one open per deployment).
+     */
+    autoTopUpBelow: bigint('auto_top_up_below', { mode: 'number' }),
+    /** When a deduction that leaves the row below the line asks for a top-up even without crossing it (enabled below the line, or an hour after a failure). */
+    autoTopUpDueAt: timestamp('auto_top_up_due_at', { withTimezone: true }),
     updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
   },
   (t) => [

@@ -7,6 +7,7 @@ import { tierCachesChanged } from '../deployments/service.js';
 import { stripeClient, verifyStripeEvent } from './stripe-client.js';
 import { storedPackSale } from '../credits/index.js';
 import { handleChargeRefunded, handleCheckoutSession, handleInvoice } from './stripe-handlers.js';
+import { deploymentOfPaymentIntent, handlePaymentIntentFailed, handlePaymentIntentSucceeded, takeLinesOff } from './auto-top-up.js';
 import { type EventOutcome, stripeId } from './stripe-objects.js';
 import { applySubscription, subscriptionState } from './subscriptions.js';
 import { type JobPolicy, type JobQueue, retryAt, runJobs } from '../../workers/jobs.js';
@@ -122,6 +123,7 @@ export async function handleStoredEvent(deps: Deps, id: string): Promise<void> {
     else if (outcome?.ignored) deps.log.info({ stripeEvent: id, type: stored.type, reason: outcome.ignored }, 'stripe event ignored');
     if (outcome?.tierChanged) tierCachesChanged(ctx);
     if (outcome?.planChanged) ctx.bus.publish('plan-cache');
+    if (outcome?.autoTopUpOff) await takeLinesOff(deps, outcome.autoTopUpOff);
     // Packs granted or taken back, periods moved: rare, so every instance drops every cached balance.
     if (outcome && !outcome.ignored) ctx.bus.publish('balance-cache');
   } catch (error) {
@@ -144,6 +146,10 @@ async function balanceChangedBy(deps: Deps, stored: StoredEvent): Promise<string
       const id = (object as { id?: unknown }).id;
       return typeof id === 'string' ? ((await storedPackSale(deps.db, id))?.deployment_id ?? null) : null;
     }
+    case 'payment_intent.succeeded':
+    case 'payment_intent.payment_failed':
+      // A stored auto top-up's deployment (billing/auto-top-up.ts); any other PaymentIntent changes no balance.
+      return deploymentOfPaymentIntent(deps.db, object);
     case 'charge.refunded': {
       const paymentIntent = stripeId((object as Stripe.Charge).payment_intent);
       if (!paymentIntent) return null;
@@ -174,6 +180,10 @@ async function actOn(tx: Queryable, ctx: Ctx, stored: StoredEvent, readBack: Str
       return handleCheckoutSession(tx, ctx, object as Stripe.Checkout.Session);
     case 'charge.refunded':
       return handleChargeRefunded(tx, ctx, object as Stripe.Charge);
+    case 'payment_intent.succeeded':
+      return handlePaymentIntentSucceeded(tx, ctx, object as Stripe.PaymentIntent);
+    case 'payment_intent.payment_failed':
+      return handlePaymentIntentFailed(tx, ctx, object as Stripe.PaymentIntent);
     case 'invoice.created':
     case 'invoice.finalized':
     case 'invoice.paid':

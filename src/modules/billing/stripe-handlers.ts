@@ -53,7 +53,7 @@ export async function handleCheckoutSession(tx: Queryable, ctx: Ctx, session: St
     return { organizationId, ignored: 'the session names another customer than the organization’s: nothing granted', refused: true };
   }
   const result = await grantPack(tx, {
-    checkoutSessionId: sale.stripe_checkout_session_id,
+    checkoutSessionId: session.id,
     paymentIntentId: stripeId(session.payment_intent),
     amountTotal: wholeNumber(session.amount_total),
     currency: typeof session.currency === 'string' ? session.currency.slice(0, 10) : null,

@@ -10,6 +10,8 @@ export interface EventOutcome {
   refused?: boolean;
   tierChanged?: boolean;
   planChanged?: boolean;
+  /** Auto top-up was switched off for this organization: its balance rows lose the line after the commit (billing/auto-top-up.ts). */
+  autoTopUpOff?: string;
 }
 
 /** An expandable Stripe field: the id whether it came as a string or an object. */

@@ -104,7 +104,8 @@ describe('the link in refusals for credits', () => {
       const other = await creditFixtures(() => bare).tenantWith(0);
       const res = await bare.request({ method: 'POST', url: '/api/v1/mcp/stdio/record-usage', headers: bearer(other.apiKey), payload: { tool_name: 'x' } });
       expect(json(res)).toMatchObject({ success: false, error: 'insufficient_credits' });
-      expect(json<{ payment_required?: unknown }>(res).payment_required).toBeUndefined();
+      // The refusal still says what the call costs and what is spendable; only the link is missing.
+      expect(json<{ payment_required?: unknown }>(res).payment_required).toEqual({ reason: 'insufficient_credits', credits_required: 1, credits_available: 0 });
     } finally {
       await bare.close();
     }

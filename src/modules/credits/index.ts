@@ -41,6 +41,23 @@ export {
 
 // Purchased credits, grants, refunds and the period's terms.
 export { grantPack, recordPackCheckout, storedPackSale, takeBackRefund } from './purchases.js';
+export {
+  askAutoTopUp,
+  AUTO_TOP_UP_RETRY_MS,
+  type AutoTopUpRow,
+  type AutoTopUpStatus,
+  autoTopUpOfPaymentIntent,
+  grantAutoTopUp,
+  listAutoTopUps,
+  lockAutoTopUp,
+  markFailed,
+  markSkipped,
+  markStarted,
+  markStarting,
+  retryAutoTopUpAt,
+  setAutoTopUpLine,
+  startedThisMonth,
+} from './auto-top-ups.js';
 export { refundUsage } from './refunds.js';
 export {
   type BalanceRow,

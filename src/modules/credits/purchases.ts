@@ -38,7 +38,8 @@ interface PurchaseRow {
   deployment_id: string;
   pack: string;
   credits: number;
-  stripe_checkout_session_id: string;
+  /** null for an auto top-up's purchase (credits/auto-top-ups.ts): its PaymentIntent names it. */
+  stripe_checkout_session_id: string | null;
   stripe_price_id: string;
   amount_total: number | null;
   currency: string | null;
@@ -123,7 +124,7 @@ export async function takeBackRefund(
     await changePurchased(tx, {
       deploymentId: row.deployment_id,
       amount: -take,
-      reason: `refund of credit pack ${row.pack} (${row.stripe_checkout_session_id}): ${take} of ${due} credits unspent`,
+      reason: `refund of ${row.stripe_checkout_session_id ? 'credit pack' : 'auto top-up'} ${row.pack} (${row.stripe_checkout_session_id ?? input.paymentIntentId}): ${take} of ${due} credits unspent`,
       actor: 'stripe',
       now: input.now,
     });

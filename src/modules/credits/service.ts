@@ -89,10 +89,14 @@ export async function openBalance(
   const period = periodFor(input.terms, input.now, subscription[0] ?? null);
   const allocation = terms.monthlyCredits;
   await tx.query(
-    // A deployment of an organization that has budgets starts marked (credits/budgets.ts budgetsChanged).
+    // A deployment of an organization that has budgets starts marked (credits/budgets.ts budgetsChanged);
+    // one of an organization with auto top-up on starts with its line, due (credits/auto-top-ups.ts).
     `INSERT INTO credit_balances (deployment_id, organization_id, period_start, period_end, sync_before,
-       monthly_allocation, monthly_used, purchased_balance, reserved, ai_tokens_used, updated_at, has_budgets)
-     VALUES ($1, $2, $3, $4, $5, $6, 0, 0, 0, 0, $7, EXISTS (SELECT 1 FROM budgets WHERE organization_id = $2))`,
+       monthly_allocation, monthly_used, purchased_balance, reserved, ai_tokens_used, updated_at, has_budgets,
+       auto_top_up_below, auto_top_up_due_at)
+     SELECT $1, $2, $3, $4, $5, $6, 0, 0, 0, 0, $7, EXISTS (SELECT 1 FROM budgets WHERE organization_id = $2),
+            s.below_credits, CASE WHEN s.below_credits IS NULL THEN NULL ELSE $7::timestamptz END
+     FROM (SELECT 1) one LEFT JOIN auto_top_up_settings s ON s.organization_id = $2 AND s.enabled`,
     [
       input.deploymentId,
       input.organizationId,

@@ -245,12 +245,14 @@ describe('resolve-deployment', () => {
 });
 
 describe('check-entitlement (service mode)', () => {
-  const denied = (reason: string, tier: string | null) => ({
+  const denied = (reason: string, tier: string | null, payment?: { credits_required: number; credits_available: number }) => ({
     allowed: false,
     tier,
     credit_cost: 0,
     credits_available: null,
     reason,
+    // A refusal for credits says what the call costs and what is spendable (docs/metering.md, Denials).
+    ...(payment ? { payment_required: { reason, ...payment } } : {}),
   });
 
   it('allows an active launch deployment and names the cost and the spendable credits', async () => {
@@ -317,14 +319,18 @@ describe('check-entitlement (service mode)', () => {
     await setFlags(t.deploymentId, { mcp_enabled: false });
     expect(json(await check({ deployment_id: t.deploymentId, tool_name: 'x' }))).toEqual(denied('mcp_disabled', 'trial'));
     await setFlags(t.deploymentId, { mcp_enabled: null });
-    expect(json(await check({ deployment_id: t.deploymentId, tool_name: 'x' }))).toEqual(denied('insufficient_credits', 'trial'));
+    expect(json(await check({ deployment_id: t.deploymentId, tool_name: 'x' }))).toEqual(
+      denied('insufficient_credits', 'trial', { credits_required: 1, credits_available: 0 }),
+    );
   });
 
   it('a balance below the cost → insufficient_credits; exactly the cost is allowed', async () => {
     const t = await createTenant(h, { tier: 'trial' });
     const advanced = await toolFor('task_advanced');
     await setMonthly(t.deploymentId, 2);
-    expect(json(await check({ deployment_id: t.deploymentId, tool_name: advanced }))).toEqual(denied('insufficient_credits', 'trial'));
+    expect(json(await check({ deployment_id: t.deploymentId, tool_name: advanced }))).toEqual(
+      denied('insufficient_credits', 'trial', { credits_required: 3, credits_available: 2 }),
+    );
     await grant(h, t.deploymentId, 1);
     expect(json(await check({ deployment_id: t.deploymentId, tool_name: advanced }))).toEqual({
       allowed: true,

@@ -1,7 +1,18 @@
 import { randomUUID } from 'node:crypto';
 import { type Ctx, actorLabel } from '../../context.js';
 import { requestHash } from '../../lib/canonical-json.js';
-import { apiKeyOf, budgetRefusal, type DeductResult, type PaymentRequired, recordDeniedUsage, recordUsage as recordCreditsUsage, remainingAfter, reserveInvocation, type StoredRecordAnswer, type UsageRequest } from '../credits/index.js';
+import {
+  apiKeyOf,
+  budgetRefusal,
+  type DeductResult,
+  type PaymentRequired,
+  recordDeniedUsage,
+  recordUsage as recordCreditsUsage,
+  remainingAfter,
+  reserveInvocation,
+  type StoredRecordAnswer,
+  type UsageRequest,
+} from '../credits/index.js';
 import { topUpUrl } from '../billing/top-up-link.js';
 import { costOfTool } from './costs.js';
 import { type DenialReason, decide, gate } from './decide.js';
@@ -46,14 +57,17 @@ function denial(reason: DenialReason, tier: string | null): CheckResult {
   return { allowed: false, reason, tier, credit_cost: 0, credits_available: null };
 }
 
-/** A refusal for credits carries the top-up link when billing is available for the deployment (docs/billing.md, "Top-up link"). */
-function creditsRefusal(ctx: Ctx, state: DeploymentState, cost: number, available: number | null): PaymentRequired | undefined {
+/**
+ * What a refusal for credits tells the caller (docs/metering.md, Denials): the price and what is
+ * spendable, and the top-up link when billing is available for the deployment (docs/billing.md, "Top-up link").
+ */
+function creditsRefusal(ctx: Ctx, state: DeploymentState, cost: number, available: number | null): PaymentRequired {
   const url = topUpUrl(ctx, state.deployment_id, state);
-  return url === undefined ? undefined : { reason: 'insufficient_credits', credits_required: cost, credits_available: available, top_up_url: url };
+  return { reason: 'insufficient_credits', credits_required: cost, credits_available: available, ...(url === undefined ? {} : { top_up_url: url }) };
 }
 
-function withPayment<T extends object>(answer: T, payment: PaymentRequired | undefined): T {
-  return payment ? { ...answer, payment_required: payment } : answer;
+function withPayment<T extends object>(answer: T, payment: PaymentRequired): T {
+  return { ...answer, payment_required: payment };
 }
 
 /** check-entitlement of both modes; with reserve:true an allowed answer also holds the cost for 5 minutes. */
@@ -89,6 +103,7 @@ async function reserve(
   const outcome = await reserveInvocation(ctx, state, { cost, toolName, invocationId, endUserId });
   ctx.metrics.reservations.inc({ outcome: outcome.held ? 'held' : 'refused' });
   if (!outcome.held && outcome.budget) return { ...denial('budget_exceeded', state.tier), payment_required: budgetRefusal(outcome.budget, cost, null) };
+  // The refused hold rolled back, with what it read: the spendable credits are not known here.
   if (!outcome.held) return withPayment(denial('insufficient_credits', state.tier), creditsRefusal(ctx, state, cost, null));
   return {
     allowed: true,
@@ -169,9 +184,6 @@ function toRecordResult(ctx: Ctx, state: DeploymentState, r: DeductResult, cost:
     invocation_id: invocationId,
   };
   if (!r.deducted && r.budget) result.payment_required = budgetRefusal(r.budget, cost, remainingAfter(r));
-  else if (!r.deducted) {
-    const payment = creditsRefusal(ctx, state, cost, remainingAfter(r));
-    if (payment) result.payment_required = payment;
-  }
+  else if (!r.deducted) result.payment_required = creditsRefusal(ctx, state, cost, remainingAfter(r));
   return result;
 }

@@ -54,6 +54,8 @@ describe('stdio check-entitlement', () => {
       credit_cost: 0,
       tier: 'trial',
       reason: 'insufficient_credits',
+      // The seed's fields keep their values; what the call costs and what is spendable is here.
+      payment_required: { reason: 'insufficient_credits', credits_required: 5, credits_available: 2 },
     });
   });
 

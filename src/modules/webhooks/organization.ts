@@ -29,6 +29,9 @@ export const EVENT_TYPES = [
   'deployment.tier_changed',
   'budget.threshold',
   'budget.exceeded',
+  'auto_top_up.succeeded',
+  'auto_top_up.failed',
+  'auto_top_up.disabled',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 

@@ -423,6 +423,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/organizations/{id}/auto-top-up": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The organization's auto top-up setting
+         * @description Never set: enabled false and nulls. Owners and admins (billing.manage); an API key needs admin. Changes are audited.
+         */
+        get: operations["getAutoTopUp"];
+        /**
+         * Set auto top-up: buy a credit pack off-session when a deployment runs low
+         * @description Every field is required. Enabling needs billing available on the primary deployment and a saved payment method on the organization's Stripe customer; otherwise 409 CONFLICT with details.missing (billing_available, payment_method) and nothing changes. An unknown pack is 400 naming the packs. Owners and admins (billing.manage); an API key needs admin. Changes are audited.
+         */
+        put: operations["putAutoTopUp"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/organizations/{id}/budgets": {
         parameters: {
             query?: never;
@@ -505,6 +529,57 @@ export interface webhooks {
         put?: never;
         /** An API key was revoked: it is refused from now on */
         post: operations["onApiKeyRevoked"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "auto_top_up.disabled": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Three auto top-ups in a row failed: auto top-up is switched off until an owner or admin enables it again */
+        post: operations["onAutoTopUpDisabled"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "auto_top_up.failed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** An auto top-up could not be paid (declined, authentication required, no saved card); another is tried no sooner than an hour later */
+        post: operations["onAutoTopUpFailed"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "auto_top_up.succeeded": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** An auto top-up's payment succeeded and its credits were added (a credits.purchased event is sent too) */
+        post: operations["onAutoTopUpSucceeded"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1033,6 +1108,133 @@ export interface components {
             message: string;
             /** @enum {boolean} */
             success: true;
+        };
+        /** AutoTopUp */
+        AutoTopUp: {
+            below_credits: number | null;
+            /** @description Failed top-ups in a row; the third switches auto top-up off */
+            consecutive_failures: number;
+            disabled_reason: string | null;
+            enabled: boolean;
+            max_per_month: number | null;
+            pack: string | null;
+            updated_at: string | null;
+        };
+        /** AutoTopUpDisabledData */
+        AutoTopUpDisabledData: {
+            /** @description Failed top-ups in a row in the organization, this one included (0 after a success) */
+            consecutive_failures: number;
+            /** @description The pack's credits */
+            credits: number;
+            /**
+             * Format: uuid
+             * @description The deployment topped up
+             */
+            deployment_id: string;
+            /** @description The credit pack bought */
+            pack: string;
+            payment_intent_id: string | null;
+        };
+        /** AutoTopUpDisabledEvent */
+        AutoTopUpDisabledEvent: {
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["AutoTopUpDisabledData"];
+            /**
+             * Format: uuid
+             * @description Event id
+             */
+            id: string;
+            /** @constant */
+            type: "auto_top_up.disabled";
+        };
+        /** AutoTopUpEnvelope */
+        AutoTopUpEnvelope: {
+            data: components["schemas"]["AutoTopUp"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
+        /** AutoTopUpFailedData */
+        AutoTopUpFailedData: {
+            /** @description Failed top-ups in a row in the organization, this one included (0 after a success) */
+            consecutive_failures: number;
+            /** @description The pack's credits */
+            credits: number;
+            /**
+             * Format: uuid
+             * @description The deployment topped up
+             */
+            deployment_id: string;
+            /**
+             * @description Stripe's code (card_declined, authentication_required …) or no_payment_method
+             * @example card_declined
+             */
+            failure_code: string;
+            /** @description The credit pack bought */
+            pack: string;
+            payment_intent_id: string | null;
+        };
+        /** AutoTopUpFailedEvent */
+        AutoTopUpFailedEvent: {
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["AutoTopUpFailedData"];
+            /**
+             * Format: uuid
+             * @description Event id
+             */
+            id: string;
+            /** @constant */
+            type: "auto_top_up.failed";
+        };
+        /** AutoTopUpInput */
+        AutoTopUpInput: {
+            /**
+             * @description A deduction that takes a deployment's available credits from at or above this to below starts one top-up
+             * @example 500
+             */
+            below_credits: number;
+            /** @description On or off; turning it on resets the count of failures in a row */
+            enabled: boolean;
+            /**
+             * @description Top-ups started per calendar month (UTC) in the organization, at most
+             * @example 5
+             */
+            max_per_month: number;
+            /**
+             * @description The credit pack bought (a CREDIT_PACKS name)
+             * @example small
+             */
+            pack: string;
+        };
+        /** AutoTopUpSucceededData */
+        AutoTopUpSucceededData: {
+            /** @description Failed top-ups in a row in the organization, this one included (0 after a success) */
+            consecutive_failures: number;
+            /** @description The pack's credits */
+            credits: number;
+            /**
+             * Format: uuid
+             * @description The deployment topped up
+             */
+            deployment_id: string;
+            /** @description The credit pack bought */
+            pack: string;
+            payment_intent_id: string | null;
+        };
+        /** AutoTopUpSucceededEvent */
+        AutoTopUpSucceededEvent: {
+            /** Format: date-time */
+            created_at: string;
+            data: components["schemas"]["AutoTopUpSucceededData"];
+            /**
+             * Format: uuid
+             * @description Event id
+             */
+            id: string;
+            /** @constant */
+            type: "auto_top_up.succeeded";
         };
         /** BillingCatalog */
         BillingCatalog: {
@@ -1621,6 +1823,11 @@ export interface components {
         CreditsPurchasedData: {
             /** @description Credits added */
             amount: number;
+            /**
+             * @description Bought by auto top-up (docs/billing.md, "Auto top-up")
+             * @constant
+             */
+            auto_top_up?: true;
             /** @description The Stripe Checkout Session that paid for it */
             checkout_session_id?: string;
             /**
@@ -1631,6 +1838,8 @@ export interface components {
             expires_at: string | null;
             /** @description The credit pack, when bought through Stripe */
             pack?: string;
+            /** @description An auto top-up: the off-session Stripe PaymentIntent that paid for it */
+            payment_intent_id?: string;
             /** @description Purchased credits after the grant */
             purchased_balance: number;
             reason: string;
@@ -5543,6 +5752,215 @@ export interface operations {
             };
         };
     };
+    getAutoTopUp: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Organization id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The organization's auto top-up setting */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AutoTopUpEnvelope"];
+                };
+            };
+            /** @description VALIDATION_ERROR (details.fields names the fields) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description FORBIDDEN or FEATURE_NOT_AVAILABLE */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description NOT_FOUND (also for another organization's rows) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description SERVICE_UNAVAILABLE (a dependency such as Stripe) or BILLING_NOT_CONFIGURED */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+        };
+    };
+    putAutoTopUp: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Organization id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AutoTopUpInput"];
+            };
+        };
+        responses: {
+            /** @description The setting as saved */
+            200: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AutoTopUpEnvelope"];
+                };
+            };
+            /** @description VALIDATION_ERROR (details.fields names the fields) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description UNAUTHORIZED */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description FORBIDDEN or FEATURE_NOT_AVAILABLE */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description NOT_FOUND (also for another organization's rows) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description CONFLICT */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description RATE_LIMITED: the rate limit is reached; Retry-After says when to come back */
+            429: {
+                headers: {
+                    RateLimit: components["headers"]["RateLimit"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    "Retry-After": components["headers"]["Retry-After"];
+                    "X-RateLimit-Limit": components["headers"]["X-RateLimit-Limit"];
+                    "X-RateLimit-Remaining": components["headers"]["X-RateLimit-Remaining"];
+                    "X-RateLimit-Reset": components["headers"]["X-RateLimit-Reset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description SERVICE_UNAVAILABLE (a dependency such as Stripe) or BILLING_NOT_CONFIGURED */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+        };
+    };
     listBudgets: {
         parameters: {
             query?: never;
@@ -6231,6 +6649,132 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["ApiKeyRevokedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx: delivered */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Gone: the webhook is disabled */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onAutoTopUpDisabled: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks message id: the delivery id (as x-service-delivery), the same on every attempt; deduplicate by it. Each webhook gets its own delivery of an event; the event id is the body's id */
+                "webhook-id": string;
+                /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
+                "webhook-signature": string;
+                /** @description Standard Webhooks timestamp (epoch seconds) */
+                "webhook-timestamp": string;
+                /** @description The delivery id */
+                "x-service-delivery": string;
+                /** @description The event type */
+                "x-service-event": string;
+                /** @description Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included) */
+                "x-service-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AutoTopUpDisabledEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx: delivered */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Gone: the webhook is disabled */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onAutoTopUpFailed: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks message id: the delivery id (as x-service-delivery), the same on every attempt; deduplicate by it. Each webhook gets its own delivery of an event; the event id is the body's id */
+                "webhook-id": string;
+                /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
+                "webhook-signature": string;
+                /** @description Standard Webhooks timestamp (epoch seconds) */
+                "webhook-timestamp": string;
+                /** @description The delivery id */
+                "x-service-delivery": string;
+                /** @description The event type */
+                "x-service-event": string;
+                /** @description Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included) */
+                "x-service-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AutoTopUpFailedEvent"];
+            };
+        };
+        responses: {
+            /** @description Any 2xx: delivered */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Gone: the webhook is disabled */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    onAutoTopUpSucceeded: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description Standard Webhooks message id: the delivery id (as x-service-delivery), the same on every attempt; deduplicate by it. Each webhook gets its own delivery of an event; the event id is the body's id */
+                "webhook-id": string;
+                /** @description Standard Webhooks signature: v1,<base64 HMAC-SHA256 of id.timestamp.body> */
+                "webhook-signature": string;
+                /** @description Standard Webhooks timestamp (epoch seconds) */
+                "webhook-timestamp": string;
+                /** @description The delivery id */
+                "x-service-delivery": string;
+                /** @description The event type */
+                "x-service-event": string;
+                /** @description Hex HMAC-SHA256 of the raw body, keyed with the webhook's secret exactly as shown (whsec_ prefix included) */
+                "x-service-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AutoTopUpSucceededEvent"];
             };
         };
         responses: {

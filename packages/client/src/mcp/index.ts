@@ -18,7 +18,7 @@ export { Meter } from './meter.js';
 export { IDEMPOTENCY_META_KEYS, type MeteringEvent, type MeteringLogger, type MeteringOptions, type ToolExtra } from './options.js';
 export type { FlushReport } from './replay.js';
 export { FileOutbox, MemoryOutbox, type Outbox, type OutboxEntry } from './outbox.js';
-export { type DenialInfo, META_DENIAL, META_USAGE, type MeteringRefusal } from './results.js';
+export { type DenialInfo, META_DENIAL, META_PAYMENT_REQUIRED, META_USAGE, type MeteringRefusal } from './results.js';
 export { META_PRICING, PRICING_REVALIDATE_MS, type PriceList, type ToolPrice } from './pricing.js';
 
 type AnyCallback = (...params: never[]) => CallToolResult | Promise<CallToolResult>;

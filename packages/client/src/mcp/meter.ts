@@ -161,7 +161,7 @@ export class Meter {
     const target: Target = {};
     const refuse = (reason: MeteringRefusal, tier: string | null = null, available?: number | null, retryAfterSeconds?: number, paymentRequired?: PaymentRequired) => {
       this.emit({ type: 'denied', tool: toolName, reason, ...(target.userId ? { userId: target.userId } : {}) });
-      return refusalResult(denialInfo(reason, toolName, tier, this.options.upgradeUrl, available, retryAfterSeconds, paymentRequired), !hasOutputSchema);
+      return refusalResult(denialInfo(reason, toolName, tier, this.options.upgradeUrl, available, retryAfterSeconds, paymentRequired), !hasOutputSchema, paymentRequired);
     };
 
     if (this.mode === 'service') {

@@ -4,6 +4,8 @@ import type { DenialReason, PaymentRequired } from '../types.js';
 /** Where the middleware puts what it knows about a call in a tool result's `_meta`. */
 export const META_DENIAL = 'io.creditgate/denial';
 export const META_USAGE = 'io.creditgate/usage';
+/** A refusal money could lift: the service's `payment_required`, copied as received (docs/metering.md). */
+export const META_PAYMENT_REQUIRED = 'io.creditgate/payment_required';
 
 export type MeteringRefusal = DenialReason | 'no_user' | 'rate_limited' | 'platform_unavailable' | 'metering_misconfigured';
 
@@ -20,8 +22,35 @@ export interface DenialInfo {
   resets_at?: string | undefined;
 }
 
-function messageFor(reason: MeteringRefusal, tool: string, tier: string | null, upgradeUrl: string | undefined, retryAfterSeconds?: number): string {
+const credits = (n: number) => `${n} ${n === 1 ? 'credit' : 'credits'}`;
+
+/**
+ * What a refusal with `payment_required` says (docs/client.md, "What the middleware puts in _meta"):
+ * the price and the balance, and the top-up link when the service sent one; a budget's names the budget
+ * and when its window resets. Undefined when the refusal carries none (the general sentence applies).
+ */
+function paymentMessage(reason: MeteringRefusal, tool: string, payment: PaymentRequired | undefined): string | undefined {
+  if (!payment || payment.reason !== reason) return undefined;
+  const price = `it costs ${credits(payment.credits_required)}`;
+  const balance = payment.credits_available === null ? 'unlimited or unknown' : credits(payment.credits_available);
+  if (reason === 'insufficient_credits') {
+    const advice = payment.top_up_url
+      ? `Buy credits at ${payment.top_up_url} (the link is valid for 30 minutes), then call the tool again.`
+      : 'Buy credits or wait for the monthly allocation to reset, then call the tool again.';
+    return `Not enough credits to run "${tool}": ${price} and the balance is ${balance}. ${advice}`;
+  }
+  if (reason === 'budget_exceeded') {
+    const budget = payment.budget_id ? `the spending budget ${payment.budget_id}` : 'a spending budget';
+    const resets = payment.resets_at ? ` The budget's window resets at ${payment.resets_at}.` : '';
+    return `"${tool}" would go over ${budget} of this workspace (${price}), so it did not run and nothing was charged.${resets} Buying credits does not lift a budget: wait for its window to reset, or ask the workspace owner to raise it.`;
+  }
+  return undefined;
+}
+
+function messageFor(reason: MeteringRefusal, tool: string, tier: string | null, upgradeUrl: string | undefined, retryAfterSeconds?: number, payment?: PaymentRequired): string {
   const upgrade = upgradeUrl ? ` Upgrade at ${upgradeUrl}.` : ' Upgrade the plan to use it.';
+  const forPayment = paymentMessage(reason, tool, payment);
+  if (forPayment) return forPayment;
   switch (reason) {
     case 'sandbox_tier':
       return `The tool "${tool}" is not available on the sandbox tier.${upgrade}`;
@@ -61,7 +90,7 @@ export function denialInfo(
     reason,
     tool_name: tool,
     tier,
-    message: messageFor(reason, tool, tier, upgradeUrl, retryAfterSeconds),
+    message: messageFor(reason, tool, tier, upgradeUrl, retryAfterSeconds, paymentRequired),
     ...(wantsUpgrade && upgradeUrl ? { upgrade_url: upgradeUrl } : {}),
     ...(creditsAvailable !== undefined ? { credits_available: creditsAvailable } : {}),
     ...(retryAfterSeconds !== undefined ? { retry_after_seconds: retryAfterSeconds } : {}),
@@ -73,12 +102,14 @@ export function denialInfo(
 /**
  * A refused call as an MCP tool error the model can read and act on. structuredContent is added only
  * where the tool declares no outputSchema (a client validates structured content against it, errors included).
+ * A refusal money could lift also carries the service's `payment_required`, as received, under
+ * META_PAYMENT_REQUIRED.
  */
-export function refusalResult(info: DenialInfo, withStructuredContent: boolean): CallToolResult {
+export function refusalResult(info: DenialInfo, withStructuredContent: boolean, paymentRequired?: PaymentRequired): CallToolResult {
   return {
     isError: true,
     content: [{ type: 'text', text: info.message }],
     ...(withStructuredContent ? { structuredContent: { error: 'creditgate_denied', ...info } } : {}),
-    _meta: { [META_DENIAL]: info },
+    _meta: { [META_DENIAL]: info, ...(paymentRequired ? { [META_PAYMENT_REQUIRED]: paymentRequired } : {}) },
   };
 }

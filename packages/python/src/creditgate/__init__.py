@@ -9,9 +9,10 @@ from ._identity import IDEMPOTENCY_META_KEYS, canonical, derive_invocation_id, i
 from ._version import __version__
 from .client import KEEP, CacheOptions, Client, CostsRevalidation
 from .errors import BudgetRefusal, CreditgateError, MeteringDenied, budget_refusal
-from .metered import META_PRICING, TOOLS_LIST_CHANGED, Metered, MeteredCall, ToolPricing, metered
+from .metered import META_DENIAL, META_PAYMENT_REQUIRED, META_PRICING, TOOLS_LIST_CHANGED, Metered, MeteredCall, ToolPricing, denial_result, metered
 from .types import (
     AiQuota,
+    AutoTopUp,
     Budget,
     BudgetMode,
     BudgetScope,
@@ -43,6 +44,7 @@ __all__ = [
     "META_PRICING",
     "TOOLS_LIST_CHANGED",
     "AiQuota",
+    "AutoTopUp",
     "Budget",
     "BudgetMode",
     "BudgetRefusal",
@@ -81,5 +83,8 @@ __all__ = [
     "derive_invocation_id",
     "invocation_id_for",
     "metered",
+    "META_DENIAL",
+    "META_PAYMENT_REQUIRED",
+    "denial_result",
     "uuid7",
 ]

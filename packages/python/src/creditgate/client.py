@@ -16,6 +16,7 @@ from ._version import __version__
 from .errors import CONFIGURATION_ERROR, MISSING_CREDENTIALS, CreditgateError
 from .types import (
     AiQuota,
+    AutoTopUp,
     Budget,
     BudgetMode,
     BudgetScope,
@@ -152,6 +153,7 @@ class Client:
         self.ai = _Ai(self)
         self.webhooks = _Webhooks(self)
         self.budgets = _Budgets(self)
+        self.auto_top_up = _AutoTopUp(self)
 
     @property
     def base_url(self) -> str:
@@ -230,7 +232,7 @@ class Client:
         transport: Optional[Transport] = None,
         idempotent: bool = True,
     ) -> Answer:
-        # Safe to repeat, so retried: reads, releases, budget changes and writes carrying an idempotency id.
+        # Safe to repeat, so retried: reads, releases, budget changes, the auto top-up setting and writes carrying an idempotency id.
         # Only a budget's create and delete are not (the route takes no idempotency key).
         return (transport or self._transport).call(method, path, headers=headers, body=body, query=query, idempotent=idempotent)
 
@@ -596,3 +598,32 @@ class _Budgets:
     def delete(self, organization_id: str, budget_id: str) -> Budget:
         """Deletes the budget and its windows; answers it as it was."""
         return cast(Budget, self._send("DELETE", self._path(organization_id, budget_id), idempotent=False))
+
+
+class _AutoTopUp:
+    """An organization's auto top-up setting through the application API
+    (``/organizations/{id}/auto-top-up``, docs/billing.md, "Auto top-up"), with the client's API key,
+    which needs ``admin`` to read or change it. Answers are the envelope's ``data``. Both calls are
+    retried like every safe call: a PUT sets the whole setting, so a repeat changes nothing more."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def _send(self, method: str, organization_id: str, body: Any = None) -> AutoTopUp:
+        c = self._c
+        path = f"/organizations/{_quote(organization_id)}/auto-top-up"
+        return cast(AutoTopUp, c._call(method, path, c._api_key_headers(), body=body).data["data"])
+
+    def get(self, organization_id: str) -> AutoTopUp:
+        """The setting; never set, ``enabled`` is False and the rest None."""
+        return self._send("GET", organization_id)
+
+    def set(self, organization_id: str, *, enabled: bool, below_credits: int, pack: str, max_per_month: int) -> AutoTopUp:
+        """Sets the whole setting: every field is required. ``pack`` is a credit pack's name (an unknown
+        one is VALIDATION_ERROR 400 naming the packs). Enabling needs billing available and a saved
+        payment method, else CONFLICT 409 with ``body["details"]["missing"]`` (``billing_available``,
+        ``payment_method``) and nothing changes; ``enabled=False`` needs neither. Enabling resets the
+        count of failures in a row."""
+        body = {"enabled": enabled, "below_credits": below_credits, "pack": pack, "max_per_month": max_per_month}
+        return self._send("PUT", organization_id, body)
+

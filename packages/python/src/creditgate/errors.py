@@ -105,6 +105,8 @@ class MeteringDenied(CreditgateError):
     ``no_user``, ``rate_limited``, ``platform_unavailable``, ``metering_misconfigured``. The message is
     the same sentence the TypeScript middleware returns, written for the model that called the tool.
     A ``budget_exceeded`` denial names the budget (``budget_id``) and when its window resets (``resets_at``).
+    ``payment_required``: the service's object of a refusal money could lift, as received, or None
+    (docs/client.md, "What the middleware puts in _meta").
     """
 
     def __init__(
@@ -119,6 +121,7 @@ class MeteringDenied(CreditgateError):
         retry_after_seconds: Optional[int] = None,
         budget_id: Optional[str] = None,
         resets_at: Optional[str] = None,
+        payment_required: Optional[Mapping[str, Any]] = None,
     ) -> None:
         super().__init__(
             "METERING_DENIED",
@@ -132,6 +135,7 @@ class MeteringDenied(CreditgateError):
         self.reason = reason
         self.tool_name = tool_name
         self.tier = tier
+        self.payment_required = payment_required
 
     def __repr__(self) -> str:
         return f"MeteringDenied(reason={self.reason!r}, tool_name={self.tool_name!r})"

@@ -36,8 +36,58 @@ MetadataFromArgs = Union[Mapping[str, Any], None, Callable[[Mapping[str, Any]], 
 log = logging.getLogger("creditgate")
 
 
-def denial_message(reason: str, tool: str, tier: Optional[str], upgrade_url: Optional[str], retry_after: Optional[int] = None) -> str:
-    """The sentence the TypeScript middleware returns for a refusal (mcp/results.ts), for the model to act on."""
+# Where a tool error result of a refusal keeps what the model and the client may read (docs/client.md,
+# "What the middleware puts in _meta"), as the TypeScript middleware's (mcp/results.ts).
+META_DENIAL = "io.creditgate/denial"
+META_PAYMENT_REQUIRED = "io.creditgate/payment_required"
+
+
+def _credits(n: Any) -> str:
+    return f"{n} credit" if n == 1 else f"{n} credits"
+
+
+def _payment_message(reason: str, tool: str, payment: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """What a refusal with ``payment_required`` says: the price and the balance, and the top-up link when
+    the service sent one; a budget's names the budget and when its window resets (mcp/results.ts)."""
+    if not isinstance(payment, Mapping) or payment.get("reason") != reason:
+        return None
+    price = f"it costs {_credits(payment.get('credits_required'))}"
+    available = payment.get("credits_available")
+    balance = "unlimited or unknown" if available is None else _credits(available)
+    if reason == "insufficient_credits":
+        url = payment.get("top_up_url")
+        advice = (
+            f"Buy credits at {url} (the link is valid for 30 minutes), then call the tool again."
+            if url
+            else "Buy credits or wait for the monthly allocation to reset, then call the tool again."
+        )
+        return f'Not enough credits to run "{tool}": {price} and the balance is {balance}. {advice}'
+    if reason == "budget_exceeded":
+        budget_id = payment.get("budget_id")
+        budget = f"the spending budget {budget_id}" if budget_id else "a spending budget"
+        resets_at = payment.get("resets_at")
+        resets = f" The budget's window resets at {resets_at}." if resets_at else ""
+        return (
+            f'"{tool}" would go over {budget} of this workspace ({price}), so it did not run and nothing was charged.{resets}'
+            " Buying credits does not lift a budget: wait for its window to reset, or ask the workspace owner to raise it."
+        )
+    return None
+
+
+def denial_message(
+    reason: str,
+    tool: str,
+    tier: Optional[str],
+    upgrade_url: Optional[str],
+    retry_after: Optional[int] = None,
+    payment_required: Optional[Mapping[str, Any]] = None,
+) -> str:
+    """The sentence the TypeScript middleware returns for a refusal (mcp/results.ts), for the model to act on.
+    With the service's ``payment_required`` it names the price, the balance and the top-up link, or the
+    budget and when it resets."""
+    for_payment = _payment_message(reason, tool, payment_required)
+    if for_payment is not None:
+        return for_payment
     upgrade = f" Upgrade at {upgrade_url}." if upgrade_url else " Upgrade the plan to use it."
     messages = {
         "sandbox_tier": f'The tool "{tool}" is not available on the sandbox tier.{upgrade}',
@@ -75,6 +125,30 @@ def _is_error_result(result: Any) -> bool:
     if isinstance(result, Mapping):
         return result.get("isError") is True
     return getattr(result, "isError", False) is True
+
+
+def denial_result(denied: MeteringDenied) -> dict[str, Any]:
+    """The MCP tool error (a ``CallToolResult`` as a dict) the TypeScript middleware returns for a refusal:
+    ``isError``, the denial's sentence as text, ``_meta["io.creditgate/denial"]`` = ``{reason, tool_name,
+    tier, message, ...}`` and, for a refusal money could lift (``insufficient_credits`` with billing
+    available, ``budget_exceeded``), ``_meta["io.creditgate/payment_required"]`` = the service's
+    ``payment_required`` exactly as it came (docs/client.md, "What the middleware puts in _meta").
+
+    A framework that turns a tool's exception into an error keeps only the text; to send the ``_meta``
+    too, catch ``MeteringDenied`` and return this (FastMCP: ``CallToolResult.model_validate(...)``)."""
+    info: dict[str, Any] = {"reason": denied.reason, "tool_name": denied.tool_name, "tier": denied.tier, "message": denied.message}
+    optional = {
+        "upgrade_url": denied.upgrade_url,
+        "credits_available": denied.credits_available,
+        "retry_after_seconds": denied.retry_after_seconds,
+        "budget_id": denied.budget_id,
+        "resets_at": denied.resets_at,
+    }
+    info.update({k: v for k, v in optional.items() if v is not None})
+    meta: dict[str, Any] = {META_DENIAL: info}
+    if isinstance(denied.payment_required, Mapping):
+        meta[META_PAYMENT_REQUIRED] = denied.payment_required
+    return {"isError": True, "content": [{"type": "text", "text": denied.message}], "_meta": meta}
 
 
 class MeteredCall:
@@ -169,16 +243,18 @@ class MeteredCall:
         # A budget's refusal names the budget and when its window resets (the middleware's denial _meta has the same).
         budget = payment_required if reason == "budget_exceeded" and isinstance(payment_required, Mapping) else {}
         self._emit("denied", reason=reason)
+        payment = payment_required if isinstance(payment_required, Mapping) else None
         return MeteringDenied(
             reason,
             self.tool_name,
-            denial_message(reason, self.tool_name, tier, self._upgrade_url, retry_after),
+            denial_message(reason, self.tool_name, tier, self._upgrade_url, retry_after, payment),
             tier=tier,
             upgrade_url=self._upgrade_url if wants_upgrade else None,
             credits_available=available,
             retry_after_seconds=retry_after,
             budget_id=budget.get("budget_id"),
             resets_at=budget.get("resets_at"),
+            payment_required=payment,
         )
 
     def _begin(self) -> None:
@@ -684,6 +760,8 @@ class ToolPricing:
 
 __all__ = [
     "DEFAULT_ACTION",
+    "META_DENIAL",
+    "META_PAYMENT_REQUIRED",
     "META_PRICING",
     "PRICING_REVALIDATE",
     "TOOLS_LIST_CHANGED",
@@ -691,5 +769,6 @@ __all__ = [
     "MeteredCall",
     "ToolPricing",
     "denial_message",
+    "denial_result",
     "metered",
 ]

@@ -245,3 +245,20 @@ class Budget(TypedDict):
     subjects: Optional[list[BudgetSubject]]
     created_at: str
     updated_at: str
+
+
+# ---- auto top-up (docs/billing.md, "Auto top-up") ----
+
+
+class AutoTopUp(TypedDict):
+    """An organization's auto top-up setting; never set, it is off with nulls."""
+
+    enabled: bool
+    below_credits: Optional[int]
+    pack: Optional[str]
+    max_per_month: Optional[int]
+    # Failed top-ups in a row; the third switches auto top-up off.
+    consecutive_failures: int
+    # Why failures switched it off; None otherwise.
+    disabled_reason: Optional[str]
+    updated_at: Optional[str]
