@@ -92,7 +92,7 @@ export function usageFixtures(harness: () => Harness) {
 
 /** The sum of each count over groups: must equal the totals. */
 export function sumGroups(groups: Group[]): Counts {
-  const sum: Counts = { calls: 0, successful: 0, failed: 0, credits: 0, credits_refunded: 0 };
+  const sum: Counts = { calls: 0, successful: 0, failed: 0, credits: 0, credits_refunded: 0, input_tokens: 0, output_tokens: 0 };
   for (const g of groups) for (const k of Object.keys(sum) as Array<keyof Counts>) sum[k] += g[k];
   return sum;
 }

@@ -40,7 +40,7 @@ export function stackOf(summary: UsageSummary): { times: number[]; series: Stack
 
 /** The split keys of a split summary with their counts over the whole range: the largest tools, largest first. */
 export function topOf(summary: UsageSummary): UsageSummary {
-  const totals = new Map<string | null, UsageGroup>((summary.split_keys ?? []).map((key) => [key, { key, calls: 0, successful: 0, failed: 0, credits: 0, credits_refunded: 0 }]));
+  const totals = new Map<string | null, UsageGroup>((summary.split_keys ?? []).map((key) => [key, { key, calls: 0, successful: 0, failed: 0, credits: 0, credits_refunded: 0, input_tokens: 0, output_tokens: 0 }]));
   for (const group of summary.groups) {
     for (const part of group.split ?? []) {
       const t = part.other ? undefined : totals.get(part.key);
@@ -50,6 +50,8 @@ export function topOf(summary: UsageSummary): UsageSummary {
       t.failed += part.failed;
       t.credits += part.credits;
       t.credits_refunded += part.credits_refunded;
+      t.input_tokens += part.input_tokens;
+      t.output_tokens += part.output_tokens;
     }
   }
   return { ...summary, groups: [...totals.values()] };

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { stackOf, topOf, type UsageSummary } from './series';
 
-const counts = (credits: number, calls = credits) => ({ calls, successful: calls, failed: 0, credits, credits_refunded: 0 });
+const counts = (credits: number, calls = credits) => ({ calls, successful: calls, failed: 0, credits, credits_refunded: 0, input_tokens: 0, output_tokens: 0 });
 
 /** Two days: tools a (largest) and "other" (a tool really named so), the rest summed as the other part. */
 const summary: UsageSummary = {
@@ -10,6 +10,9 @@ const summary: UsageSummary = {
   group_by: 'day',
   from: '2026-01-01T00:00:00.000Z',
   to: '2026-01-03T00:00:00.000Z',
+  tz: 'UTC',
+  as_of: '2026-01-03T00:00:00.000Z',
+  lag_seconds: 0,
   truncated: false,
   split_keys: ['a', 'other'],
   totals: counts(16),

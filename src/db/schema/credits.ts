@@ -169,6 +169,54 @@ export const usageRecords = pgTable(
 );
 
 /**
+ * Rollups of usage_records (docs/usage-analytics.md, "Rollups"): what the usage summary reads, so its
+ * cost follows the range, not the history. Kept exact by statement triggers on usage_records
+ * (migration 0025): every insert adds its records' counts, every change of `refunded` its difference,
+ * in the writing statement's own transaction. `credits` is the successful records' quantity before
+ * refunds, `refunded` their refunded credits; tokens are AI calls' (metric `ai_tokens`).
+ * A: per deployment, UTC hour, tool, action and model ('' for anything but AI calls).
+ */
+export const usageRollupHours = pgTable(
+  'usage_rollup_hours',
+  {
+    organizationId: uuid('organization_id').notNull(),
+    deploymentId: uuid('deployment_id').notNull(),
+    hour: timestamp('hour', { withTimezone: true }).notNull(),
+    toolName: text('tool_name').notNull(),
+    action: text('action').notNull(),
+    model: text('model').notNull(),
+    calls: bigint('calls', { mode: 'number' }).notNull(),
+    successful: bigint('successful', { mode: 'number' }).notNull(),
+    credits: bigint('credits', { mode: 'number' }).notNull(),
+    refunded: bigint('refunded', { mode: 'number' }).notNull(),
+    inputTokens: bigint('input_tokens', { mode: 'number' }).notNull(),
+    outputTokens: bigint('output_tokens', { mode: 'number' }).notNull(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.deploymentId, t.hour, t.toolName, t.action, t.model] }),
+    index('usage_rollup_hours_org_idx').on(t.organizationId, t.hour),
+  ],
+);
+
+/** B: per deployment, UTC day and end user ('' for calls without one). The same counts as A. */
+export const usageRollupDays = pgTable(
+  'usage_rollup_days',
+  {
+    organizationId: uuid('organization_id').notNull(),
+    deploymentId: uuid('deployment_id').notNull(),
+    day: timestamp('day', { withTimezone: true }).notNull(),
+    endUser: text('end_user').notNull(),
+    calls: bigint('calls', { mode: 'number' }).notNull(),
+    successful: bigint('successful', { mode: 'number' }).notNull(),
+    credits: bigint('credits', { mode: 'number' }).notNull(),
+    refunded: bigint('refunded', { mode: 'number' }).notNull(),
+    inputTokens: bigint('input_tokens', { mode: 'number' }).notNull(),
+    outputTokens: bigint('output_tokens', { mode: 'number' }).notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.deploymentId, t.day, t.endUser] }), index('usage_rollup_days_org_idx').on(t.organizationId, t.day)],
+);
+
+/**
  * Idempotency and reservations (docs/metering.md), one row per (deployment, invocation id), kept 24 h.
  * status: reserved | recorded | released | expired | refunded | denied
  */

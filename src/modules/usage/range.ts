@@ -2,7 +2,7 @@ import { DAY, HOUR } from '../../clock.js';
 import { ValidationError } from '../../errors.js';
 
 /** How a usage summary groups its records (docs/usage-analytics.md). */
-export const GROUP_BYS = ['day', 'hour', 'tool', 'action', 'mcp_user'] as const;
+export const GROUP_BYS = ['day', 'hour', 'tool', 'action', 'mcp_user', 'model', 'deployment'] as const;
 export type GroupBy = (typeof GROUP_BYS)[number];
 /** What a time grouping's buckets may be split by (a stacked chart's series). */
 export const SPLIT_BYS = ['tool', 'action', 'mcp_user'] as const;
@@ -17,7 +17,7 @@ export const DEFAULT_RANGE_DAYS = 30;
  * The longest range a summary answers, by grouping: hour buckets up to 31 days (at most 745 buckets,
  * the two edge ones partial), everything else up to 366 days (at most 367 day buckets).
  */
-export const MAX_RANGE_DAYS: Record<GroupBy, number> = { hour: 31, day: 366, tool: 366, action: 366, mcp_user: 366 };
+export const MAX_RANGE_DAYS: Record<GroupBy, number> = { hour: 31, day: 366, tool: 366, action: 366, mcp_user: 366, model: 366, deployment: 366 };
 
 /** Bucket width of the time groupings. */
 export const BUCKET_MS = { day: DAY, hour: HOUR } as const;

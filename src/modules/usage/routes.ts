@@ -48,6 +48,7 @@ export async function usageRoutes(fastify: FastifyInstance): Promise<void> {
         to: request.query.to,
         deploymentId: request.query.deployment_id,
         splitBy: request.query.split_by,
+        tz: request.query.tz,
       });
       return ok(summary);
     },

@@ -16,7 +16,8 @@ export const SummaryQuery = Type.Object(
   {
     group_by: Type.Optional(
       StringEnum(GROUP_BYS, {
-        description: 'day or hour (UTC buckets, empty ones included), tool, action (as recorded) or mcp_user (end user; null = none). Default day',
+        description:
+          'day or hour (buckets, empty ones included; days in tz), tool, action (as recorded), mcp_user (end user; null = none), model (AI calls; null = tool calls) or deployment. Default day',
         default: 'day',
         examples: ['day'],
       }),
@@ -26,6 +27,14 @@ export const SummaryQuery = Type.Object(
       Instant(`End, exclusive (RFC 3339). Default: now. At most ${MAX_RANGE_DAYS.hour} days after from by hour, ${MAX_RANGE_DAYS.day} otherwise`),
     ),
     deployment_id: DeploymentFilter,
+    tz: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 64,
+        description: 'IANA time zone of the day buckets (its offset must be whole hours over the range). Default UTC',
+        examples: ['Europe/Berlin'],
+      }),
+    ),
     split_by: Type.Optional(
       StringEnum(SPLIT_BYS, {
         description: `With group_by=day or hour: split each bucket by tool, action or end user (the ${MAX_SPLIT_KEYS} largest over the range by credits, the rest as one "other" part), for a stacked chart`,
@@ -55,6 +64,8 @@ const Counts = {
   failed: Int('Calls refused (nothing deducted)', 1),
   credits: Int('Credits deducted, net of refunds', 22),
   credits_refunded: Int('Credits of these calls refunded since', 0),
+  input_tokens: Int('AI calls: prompt tokens (0 for tool calls)', 0),
+  output_tokens: Int('AI calls: completion tokens (0 for tool calls)', 0),
 };
 
 export const UsageTotalsSchema = Type.Object(Counts, { title: 'UsageTotals' });
@@ -91,10 +102,19 @@ export const UsageSummarySchema = Type.Object(
     organization_id: Uuid('Organization id'),
     deployment_id: Nullable(Uuid('The deployment filter, or null for all of them')),
     group_by: StringEnum(GROUP_BYS, { description: 'The grouping' }),
-    from: Type.String({ format: 'date-time', description: 'Start of the range, inclusive (UTC)', examples: ['2025-12-16T12:00:00.000Z'] }),
-    to: Type.String({ format: 'date-time', description: 'End of the range, exclusive (UTC)', examples: ['2026-01-15T12:00:00.000Z'] }),
+    from: Type.String({
+      format: 'date-time',
+      description: 'Start of the range, inclusive (UTC): the asked start rounded down to the hour (to the UTC day for end users)',
+      examples: ['2025-12-16T12:00:00.000Z'],
+    }),
+    to: Type.String({
+      format: 'date-time',
+      description: 'End of the range, exclusive (UTC): the asked end rounded up to the hour (to the UTC day for end users)',
+      examples: ['2026-01-15T13:00:00.000Z'],
+    }),
+    tz: Type.String({ description: 'The zone of the day buckets', examples: ['UTC'] }),
     groups: Type.Array(UsageGroupSchema, {
-      description: 'Time buckets oldest first (the edge ones count only the part inside the range); otherwise by credits, then calls',
+      description: 'Time buckets oldest first; otherwise by credits, then calls',
     }),
     totals: UsageTotalsSchema,
     truncated: Type.Boolean({ description: 'More than 1,000 tools, actions or end users: the smallest are left out of groups, not of totals' }),
@@ -105,6 +125,8 @@ export const UsageSummarySchema = Type.Object(
       }),
     ),
     split_other: Type.Optional(Type.Boolean({ description: 'With split_by: whether more keys had usage, summed in each bucket\'s "other" part' })),
+    as_of: Type.String({ format: 'date-time', description: 'The instant the answer describes' }),
+    lag_seconds: Type.Integer({ description: 'How far the rollups read were behind as_of: 0, as they are written with the records', examples: [0] }),
   },
   { title: 'UsageSummary' },
 );

@@ -34,7 +34,7 @@ describe('GET /organizations/{id}/usage/summary by time', () => {
       ['2026-02-06T00:00:00.000Z', 1, 2],
       ['2026-02-07T00:00:00.000Z', 0, 0],
     ]);
-    expect(days.totals).toEqual({ calls: 6, successful: 6, failed: 0, credits: 12, credits_refunded: 0 });
+    expect(days.totals).toEqual({ calls: 6, successful: 6, failed: 0, credits: 12, credits_refunded: 0, input_tokens: 0, output_tokens: 0 });
     expect(sumGroups(days.groups)).toEqual(days.totals);
 
     // +02:00 midnight is 22:00Z the day before: the 23:59:59Z record is inside, in its own UTC day.
@@ -58,10 +58,11 @@ describe('GET /organizations/{id}/usage/summary by time', () => {
       ['2026-02-04T11:00:00.000Z', 0, 0],
       ['2026-02-04T12:00:00.000Z', 1, 2],
     ]);
-    // An unaligned range: the edge buckets start before from and count only what is inside.
-    const partial = await f.summary(key(t.apiKey), t.organizationId, '?group_by=hour&from=2026-02-04T10:30:00Z&to=2026-02-04T12:00:00Z');
+    // An unaligned range is widened to whole hours, the rollups' grain (docs/usage-analytics.md, Rollups).
+    const partial = await f.summary(key(t.apiKey), t.organizationId, '?group_by=hour&from=2026-02-04T10:30:00Z&to=2026-02-04T11:59:00Z');
+    expect(partial).toMatchObject({ from: '2026-02-04T10:00:00.000Z', to: '2026-02-04T12:00:00.000Z' });
     expect(pick(partial.groups)).toEqual([
-      ['2026-02-04T10:00:00.000Z', 1, 2],
+      ['2026-02-04T10:00:00.000Z', 2, 4],
       ['2026-02-04T11:00:00.000Z', 0, 0],
     ]);
 
@@ -82,7 +83,7 @@ describe('GET /organizations/{id}/usage/summary by time', () => {
     const late = await f.record(t.deploymentId, advanced, { at: '2026-05-10T12:00:01.000Z' }); // the second period
     await f.record(t.deploymentId, rag, { at: '2026-05-11T00:00:00.000Z' });
     const all = await f.summary(key(t.apiKey), t.organizationId, '?from=2026-04-10T00:00:00Z&to=2026-05-12T00:00:00Z');
-    expect(all.totals).toEqual({ calls: 3, successful: 3, failed: 0, credits: 7, credits_refunded: 0 });
+    expect(all.totals).toEqual({ calls: 3, successful: 3, failed: 0, credits: 7, credits_refunded: 0, input_tokens: 0, output_tokens: 0 });
     expect(pick(all.groups.filter((g) => g.calls > 0))).toEqual([
       ['2026-05-10T00:00:00.000Z', 2, 5],
       ['2026-05-11T00:00:00.000Z', 1, 2],
@@ -100,7 +101,7 @@ describe('GET /organizations/{id}/usage/summary by time', () => {
 
     await f.refund(late.usage_id!, 1);
     const refunded = await f.summary(key(t.apiKey), t.organizationId, '?group_by=tool&from=2026-04-10T00:00:00Z&to=2026-05-12T00:00:00Z');
-    expect(refunded.totals).toEqual({ calls: 3, successful: 3, failed: 0, credits: 6, credits_refunded: 1 });
+    expect(refunded.totals).toEqual({ calls: 3, successful: 3, failed: 0, credits: 6, credits_refunded: 1, input_tokens: 0, output_tokens: 0 });
     expect(refunded.groups.find((g) => g.key === advanced)).toMatchObject({ calls: 1, credits: 2, credits_refunded: 1 });
     const ledger = await h.deps.db.query<{ net: number }>(
       `SELECT COALESCE(-sum(amount), 0)::bigint AS net FROM credit_ledger
@@ -134,7 +135,7 @@ describe('GET /organizations/{id}/usage/summary by tool, action and end user', (
       [plain, 3, 3],
       [advanced, 1, 3],
     ]);
-    expect(byTool.totals).toEqual({ calls: 7, successful: 7, failed: 0, credits: 12, credits_refunded: 0 });
+    expect(byTool.totals).toEqual({ calls: 7, successful: 7, failed: 0, credits: 12, credits_refunded: 0, input_tokens: 0, output_tokens: 0 });
     expect(byTool.truncated).toBe(false);
 
     const byAction = await f.summary(key(t.apiKey), t.organizationId, `?group_by=action${q}`);
@@ -172,7 +173,7 @@ describe('GET /organizations/{id}/usage/summary by tool, action and end user', (
     expect(await f.record(t.deploymentId, rag, { mcpUserId: 'carol' })).toMatchObject({ success: false, error: 'insufficient_credits' });
     h.clock.advance(1000); // the default range ends now, exclusive
     const s = await f.summary(key(t.apiKey), t.organizationId, '?group_by=mcp_user');
-    expect(s.groups).toEqual([{ key: 'carol', calls: 2, successful: 1, failed: 1, credits: 2, credits_refunded: 0 }]);
+    expect(s.groups).toEqual([{ key: 'carol', calls: 2, successful: 1, failed: 1, credits: 2, credits_refunded: 0, input_tokens: 0, output_tokens: 0 }]);
   });
 });
 
@@ -208,7 +209,7 @@ describe('GET /organizations/{id}/usage/summary split_by (a stacked chart)', () 
       [null, true, 1, 1],
     ]);
     // The parts sum to their bucket, the buckets to the totals, and the totals match the unsplit summary.
-    for (const g of s.groups) expect(sumGroups(g.split!)).toEqual({ calls: g.calls, successful: g.successful, failed: g.failed, credits: g.credits, credits_refunded: g.credits_refunded });
+    for (const g of s.groups) expect(sumGroups(g.split!)).toEqual({ calls: g.calls, successful: g.successful, failed: g.failed, credits: g.credits, credits_refunded: g.credits_refunded, input_tokens: g.input_tokens, output_tokens: g.output_tokens });
     expect(sumGroups(s.groups)).toEqual(s.totals);
     const plain = await f.summary(key(t.apiKey), t.organizationId, q.replace('&split_by=tool', ''));
     expect(s.totals).toEqual(plain.totals);
@@ -254,7 +255,7 @@ describe('GET /organizations/{id}/usage/summary under concurrent writes', () => 
       expect(sumGroups(s.groups)).toEqual(s.totals);
     }
     const after = await f.summary(key(t.apiKey), t.organizationId, query);
-    expect(after.totals).toEqual({ calls: 65, successful: 65, failed: 0, credits: 130, credits_refunded: 0 });
+    expect(after.totals).toEqual({ calls: 65, successful: 65, failed: 0, credits: 130, credits_refunded: 0, input_tokens: 0, output_tokens: 0 });
     expect(after.groups.map((g) => g.key).sort()).toEqual(['u0', 'u1', 'u2']);
     const ledger = await h.deps.db.query<{ deducted: number }>(
       "SELECT COALESCE(-sum(amount), 0)::bigint AS deducted FROM credit_ledger WHERE organization_id = $1 AND kind = 'deduct'",
@@ -262,5 +263,74 @@ describe('GET /organizations/{id}/usage/summary under concurrent writes', () => 
     );
     expect(ledger[0]!.deducted).toBe(130);
     expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
+});
+
+describe('GET /organizations/{id}/usage/summary: zones, models, deployments, freshness', () => {
+  it('tz gives day buckets of that zone (23 hours on the day clocks go forward), built from the hour rollups', async () => {
+    h.clock.set('2026-03-06T00:00:00.000Z');
+    const t = await createTenant(h, { tier: 'launch' });
+    const rag = await f.toolFor('rag_query');
+    // New York: UTC−5 until 2026-03-08 07:00Z, then UTC−4.
+    for (const at of ['2026-03-07T04:30:00.000Z', '2026-03-07T05:30:00.000Z', '2026-03-08T04:30:00.000Z', '2026-03-08T06:30:00.000Z', '2026-03-09T03:30:00.000Z']) {
+      await f.record(t.deploymentId, rag, { at });
+    }
+    h.clock.set('2026-03-10T00:00:00.000Z');
+    const q = `?group_by=day&tz=America%2FNew_York&from=2026-03-07T05:00:00Z&to=2026-03-09T04:00:00Z`;
+    const s = await f.summary(key(t.apiKey), t.organizationId, q);
+    expect(s).toMatchObject({ tz: 'America/New_York', from: '2026-03-07T05:00:00.000Z', to: '2026-03-09T04:00:00.000Z', lag_seconds: 0, as_of: '2026-03-10T00:00:00.000Z' });
+    // Local days 03-07 (from 05:00Z) and 03-08 (from 05:00Z, 23 hours long, to 04:00Z on 03-09): 04:30Z on
+    // 03-08 is 23:30 of the 7th there, 03:30Z on 03-09 is 23:30 of the 8th; 04:30Z on 03-07 is before from.
+    expect(pick(s.groups)).toEqual([
+      ['2026-03-07T05:00:00.000Z', 2, 4],
+      ['2026-03-08T05:00:00.000Z', 2, 4],
+    ]);
+    expect(s.totals.calls).toBe(4);
+    // The same range in UTC days.
+    const utc = await f.summary(key(t.apiKey), t.organizationId, '?group_by=day&from=2026-03-07T05:00:00Z&to=2026-03-09T04:00:00Z');
+    expect(utc.tz).toBe('UTC');
+    expect(pick(utc.groups)).toEqual([
+      ['2026-03-07T00:00:00.000Z', 1, 2],
+      ['2026-03-08T00:00:00.000Z', 2, 4],
+      ['2026-03-09T00:00:00.000Z', 1, 2],
+    ]);
+  });
+
+  it('an unknown zone, one with a half-hour offset, or end users by zone are 400 naming the parameter', async () => {
+    const t = await createTenant(h, { tier: 'launch' });
+    for (const [q, field] of [
+      ['?tz=Mars%2FOlympus', 'tz'],
+      ['?tz=Asia%2FKolkata', 'tz'],
+      ['?group_by=day&split_by=mcp_user&tz=Europe%2FBerlin', 'tz'],
+      ['?group_by=hour&split_by=mcp_user', 'split_by'],
+    ] as const) {
+      const res = await f.summaryRes(key(t.apiKey), t.organizationId, q);
+      expect(res.statusCode, `${q}: ${res.body}`).toBe(400);
+      expect(res.body).toContain(field);
+    }
+  });
+
+  it('group_by deployment and model; end users are counted per UTC day (the range widened to whole days)', async () => {
+    h.clock.set('2026-04-01T10:00:00.000Z');
+    const t = await createTenant(h, { tier: 'launch' });
+    const second = await f.addDeployment(t.organizationId);
+    const rag = await f.toolFor('rag_query');
+    await f.record(t.deploymentId, rag, { mcpUserId: 'ann' });
+    await f.record(second, rag, { mcpUserId: 'ann' });
+    await f.record(second, rag);
+    h.clock.set('2026-04-02T00:00:00.000Z');
+    const byDeployment = await f.summary(key(t.apiKey), t.organizationId, '?group_by=deployment');
+    expect(pick(byDeployment.groups).sort()).toEqual([
+      [second, 2, 4],
+      [t.deploymentId, 1, 2],
+    ].sort());
+    const byModel = await f.summary(key(t.apiKey), t.organizationId, '?group_by=model');
+    expect(pick(byModel.groups)).toEqual([[null, 3, 6]]);
+    const users = await f.summary(key(t.apiKey), t.organizationId, '?group_by=mcp_user&from=2026-04-01T09:00:00Z&to=2026-04-01T11:00:00Z');
+    expect(users).toMatchObject({ from: '2026-04-01T00:00:00.000Z', to: '2026-04-02T00:00:00.000Z' });
+    expect(pick(users.groups)).toEqual([
+      ['ann', 2, 4],
+      [null, 1, 2],
+    ]);
   });
 });

@@ -1,9 +1,11 @@
 import type { Ctx } from '../../context.js';
+import { DAY, HOUR } from '../../clock.js';
+import type { Queryable } from '../../db/client.js';
 import { NotFoundError, ValidationError } from '../../errors.js';
 import { authorize } from '../organizations/rbac.js';
 import { BUCKET_MS, bucketStarts, type GroupBy, MAX_SPLIT_KEYS, type SplitBy, summaryRange } from './range.js';
 
-/** At most this many groups by tool, action or end user (the largest by credits, then calls); `truncated` says when there were more. */
+/** At most this many groups by tool, action, end user, model or deployment (the largest by credits, then calls); `truncated` says when there were more. */
 export const MAX_GROUPS = 1000;
 
 export interface UsageCounts {
@@ -13,6 +15,9 @@ export interface UsageCounts {
   /** Credits deducted, net of refunds (docs/usage-analytics.md). */
   credits: number;
   credits_refunded: number;
+  /** AI calls' tokens (docs/ai-proxy.md): 0 for tool calls. */
+  input_tokens: number;
+  output_tokens: number;
 }
 
 export interface UsageSplit extends UsageCounts {
@@ -33,27 +38,50 @@ export interface UsageSummaryView {
   group_by: GroupBy;
   from: string;
   to: string;
+  /** The zone of the day buckets (docs/usage-analytics.md, "Time zones"). */
+  tz: string;
   groups: UsageGroup[];
   totals: UsageCounts;
-  /** More than MAX_GROUPS tools, actions or end users had usage: the smaller ones are left out (totals still count them). */
+  /** More than MAX_GROUPS keys had usage: the smaller ones are left out (totals still count them). */
   truncated: boolean;
   split_by?: SplitBy;
   split_keys?: Array<string | null>;
   split_other?: boolean;
+  /** The instant the answer describes, and how far the rollups it was read from were behind it (0: written with the records). */
+  as_of: string;
+  lag_seconds: number;
 }
 
 /**
- * What each grouping groups by: a closed set of SQL expressions (never input). Time buckets are UTC
- * by construction: date_bin works on the instant, not on the session's TimeZone. `action` is the
- * action recorded on the row (`metric`), not the tool's mapping today.
+ * The rollup a summary reads (docs/usage-analytics.md, "Rollups"): A per deployment, hour, tool,
+ * action and model; B per deployment, UTC day and end user. Each grouping is a closed set of SQL
+ * expressions over the rollup's row `r` (never input). `$tz` is the zone of day buckets; an hour of A
+ * lies inside one local day, as only zones with whole-hour offsets over the range are taken.
  */
-const KEY_SQL: Record<GroupBy, string> = {
-  day: `date_bin('1 day'::interval, "timestamp", TIMESTAMPTZ '1970-01-01 00:00:00+00')`,
-  hour: `date_bin('1 hour'::interval, "timestamp", TIMESTAMPTZ '1970-01-01 00:00:00+00')`,
-  tool: 'tool_name',
-  action: 'metric',
-  mcp_user: 'mcp_user_id',
-};
+type Source = 'hours' | 'days';
+const TABLE: Record<Source, string> = { hours: 'usage_rollup_hours', days: 'usage_rollup_days' };
+const TIME: Record<Source, string> = { hours: 'r.hour', days: 'r.day' };
+const ORIGIN = `TIMESTAMPTZ '1970-01-01 00:00:00+00'`;
+
+function keySql(source: Source, key: GroupBy | SplitBy, zoned: boolean): string {
+  switch (key) {
+    case 'hour':
+      return 'r.hour';
+    case 'day':
+      if (source === 'days') return 'r.day';
+      return zoned ? `(((r.hour AT TIME ZONE $6)::date)::timestamp AT TIME ZONE $6)` : `date_bin('1 day'::interval, r.hour, ${ORIGIN})`;
+    case 'tool':
+      return 'r.tool_name';
+    case 'action':
+      return 'r.action';
+    case 'model':
+      return `NULLIF(r.model, '')`;
+    case 'deployment':
+      return 'r.deployment_id::text';
+    case 'mcp_user':
+      return `NULLIF(r.end_user, '')`;
+  }
+}
 
 const ORDER_SQL: Record<GroupBy, string> = {
   day: 'key',
@@ -61,19 +89,32 @@ const ORDER_SQL: Record<GroupBy, string> = {
   tool: 'credits DESC, calls DESC, key',
   action: 'credits DESC, calls DESC, key',
   mcp_user: 'credits DESC, calls DESC, key NULLS LAST',
+  model: 'credits DESC, calls DESC, key NULLS LAST',
+  deployment: 'credits DESC, calls DESC, key',
 };
 
-interface GroupRow {
-  key: Date | string | null;
+/** The counts of a rollup's rows, summed. */
+const COUNTS_SQL = `sum(r.calls)::bigint AS calls, sum(r.successful)::bigint AS successful, sum(r.credits - r.refunded)::bigint AS credits,
+              sum(r.refunded)::bigint AS credits_refunded, sum(r.input_tokens)::bigint AS input_tokens, sum(r.output_tokens)::bigint AS output_tokens`;
+
+interface CountRow {
   calls: number;
   successful: number;
   credits: number;
   credits_refunded: number;
+  input_tokens: number;
+  output_tokens: number;
+}
+
+interface GroupRow extends CountRow {
+  key: Date | string | null;
   group_count: number;
   total_calls: number;
   total_successful: number;
   total_credits: number;
   total_refunded: number;
+  total_input_tokens: number;
+  total_output_tokens: number;
 }
 
 /** The deployment filter names a deployment of this organization, else 404 like any other tenant's row. */
@@ -83,20 +124,60 @@ export async function assertOwnDeployment(ctx: Ctx, organizationId: string, depl
   if (rows.length === 0) throw new NotFoundError('Deployment');
 }
 
-const counts = (calls: number, successful: number, credits: number, refunded: number): UsageCounts => ({
-  calls,
-  successful,
-  failed: calls - successful,
-  credits,
-  credits_refunded: refunded,
+const zero = (): UsageCounts => ({ calls: 0, successful: 0, failed: 0, credits: 0, credits_refunded: 0, input_tokens: 0, output_tokens: 0 });
+const countsOf = (r: CountRow): UsageCounts => ({
+  calls: r.calls,
+  successful: r.successful,
+  failed: r.calls - r.successful,
+  credits: r.credits,
+  credits_refunded: r.credits_refunded,
+  input_tokens: r.input_tokens,
+  output_tokens: r.output_tokens,
 });
 
+/** Zones PostgreSQL knows, read once per process (pg_timezone_names reads the zone files). */
+let knownZones: Promise<Set<string>> | null = null;
+
 /**
- * Usage of an organization in [from, to) grouped by time bucket, tool, action or end user
- * (usage.read: every role; API keys need `read`). One statement over usage_records_org_ts_idx: the
- * groups and the totals come from one snapshot of committed rows, so they always agree, and a
- * deduction commits its usage record with its ledger row (credits module), so a summary never sees
- * half of one. Time groupings list every bucket of the range, empty ones as zeros.
+ * `tz` (docs/usage-analytics.md, "Time zones"): an IANA zone PostgreSQL knows whose offset is whole
+ * hours over the whole range (so every hour of rollup A falls in one local day), else 400 naming
+ * `tz`. UTC (the default) needs no check.
+ */
+async function checkZone(db: Queryable, tz: string, from: Date, to: Date): Promise<void> {
+  if (tz === 'UTC') return;
+  knownZones ??= db.query<{ name: string }>('SELECT name FROM pg_timezone_names').then((rows) => new Set(rows.map((r) => r.name)));
+  const zones = await knownZones.catch((error: unknown) => {
+    knownZones = null;
+    throw error;
+  });
+  if (!zones.has(tz)) throw ValidationError.forField('tz', 'must be an IANA time zone such as Europe/Berlin');
+  const rows = await db.query<{ whole: boolean }>(
+    `SELECT bool_and(mod(extract(epoch FROM (h AT TIME ZONE $1) - (h AT TIME ZONE 'UTC'))::bigint, 3600) = 0) AS whole
+     FROM generate_series($2::timestamptz, $3::timestamptz, '1 hour'::interval) h`,
+    [tz, from, to],
+  );
+  if (rows[0]?.whole !== true) throw ValidationError.forField('tz', 'has an offset that is not a whole number of hours in this range');
+}
+
+/** Which rollup answers, and to what the range is aligned: B (whole UTC days) for end users, A (whole hours) otherwise. */
+function sourceFor(groupBy: GroupBy, splitBy: SplitBy | undefined, tz: string): Source {
+  const users = groupBy === 'mcp_user' || splitBy === 'mcp_user';
+  if (!users) return 'hours';
+  if (splitBy === 'mcp_user' && groupBy !== 'day') throw ValidationError.forField('split_by', 'mcp_user splits only group_by=day (end users are counted per UTC day)');
+  if (tz !== 'UTC' && groupBy === 'day') throw ValidationError.forField('tz', 'end users are counted per UTC day: split_by=mcp_user takes only tz=UTC');
+  return 'days';
+}
+
+const floorTo = (at: Date, unit: number) => new Date(Math.floor(at.getTime() / unit) * unit);
+const ceilTo = (at: Date, unit: number) => new Date(Math.ceil(at.getTime() / unit) * unit);
+
+/**
+ * Usage of an organization grouped by time bucket, tool, action, end user, model or deployment
+ * (usage.read: every role; API keys need `read`), read from the rollups only, so its cost follows the
+ * range and the number of keys, not the number of records. The range is widened to the rollup's
+ * grain: whole hours, or whole UTC days for end users. One statement: the groups and the totals come
+ * from one snapshot, and a rollup changes in the transaction of the records it counts, so a summary
+ * never sees half of a deduction.
  */
 export async function summarizeUsage(
   ctx: Ctx,
@@ -107,74 +188,102 @@ export async function summarizeUsage(
     to?: string | undefined;
     deploymentId?: string | undefined;
     splitBy?: SplitBy | undefined;
+    tz?: string | undefined;
   },
 ): Promise<UsageSummaryView> {
   await authorize(ctx, input.organizationId, 'usage.read');
   if (input.splitBy !== undefined && input.groupBy !== 'day' && input.groupBy !== 'hour') {
     throw ValidationError.forField('split_by', 'needs group_by=day or group_by=hour');
   }
-  const { from, to } = summaryRange(input, input.groupBy, ctx.clock.now());
+  const tz = input.tz ?? 'UTC';
+  const asked = summaryRange(input, input.groupBy, ctx.clock.now());
+  const source = sourceFor(input.groupBy, input.splitBy, tz);
+  const unit = source === 'days' ? DAY : HOUR;
+  const from = floorTo(asked.from, unit);
+  const to = ceilTo(asked.to, unit);
+  await checkZone(ctx.db, tz, from, to);
   await assertOwnDeployment(ctx, input.organizationId, input.deploymentId);
-  if (input.splitBy !== undefined && (input.groupBy === 'day' || input.groupBy === 'hour')) return splitSummary(ctx, { ...input, groupBy: input.groupBy, splitBy: input.splitBy }, from, to);
+  const asOf = ctx.clock.now();
+  const zoned = tz !== 'UTC';
+  const head = { organization_id: input.organizationId, deployment_id: input.deploymentId ?? null, group_by: input.groupBy, from: from.toISOString(), to: to.toISOString(), tz };
+  const tail = { as_of: asOf.toISOString(), lag_seconds: 0 };
+  const params = [input.organizationId, from, to, input.deploymentId ?? null, input.splitBy ? MAX_SPLIT_KEYS : MAX_GROUPS, tz];
+  const where = `r.organization_id = $1 AND ${TIME[source]} >= $2 AND ${TIME[source]} < $3 AND ($4::uuid IS NULL OR r.deployment_id = $4::uuid) AND $6::text IS NOT NULL`;
+  const isTime = input.groupBy === 'day' || input.groupBy === 'hour';
+  if (input.splitBy !== undefined && isTime) {
+    const split = await splitSummary(ctx.db, source, input.groupBy as 'day' | 'hour', input.splitBy, zoned, where, params);
+    const groups = await withEmptyBuckets(ctx.db, split.groups, input.groupBy as 'day' | 'hour', from, to, tz, true);
+    return { ...head, groups, totals: split.totals, truncated: false, split_by: input.splitBy, split_keys: split.keys, split_other: split.other, ...tail };
+  }
   const rows = await ctx.db.query<GroupRow>(
     `WITH g AS (
-       SELECT ${KEY_SQL[input.groupBy]} AS key,
-              count(*)::bigint AS calls,
-              count(*) FILTER (WHERE success)::bigint AS successful,
-              COALESCE(sum(quantity - refunded) FILTER (WHERE success), 0)::bigint AS credits,
-              COALESCE(sum(refunded) FILTER (WHERE success), 0)::bigint AS credits_refunded
-       FROM usage_records
-       WHERE organization_id = $1 AND "timestamp" >= $2 AND "timestamp" < $3
-         AND ($4::uuid IS NULL OR deployment_id = $4::uuid)
+       SELECT ${keySql(source, input.groupBy, zoned)} AS key, ${COUNTS_SQL}
+       FROM ${TABLE[source]} r
+       WHERE ${where}
        GROUP BY 1)
-     SELECT key, calls, successful, credits, credits_refunded,
+     SELECT key, calls, successful, credits, credits_refunded, input_tokens, output_tokens,
             count(*) OVER ()::bigint AS group_count,
             sum(calls) OVER ()::bigint AS total_calls,
             sum(successful) OVER ()::bigint AS total_successful,
             sum(credits) OVER ()::bigint AS total_credits,
-            sum(credits_refunded) OVER ()::bigint AS total_refunded
+            sum(credits_refunded) OVER ()::bigint AS total_refunded,
+            sum(input_tokens) OVER ()::bigint AS total_input_tokens,
+            sum(output_tokens) OVER ()::bigint AS total_output_tokens
      FROM g ORDER BY ${ORDER_SQL[input.groupBy]} LIMIT $5`,
-    [input.organizationId, from, to, input.deploymentId ?? null, MAX_GROUPS],
+    params,
+    `usage_summary_${source}_${input.groupBy}${zoned ? '_tz' : ''}`,
   );
   const first = rows[0];
   const totals = first
-    ? counts(first.total_calls, first.total_successful, first.total_credits, first.total_refunded)
-    : counts(0, 0, 0, 0);
-  const found: UsageGroup[] = rows.map((r) => ({
-    key: r.key instanceof Date ? r.key.toISOString() : r.key,
-    ...counts(r.calls, r.successful, r.credits, r.credits_refunded),
-  }));
-  const groups = input.groupBy === 'day' || input.groupBy === 'hour' ? withEmptyBuckets(found, from, to, BUCKET_MS[input.groupBy]) : found;
-  return {
-    organization_id: input.organizationId,
-    deployment_id: input.deploymentId ?? null,
-    group_by: input.groupBy,
-    from: from.toISOString(),
-    to: to.toISOString(),
-    groups,
-    totals,
-    truncated: (first?.group_count ?? 0) > rows.length,
-  };
+    ? countsOf({
+        calls: first.total_calls,
+        successful: first.total_successful,
+        credits: first.total_credits,
+        credits_refunded: first.total_refunded,
+        input_tokens: first.total_input_tokens,
+        output_tokens: first.total_output_tokens,
+      })
+    : zero();
+  const found: UsageGroup[] = rows.map((r) => ({ key: r.key instanceof Date ? r.key.toISOString() : r.key, ...countsOf(r) }));
+  const groups = isTime ? await withEmptyBuckets(ctx.db, found, input.groupBy as 'day' | 'hour', from, to, tz, false) : found;
+  return { ...head, groups, totals, truncated: (first?.group_count ?? 0) > rows.length, ...tail };
 }
 
-/** Every bucket of the range in order, the ones without records as zeros: a chart's continuous axis. */
-function withEmptyBuckets(found: UsageGroup[], from: Date, to: Date, width: number): UsageGroup[] {
+/**
+ * Every bucket of the range in order, the ones without usage as zeros: a chart's continuous axis. UTC
+ * buckets are computed here; a zone's day buckets by PostgreSQL with the same expression the summary
+ * groups by, so the two always agree (days of 23 or 25 hours at a change of offset).
+ */
+async function withEmptyBuckets(
+  db: Queryable,
+  found: UsageGroup[],
+  groupBy: 'day' | 'hour',
+  from: Date,
+  to: Date,
+  tz: string,
+  split: boolean,
+): Promise<UsageGroup[]> {
+  let starts: Date[];
+  if (groupBy === 'day' && tz !== 'UTC') {
+    const rows = await db.query<{ start: Date }>(
+      `SELECT DISTINCT (((h AT TIME ZONE $3)::date)::timestamp AT TIME ZONE $3) AS start
+       FROM generate_series($1::timestamptz, $2::timestamptz - '1 hour'::interval, '1 hour'::interval) h ORDER BY 1`,
+      [from, to, tz],
+    );
+    starts = rows.map((r) => r.start);
+  } else starts = bucketStarts(from, to, BUCKET_MS[groupBy]);
   const byKey = new Map(found.map((g) => [g.key, g]));
-  return bucketStarts(from, to, width).map((start) => {
+  return starts.map((start) => {
     const key = start.toISOString();
-    return byKey.get(key) ?? { key, ...counts(0, 0, 0, 0) };
+    return byKey.get(key) ?? { key, ...zero(), ...(split ? { split: [] } : {}) };
   });
 }
 
-interface SplitRow {
+interface SplitRow extends CountRow {
   key: Date;
   /** 1.. for the split keys (largest first), null for the "other" part. */
   rank: number | null;
   part: string | null;
-  calls: number;
-  successful: number;
-  credits: number;
-  credits_refunded: number;
   part_count: number;
 }
 
@@ -182,73 +291,57 @@ interface SplitRow {
  * A time grouping with every bucket split by tool, action or end user (a stacked chart): the
  * MAX_SPLIT_KEYS largest keys over the whole range (by credits, then calls) each get their part, the
  * rest sum into one "other" part. One statement, so the parts, the buckets and the totals come from
- * one snapshot and always add up. At most buckets × (MAX_SPLIT_KEYS + 1) rows leave the database;
- * keys are matched by (is null, value), an equality a hash join can use (a null end user is a key).
+ * one snapshot and always add up. Keys are matched by (is null, value), an equality a hash join can
+ * use (a null end user is a key).
  */
 async function splitSummary(
-  ctx: Ctx,
-  input: { organizationId: string; groupBy: 'day' | 'hour'; deploymentId?: string | undefined; splitBy: SplitBy },
-  from: Date,
-  to: Date,
-): Promise<UsageSummaryView> {
-  const rows = await ctx.db.query<SplitRow>(
-    `WITH r AS (
-       SELECT ${KEY_SQL[input.groupBy]} AS key,
-              ${KEY_SQL[input.splitBy]} AS part,
-              count(*)::bigint AS calls,
-              count(*) FILTER (WHERE success)::bigint AS successful,
-              COALESCE(sum(quantity - refunded) FILTER (WHERE success), 0)::bigint AS credits,
-              COALESCE(sum(refunded) FILTER (WHERE success), 0)::bigint AS credits_refunded
-       FROM usage_records
-       WHERE organization_id = $1 AND "timestamp" >= $2 AND "timestamp" < $3
-         AND ($4::uuid IS NULL OR deployment_id = $4::uuid)
+  db: Queryable,
+  source: Source,
+  groupBy: 'day' | 'hour',
+  splitBy: SplitBy,
+  zoned: boolean,
+  where: string,
+  params: unknown[],
+): Promise<{ groups: UsageGroup[]; totals: UsageCounts; keys: Array<string | null>; other: boolean }> {
+  const rows = await db.query<SplitRow>(
+    `WITH s AS (
+       SELECT ${keySql(source, groupBy, zoned)} AS key, ${keySql(source, splitBy, zoned)} AS part, ${COUNTS_SQL}
+       FROM ${TABLE[source]} r
+       WHERE ${where}
        GROUP BY 1, 2),
      ranked AS (
        SELECT part IS NULL AS part_null, COALESCE(part, '') AS part_value,
               row_number() OVER (ORDER BY sum(credits) DESC, sum(calls) DESC, part NULLS LAST) AS rank
-       FROM r GROUP BY part)
-     SELECT r.key,
+       FROM s GROUP BY part)
+     SELECT s.key,
             CASE WHEN k.rank <= $5 THEN k.rank END AS rank,
-            min(r.part) AS part,
-            sum(r.calls)::bigint AS calls,
-            sum(r.successful)::bigint AS successful,
-            sum(r.credits)::bigint AS credits,
-            sum(r.credits_refunded)::bigint AS credits_refunded,
+            min(s.part) AS part,
+            sum(s.calls)::bigint AS calls,
+            sum(s.successful)::bigint AS successful,
+            sum(s.credits)::bigint AS credits,
+            sum(s.credits_refunded)::bigint AS credits_refunded,
+            sum(s.input_tokens)::bigint AS input_tokens,
+            sum(s.output_tokens)::bigint AS output_tokens,
             (SELECT count(*) FROM ranked)::bigint AS part_count
-     FROM r JOIN ranked k ON k.part_null = (r.part IS NULL) AND k.part_value = COALESCE(r.part, '')
-     GROUP BY r.key, CASE WHEN k.rank <= $5 THEN k.rank END
-     ORDER BY r.key, 2 NULLS LAST`,
-    [input.organizationId, from, to, input.deploymentId ?? null, MAX_SPLIT_KEYS],
+     FROM s JOIN ranked k ON k.part_null = (s.part IS NULL) AND k.part_value = COALESCE(s.part, '')
+     GROUP BY s.key, CASE WHEN k.rank <= $5 THEN k.rank END
+     ORDER BY s.key, 2 NULLS LAST`,
+    params,
+    `usage_summary_split_${source}_${groupBy}_${splitBy}${zoned ? '_tz' : ''}`,
   );
   const keys: Array<string | null> = [];
   const buckets = new Map<string, UsageGroup>();
-  let total = counts(0, 0, 0, 0);
+  const totals = zero();
   for (const row of rows) {
-    const part: UsageSplit = { key: row.rank === null ? null : row.part, other: row.rank === null, ...counts(row.calls, row.successful, row.credits, row.credits_refunded) };
+    const part: UsageSplit = { key: row.rank === null ? null : row.part, other: row.rank === null, ...countsOf(row) };
     if (row.rank !== null) keys[row.rank - 1] = row.part;
     const key = row.key.toISOString();
-    const bucket = buckets.get(key) ?? { key, ...counts(0, 0, 0, 0), split: [] };
+    const bucket = buckets.get(key) ?? { key, ...zero(), split: [] };
     buckets.set(key, add(bucket, part));
     bucket.split!.push(part);
-    total = add(total, part);
+    add(totals, part);
   }
-  const groups = bucketStarts(from, to, BUCKET_MS[input.groupBy]).map((start) => {
-    const key = start.toISOString();
-    return buckets.get(key) ?? { key, ...counts(0, 0, 0, 0), split: [] };
-  });
-  return {
-    organization_id: input.organizationId,
-    deployment_id: input.deploymentId ?? null,
-    group_by: input.groupBy,
-    from: from.toISOString(),
-    to: to.toISOString(),
-    groups,
-    totals: total,
-    truncated: false,
-    split_by: input.splitBy,
-    split_keys: keys,
-    split_other: (rows[0]?.part_count ?? 0) > MAX_SPLIT_KEYS,
-  };
+  return { groups: [...buckets.values()], totals, keys, other: (rows[0]?.part_count ?? 0) > MAX_SPLIT_KEYS };
 }
 
 /** `into` with `part`'s counts added (mutates and returns `into`). */
@@ -258,5 +351,7 @@ function add<T extends UsageCounts>(into: T, part: UsageCounts): T {
   into.failed += part.failed;
   into.credits += part.credits;
   into.credits_refunded += part.credits_refunded;
+  into.input_tokens += part.input_tokens;
+  into.output_tokens += part.output_tokens;
   return into;
 }

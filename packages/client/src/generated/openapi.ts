@@ -2828,7 +2828,17 @@ export interface components {
              * @example 1
              */
             failed: number;
+            /**
+             * @description AI calls: prompt tokens (0 for tool calls)
+             * @example 0
+             */
+            input_tokens: number;
             key: string | null;
+            /**
+             * @description AI calls: completion tokens (0 for tool calls)
+             * @example 0
+             */
+            output_tokens: number;
             /** @description With split_by: the parts of this bucket with calls, in the order of split_keys, "other" last; they sum to the bucket */
             split?: components["schemas"]["UsageSplit"][];
             /**
@@ -2935,9 +2945,19 @@ export interface components {
              * @example 1
              */
             failed: number;
+            /**
+             * @description AI calls: prompt tokens (0 for tool calls)
+             * @example 0
+             */
+            input_tokens: number;
             key: string | null;
             /** @description true for the one part that sums every key outside split_keys */
             other: boolean;
+            /**
+             * @description AI calls: completion tokens (0 for tool calls)
+             * @example 0
+             */
+            output_tokens: number;
             /**
              * @description Calls that deducted
              * @example 11
@@ -2946,10 +2966,15 @@ export interface components {
         };
         /** UsageSummary */
         UsageSummary: {
+            /**
+             * Format: date-time
+             * @description The instant the answer describes
+             */
+            as_of: string;
             deployment_id: string | null;
             /**
              * Format: date-time
-             * @description Start of the range, inclusive (UTC)
+             * @description Start of the range, inclusive (UTC): the asked start rounded down to the hour (to the UTC day for end users)
              * @example 2025-12-16T12:00:00.000Z
              */
             from: string;
@@ -2957,9 +2982,14 @@ export interface components {
              * @description The grouping
              * @enum {string}
              */
-            group_by: "day" | "hour" | "tool" | "action" | "mcp_user";
-            /** @description Time buckets oldest first (the edge ones count only the part inside the range); otherwise by credits, then calls */
+            group_by: "day" | "hour" | "tool" | "action" | "mcp_user" | "model" | "deployment";
+            /** @description Time buckets oldest first; otherwise by credits, then calls */
             groups: components["schemas"]["UsageGroup"][];
+            /**
+             * @description How far the rollups read were behind as_of: 0, as they are written with the records
+             * @example 0
+             */
+            lag_seconds: number;
             /**
              * Format: uuid
              * @description Organization id
@@ -2977,13 +3007,18 @@ export interface components {
             split_other?: boolean;
             /**
              * Format: date-time
-             * @description End of the range, exclusive (UTC)
-             * @example 2026-01-15T12:00:00.000Z
+             * @description End of the range, exclusive (UTC): the asked end rounded up to the hour (to the UTC day for end users)
+             * @example 2026-01-15T13:00:00.000Z
              */
             to: string;
             totals: components["schemas"]["UsageTotals"];
             /** @description More than 1,000 tools, actions or end users: the smallest are left out of groups, not of totals */
             truncated: boolean;
+            /**
+             * @description The zone of the day buckets
+             * @example UTC
+             */
+            tz: string;
         };
         /** UsageSummaryEnvelope */
         UsageSummaryEnvelope: {
@@ -3014,6 +3049,16 @@ export interface components {
              * @example 1
              */
             failed: number;
+            /**
+             * @description AI calls: prompt tokens (0 for tool calls)
+             * @example 0
+             */
+            input_tokens: number;
+            /**
+             * @description AI calls: completion tokens (0 for tool calls)
+             * @example 0
+             */
+            output_tokens: number;
             /**
              * @description Calls that deducted
              * @example 11
