@@ -1,6 +1,7 @@
 import { useEffect, useRef } from 'react';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
+import { dayLabel } from './series';
 
 export interface StackSeries {
   name: string;
@@ -15,7 +16,13 @@ export const PALETTE = ['#0072B2', '#E69F00', '#009E73', '#CC79A7', '#56B4E9', '
  * each drawn series is the running sum, drawn largest first so the smaller ones cover its base; the
  * legend and the table show each series' own value. `times` are bucket starts in seconds.
  */
-export function StackedBars({ times, series, height = 260, label }: { times: number[]; series: StackSeries[]; height?: number; label: string }) {
+export function StackedBars({
+  times,
+  series,
+  height = 260,
+  label,
+  tz = 'UTC',
+}: { times: number[]; series: StackSeries[]; height?: number; label: string; tz?: string }) {
   const box = useRef<HTMLDivElement>(null);
   useEffect(() => {
     const el = box.current;
@@ -36,7 +43,7 @@ export function StackedBars({ times, series, height = 260, label }: { times: num
       legend: { live: true },
       cursor: { drag: { x: false, y: false } },
       series: [
-        { label: 'day', value: (_u, v) => (v == null ? '—' : new Date(v * 1000).toISOString().slice(0, 10)) },
+        { label: 'day', value: (_u, v) => (v == null ? '—' : dayLabel(v, tz)) },
         ...order.map((i) => {
           const s = series[i]!;
           const colour = PALETTE[i % PALETTE.length]!;
@@ -64,6 +71,6 @@ export function StackedBars({ times, series, height = 260, label }: { times: num
       plot.destroy();
       delete el.dataset.rendered;
     };
-  }, [times, series, height]);
+  }, [times, series, height, tz]);
   return <div ref={box} className="chart" role="img" aria-label={label} data-testid="usage-chart" />;
 }

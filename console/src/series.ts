@@ -56,3 +56,22 @@ export function topOf(summary: UsageSummary): UsageSummary {
   }
   return { ...summary, groups: [...totals.values()] };
 }
+
+/** The browser's IANA zone, for day buckets in the user's own days (docs/usage-analytics.md, "Time zones"). */
+export function browserZone(): string {
+  try {
+    return Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC';
+  } catch {
+    return 'UTC';
+  }
+}
+
+/** A day bucket's label, YYYY-MM-DD, in the zone its summary was asked in (a bucket starts at that zone's midnight). */
+export function dayLabel(seconds: number, tz: string): string {
+  const at = new Date(seconds * 1000);
+  try {
+    return new Intl.DateTimeFormat('en-CA', { timeZone: tz, year: 'numeric', month: '2-digit', day: '2-digit' }).format(at);
+  } catch {
+    return at.toISOString().slice(0, 10);
+  }
+}

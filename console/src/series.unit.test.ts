@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { stackOf, topOf, type UsageSummary } from './series';
+import { dayLabel, stackOf, topOf, type UsageSummary } from './series';
 
 const counts = (credits: number, calls = credits) => ({ calls, successful: calls, failed: 0, credits, credits_refunded: 0, input_tokens: 0, output_tokens: 0 });
 
@@ -55,5 +55,15 @@ describe('the overview series', () => {
     const plain: UsageSummary = { ...summary, split_keys: undefined, groups: summary.groups.map(({ split: _s, ...g }) => g) };
     expect(stackOf(plain).series).toEqual([]);
     expect(topOf(plain).groups).toEqual([]);
+  });
+});
+
+describe('day labels', () => {
+  it('name the local day a bucket starts on in the zone it was asked in', () => {
+    // New York's 8 March starts at 05:00Z, Berlin's 9 March at 23:00Z on the 8th.
+    expect(dayLabel(Date.parse('2026-03-08T05:00:00Z') / 1000, 'America/New_York')).toBe('2026-03-08');
+    expect(dayLabel(Date.parse('2026-03-08T23:00:00Z') / 1000, 'Europe/Berlin')).toBe('2026-03-09');
+    expect(dayLabel(Date.parse('2026-03-08T00:00:00Z') / 1000, 'UTC')).toBe('2026-03-08');
+    expect(dayLabel(Date.parse('2026-03-08T00:00:00Z') / 1000, 'Not/AZone')).toBe('2026-03-08');
   });
 });

@@ -1,9 +1,10 @@
 import { useMemo } from 'react';
 import { Link } from 'wouter';
 import { get, list } from '../api';
+import { ApiError } from '../api-errors';
 import { StackedBars } from '../chart';
 import { useOrg } from '../org';
-import { stackOf, topOf, type UsageSummary } from '../series';
+import { browserZone, dayLabel, stackOf, topOf, type UsageSummary } from '../series';
 import { ErrorNote, fmtDate, fmtDay, fmtInt, Loading, PageHeader, useLoad } from '../ui';
 import type { Schemas } from '../types';
 
@@ -24,9 +25,21 @@ export function Overview() {
     [org.id],
   );
   // No from/to: the service's default range, the last 30 days up to its own now (its clock, not the browser's).
-  const daily = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'day', split_by: 'tool' }), [org.id]);
+  // Days of the browser's zone; one the service cannot bucket by (an offset of half an hour) falls back to UTC.
+  const daily = useLoad(async () => {
+    const query = { group_by: 'day', split_by: 'tool' };
+    const tz = browserZone();
+    if (tz === 'UTC') return get<UsageSummary>(`${base}/usage/summary`, query);
+    try {
+      return await get<UsageSummary>(`${base}/usage/summary`, { ...query, tz });
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 400) return get<UsageSummary>(`${base}/usage/summary`, query);
+      throw err;
+    }
+  }, [org.id]);
   const users = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'mcp_user' }), [org.id]);
   const stack = useMemo(() => (daily.data ? stackOf(daily.data) : null), [daily.data]);
+  const zone = daily.data?.tz ?? 'UTC';
   // The top tools come from the same answer: split_keys are the range's largest tools in group_by=tool's order.
   const tools = useMemo(() => (daily.data ? topOf(daily.data) : undefined), [daily.data]);
 
@@ -57,7 +70,9 @@ export function Overview() {
       ) : null}
 
       <section aria-labelledby="per-day">
-        <h2 id="per-day">Credits per day, by tool (last {DAYS} days, UTC)</h2>
+        <h2 id="per-day">
+          Credits per day, by tool (last {DAYS} days, {zone})
+        </h2>
         <ErrorNote error={daily.error} />
         {stack && daily.data ? (
           daily.data.totals.calls === 0 ? (
@@ -70,13 +85,18 @@ export function Overview() {
                 <strong data-testid="credits-total">{fmtInt(daily.data.totals.credits)}</strong> credits over{' '}
                 <strong data-testid="calls-total">{fmtInt(daily.data.totals.calls)}</strong> calls ({fmtInt(daily.data.totals.failed)} refused).
               </p>
-              <StackedBars times={stack.times} series={stack.series} label={`Credits per day by tool, ${daily.data.totals.credits} in all`} />
+              <StackedBars
+                times={stack.times}
+                series={stack.series}
+                label={`Credits per day by tool, ${daily.data.totals.credits} in all`}
+                tz={zone}
+              />
               <details>
                 <summary>Show as a table</summary>
                 <table>
                   <thead>
                     <tr>
-                      <th scope="col">Day (UTC)</th>
+                      <th scope="col">Day ({zone})</th>
                       {stack.series.map((s, n) => (
                         // biome-ignore lint/suspicious/noArrayIndexKey: the series are fixed for this answer; names may repeat
                         <th scope="col" key={n}>
@@ -88,7 +108,7 @@ export function Overview() {
                   <tbody>
                     {stack.times.map((t, i) => (
                       <tr key={t}>
-                        <th scope="row">{new Date(t * 1000).toISOString().slice(0, 10)}</th>
+                        <th scope="row">{dayLabel(t, zone)}</th>
                         {stack.series.map((s, n) => (
                           // biome-ignore lint/suspicious/noArrayIndexKey: as in the header row
                           <td key={n}>{s.values[i]}</td>

@@ -1,0 +1,150 @@
+/**
+ * Analytics against history (docs/usage-analytics.md "Rollups", docs/benchmarks.md "Growth"): one
+ * organization with N usage records over 365 days, then the console's two summaries (365 days by tool;
+ * 30 days by day split by tool) timed through the API, record-usage throughput before and after the
+ * seeding, and the rollup backfill of migration 0025 timed over the seeded records.
+ *
+ *   npx tsx bench/growth.ts [records=10000000] [postgres|pglite] [summaries=30]
+ *
+ * The records are inserted in chunks of INSERT … SELECT generate_series (12 tools, 200 end users, one in
+ * fifty refused, spread evenly over the year): the rollup triggers count each chunk as they count the
+ * engine's batches, so the rollups are built as in production; the balance and the ledger are not (the
+ * seeding is not money). PostgreSQL: a fresh database on 127.0.0.1:5432 (BENCH_POSTGRES_URL), dropped
+ * after. PGlite: a fresh DATA_DIR in the system's temp directory, removed after.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildApp } from '../src/app.js';
+import { DAY, ManualClock } from '../src/clock.js';
+import { testConfig } from '../src/config.js';
+import { type Database, openDatabase } from '../src/db/client.js';
+import { runMigrations } from '../src/db/migrate.js';
+import { createBenchDatabase } from './lib/postgres.js';
+import { Samples } from './lib/stats.js';
+
+const RECORDS = Number(process.argv[2] ?? 10_000_000);
+const KIND = (process.argv[3] ?? 'postgres') as 'postgres' | 'pglite';
+const SUMMARIES = Number(process.argv[4] ?? 30);
+const CHUNK = 250_000;
+const THROUGHPUT_SECONDS = 5;
+const CONCURRENCY = 64;
+
+const ms = (t0: number) => performance.now() - t0;
+
+async function main(): Promise<void> {
+  const dataDir = KIND === 'pglite' ? mkdtempSync(join(tmpdir(), 'cg-growth-')) : undefined;
+  const pgBench = KIND === 'postgres' ? await createBenchDatabase() : undefined;
+  const db: Database = await openDatabase({ databaseUrl: pgBench?.url, dataDir: dataDir ?? '' });
+  await runMigrations(db);
+  const now = new Date();
+  const clock = new ManualClock(now.toISOString());
+  const config = testConfig({ ...(dataDir ? { dataDir } : {}), logLevel: 'warn' });
+  const app = await buildApp({ config, db, clock });
+  try {
+    const call = async (method: string, url: string, payload?: unknown, headers: Record<string, string> = {}) => {
+      const res = await app.inject({ method: method as 'POST', url, headers, ...(payload === undefined ? {} : { payload: payload as object }) });
+      if (res.statusCode >= 300) throw new Error(`${method} ${url}: ${res.statusCode} ${res.body}`);
+      return res.json();
+    };
+    const signup = await call('POST', '/auth/signup', { email: `growth-${Date.now()}@example.com`, password: 'violet-harbor-lantern-42', full_name: 'Growth' });
+    const bearer = { authorization: `Bearer ${signup.data.access_token}` };
+    const org = (await call('POST', '/organizations', { name: 'Growth Org', slug: `growth-${Date.now()}` }, bearer)).data;
+    const admin = { 'x-admin-key': config.adminApiKey };
+    await call('PUT', `/api/v1/admin/deployments/${org.deployment.id}`, { tier: 'enterprise' }, admin);
+    await call('POST', `/api/v1/admin/deployments/${org.deployment.id}/credits`, { amount: 1_000_000_000, reason: 'growth benchmark' }, admin);
+    const service = { 'x-mcp-service-key': config.mcpServiceKey };
+
+    /** Closed-loop record-usage for a few seconds (the service's batcher and triggers, in this process). */
+    let invocation = 0;
+    const throughput = async (): Promise<number> => {
+      const until = performance.now() + THROUGHPUT_SECONDS * 1000;
+      let done = 0;
+      await Promise.all(
+        Array.from({ length: CONCURRENCY }, async () => {
+          while (performance.now() < until) {
+            const n = invocation++;
+            await call('POST', '/api/v1/mcp/usage', { deployment_id: org.deployment.id, tool_name: `tool_${String(n % 12).padStart(2, '0')}`, mcp_user_id: `user-${n % 200}`, invocation_id: `growth-${n}` }, service);
+            done++;
+          }
+        }),
+      );
+      return done / THROUGHPUT_SECONDS;
+    };
+    await throughput(); // warm-up
+    const emptyRate = await throughput();
+
+    const seedStart = performance.now();
+    const from = now.getTime() - 365 * DAY;
+    const step = (365 * DAY) / RECORDS;
+    for (let start = 0; start < RECORDS; start += CHUNK) {
+      const count = Math.min(CHUNK, RECORDS - start);
+      await db.query(
+        `INSERT INTO usage_records (organization_id, deployment_id, metric, quantity, tool_name, mcp_user_id, success, error, "timestamp")
+         SELECT $1, $2, 'platform_basic', CASE WHEN i % 50 = 0 THEN 0 ELSE 1 + i % 3 END, 'tool_' || lpad((i % 12)::text, 2, '0'),
+                'user-' || (i % 200), i % 50 <> 0, CASE WHEN i % 50 = 0 THEN 'insufficient_credits' END,
+                to_timestamp(($3::float8 + i * $4::float8) / 1000)
+         FROM generate_series($5::bigint, $5::bigint + $6::bigint - 1) AS i`,
+        [org.id, org.deployment.id, from, step, start, count],
+      );
+      if ((start / CHUNK) % 8 === 7) console.error(`  seeded ${(start + count).toLocaleString('en')} (${(ms(seedStart) / 1000).toFixed(0)} s)`);
+    }
+    const seedSeconds = ms(seedStart) / 1000;
+    if (KIND === 'postgres') await db.query('ANALYZE usage_records; ANALYZE usage_rollup_hours; ANALYZE usage_rollup_days');
+    const rollupRows = (await db.query<{ h: number; d: number }>(
+      'SELECT (SELECT count(*) FROM usage_rollup_hours WHERE organization_id = $1)::int AS h, (SELECT count(*) FROM usage_rollup_days WHERE organization_id = $1)::int AS d',
+      [org.id],
+    ))[0]!;
+
+    const summaries: Record<string, ReturnType<Samples['summary']>> = {};
+    const fromYear = new Date(now.getTime() - 365 * DAY).toISOString();
+    for (const [name, q] of [
+      ['365 days by tool', `group_by=tool&from=${encodeURIComponent(fromYear)}`],
+      ['30 days by day split by tool', 'group_by=day&split_by=tool'],
+      ['365 days by end user', `group_by=mcp_user&from=${encodeURIComponent(fromYear)}`],
+    ] as const) {
+      const samples = new Samples();
+      for (let i = 0; i < SUMMARIES + 2; i++) {
+        const t0 = performance.now();
+        const answer = await call('GET', `/organizations/${org.id}/usage/summary?${q}`, undefined, bearer);
+        if (i >= 2) samples.push(ms(t0));
+        if (i === 0 && answer.data.totals.calls === 0) throw new Error(`${name}: no calls counted`);
+      }
+      summaries[name] = samples.summary();
+    }
+    await throughput(); // warm-up
+    const fullRate = await throughput();
+
+    // Migration 0025's backfill over the seeded records, timed: the rollups emptied and rebuilt.
+    const backfillStart = performance.now();
+    await db.transaction(async (tx) => {
+      await tx.query('DELETE FROM usage_rollup_hours');
+      await tx.query('DELETE FROM usage_rollup_days');
+      const { readFileSync } = await import('node:fs');
+      const sql = readFileSync(new URL('../migrations/0025_usage_rollups.sql', import.meta.url), 'utf8');
+      const backfill = sql.slice(sql.lastIndexOf('WITH hours AS ('));
+      await tx.query(backfill);
+    });
+    const backfillSeconds = ms(backfillStart) / 1000;
+
+    const report = {
+      database: KIND,
+      records: RECORDS,
+      seed_seconds: Number(seedSeconds.toFixed(1)),
+      rollup_rows: rollupRows,
+      summaries_ms: Object.fromEntries(Object.entries(summaries).map(([k, s]) => [k, { p50: Number(s.p50.toFixed(1)), p90: Number(s.p90.toFixed(1)), max: Number(s.max.toFixed(1)) }])),
+      record_usage_per_second: { empty: Math.round(emptyRate), full: Math.round(fullRate), ratio: Number((fullRate / emptyRate).toFixed(2)) },
+      backfill_seconds: Number(backfillSeconds.toFixed(1)),
+    };
+    console.log(JSON.stringify(report, null, 2));
+  } finally {
+    await app.close();
+    await db.close();
+    if (dataDir) rmSync(dataDir, { recursive: true, force: true });
+    await pgBench?.drop();
+  }
+}
+
+await main();
+// The service's pools and timers are closed above; nothing else should keep the process, but be sure.
+process.exit(0);
