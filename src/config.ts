@@ -97,6 +97,8 @@ export interface Config {
   deductBatchWindowMs: number;
   deductBatchMax: number;
   deductBatchInFlight: number;
+  /** Usage records older than this many days are deleted (their rollups stay); null keeps them forever (docs/usage-analytics.md, Retention). */
+  usageRetentionDays: number | null;
   /** How long a batch remembers the balance rows it committed, to write the next batch on them in one round trip (0: never). */
   deductBatchRememberMs: number;
   /** In-process cache of API keys and deployments, dropped on every instance through the bus (docs/adr/0005-cached-checks.md). */
@@ -486,6 +488,7 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     deductBatchWindowMs: int(env, 'DEDUCT_BATCH_WINDOW_MS', 0, 0, 100),
     deductBatchMax: int(env, 'DEDUCT_BATCH_MAX', 256, 1, 10_000),
     deductBatchInFlight: int(env, 'DEDUCT_BATCH_IN_FLIGHT', 1, 1, 1000),
+    usageRetentionDays: str(env, 'USAGE_RETENTION_DAYS') === undefined ? null : int(env, 'USAGE_RETENTION_DAYS', 0, 35, 36_500),
     deductBatchRememberMs: int(env, 'DEDUCT_BATCH_REMEMBER_MS', 60_000, 0, 3_600_000),
     principalCacheMs: int(env, 'PRINCIPAL_CACHE_MS', 60_000, 0, 3_600_000),
     balanceCacheMs: int(env, 'BALANCE_CACHE_MS', 1_000, 0, 60_000),
@@ -570,6 +573,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     deductBatchWindowMs: 0,
     deductBatchMax: 256,
     deductBatchInFlight: 4,
+    usageRetentionDays: null,
     deductBatchRememberMs: 60_000,
     principalCacheMs: 60_000,
     balanceCacheMs: 1_000,

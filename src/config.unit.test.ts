@@ -294,3 +294,14 @@ describe('templates (docs/templates.md)', () => {
     expect(ok).toMatchObject({ templateProvisionerUrl: url, templateProvisionerSecret: 's'.repeat(24) });
   });
 });
+
+describe('USAGE_RETENTION_DAYS', () => {
+  it('unset keeps usage records forever; a whole number of at least 35 days is taken; less, or anything else, is refused by name', () => {
+    expect(loadConfig(env({ ...SECRETS })).config.usageRetentionDays).toBeNull();
+    expect(loadConfig(env({ ...SECRETS, USAGE_RETENTION_DAYS: '' })).config.usageRetentionDays).toBeNull();
+    expect(loadConfig(env({ ...SECRETS, USAGE_RETENTION_DAYS: '400' })).config.usageRetentionDays).toBe(400);
+    for (const bad of ['34', '0', '-1', '40.5', 'forever']) {
+      expect(configErrorOf(env({ ...SECRETS, USAGE_RETENTION_DAYS: bad })).message).toContain('USAGE_RETENTION_DAYS');
+    }
+  });
+});

@@ -25,6 +25,8 @@ export const ERROR_STATUS = {
   INVALID_REQUEST: 400,
   CONFLICT: 409,
   IDEMPOTENCY_IN_PROGRESS: 409,
+  /** A usage record deleted by USAGE_RETENTION_DAYS (docs/usage-analytics.md, Retention): its ledger rows remain. */
+  USAGE_RECORD_EXPIRED: 410,
   IDEMPOTENCY_KEY_REUSED: 422,
   RATE_LIMITED: 429,
   AI_QUOTA_EXCEEDED: 429,

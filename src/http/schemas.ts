@@ -34,6 +34,7 @@ const DESCRIPTIONS: Record<number, string> = {
   403: 'Forbidden (scope, feature flag, or credits)',
   404: 'Not found',
   409: 'Conflict',
+  410: 'Gone: a usage record deleted by the usage retention (USAGE_RECORD_EXPIRED), or a top-up link no longer valid',
   422: 'Idempotency key reused with a different request',
   429: 'Rate or quota limit reached',
   500: 'Internal error (no details on the wire)',

@@ -3,7 +3,7 @@ import { MAIL_QUEUE } from '../lib/mailer.js';
 import { AUTO_TOP_UP_QUEUE } from '../modules/billing/auto-top-up.js';
 import { METER_QUEUE } from '../modules/billing/meter-events.js';
 import { pruneStripeEvents, STRIPE_EVENTS_QUEUE } from '../modules/billing/stripe-events.js';
-import { expireAiHolds, expireReservations, pruneAiHolds, pruneEachBudgetWindows, pruneInvocations } from '../modules/credits/index.js';
+import { deleteExpiredUsage, expireAiHolds, expireReservations, pruneAiHolds, pruneEachBudgetWindows, pruneInvocations } from '../modules/credits/index.js';
 import { EVENTS_QUEUE } from '../modules/events/outbox.js';
 import { lapseDomainClaims } from '../modules/templates/custom-domains.js';
 import { PROVISION_QUEUE } from '../modules/templates/provision.js';
@@ -67,6 +67,14 @@ export const WORKERS: WorkerDefinition[] = [
     batchSize: 1000,
     intervalMs: 10 * 60_000,
     run: (deps) => pruneEachBudgetWindows(deps.db, deps.clock.now(), 1000),
+  },
+  {
+    // Usage records past USAGE_RETENTION_DAYS (docs/usage-analytics.md, Retention); nothing when unset.
+    name: 'usage-retention',
+    table: 'usage_records',
+    batchSize: 5000,
+    intervalMs: 10 * 60_000,
+    run: (deps) => (deps.config.usageRetentionDays === null ? Promise.resolve(0) : deleteExpiredUsage(deps.db, deps.clock.now(), deps.config.usageRetentionDays, 5000)),
   },
   jobWorker(MAIL_QUEUE, 30_000),
   jobWorker(EVENTS_QUEUE, 2_000),

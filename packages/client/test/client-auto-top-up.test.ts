@@ -16,7 +16,12 @@ let stripe: StripeStandIn;
 beforeAll(async () => {
   stripe = await startStripeStandIn();
   const small = stripe.createPrice({ productName: '1,000 credits', unitAmount: 500 }).id;
-  live = await startLiveService({ stripeSecretKey: stripe.secretKey, stripeApiBase: stripe.url, creditPacks: { small: { credits: 1000, priceId: small } } });
+  live = await startLiveService({
+    stripeSecretKey: stripe.secretKey,
+    stripeApiBase: stripe.url,
+    stripeWebhookSecret: stripe.webhookSecret,
+    creditPacks: { small: { credits: 1000, priceId: small } },
+  });
 });
 afterAll(async () => {
   await live?.close();

@@ -53,6 +53,7 @@ describe('Python client (packages/python)', () => {
       webhookAllowPrivateNetworks: true,
       stripeSecretKey: stripe.secretKey,
       stripeApiBase: stripe.url,
+      stripeWebhookSecret: stripe.webhookSecret,
       creditPacks: { small: { credits: 1000, priceId: small } },
     });
   });

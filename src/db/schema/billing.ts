@@ -201,6 +201,8 @@ export const autoTopUps = pgTable(
     amount: bigint('amount', { mode: 'number' }),
     currency: text('currency'),
     stripePaymentIntentId: text('stripe_payment_intent_id'),
+    /** The saved card chosen for the PaymentIntent, fixed at the first try: a retry under the same idempotency key sends the same request. */
+    paymentMethod: text('payment_method'),
     failureCode: text('failure_code'),
     attempts: integer('attempts').notNull().default(0),
     nextAttemptAt: timestamp('next_attempt_at', { withTimezone: true }),

@@ -235,10 +235,10 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
         summary: 'Refund a recorded usage in whole or in part (idempotent with Idempotency-Key)',
         description:
           'The operator side of POST /api/v1/mcp/usage/{usage_id}/refund: credits go back to the bucket they came from; ' +
-          'the monthly part of a usage from a period that has ended is settled but not given back.',
+          'the monthly part of a usage from a period that has ended is settled but not given back. A record deleted by the usage retention is 410 USAGE_RECORD_EXPIRED.',
         params: UsageParams,
         body: RefundBody,
-        response: { 200: RefundReply, ...flatErrors(400, 401, 404, 409, 422) },
+        response: { 200: RefundReply, ...flatErrors(400, 401, 404, 409, 410, 422) },
       },
     },
     async (request) => {

@@ -76,7 +76,7 @@ export async function autoTopUpRoutes(fastify: FastifyInstance): Promise<void> {
         summary: 'Set auto top-up: buy a credit pack off-session when a deployment runs low',
         description:
           'Every field is required. Enabling needs billing available on the primary deployment and a saved payment method on the ' +
-          "organization's Stripe customer; otherwise 409 CONFLICT with details.missing (billing_available, payment_method) and nothing changes. " +
+          "organization's Stripe customer; otherwise 409 CONFLICT with details.missing (stripe_webhook_secret, billing_available, payment_method) and nothing changes. " +
           `An unknown pack is 400 naming the packs. ${WHO}`,
         params: OrgParams,
         body: AutoTopUpBody,

@@ -151,6 +151,23 @@ describe('the setting', () => {
     expect(intentsOf(t).map((pi) => pi.payment_method)).toEqual([card.id]);
   });
 
+  it('enabling on an installation that receives no Stripe events is 409 naming stripe_webhook_secret', async () => {
+    const t = await tenant(100);
+    const bare = await createHarness({ ...stripeConfig, stripeWebhookSecret: undefined });
+    try {
+      const res = await bare.request({
+        method: 'PUT',
+        url: `/organizations/${t.organizationId}/auto-top-up`,
+        headers: bearer(t.adminKey),
+        payload: { enabled: true, below_credits: 50, pack: 'small', max_per_month: 1 },
+      });
+      expect(res.statusCode, res.body).toBe(409);
+      expect(json(res)).toMatchObject({ error: { code: 'CONFLICT' }, details: { missing: ['stripe_webhook_secret'] } });
+    } finally {
+      await bare.close();
+    }
+  });
+
   it('owners and admins only: a key without admin and a plain member are refused; a change is audited', async () => {
     const t = await tenant(100);
     const readKey = await put(t, { enabled: true, below_credits: 50, pack: 'small', max_per_month: 1 }, bearer(t.apiKey));
@@ -238,6 +255,38 @@ describe('a deduction crossing the line', () => {
     await retryStripeEvents(h.deps, 20);
     expect((await f.balanceOf(t.deploymentId)).purchased_balance).toBe(1000);
     await retryStripeEvents(h.deps, 20);
+    expect((await f.balanceOf(t.deploymentId)).purchased_balance).toBe(1000);
+  });
+
+  it('a retry after a lost answer sends the same request, even when the default card changed meanwhile', async () => {
+    const t = await tenant(60);
+    await enable(t);
+    await record(t, 11);
+    await runWorker();
+    const [ask] = await asks(t);
+    const first = intentsOf(t)[0]!;
+    await h.deps.db.query(`UPDATE auto_top_ups SET status = 'starting', stripe_payment_intent_id = NULL, next_attempt_at = $2 WHERE id = $1`, [ask!.id, h.clock.now()]);
+    standIn.savePaymentMethod(t.customer!, { behaviour: 'ok', makeDefault: true });
+    await runWorker();
+    expect(intentsOf(t)).toHaveLength(1);
+    expect((await asks(t))[0]).toMatchObject({ status: 'started', stripe_payment_intent_id: first.id });
+    await standIn.flush();
+    expect((await f.balanceOf(t.deploymentId)).purchased_balance).toBe(1000);
+  });
+
+  it('a PaymentIntent paid after its top-up was settled failed without it still brings the credits, once', async () => {
+    const t = await tenant(60);
+    await enable(t);
+    await record(t, 11);
+    await runWorker();
+    const [ask] = await asks(t);
+    // As if Stripe's answer was lost and the top-up then settled failed: the paid PaymentIntent is on no row.
+    await h.deps.db.query(`UPDATE auto_top_ups SET status = 'failed', stripe_payment_intent_id = NULL WHERE id = $1`, [ask!.id]);
+    await standIn.flush();
+    expect((await f.balanceOf(t.deploymentId)).purchased_balance).toBe(1000);
+    expect((await asks(t))[0]).toMatchObject({ status: 'succeeded', stripe_payment_intent_id: ask!.stripe_payment_intent_id });
+    const event = standIn.events('payment_intent.succeeded').find((e) => (e.data.object as { id: string }).id === ask!.stripe_payment_intent_id)!;
+    await standIn.deliverEvent(event.id, { times: 2 });
     expect((await f.balanceOf(t.deploymentId)).purchased_balance).toBe(1000);
   });
 

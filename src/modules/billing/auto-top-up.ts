@@ -5,9 +5,11 @@ import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { isUuid } from '../../lib/ids.js';
 import { writeAudit } from '../audit/service.js';
 import {
+  adoptPaymentIntent,
   askAutoTopUp,
   type AutoTopUpRow,
   autoTopUpOfPaymentIntent,
+  fixPaymentMethod,
   grantAutoTopUp,
   lockAutoTopUp,
   markFailed,
@@ -154,6 +156,8 @@ export async function putAutoTopUp(ctx: Ctx, organizationId: string, input: Auto
     );
     const primary = rows[0];
     const missing: string[] = [];
+    // Credits arrive only with Stripe's event: without the webhook secret no top-up could ever be granted.
+    if (!ctx.config.stripeWebhookSecret) missing.push('stripe_webhook_secret');
     if (!primary?.id || !billingAvailable(ctx.config, primary)) missing.push('billing_available');
     else {
       const stripe = requireStripe(ctx);
@@ -161,11 +165,12 @@ export async function putAutoTopUp(ctx: Ctx, organizationId: string, input: Auto
       if (!method) missing.push('payment_method');
     }
     if (missing.length > 0) {
-      const what = missing.map((m) =>
-        m === 'billing_available'
-          ? 'billing is not available for the primary deployment (Stripe and credit packs configured, deployment active, billing_enabled)'
-          : 'the organization has no saved payment method (pay a credit pack with the card saved for later, or save one)',
-      );
+      const WHAT: Record<string, string> = {
+        stripe_webhook_secret: "this installation receives no Stripe events (STRIPE_WEBHOOK_SECRET is not set), and a top-up's credits come only with its event",
+        billing_available: 'billing is not available for the primary deployment (Stripe and credit packs configured, deployment active, billing_enabled)',
+        payment_method: 'the organization has no saved payment method (pay a credit pack with the card saved for later, or save one)',
+      };
+      const what = missing.map((m) => WHAT[m]!);
       throw new AppError('CONFLICT', `Auto top-up cannot be enabled: ${what.join('; ')}`, { missing });
     }
   }
@@ -262,8 +267,12 @@ async function startTopUp(deps: Deps, claimed: Claimed): Promise<'done' | 'retry
     if (row0.status === 'requested') {
       const setting = await settingOf(deps.db, row0.organization_id);
       const pack = setting ? ctx.config.creditPacks[setting.pack] : undefined;
-      // The pack's price as Stripe has it now, read before the decision's transaction.
-      const price = stripe && pack ? await stripe.prices.retrieve(pack.priceId) : null;
+      // The pack's price as Stripe has it now, read before the decision's transaction; one Stripe no
+      // longer has (or refuses to show) means the pack is not sold, and the ask is skipped.
+      const price = stripe && pack ? await stripe.prices.retrieve(pack.priceId).catch((error: unknown) => {
+        if (isTransientStripeError(error)) throw error;
+        return null;
+      }) : null;
       const skipped = await deps.db.transaction(async (tx) => {
         // The row, then the setting: the order a failure's transaction takes them in.
         const row = await lockAutoTopUp(tx, row0.id);
@@ -301,8 +310,18 @@ async function startTopUp(deps: Deps, claimed: Claimed): Promise<'done' | 'retry
     if (!stripe) return settleFailure(deps, row, null, 'billing_not_configured');
     const customer = (await deps.db.query<{ stripe_customer_id: string | null }>('SELECT stripe_customer_id FROM organizations WHERE id = $1', [row.organization_id]))[0]
       ?.stripe_customer_id;
-    const method = customer ? await defaultPaymentMethod(stripe, customer) : null;
-    if (!customer || !method) return settleFailure(deps, row, null, 'no_payment_method');
+    let chosen: string | null;
+    try {
+      chosen = row.payment_method ?? (customer ? await defaultPaymentMethod(stripe, customer) : null);
+    } catch (error) {
+      // Stripe unreachable: the lease makes the job due again. Stripe refusing to show the customer: a failure.
+      if (error instanceof AppError && error.code === 'SERVICE_UNAVAILABLE') throw error;
+      return settleFailure(deps, row, null, 'payment_method_unavailable');
+    }
+    if (!customer || !chosen) return settleFailure(deps, row, null, 'no_payment_method');
+    // The first card chosen stays: a retry under the same idempotency key must send the same request.
+    const method = await deps.db.transaction((tx) => fixPaymentMethod(tx, row.id, chosen));
+    if (!method) return 'done';
     const metadata = {
       organization_id: row.organization_id,
       deployment_id: row.deployment_id,
@@ -395,12 +414,27 @@ export async function deploymentOfPaymentIntent(db: Queryable, object: unknown):
  * worker has not stored Stripe's answer yet) is handled later (thrown: the event stays pending);
  * anything else grants nothing.
  */
-async function notStored(tx: Queryable, intent: Stripe.PaymentIntent): Promise<EventOutcome> {
+async function notStored(tx: Queryable, intent: Stripe.PaymentIntent): Promise<EventOutcome & { adopted?: AutoTopUpRow }> {
   const askId = intent.metadata?.creditgate_auto_top_up;
   if (typeof askId !== 'string') return { ignored: 'not an auto top-up PaymentIntent' };
-  const rows = await tx.query<AutoTopUpRow>('SELECT * FROM auto_top_ups WHERE id::text = $1', [askId]);
+  const rows = await tx.query<AutoTopUpRow & { stripe_customer_id: string | null }>(
+    'SELECT t.*, o.stripe_customer_id FROM auto_top_ups t JOIN organizations o ON o.id = t.organization_id WHERE t.id::text = $1',
+    [askId],
+  );
   const row = rows[0];
   if (row?.status === 'starting' || row?.status === 'requested') throw new Error(`auto top-up ${askId}: its PaymentIntent is not stored yet; retried later`);
+  // A top-up settled failed before its PaymentIntent was stored (the answer lost, a retry refused) whose
+  // PaymentIntent was paid after all: adopted when it is the organization's customer's, for the row's
+  // amount and currency (the grant checks those again), so money taken is never left without its credits.
+  if (
+    row?.status === 'failed' &&
+    row.stripe_payment_intent_id === null &&
+    stripeId(intent.customer) !== null &&
+    stripeId(intent.customer) === row.stripe_customer_id &&
+    (await adoptPaymentIntent(tx, row.id, intent.id))
+  ) {
+    return { organizationId: row.organization_id, adopted: row };
+  }
   return { ignored: 'a PaymentIntent of no stored auto top-up: nothing granted', refused: true, ...(row ? { organizationId: row.organization_id } : {}) };
 }
 
@@ -413,8 +447,12 @@ export async function handlePaymentIntentSucceeded(tx: Queryable, ctx: Ctx, inte
     currency: typeof intent.currency === 'string' ? intent.currency.slice(0, 10) : null,
     now,
   });
+  if (!result.granted && result.reason === 'not stored') {
+    const outcome = await notStored(tx, intent);
+    if (!outcome.adopted) return outcome;
+    return handlePaymentIntentSucceeded(tx, ctx, intent);
+  }
   if (!result.granted) {
-    if (result.reason === 'not stored') return notStored(tx, intent);
     const organizationId = result.row!.organization_id;
     if (result.reason === 'amount or currency differs') return { organizationId, ignored: 'amount or currency is not the stored top-up\'s: nothing granted', refused: true };
     return { organizationId, ignored: result.reason === 'already granted' ? 'auto top-up already granted' : `auto top-up is ${result.row!.status}` };

@@ -24,6 +24,7 @@ export interface AutoTopUpRow {
   amount: number | null;
   currency: string | null;
   stripe_payment_intent_id: string | null;
+  payment_method: string | null;
   failure_code: string | null;
   requested_at: Date;
   started_at: Date | null;
@@ -87,6 +88,31 @@ export async function markSkipped(tx: Queryable, id: string, reason: string, now
     `UPDATE auto_top_ups SET status = 'skipped', last_error = $2, settled_at = $3, next_attempt_at = NULL WHERE id = $1 AND status IN ('requested', 'starting')`,
     [id, reason.slice(0, 500), now],
   );
+}
+
+/** The saved card of a `starting` top-up: the first one chosen stays (every retry sends the same request). */
+export async function fixPaymentMethod(tx: Queryable, id: string, paymentMethod: string): Promise<string | null> {
+  const rows = await tx.query<{ payment_method: string }>(
+    `UPDATE auto_top_ups SET payment_method = COALESCE(payment_method, $2) WHERE id = $1 AND status = 'starting' RETURNING payment_method`,
+    [id, paymentMethod],
+  );
+  return rows[0]?.payment_method ?? null;
+}
+
+/**
+ * A settled-failed top-up whose PaymentIntent was never stored (its answer was lost, then the top-up
+ * was settled by a later refusal) turns out paid: the PaymentIntent is stored on it, so the grant
+ * below finds it. Only for a PaymentIntent no other row names; true when stored.
+ */
+export async function adoptPaymentIntent(tx: Queryable, id: string, paymentIntentId: string): Promise<boolean> {
+  const rows = await tx.query<{ id: string }>(
+    `UPDATE auto_top_ups SET stripe_payment_intent_id = $2
+     WHERE id = $1 AND status = 'failed' AND stripe_payment_intent_id IS NULL
+       AND NOT EXISTS (SELECT 1 FROM auto_top_ups o WHERE o.stripe_payment_intent_id = $2)
+     RETURNING id`,
+    [id, paymentIntentId],
+  );
+  return rows.length > 0;
 }
 
 /** Stripe made the PaymentIntent: stored, so its events find the row. A PaymentIntent another row names is refused (false). */

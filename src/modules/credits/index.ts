@@ -42,6 +42,7 @@ export {
 // Purchased credits, grants, refunds and the period's terms.
 export { grantPack, recordPackCheckout, storedPackSale, takeBackRefund } from './purchases.js';
 export {
+  adoptPaymentIntent,
   askAutoTopUp,
   AUTO_TOP_UP_RETRY_MS,
   type AutoTopUpRow,
@@ -50,6 +51,7 @@ export {
   grantAutoTopUp,
   listAutoTopUps,
   lockAutoTopUp,
+  fixPaymentMethod,
   markFailed,
   markSkipped,
   markStarted,
@@ -59,6 +61,7 @@ export {
   startedThisMonth,
 } from './auto-top-ups.js';
 export { refundUsage } from './refunds.js';
+export { deleteExpiredUsage } from './retention.js';
 export {
   type BalanceRow,
   type BalanceView,

@@ -70,9 +70,11 @@ export async function findLedgerMismatches(db: Queryable, organizationId?: strin
               COALESCE(-SUM(amount) FILTER (WHERE kind IN ('deduct', 'refund') AND usage_id IS NOT NULL
                                              AND reason IS DISTINCT FROM 'owed'), 0)::bigint AS ledger_deducted
        FROM credit_ledger GROUP BY deployment_id),
+     -- The usage side from the rollups (docs/usage-analytics.md, Rollups): they count every record ever
+     -- written, also those the retention deleted since (test/usage-rollups.test.ts checks them against the records).
      u AS (
-       SELECT deployment_id, COALESCE(SUM(quantity - refunded), 0)::bigint AS usage_credits
-       FROM usage_records WHERE success GROUP BY deployment_id)
+       SELECT deployment_id, COALESCE(SUM(credits - refunded), 0)::bigint AS usage_credits
+       FROM usage_rollup_days GROUP BY deployment_id)
      SELECT b.deployment_id,
             COALESCE(l.ledger_monthly, 0)::bigint AS ledger_monthly,
             COALESCE(l.ledger_purchased, 0)::bigint AS ledger_purchased,

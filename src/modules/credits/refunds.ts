@@ -1,6 +1,8 @@
 import { forgetBalance } from './balance-cache.js';
 import { type Ctx, actorLabel } from '../../context.js';
+import type { Queryable } from '../../db/client.js';
 import { AppError, NotFoundError, ValidationError } from '../../errors.js';
+import { isUuid } from '../../lib/ids.js';
 import { giveBack } from './budgets.js';
 import { appendLedger } from './ledger.js';
 import { payOwed } from './owed.js';
@@ -75,7 +77,7 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
     [input.usageId],
   );
   const touched = owner[0]?.deployment_id;
-  if (!touched) throw new NotFoundError('Usage record');
+  if (!touched) throw await missingUsage(ctx.db, input.usageId);
   const windows = owner[0]?.budget_windows ?? [];
   // In the next deduction batch's transaction (credits/engine/queue.ts): one commit with the batch's.
   const result = await ctx.deductions.within(touched, async (tx) => {
@@ -86,7 +88,7 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
       [input.usageId],
     );
     const usage = usages[0];
-    if (!usage) throw new NotFoundError('Usage record');
+    if (!usage) throw await missingUsage(tx, input.usageId);
     if (input.idempotencyKey) {
       const previous = await tx.query<{ id: string; amount: number; reason: string; forfeited: number }>(
         'SELECT id, amount, reason, forfeited FROM usage_refunds WHERE usage_id = $1 AND idempotency_key = $2',
@@ -185,4 +187,14 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
   }, windows.length > 0 ? { windows } : undefined);
   forgetBalance(ctx, touched, true);
   return result;
+}
+
+/**
+ * A usage id that names no record: one the ledger still names was deleted by the retention
+ * (docs/usage-analytics.md, Retention) and is 410 USAGE_RECORD_EXPIRED; any other is 404.
+ */
+async function missingUsage(db: Queryable, usageId: string): Promise<AppError> {
+  const known = isUuid(usageId) ? await db.query('SELECT 1 FROM credit_ledger WHERE usage_id = $1 LIMIT 1', [usageId]) : [];
+  if (known.length > 0) return new AppError('USAGE_RECORD_EXPIRED', 'This usage record is older than the usage retention and was deleted; its ledger rows remain');
+  return new NotFoundError('Usage record');
 }

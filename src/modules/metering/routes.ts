@@ -270,11 +270,12 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
         summary: 'Refund a recorded usage in whole or in part (idempotent with Idempotency-Key); service key only',
         description:
           'Only the platform refunds: the service key here, or the operator API. An organization API key is refused with 403 FORBIDDEN. ' +
-          'Credits go back to the bucket they came from; the monthly part of a usage from a period that has ended is settled but not given back.',
+          'Credits go back to the bucket they came from; the monthly part of a usage from a period that has ended is settled but not given back. ' +
+          'A record deleted by the usage retention is 410 USAGE_RECORD_EXPIRED.',
         security: serviceSecurity,
         params: S.UsageParams,
         body: S.RefundBody,
-        response: { 200: S.RefundReply, ...flatErrors(400, 401, 403, 404, 409, 422) },
+        response: { 200: S.RefundReply, ...flatErrors(400, 401, 403, 404, 409, 410, 422) },
       },
     },
     async (request) => {

@@ -312,7 +312,7 @@ export interface paths {
         put?: never;
         /**
          * Refund a recorded usage in whole or in part (idempotent with Idempotency-Key); service key only
-         * @description Only the platform refunds: the service key here, or the operator API. An organization API key is refused with 403 FORBIDDEN. Credits go back to the bucket they came from; the monthly part of a usage from a period that has ended is settled but not given back.
+         * @description Only the platform refunds: the service key here, or the operator API. An organization API key is refused with 403 FORBIDDEN. Credits go back to the bucket they came from; the monthly part of a usage from a period that has ended is settled but not given back. A record deleted by the usage retention is 410 USAGE_RECORD_EXPIRED.
          */
         post: operations["refundUsage"];
         delete?: never;
@@ -437,7 +437,7 @@ export interface paths {
         get: operations["getAutoTopUp"];
         /**
          * Set auto top-up: buy a credit pack off-session when a deployment runs low
-         * @description Every field is required. Enabling needs billing available on the primary deployment and a saved payment method on the organization's Stripe customer; otherwise 409 CONFLICT with details.missing (billing_available, payment_method) and nothing changes. An unknown pack is 400 naming the packs. Owners and admins (billing.manage); an API key needs admin. Changes are audited.
+         * @description Every field is required. Enabling needs billing available on the primary deployment and a saved payment method on the organization's Stripe customer; otherwise 409 CONFLICT with details.missing (stripe_webhook_secret, billing_available, payment_method) and nothing changes. An unknown pack is 400 naming the packs. Owners and admins (billing.manage); an API key needs admin. Changes are audited.
          */
         put: operations["putAutoTopUp"];
         post?: never;
@@ -5096,6 +5096,15 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
+            /** @description Gone: a usage record deleted by the usage retention (USAGE_RECORD_EXPIRED), or a top-up link no longer valid */
+            410: {
                 headers: {
                     [name: string]: unknown;
                 };
