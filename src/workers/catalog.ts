@@ -3,7 +3,7 @@ import { MAIL_QUEUE } from '../lib/mailer.js';
 import { AUTO_TOP_UP_QUEUE } from '../modules/billing/auto-top-up.js';
 import { METER_QUEUE } from '../modules/billing/meter-events.js';
 import { pruneStripeEvents, STRIPE_EVENTS_QUEUE } from '../modules/billing/stripe-events.js';
-import { deleteExpiredUsage, expireAiHolds, expireReservations, pruneAiHolds, pruneEachBudgetWindows, pruneInvocations } from '../modules/credits/index.js';
+import { askDueAutoTopUps, deleteExpiredUsage, expireAiHolds, expireReservations, pruneAiHolds, pruneEachBudgetWindows, pruneInvocations } from '../modules/credits/index.js';
 import { EVENTS_QUEUE } from '../modules/events/outbox.js';
 import { lapseDomainClaims } from '../modules/templates/custom-domains.js';
 import { PROVISION_QUEUE } from '../modules/templates/provision.js';
@@ -87,6 +87,15 @@ export const WORKERS: WorkerDefinition[] = [
     batchSize: 1000,
     intervalMs: 60 * 60_000,
     run: (deps) => pruneStripeEvents(deps, 1000),
+  },
+  {
+    // Deployments below the auto top-up line whose row is due: one with nothing left makes no deduction
+    // that could ask (docs/billing.md, "Auto top-up").
+    name: 'auto-top-up-due',
+    table: 'credit_balances',
+    batchSize: 500,
+    intervalMs: 60_000,
+    run: (deps) => askDueAutoTopUps(deps.db, deps.clock.now(), 500),
   },
   // Auto top-ups asked by a deduction that crossed the line: one off-session PaymentIntent each (docs/billing.md, "Auto top-up").
   jobWorker(AUTO_TOP_UP_QUEUE, 2_000),

@@ -9,6 +9,7 @@ import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { bearer, createHarness, serviceHeaders, type Harness, json, signUpAsMember, type Tenant, testDatabase } from '../../../test/harness.js';
 import { createApiKey } from '../api-keys/service.js';
 import { type StripeStandIn, startStripeStandIn } from '../../../test/stripe-stand-in/server.js';
+import { askDueAutoTopUps } from '../credits/index.js';
 import { AUTO_TOP_UP_QUEUE } from './auto-top-up.js';
 import { ensureCustomer } from './checkout.js';
 import { retryStripeEvents } from './stripe-events.js';
@@ -327,6 +328,8 @@ describe('after the grant', () => {
     await sdk().refunds.create({ payment_intent: ask!.stripe_payment_intent_id! });
     await standIn.flush();
     expect((await f.balanceOf(t.deploymentId)).purchased_balance).toBe(0);
+    // The take-back is no deduction: it does not buy the next pack at once.
+    expect((await asks(t)).map((a) => a.status)).toEqual(['succeeded']);
     await f.expectLedgerConsistent(t);
   });
 
@@ -337,6 +340,46 @@ describe('after the grant', () => {
     const second = await usageFixtures(() => h).addDeployment(t.organizationId);
     const line = await h.deps.db.query<{ auto_top_up_below: number | null }>('SELECT auto_top_up_below FROM credit_balances WHERE deployment_id = $1', [second]);
     expect(line[0]!.auto_top_up_below).toBe(40);
+  });
+});
+
+describe('a deployment with nothing left to spend', () => {
+  it('asks without a deduction: when auto top-up is enabled below the line, and an hour after a failure', async () => {
+    const t = await tenant(0, 'card_declined');
+    await enable(t, { below_credits: 10 });
+    // Every call is refused before it writes: no deduction could cross the line.
+    await record(t, 2);
+    expect(await asks(t)).toEqual([]);
+    expect(await askDueAutoTopUps(h.deps.db, h.clock.now(), 100)).toBeGreaterThanOrEqual(1);
+    expect((await asks(t)).map((a) => a.status)).toEqual(['requested']);
+    await runWorker();
+    expect((await asks(t)).map((a) => a.status)).toEqual(['failed']);
+    await askDueAutoTopUps(h.deps.db, h.clock.now(), 100);
+    expect(await asks(t)).toHaveLength(1);
+    standIn.setCardBehaviour([...standIn.state.paymentMethods.values()].find((pm) => pm.customer === t.customer)!.id, 'ok');
+    h.clock.advance(HOUR + 1000);
+    await askDueAutoTopUps(h.deps.db, h.clock.now(), 100);
+    await runWorker();
+    await standIn.flush();
+    expect((await f.balanceOf(t.deploymentId)).purchased_balance).toBe(1000);
+  });
+
+  it('a top-up skipped for max_per_month asks again in the next month', async () => {
+    h.clock.set('2026-03-20T10:00:00.000Z');
+    const t = await tenant(60);
+    await enable(t, { max_per_month: 1, below_credits: 5000 });
+    await record(t, 1);
+    await runWorker();
+    await standIn.flush();
+    await runWorker(); // still below: the second ask is skipped for the month's maximum
+    expect((await asks(t)).map((a) => a.status).sort()).toEqual(['skipped', 'succeeded']);
+    await askDueAutoTopUps(h.deps.db, h.clock.now(), 100);
+    expect(await asks(t)).toHaveLength(2);
+    h.clock.set('2026-04-01T00:00:01.000Z');
+    await askDueAutoTopUps(h.deps.db, h.clock.now(), 100);
+    await runWorker();
+    await standIn.flush();
+    expect((await f.balanceOf(t.deploymentId)).purchased_balance).toBe(2000);
   });
 });
 

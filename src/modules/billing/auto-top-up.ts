@@ -287,16 +287,22 @@ async function startTopUp(deps: Deps, claimed: Claimed): Promise<'done' | 'retry
           )
         )[0];
         let reason: string | null = null;
-        if (!locked?.enabled) reason = 'auto top-up is off';
-        else if (!deployment || !billingAvailable(ctx.config, deployment)) reason = 'billing is not available for the deployment';
+        let askAgain: 'next_month' | 'later' | null = 'later';
+        if (!locked?.enabled) {
+          reason = 'auto top-up is off';
+          askAgain = null;
+        } else if (!deployment || !billingAvailable(ctx.config, deployment)) reason = 'billing is not available for the deployment';
         else if (!pack || !price || locked.pack !== setting?.pack) reason = `the pack ${locked.pack} is not sold`;
         else if (typeof price.unit_amount !== 'number' || !Number.isSafeInteger(price.unit_amount)) reason = `the price of the pack ${locked.pack} has no amount`;
-        else if ((await startedThisMonth(tx, row.organization_id, now)) >= locked.max_per_month) reason = `max_per_month (${locked.max_per_month}) reached`;
+        else if ((await startedThisMonth(tx, row.organization_id, now)) >= locked.max_per_month) {
+          reason = `max_per_month (${locked.max_per_month}) reached`;
+          askAgain = 'next_month';
+        }
         if (reason) {
-          await markSkipped(tx, row.id, reason, now);
+          await markSkipped(tx, row.id, reason, now, askAgain);
           return { reason, off: !locked?.enabled };
         }
-        await markStarting(tx, row.id, { pack: locked!.pack, credits: pack!.credits, priceId: pack!.priceId, amount: price!.unit_amount!, currency: price!.currency });
+        await markStarting(tx, row.id, { pack: locked!.pack, credits: pack!.credits, priceId: pack!.priceId, amount: price!.unit_amount!, currency: price!.currency, now });
         return null;
       });
       if (skipped) {
@@ -354,6 +360,11 @@ async function startTopUp(deps: Deps, claimed: Claimed): Promise<'done' | 'retry
       }
       if (isTransientStripeError(error)) throw error;
       return settleFailure(deps, row, null, (error as { code?: string }).code ?? 'payment_provider_error');
+    }
+    // Off-session, Stripe answers succeeded (or processing) or refuses with a card error; a PaymentIntent
+    // left waiting for the customer (requires_action …) or canceled will not be paid: a failure now.
+    if (intent.status !== 'succeeded' && intent.status !== 'processing') {
+      return settleFailure(deps, row, intent.id, intent.last_payment_error?.code ?? intent.status);
     }
     const stored = await deps.db.transaction((tx) => markStarted(tx, row.id, intent.id, ctx.clock.now()));
     if (!stored) deps.log.warn({ autoTopUp: row.id, paymentIntent: intent.id }, 'auto top-up: the PaymentIntent could not be stored on its row');
@@ -462,6 +473,11 @@ export async function handlePaymentIntentSucceeded(tx: Queryable, ctx: Ctx, inte
   await emitEvent(tx, { organizationId: row.organization_id, deploymentId: row.deployment_id, type: 'auto_top_up.succeeded', data: eventData(row, 0), at: now });
   if (result.stillBelow && setting[0]?.enabled) await askAutoTopUp(tx, row.organization_id, row.deployment_id, now);
   return { organizationId: row.organization_id };
+}
+
+/** `payment_intent.canceled`: as a failure (canceled in the Dashboard, or by Stripe): the top-up will not be paid. */
+export function handlePaymentIntentCanceled(tx: Queryable, ctx: Ctx, intent: Stripe.PaymentIntent): Promise<EventOutcome> {
+  return handlePaymentIntentFailed(tx, ctx, { ...intent, last_payment_error: intent.last_payment_error ?? ({ code: 'canceled' } as Stripe.PaymentIntent.LastPaymentError) });
 }
 
 /** `payment_intent.payment_failed`: a stored top-up settled failed, once (the worker may have settled it from Stripe's answer already). */

@@ -7,7 +7,7 @@ import { tierCachesChanged } from '../deployments/service.js';
 import { stripeClient, verifyStripeEvent } from './stripe-client.js';
 import { storedPackSale } from '../credits/index.js';
 import { handleChargeRefunded, handleCheckoutSession, handleInvoice } from './stripe-handlers.js';
-import { deploymentOfPaymentIntent, handlePaymentIntentFailed, handlePaymentIntentSucceeded, takeLinesOff } from './auto-top-up.js';
+import { deploymentOfPaymentIntent, handlePaymentIntentCanceled, handlePaymentIntentFailed, handlePaymentIntentSucceeded, takeLinesOff } from './auto-top-up.js';
 import { type EventOutcome, stripeId } from './stripe-objects.js';
 import { applySubscription, subscriptionState } from './subscriptions.js';
 import { type JobPolicy, type JobQueue, retryAt, runJobs } from '../../workers/jobs.js';
@@ -148,6 +148,7 @@ async function balanceChangedBy(deps: Deps, stored: StoredEvent): Promise<string
     }
     case 'payment_intent.succeeded':
     case 'payment_intent.payment_failed':
+    case 'payment_intent.canceled':
       // A stored auto top-up's deployment (billing/auto-top-up.ts); any other PaymentIntent changes no balance.
       return deploymentOfPaymentIntent(deps.db, object);
     case 'charge.refunded': {
@@ -184,6 +185,8 @@ async function actOn(tx: Queryable, ctx: Ctx, stored: StoredEvent, readBack: Str
       return handlePaymentIntentSucceeded(tx, ctx, object as Stripe.PaymentIntent);
     case 'payment_intent.payment_failed':
       return handlePaymentIntentFailed(tx, ctx, object as Stripe.PaymentIntent);
+    case 'payment_intent.canceled':
+      return handlePaymentIntentCanceled(tx, ctx, object as Stripe.PaymentIntent);
     case 'invoice.created':
     case 'invoice.finalized':
     case 'invoice.paid':

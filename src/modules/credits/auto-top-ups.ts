@@ -59,34 +59,75 @@ export async function lockAutoTopUp(tx: Queryable, id: string): Promise<AutoTopU
   return rows[0] ?? null;
 }
 
-/** Top-ups of the organization started in the calendar month of `now` (UTC) that did not fail: what max_per_month counts. */
+const monthStartOf = (now: Date) => new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1));
+
+/** Top-ups of the organization decided in the calendar month of `now` (UTC) that did not fail: what max_per_month counts. */
 export async function startedThisMonth(tx: Queryable, organizationId: string, now: Date): Promise<number> {
-  const monthStart = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1));
   const rows = await tx.query<{ n: number }>(
-    `SELECT count(*)::int AS n FROM auto_top_ups WHERE organization_id = $1 AND status IN ('starting', 'started', 'succeeded') AND requested_at >= $2`,
-    [organizationId, monthStart],
+    `SELECT count(*)::int AS n FROM auto_top_ups WHERE organization_id = $1 AND status IN ('starting', 'started', 'succeeded') AND started_at >= $2`,
+    [organizationId, monthStartOf(now)],
   );
   return rows[0]!.n;
+}
+
+/**
+ * Deployments below the line whose row is due (auto top-up enabled below the line, an hour after a
+ * failure or a skip, the month after max_per_month) ask for a top-up now, without waiting for a
+ * deduction: a deployment with nothing left to spend makes none (its calls are refused before they
+ * write), so the `auto-top-up-due` worker asks for it. Only rows brought up to date (a period that
+ * ended would count last period's use). One open top-up per deployment, as the trigger's asks.
+ */
+export async function askDueAutoTopUps(db: Queryable, now: Date, limit: number): Promise<number> {
+  const rows = await db.query<{ deployment_id: string }>(
+    `WITH due AS (
+       SELECT deployment_id, organization_id FROM credit_balances
+       WHERE auto_top_up_below IS NOT NULL AND auto_top_up_due_at IS NOT NULL AND auto_top_up_due_at <= $1
+         AND sync_before > $1 AND monthly_allocation IS NOT NULL
+         AND GREATEST(0, monthly_allocation - monthly_used) + purchased_balance - reserved < auto_top_up_below
+       ORDER BY deployment_id LIMIT $2 FOR UPDATE SKIP LOCKED),
+     asked AS (
+       INSERT INTO auto_top_ups (organization_id, deployment_id, status, requested_at, next_attempt_at)
+       SELECT organization_id, deployment_id, 'requested', $1, $1 FROM due
+       ON CONFLICT DO NOTHING RETURNING deployment_id)
+     UPDATE credit_balances b SET auto_top_up_due_at = NULL FROM asked WHERE b.deployment_id = asked.deployment_id
+     RETURNING b.deployment_id`,
+    [now, limit],
+    'credits_auto_top_up_sweep',
+  );
+  return rows.length;
 }
 
 /** The worker decided to pay: the pack and its price as they are now, fixed on the row before Stripe is asked. */
 export async function markStarting(
   tx: Queryable,
   id: string,
-  sale: { pack: string; credits: number; priceId: string; amount: number; currency: string },
+  sale: { pack: string; credits: number; priceId: string; amount: number; currency: string; now: Date },
 ): Promise<void> {
   await tx.query(
-    `UPDATE auto_top_ups SET status = 'starting', pack = $2, credits = $3, stripe_price_id = $4, amount = $5, currency = $6
+    `UPDATE auto_top_ups SET status = 'starting', pack = $2, credits = $3, stripe_price_id = $4, amount = $5, currency = $6, started_at = $7
      WHERE id = $1 AND status = 'requested'`,
-    [id, sale.pack, sale.credits, sale.priceId, sale.amount, sale.currency.toLowerCase()],
+    [id, sale.pack, sale.credits, sale.priceId, sale.amount, sale.currency.toLowerCase(), sale.now],
   );
 }
 
-/** Not paid, and not a failure (auto top-up turned off, the month's maximum reached, billing not available). */
-export async function markSkipped(tx: Queryable, id: string, reason: string, now: Date): Promise<void> {
-  await tx.query(
-    `UPDATE auto_top_ups SET status = 'skipped', last_error = $2, settled_at = $3, next_attempt_at = NULL WHERE id = $1 AND status IN ('requested', 'starting')`,
+/**
+ * Not paid, and not a failure (auto top-up turned off, the month's maximum reached, billing not
+ * available). `askAgainAt`: when the deployment, still below the line, may ask again (the next month
+ * for the maximum, an hour otherwise; null when auto top-up is off).
+ */
+export async function markSkipped(tx: Queryable, id: string, reason: string, now: Date, askAgainAt: 'next_month' | 'later' | null): Promise<void> {
+  const rows = await tx.query<{ deployment_id: string }>(
+    `UPDATE auto_top_ups SET status = 'skipped', last_error = $2, settled_at = $3, next_attempt_at = NULL WHERE id = $1 AND status IN ('requested', 'starting')
+     RETURNING deployment_id`,
     [id, reason.slice(0, 500), now],
+  );
+  const row = rows[0];
+  if (!row || askAgainAt === null) return;
+  const next = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1));
+  await tx.query(
+    'UPDATE credit_balances SET auto_top_up_due_at = $2 WHERE deployment_id = $1 AND auto_top_up_below IS NOT NULL',
+    [row.deployment_id, askAgainAt === 'next_month' ? next : new Date(now.getTime() + AUTO_TOP_UP_RETRY_MS)],
+    'credits_auto_top_up_due',
   );
 }
 

@@ -44,6 +44,7 @@ export { grantPack, recordPackCheckout, storedPackSale, takeBackRefund } from '.
 export {
   adoptPaymentIntent,
   askAutoTopUp,
+  askDueAutoTopUps,
   AUTO_TOP_UP_RETRY_MS,
   type AutoTopUpRow,
   type AutoTopUpStatus,

@@ -121,6 +121,9 @@ export async function takeBackRefund(
   const balance = await syncBalance(tx, row.deployment_id, input.now, 'stripe');
   const take = Math.min(due, purchasedFloor(balance));
   if (take > 0) {
+    // Not a deduction: the auto top-up trigger asks for nothing on it (migration 0027), so refunding a
+    // top-up does not buy the next one at once (docs/billing.md, "Auto top-up").
+    await tx.query("SELECT set_config('creditgate.no_auto_top_up', 'on', true)");
     await changePurchased(tx, {
       deploymentId: row.deployment_id,
       amount: -take,
@@ -128,6 +131,7 @@ export async function takeBackRefund(
       actor: 'stripe',
       now: input.now,
     });
+    await tx.query("SELECT set_config('creditgate.no_auto_top_up', 'off', true)");
   }
   await tx.query('UPDATE credit_purchases SET refund_share = $2, credits_taken_back = credits_taken_back + $3 WHERE id = $1', [row.id, share, take]);
   return { found: true, organizationId: row.organization_id, takenBack: take, shortfall: due - take };
