@@ -8,7 +8,8 @@ import { runJobs } from '../../workers/jobs.js';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { bearer, createHarness, serviceHeaders, type Harness, json, signUpAsMember, type Tenant, testDatabase } from '../../../test/harness.js';
 import { createApiKey } from '../api-keys/service.js';
-import { type StripeStandIn, startStripeStandIn } from '../../../test/stripe-stand-in/server.js';
+import { startPackStandIn } from '../../../test/billing-fixtures.js';
+import type { StripeStandIn } from '../../../test/stripe-stand-in/server.js';
 import { askDueAutoTopUps } from '../credits/index.js';
 import { AUTO_TOP_UP_QUEUE } from './auto-top-up.js';
 import { ensureCustomer } from './checkout.js';
@@ -23,22 +24,10 @@ let h: Harness;
 let standIn: StripeStandIn;
 let stripeConfig: Partial<Config>;
 const f = creditFixtures(() => h);
-const price: Record<string, string> = {};
 
 beforeAll(async () => {
   const start = new Date('2026-03-01T10:00:00.000Z');
-  standIn = await startStripeStandIn({
-    now: () => (h ? h.clock.now() : start),
-    deliver: async (payload, headers) => ({ status: (await h.request({ method: 'POST', url: '/webhooks/stripe', headers, payload })).statusCode }),
-  });
-  price.small = standIn.createPrice({ productName: '1,000 credits', unitAmount: 500 }).id;
-  price.large = standIn.createPrice({ productName: '10,000 credits', unitAmount: 4000 }).id;
-  stripeConfig = {
-    stripeSecretKey: standIn.secretKey,
-    stripeApiBase: standIn.url,
-    stripeWebhookSecret: standIn.webhookSecret,
-    creditPacks: { small: { credits: 1000, priceId: price.small }, large: { credits: 10_000, priceId: price.large } },
-  };
+  ({ standIn, config: stripeConfig } = await startPackStandIn(() => h, start));
   h = await createHarness(stripeConfig, start.toISOString());
 });
 afterAll(async () => {

@@ -6,7 +6,8 @@ import { type Config, testConfig } from '../../config.js';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { adminHeaders, bearer, createHarness, type Harness, json, serviceHeaders, type Tenant } from '../../../test/harness.js';
 import { startOpenAiStandIn, type StandIn as AiStandIn } from '../../../test/ai-stand-in/index.js';
-import { type StripeStandIn, startStripeStandIn } from '../../../test/stripe-stand-in/server.js';
+import { startPackStandIn } from '../../../test/billing-fixtures.js';
+import type { StripeStandIn } from '../../../test/stripe-stand-in/server.js';
 import { signTopUpToken } from './top-up-link.js';
 
 /**
@@ -18,22 +19,11 @@ let standIn: StripeStandIn;
 let ai: AiStandIn;
 let stripeConfig: Partial<Config>;
 const f = creditFixtures(() => h);
-const price: Record<string, string> = {};
 
 beforeAll(async () => {
   const start = new Date('2026-03-01T10:00:00.000Z');
-  standIn = await startStripeStandIn({
-    now: () => (h ? h.clock.now() : start),
-    deliver: async (payload, headers) => ({ status: (await h.request({ method: 'POST', url: '/webhooks/stripe', headers, payload })).statusCode }),
-  });
-  price.small = standIn.createPrice({ productName: '1,000 credits', unitAmount: 500 }).id;
-  price.large = standIn.createPrice({ productName: '10,000 credits', unitAmount: 4000 }).id;
-  stripeConfig = {
-    stripeSecretKey: standIn.secretKey,
-    stripeApiBase: standIn.url,
-    stripeWebhookSecret: standIn.webhookSecret,
-    creditPacks: { small: { credits: 1000, priceId: price.small }, large: { credits: 10_000, priceId: price.large } },
-  };
+  ({ standIn, config: stripeConfig } = await startPackStandIn(() => h, start));
+
   ai = await startOpenAiStandIn({ apiKey: 'sk-upstream' });
   h = await createHarness({ ...stripeConfig, aiBaseUrl: ai.url, aiApiKey: 'sk-upstream', aiModels: ['gpt-4o-mini'] }, start.toISOString());
 });
