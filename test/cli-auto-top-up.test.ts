@@ -1,7 +1,6 @@
-import { spawn } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type CliRun, runCli } from './cli-fixtures.js';
 import { createHarness, createTenant, type Harness } from './harness.js';
 import { type StripeStandIn, startStripeStandIn } from './stripe-stand-in/server.js';
 
@@ -11,7 +10,6 @@ import { type StripeStandIn, startStripeStandIn } from './stripe-stand-in/server
  * and what each command did is read back from the database. The service has Stripe (the stand-in) and
  * credit packs configured, so billing is available and enabling is refused only for the missing card.
  */
-const CLI = join(process.cwd(), 'src', 'cli.ts');
 let h: Harness;
 let standIn: StripeStandIn;
 let url: string;
@@ -32,32 +30,8 @@ afterAll(async () => {
   await standIn?.close();
 });
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Asynchronous on purpose: the service answering the CLI runs in this process's event loop. */
-function cli(...args: string[]): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', CLI, '--url', url, ...args], {
-      env: { ...process.env, ADMIN_API_KEY: h.config.adminApiKey, CREDITGATE_URL: '', NO_COLOR: '1' },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`timed out: ${args.join(' ')}\n${stdout}\n${stderr}`));
-    }, 30_000);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+/** The CLI against this process's service (test/cli-fixtures.ts). */
+const cli = (...args: string[]): Promise<CliRun> => runCli(url, h.config.adminApiKey, ...args);
 
 const settingRows = (organizationId: string) =>
   h.deps.db.query<{ enabled: boolean; below_credits: number; pack: string; max_per_month: number }>(

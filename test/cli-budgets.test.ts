@@ -1,7 +1,6 @@
-import { spawn } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type CliRun, runCli } from './cli-fixtures.js';
 import { createHarness, createTenant, type Harness } from './harness.js';
 
 /**
@@ -10,7 +9,6 @@ import { createHarness, createTenant, type Harness } from './harness.js';
  * back from the database. What the commands send and their usage errors are in
  * cli-commands.unit.test.ts; this proves the real operator API takes what they send.
  */
-const CLI = join(process.cwd(), 'src', 'cli.ts');
 let h: Harness;
 let url: string;
 beforeAll(async () => {
@@ -22,32 +20,8 @@ afterAll(async () => {
   await h.close();
 });
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Asynchronous on purpose: the service answering the CLI runs in this process's event loop. */
-function cli(...args: string[]): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', CLI, '--url', url, ...args], {
-      env: { ...process.env, ADMIN_API_KEY: h.config.adminApiKey, CREDITGATE_URL: '', NO_COLOR: '1' },
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`timed out: ${args.join(' ')}\n${stdout}\n${stderr}`));
-    }, 30_000);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+/** The CLI against this process's service (test/cli-fixtures.ts). */
+const cli = (...args: string[]): Promise<CliRun> => runCli(url, h.config.adminApiKey, ...args);
 
 const rows = (organizationId: string) =>
   h.deps.db.query<{ id: string; scope: string; deployment_id: string | null; limit_credits: string | null; window_kind: string; mode: string }>(

@@ -168,6 +168,16 @@ export const usageRecords = pgTable(
   ],
 );
 
+/** The counts both rollups keep (fresh column builders per table). */
+const rollupCounts = () => ({
+  calls: bigint('calls', { mode: 'number' }).notNull(),
+  successful: bigint('successful', { mode: 'number' }).notNull(),
+  credits: bigint('credits', { mode: 'number' }).notNull(),
+  refunded: bigint('refunded', { mode: 'number' }).notNull(),
+  inputTokens: bigint('input_tokens', { mode: 'number' }).notNull(),
+  outputTokens: bigint('output_tokens', { mode: 'number' }).notNull(),
+});
+
 /**
  * Rollups of usage_records (docs/usage-analytics.md, "Rollups"): what the usage summary reads, so its
  * cost follows the range, not the history. Kept exact by statement triggers on usage_records
@@ -185,12 +195,7 @@ export const usageRollupHours = pgTable(
     toolName: text('tool_name').notNull(),
     action: text('action').notNull(),
     model: text('model').notNull(),
-    calls: bigint('calls', { mode: 'number' }).notNull(),
-    successful: bigint('successful', { mode: 'number' }).notNull(),
-    credits: bigint('credits', { mode: 'number' }).notNull(),
-    refunded: bigint('refunded', { mode: 'number' }).notNull(),
-    inputTokens: bigint('input_tokens', { mode: 'number' }).notNull(),
-    outputTokens: bigint('output_tokens', { mode: 'number' }).notNull(),
+    ...rollupCounts(),
   },
   (t) => [
     primaryKey({ columns: [t.deploymentId, t.hour, t.toolName, t.action, t.model] }),
@@ -206,12 +211,7 @@ export const usageRollupDays = pgTable(
     deploymentId: uuid('deployment_id').notNull(),
     day: timestamp('day', { withTimezone: true }).notNull(),
     endUser: text('end_user').notNull(),
-    calls: bigint('calls', { mode: 'number' }).notNull(),
-    successful: bigint('successful', { mode: 'number' }).notNull(),
-    credits: bigint('credits', { mode: 'number' }).notNull(),
-    refunded: bigint('refunded', { mode: 'number' }).notNull(),
-    inputTokens: bigint('input_tokens', { mode: 'number' }).notNull(),
-    outputTokens: bigint('output_tokens', { mode: 'number' }).notNull(),
+    ...rollupCounts(),
   },
   (t) => [primaryKey({ columns: [t.deploymentId, t.day, t.endUser] }), index('usage_rollup_days_org_idx').on(t.organizationId, t.day)],
 );
