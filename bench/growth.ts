@@ -11,6 +11,11 @@
  * engine's batches, so the rollups are built as in production; the balance and the ledger are not (the
  * seeding is not money). PostgreSQL: a fresh database on 127.0.0.1:5432 (BENCH_POSTGRES_URL), dropped
  * after. PGlite: a fresh DATA_DIR in the system's temp directory, removed after.
+ *
+ * Partitions (docs/usage-analytics.md, "Partitions"): by default the installation is partitioned from
+ * a year ago, so the records land in monthly partitions, and at the end the retention drops the oldest
+ * month, timed. GROWTH_LAYOUT=upgrade instead seeds an unpartitioned table (as before the partitions)
+ * and times its conversion: the whole of it, and the exclusive lock.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -19,7 +24,8 @@ import { buildApp } from '../src/app.js';
 import { DAY, ManualClock } from '../src/clock.js';
 import { testConfig } from '../src/config.js';
 import { type Database, openDatabase } from '../src/db/client.js';
-import { runMigrations } from '../src/db/migrate.js';
+import { applyMigrations, MIGRATIONS_FOLDER } from '../src/db/migrate.js';
+import { deleteExpiredUsage, ensureUsagePartitions, monthStart, usagePartitions } from '../src/modules/credits/index.js';
 import { createBenchDatabase } from './lib/postgres.js';
 import { Samples } from './lib/stats.js';
 
@@ -29,6 +35,7 @@ const SUMMARIES = Number(process.argv[4] ?? 30);
 const CHUNK = 250_000;
 const THROUGHPUT_SECONDS = 5;
 const CONCURRENCY = 64;
+const LAYOUT = (process.env.GROWTH_LAYOUT ?? 'partitioned') as 'partitioned' | 'upgrade';
 
 const ms = (t0: number) => performance.now() - t0;
 
@@ -36,8 +43,12 @@ async function main(): Promise<void> {
   const dataDir = KIND === 'pglite' ? mkdtempSync(join(tmpdir(), 'cg-growth-')) : undefined;
   const pgBench = KIND === 'postgres' ? await createBenchDatabase() : undefined;
   const db: Database = await openDatabase({ databaseUrl: pgBench?.url, dataDir: dataDir ?? '' });
-  await runMigrations(db);
+  await applyMigrations(db, MIGRATIONS_FOLDER);
   const now = new Date();
+  if (LAYOUT === 'partitioned') {
+    // Partitioned since a year ago: a partition per month from then on (the worker's passes, month by month).
+    for (let m = -13; m <= 0; m++) await ensureUsagePartitions(db, monthStart(now, m));
+  }
   const clock = new ManualClock(now.toISOString());
   const config = testConfig({ ...(dataDir ? { dataDir } : {}), logLevel: 'warn' });
   const app = await buildApp({ config, db, clock });
@@ -90,6 +101,13 @@ async function main(): Promise<void> {
       if ((start / CHUNK) % 8 === 7) console.error(`  seeded ${(start + count).toLocaleString('en')} (${(ms(seedStart) / 1000).toFixed(0)} s)`);
     }
     const seedSeconds = ms(seedStart) / 1000;
+    let conversion: { seconds: number; locked_ms: number } | undefined;
+    if (LAYOUT === 'upgrade') {
+      const t0 = performance.now();
+      const done = await ensureUsagePartitions(db, now);
+      conversion = { seconds: Number((ms(t0) / 1000).toFixed(1)), locked_ms: Number(done.converted!.lockedMs.toFixed(1)) };
+    }
+    const partitions = (await usagePartitions(db)).length;
     if (KIND === 'postgres') await db.query('ANALYZE usage_records; ANALYZE usage_rollup_hours; ANALYZE usage_rollup_days');
     const rollupRows = (await db.query<{ h: number; d: number }>(
       'SELECT (SELECT count(*) FROM usage_rollup_hours WHERE organization_id = $1)::int AS h, (SELECT count(*) FROM usage_rollup_days WHERE organization_id = $1)::int AS d',
@@ -127,6 +145,16 @@ async function main(): Promise<void> {
     });
     const backfillSeconds = ms(backfillStart) / 1000;
 
+    // The retention's pass that drops the oldest whole month (partitioned layout): one DROP, no row by row.
+    let dropOldestMonth: { ms: number; partitions: number } | undefined;
+    if (LAYOUT === 'partitioned') {
+      const oldest = (await usagePartitions(db)).find((p) => p.from !== null)!;
+      const retentionDays = Math.floor((now.getTime() - oldest.to!.getTime()) / DAY);
+      const t0 = performance.now();
+      const dropped = await deleteExpiredUsage(db, now, retentionDays, 1);
+      dropOldestMonth = { ms: Number(ms(t0).toFixed(1)), partitions: dropped };
+    }
+
     const report = {
       database: KIND,
       records: RECORDS,
@@ -135,6 +163,10 @@ async function main(): Promise<void> {
       summaries_ms: Object.fromEntries(Object.entries(summaries).map(([k, s]) => [k, { p50: Number(s.p50.toFixed(1)), p90: Number(s.p90.toFixed(1)), max: Number(s.max.toFixed(1)) }])),
       record_usage_per_second: { empty: Math.round(emptyRate), full: Math.round(fullRate), ratio: Number((fullRate / emptyRate).toFixed(2)) },
       backfill_seconds: Number(backfillSeconds.toFixed(1)),
+      layout: LAYOUT,
+      partitions,
+      ...(conversion ? { conversion } : {}),
+      ...(dropOldestMonth ? { drop_oldest_month: dropOldestMonth } : {}),
     };
     console.log(JSON.stringify(report, null, 2));
   } finally {

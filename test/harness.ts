@@ -48,8 +48,41 @@ export interface Harness {
   close(): Promise<void>;
 }
 
-export async function createHarness(overrides: Partial<Config> = {}, start = '2026-01-15T12:00:00.000Z'): Promise<Harness> {
-  const db = await testDatabase();
+/**
+ * A database of its own for a test file that changes what every tenant of the shared one would see
+ * (the partitions of usage_records), set up by `migrate` (all migrations by default). PostgreSQL: a new
+ * database beside the run's, dropped by close().
+ */
+export async function isolatedDatabase(migrate: (db: Database) => Promise<void> = runMigrations): Promise<Database> {
+  if (dbKind === 'pglite') {
+    const db = await openDatabase({ databaseUrl: 'memory://', dataDir: '' });
+    await migrate(db);
+    return db;
+  }
+  const url = new URL(inject('postgresUrl'));
+  const name = `${url.pathname.slice(1)}_own_${process.pid}_${(counter++).toString(36)}`;
+  const admin = new URL(url);
+  admin.pathname = '/postgres';
+  const adminDb = await openDatabase({ databaseUrl: admin.toString(), dataDir: '', poolSize: 1 });
+  await adminDb.query(`CREATE DATABASE ${name}`);
+  url.pathname = `/${name}`;
+  const db = await openDatabase({ databaseUrl: url.toString(), dataDir: '', poolSize: 10 });
+  await migrate(db);
+  const close = db.close.bind(db);
+  db.close = async () => {
+    await close();
+    await adminDb.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await adminDb.close();
+  };
+  return db;
+}
+
+export async function createHarness(
+  overrides: Partial<Config> = {},
+  start = '2026-01-15T12:00:00.000Z',
+  own?: Database,
+): Promise<Harness> {
+  const db = own ?? (await testDatabase());
   const config = testConfig(overrides);
   const clock = new ManualClock(start);
   const app = await buildApp({ config, db, clock });

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deleteExpiredUsage } from '../src/modules/credits/index.js';
 import { findLedgerMismatches } from '../src/modules/credits/ledger.js';
-import { adminHeaders, createHarness, createTenant, type Harness, json } from './harness.js';
+import type { Database } from '../src/db/client.js';
+import { adminHeaders, createHarness, createTenant, type Harness, isolatedDatabase, json } from './harness.js';
 import { usageFixtures } from './usage-fixtures.js';
 
 /**
@@ -10,11 +11,16 @@ import { usageFixtures } from './usage-fixtures.js';
  * refund of a deleted record is 410 USAGE_RECORD_EXPIRED.
  */
 let h: Harness;
+let db: Database;
 beforeAll(async () => {
-  h = await createHarness({ usageRetentionDays: 35 }, '2026-06-01T00:00:00.000Z');
+  // The retention removes old records of every tenant: a database of its own, so that no other test
+  // file's records (most run at a clock in January 2026) go with them.
+  db = await isolatedDatabase();
+  h = await createHarness({ usageRetentionDays: 35 }, '2026-06-01T00:00:00.000Z', db);
 });
 afterAll(async () => {
   await h?.close();
+  await db?.close();
 });
 const f = usageFixtures(() => h);
 

@@ -155,10 +155,6 @@ export const usageRecords = pgTable(
   (t) => [
     index('usage_records_deployment_ts_idx').on(t.deploymentId, t.timestamp),
     index('usage_records_org_ts_idx').on(t.organizationId, t.timestamp),
-    // AI token accounting is idempotent per (deployment, request id) (quotas/ai-tokens.ts).
-    uniqueIndex('usage_records_ai_request')
-      .on(t.deploymentId, t.invocationId)
-      .where(sql`${t.metric} = 'ai_tokens'`),
     check('usage_records_refund_bound', sql`${t.refunded} >= 0 AND ${t.refunded} <= ${t.quantity}`),
     check('usage_records_short_nonneg', sql`${t.creditsShort} >= 0`),
     // The records that owe, oldest first: an owed payment names the oldest unpaid one (credits/owed.ts).
@@ -166,6 +162,22 @@ export const usageRecords = pgTable(
       .on(t.deploymentId, t.timestamp, t.id)
       .where(sql`${t.creditsShort} > 0`),
   ],
+);
+
+/**
+ * AI token accounting is idempotent per (deployment, request id) (credits/ai-usage.ts): the request id
+ * names the usage record it made. Its own table, unpartitioned, because usage_records is partitioned by
+ * month (docs/usage-analytics.md, "Partitions"), where a unique index must include the month.
+ */
+export const aiUsageRequests = pgTable(
+  'ai_usage_requests',
+  {
+    deploymentId: uuid('deployment_id').notNull(),
+    requestId: text('request_id').notNull(),
+    usageId: uuid('usage_id').notNull(),
+    createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.deploymentId, t.requestId] })],
 );
 
 /** The counts both rollups keep (fresh column builders per table). */

@@ -3,7 +3,7 @@ import type { ModelClass } from '../../config.js';
 import { type Ctx, actorLabel } from '../../context.js';
 import { pgArray } from '../../db/arrays.js';
 import type { Queryable } from '../../db/client.js';
-import { type AppError, refusalUntil, ValidationError } from '../../errors.js';
+import { AppError, refusalUntil, ValidationError } from '../../errors.js';
 import { AI_CREDIT_RATES } from '../../lib/tiers.js';
 import { appendEvent } from '../events/outbox.js';
 import { emitThresholds } from '../quotas/thresholds.js';
@@ -524,13 +524,18 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
       heldWindows = held[0]?.budget_windows ?? [];
     }
     if (!claimed && requestId !== undefined) {
-      const seen = await tx.query<AiUsageRow>(
-        `SELECT id, quantity, credits_short, metadata FROM usage_records
-         WHERE deployment_id = $1 AND metric = 'ai_tokens' AND invocation_id = $2`,
+      // The request's id names its record (ai_usage_requests); a record the usage retention dropped is 410.
+      const seen = await tx.query<AiUsageRow | { id: null }>(
+        `SELECT u.id, u.quantity, u.credits_short, u.metadata FROM ai_usage_requests r
+         LEFT JOIN usage_records u ON u.id = r.usage_id AND u.deployment_id = r.deployment_id
+         WHERE r.deployment_id = $1 AND r.request_id = $2`,
         [deployment.id, requestId],
       );
       const row = seen[0];
-      if (row) {
+      if (row && row.id === null) {
+        throw new AppError('USAGE_RECORD_EXPIRED', 'This AI request was recorded before the usage retention and its usage record was deleted');
+      }
+      if (row && row.id !== null) {
         return {
           usageId: row.id,
           tokens: row.metadata.tokens,
@@ -613,6 +618,13 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
         counted.length > 0 ? pgArray(counted.map((c) => c.id)) : null,
       ],
     );
+    if (requestId !== undefined) {
+      await tx.query(
+        'INSERT INTO ai_usage_requests (deployment_id, request_id, usage_id, created_at) VALUES ($1, $2, $3, $4)',
+        [deployment.id, requestId, usageId, now],
+        'ai_usage_request',
+      );
+    }
     // Budgets (docs/budgets.md, AI calls): the call's tokens and the credits due for them (an
     // over-report's included, even past a limit) replace what its hold counted, in the hold's windows
     // that are still in progress; a call without a hold is counted in the windows of now.
