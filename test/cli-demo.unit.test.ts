@@ -13,7 +13,6 @@ import { staleness } from '../scripts/build-if-stale.mjs';
  * not asserted (speed goals live in bench/ and docs/cli.md records the measurement).
  */
 const ROOT = process.cwd();
-const TSX = join(ROOT, 'node_modules', '.bin', 'tsx');
 const children: ChildProcess[] = [];
 const temporary: string[] = [];
 
@@ -57,7 +56,9 @@ function builtCheckout(): string {
 /** Start `serve` on the embedded database and resolve with its address once it listens (bounded wait). */
 function startServer(dataDir: string): Promise<string> {
   return new Promise((resolve, reject) => {
-    const child = spawn(TSX, [join(ROOT, 'src', 'cli.ts'), 'serve'], {
+    // Node itself, with tsx as its loader: the tsx wrapper would run the server as a grandchild that
+    // the SIGKILL of afterAll does not reach.
+    const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli.ts'), 'serve'], {
       env: { ...process.env, NODE_ENV: 'development', LOG_LEVEL: 'info', DATA_DIR: dataDir, PORT: '0', SMTP_URL: '' },
     });
     children.push(child);
