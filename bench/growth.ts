@@ -42,7 +42,8 @@ const ms = (t0: number) => performance.now() - t0;
 async function main(): Promise<void> {
   const dataDir = KIND === 'pglite' ? mkdtempSync(join(tmpdir(), 'cg-growth-')) : undefined;
   const pgBench = KIND === 'postgres' ? await createBenchDatabase() : undefined;
-  const db: Database = await openDatabase({ databaseUrl: pgBench?.url, dataDir: dataDir ?? '' });
+  const sharedBuffersMb = process.env.PGLITE_SHARED_BUFFERS_MB ? Number(process.env.PGLITE_SHARED_BUFFERS_MB) : undefined;
+  const db: Database = await openDatabase({ databaseUrl: pgBench?.url, dataDir: dataDir ?? '', ...(sharedBuffersMb ? { sharedBuffersMb } : {}) });
   await applyMigrations(db, MIGRATIONS_FOLDER);
   const now = new Date();
   if (LAYOUT === 'partitioned') {

@@ -9,6 +9,9 @@ import { TIERS, type Tier } from './lib/tiers.js';
  * Every environment variable the service reads, parsed and validated in one place.
  * A bad value stops the start with a message naming the variable (ConfigError).
  */
+/** The embedded PGlite's shared_buffers unless configured (docs/operations-memory.md); PostgreSQL's default is 128 MB. */
+export const DEFAULT_PGLITE_SHARED_BUFFERS_MB = 16;
+
 export interface Config {
   nodeEnv: 'development' | 'production' | 'test';
   port: number;
@@ -93,6 +96,8 @@ export interface Config {
   logFormat: 'json' | 'pretty';
   /** Size of the pg pool (PostgreSQL only). */
   databasePoolSize: number;
+  /** shared_buffers of the embedded PGlite, in MB (docs/operations-memory.md); PostgreSQL ignores it. */
+  pgliteSharedBuffersMb: number;
   /** Group commit of deductions (docs/adr/0004-group-commit.md): wait for company, batch size, batches in flight. */
   deductBatchWindowMs: number;
   deductBatchMax: number;
@@ -485,6 +490,7 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     logLevel: str(env, 'LOG_LEVEL') ?? (nodeEnv === 'test' ? 'silent' : 'info'),
     logFormat: logFormat(env, 'LOG_FORMAT', nodeEnv),
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 20, 1, 1000),
+    pgliteSharedBuffersMb: int(env, 'PGLITE_SHARED_BUFFERS_MB', DEFAULT_PGLITE_SHARED_BUFFERS_MB, 1, 4096),
     deductBatchWindowMs: int(env, 'DEDUCT_BATCH_WINDOW_MS', 0, 0, 100),
     deductBatchMax: int(env, 'DEDUCT_BATCH_MAX', 256, 1, 10_000),
     deductBatchInFlight: int(env, 'DEDUCT_BATCH_IN_FLIGHT', 1, 1, 1000),
@@ -570,6 +576,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     logLevel: 'silent',
     logFormat: 'json',
     databasePoolSize: 10,
+    pgliteSharedBuffersMb: DEFAULT_PGLITE_SHARED_BUFFERS_MB,
     deductBatchWindowMs: 0,
     deductBatchMax: 256,
     deductBatchInFlight: 4,

@@ -23,7 +23,12 @@ function configOrExit(env: NodeJS.ProcessEnv): LoadedConfig {
 /** The database, or exit 3 when another process holds the embedded data directory. */
 async function databaseOrExit(config: Config): Promise<Database> {
   try {
-    return await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, poolSize: config.databasePoolSize });
+    return await openDatabase({
+      databaseUrl: config.databaseUrl,
+      dataDir: config.dataDir,
+      poolSize: config.databasePoolSize,
+      sharedBuffersMb: config.pgliteSharedBuffersMb,
+    });
   } catch (err) {
     if (err instanceof DataDirLockedError) {
       process.stderr.write(`creditgate: ${err.message}\n`);

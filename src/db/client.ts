@@ -1,8 +1,10 @@
+import { execFile } from 'node:child_process';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
+import { DEFAULT_PGLITE_SHARED_BUFFERS_MB } from '../config.js';
 import { ServiceUnavailableError } from '../errors.js';
 import { makePrivateDir, PRIVATE_DIR_MODE, securePrivateDataDir, tightenMode } from '../lib/data-dir.js';
 
@@ -244,8 +246,33 @@ export interface OpenOptions {
   databaseUrl: string | undefined;
   dataDir: string;
   poolSize?: number;
+  /** PGlite's shared_buffers in MB (PGLITE_SHARED_BUFFERS_MB, docs/operations-memory.md); PostgreSQL ignores it. */
+  sharedBuffersMb?: number;
   /** Where a start-time notice goes (DATA_DIR permissions tightened); stderr when left out, as the other start messages. */
   warn?: (message: string) => void;
+}
+
+/**
+ * PGlite as a service's database, not a browser tab's (docs/operations-memory.md): its own start
+ * parameters (single user, no parallel workers, no fsync: `-F`, as PGlite ships) with a smaller
+ * shared_buffers, PostgreSQL's 128 MB being most of an idle embedded service's memory.
+ */
+function embeddedOptions(sharedBuffersMb: number): { startParams: string[] } {
+  return { startParams: [...PGlite.defaultStartParams, '-c', `shared_buffers=${sharedBuffersMb}MB`] };
+}
+
+/** Make a new PGlite data directory in a child process that exits when it is done. */
+async function initEmbedded(pgdata: string, embedded: { startParams: string[] }): Promise<void> {
+  const module = import.meta.resolve('@electric-sql/pglite');
+  const script = `const { PGlite } = await import(${JSON.stringify(module)});
+const db = new PGlite(${JSON.stringify(pgdata)}, ${JSON.stringify(embedded)});
+await db.waitReady;
+await db.close();`;
+  await new Promise<void>((resolve, reject) => {
+    execFile(process.execPath, ['--input-type=module', '-e', script], { timeout: 120_000 }, (err, _stdout, stderr) =>
+      err ? reject(new Error(`the embedded database could not be created in ${pgdata}: ${stderr || err.message}`)) : resolve(),
+    );
+  });
 }
 
 /** PostgreSQL when DATABASE_URL is a postgres URL, in-memory PGlite for memory://, else PGlite in DATA_DIR. */
@@ -269,8 +296,9 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
     pool.on('connect', (client) => client.on('error', () => {}));
     return new PostgresDatabase(pool);
   }
+  const embedded = embeddedOptions(options.sharedBuffersMb ?? DEFAULT_PGLITE_SHARED_BUFFERS_MB);
   if (databaseUrl === 'memory://') {
-    const db = new PGlite();
+    const db = new PGlite('memory://', embedded);
     await db.waitReady;
     return new PgliteDatabase(db, () => {});
   }
@@ -284,7 +312,10 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
     makePrivateDir(pgdata);
     const loose = tightenMode(pgdata, PRIVATE_DIR_MODE);
     if (loose) warn(loose);
-    const db = new PGlite(pgdata);
+    // A new data directory is made (initdb) by a child process: the memory initdb touches would stay
+    // with this process for good (WebAssembly memory never shrinks).
+    if (!existsSync(join(pgdata, 'PG_VERSION'))) await initEmbedded(pgdata, embedded);
+    const db = new PGlite(pgdata, embedded);
     await db.waitReady;
     return new PgliteDatabase(db, release);
   } catch (err) {
