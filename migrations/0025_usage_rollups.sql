@@ -1,6 +1,6 @@
 -- Usage rollups (docs/usage-analytics.md, "Rollups"): two tables the usage summary reads instead of
--- usage_records, kept exact by statement triggers on usage_records in the writing transaction, and
--- filled from the records already there.
+-- usage_records, kept exact by statement triggers on usage_records in the writing transaction; the
+-- records already there are counted later, in batches (below).
 CREATE TABLE "usage_rollup_days" (
 	"organization_id" uuid NOT NULL,
 	"deployment_id" uuid NOT NULL,
@@ -113,21 +113,9 @@ CREATE TRIGGER usage_records_rollup_insert AFTER INSERT ON "usage_records"
 CREATE TRIGGER usage_records_rollup_update AFTER UPDATE ON "usage_records"
   REFERENCING OLD TABLE AS unchanged NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION usage_records_rollup_update();
 --> statement-breakpoint
--- The records already there, once (the triggers above take every later one).
-WITH hours AS (
-  INSERT INTO usage_rollup_hours (organization_id, deployment_id, hour, tool_name, action, model, calls, successful, credits, refunded, input_tokens, output_tokens)
-  SELECT organization_id, deployment_id, date_bin('1 hour'::interval, "timestamp", TIMESTAMPTZ '1970-01-01 00:00:00+00'), tool_name, metric, CASE WHEN metric = 'ai_tokens' THEN tool_name ELSE '' END,
-         count(*), count(*) FILTER (WHERE success), COALESCE(sum(quantity) FILTER (WHERE success), 0),
-         COALESCE(sum(refunded) FILTER (WHERE success), 0),
-         COALESCE(sum(usage_record_tokens(metric, metadata, 'input_tokens')), 0),
-         COALESCE(sum(usage_record_tokens(metric, metadata, 'output_tokens')), 0)
-  FROM usage_records GROUP BY 1, 2, 3, 4, 5, 6
-  RETURNING 1
-)
-INSERT INTO usage_rollup_days (organization_id, deployment_id, day, end_user, calls, successful, credits, refunded, input_tokens, output_tokens)
-SELECT organization_id, deployment_id, date_bin('1 day'::interval, "timestamp", TIMESTAMPTZ '1970-01-01 00:00:00+00'), COALESCE(mcp_user_id, ''),
-       count(*), count(*) FILTER (WHERE success), COALESCE(sum(quantity) FILTER (WHERE success), 0),
-       COALESCE(sum(refunded) FILTER (WHERE success), 0),
-       COALESCE(sum(usage_record_tokens(metric, metadata, 'input_tokens')), 0),
-       COALESCE(sum(usage_record_tokens(metric, metadata, 'output_tokens')), 0)
-FROM usage_records GROUP BY 1, 2, 3, 4;
+-- The records already there are not counted here, in one long statement whose locks would stop writes
+-- for as long as it reads them: they are marked uncounted (a column default, no rewrite) and counted a
+-- batch at a time by the usage-rollup-backfill worker (migration 0029, credits/rollup-backfill.ts).
+ALTER TABLE "usage_records" ADD COLUMN "rolled_up" boolean DEFAULT false NOT NULL;
+--> statement-breakpoint
+ALTER TABLE "usage_records" ALTER COLUMN "rolled_up" SET DEFAULT true;

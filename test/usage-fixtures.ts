@@ -96,3 +96,25 @@ export function sumGroups(groups: Group[]): Counts {
   for (const g of groups) for (const k of Object.keys(sum) as Array<keyof Counts>) sum[k] += g[k];
   return sum;
 }
+
+/** Rollup A computed from an organization's records ($1), and read from the rollup: they must be equal. */
+export const HOURS_FROM_RECORDS = `
+  SELECT deployment_id, date_bin('1 hour'::interval, "timestamp", TIMESTAMPTZ '1970-01-01 00:00:00+00') AS hour, tool_name, metric AS action,
+         CASE WHEN metric = 'ai_tokens' THEN tool_name ELSE '' END AS model,
+         count(*)::int AS calls, (count(*) FILTER (WHERE success))::int AS successful,
+         COALESCE(sum(quantity) FILTER (WHERE success), 0)::int AS credits, COALESCE(sum(refunded) FILTER (WHERE success), 0)::int AS refunded,
+         COALESCE(sum((metadata->>'input_tokens')::bigint) FILTER (WHERE metric = 'ai_tokens'), 0)::int AS input_tokens,
+         COALESCE(sum((metadata->>'output_tokens')::bigint) FILTER (WHERE metric = 'ai_tokens'), 0)::int AS output_tokens
+  FROM usage_records WHERE organization_id = $1 GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5`;
+export const HOURS_FROM_ROLLUP = `
+  SELECT deployment_id, hour, tool_name, action, model, calls::int, successful::int, credits::int, refunded::int, input_tokens::int, output_tokens::int
+  FROM usage_rollup_hours WHERE organization_id = $1 AND calls > 0 ORDER BY 1, 2, 3, 4, 5`;
+/** Rollup B, the same way. */
+export const DAYS_FROM_RECORDS = `
+  SELECT deployment_id, date_bin('1 day'::interval, "timestamp", TIMESTAMPTZ '1970-01-01 00:00:00+00') AS day, COALESCE(mcp_user_id, '') AS end_user,
+         count(*)::int AS calls, (count(*) FILTER (WHERE success))::int AS successful,
+         COALESCE(sum(quantity) FILTER (WHERE success), 0)::int AS credits, COALESCE(sum(refunded) FILTER (WHERE success), 0)::int AS refunded
+  FROM usage_records WHERE organization_id = $1 GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`;
+export const DAYS_FROM_ROLLUP = `
+  SELECT deployment_id, day, end_user, calls::int, successful::int, credits::int, refunded::int
+  FROM usage_rollup_days WHERE organization_id = $1 AND calls > 0 ORDER BY 1, 2, 3`;

@@ -5,7 +5,7 @@ import type { Ctx } from '../src/context.js';
 import { holdAiTokens, settleAiTokens } from '../src/modules/credits/ai-usage.js';
 import { creditFixtures } from './credit-fixtures.js';
 import { createHarness, createTenant, type Harness } from './harness.js';
-import { usageFixtures } from './usage-fixtures.js';
+import { DAYS_FROM_RECORDS, DAYS_FROM_ROLLUP, HOURS_FROM_RECORDS, HOURS_FROM_ROLLUP, usageFixtures } from './usage-fixtures.js';
 
 /**
  * The rollups (docs/usage-analytics.md, Rollups) against the records they count: after any sequence
@@ -33,26 +33,6 @@ const op: fc.Arbitrary<Op> = fc.oneof(
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('refund' as const), pick: fc.nat(), whole: fc.boolean() }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('ai' as const), dep: fc.constantFrom(0 as const, 1 as const), tokens: fc.integer({ min: 1, max: 5000 }), later: fc.integer({ min: 0, max: 120 }) }) },
 );
-
-const HOURS_FROM_RECORDS = `
-  SELECT deployment_id, date_bin('1 hour'::interval, "timestamp", TIMESTAMPTZ '1970-01-01 00:00:00+00') AS hour, tool_name, metric AS action,
-         CASE WHEN metric = 'ai_tokens' THEN tool_name ELSE '' END AS model,
-         count(*)::int AS calls, (count(*) FILTER (WHERE success))::int AS successful,
-         COALESCE(sum(quantity) FILTER (WHERE success), 0)::int AS credits, COALESCE(sum(refunded) FILTER (WHERE success), 0)::int AS refunded,
-         COALESCE(sum((metadata->>'input_tokens')::bigint) FILTER (WHERE metric = 'ai_tokens'), 0)::int AS input_tokens,
-         COALESCE(sum((metadata->>'output_tokens')::bigint) FILTER (WHERE metric = 'ai_tokens'), 0)::int AS output_tokens
-  FROM usage_records WHERE organization_id = $1 GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5`;
-const HOURS_FROM_ROLLUP = `
-  SELECT deployment_id, hour, tool_name, action, model, calls::int, successful::int, credits::int, refunded::int, input_tokens::int, output_tokens::int
-  FROM usage_rollup_hours WHERE organization_id = $1 AND calls > 0 ORDER BY 1, 2, 3, 4, 5`;
-const DAYS_FROM_RECORDS = `
-  SELECT deployment_id, date_bin('1 day'::interval, "timestamp", TIMESTAMPTZ '1970-01-01 00:00:00+00') AS day, COALESCE(mcp_user_id, '') AS end_user,
-         count(*)::int AS calls, (count(*) FILTER (WHERE success))::int AS successful,
-         COALESCE(sum(quantity) FILTER (WHERE success), 0)::int AS credits, COALESCE(sum(refunded) FILTER (WHERE success), 0)::int AS refunded
-  FROM usage_records WHERE organization_id = $1 GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`;
-const DAYS_FROM_ROLLUP = `
-  SELECT deployment_id, day, end_user, calls::int, successful::int, credits::int, refunded::int
-  FROM usage_rollup_days WHERE organization_id = $1 AND calls > 0 ORDER BY 1, 2, 3`;
 
 interface Sum {
   key: string | null;

@@ -3,7 +3,7 @@ import { MAIL_QUEUE } from '../lib/mailer.js';
 import { AUTO_TOP_UP_QUEUE } from '../modules/billing/auto-top-up.js';
 import { METER_QUEUE } from '../modules/billing/meter-events.js';
 import { pruneStripeEvents, STRIPE_EVENTS_QUEUE } from '../modules/billing/stripe-events.js';
-import { askDueAutoTopUps, deleteExpiredUsage, ensureUsagePartitions, expireAiHolds, expireReservations, pruneAiHolds, pruneEachBudgetWindows, pruneInvocations } from '../modules/credits/index.js';
+import { askDueAutoTopUps, backfillRollupsStep, deleteExpiredUsage, ensureUsagePartitions, expireAiHolds, expireReservations, pruneAiHolds, pruneEachBudgetWindows, pruneInvocations } from '../modules/credits/index.js';
 import { EVENTS_QUEUE } from '../modules/events/outbox.js';
 import { lapseDomainClaims } from '../modules/templates/custom-domains.js';
 import { PROVISION_QUEUE } from '../modules/templates/provision.js';
@@ -67,6 +67,14 @@ export const WORKERS: WorkerDefinition[] = [
     batchSize: 1000,
     intervalMs: 10 * 60_000,
     run: (deps) => pruneEachBudgetWindows(deps.db, deps.clock.now(), 1000),
+  },
+  {
+    // Records older than the rollups, counted a few pages at a time until none is left (docs/usage-analytics.md, Rollups).
+    name: 'usage-rollup-backfill',
+    table: 'usage_records',
+    batchSize: 1,
+    intervalMs: 60_000,
+    run: (deps) => backfillRollupsStep(deps.db, deps.clock.now()),
   },
   {
     // This month's and the next month's partition of usage_records (docs/usage-analytics.md, Partitions).

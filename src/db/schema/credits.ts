@@ -150,6 +150,12 @@ export const usageRecords = pgTable(
     budgetWindows: uuid('budget_windows').array(),
     reported: boolean('reported').notNull().default(false),
     processorRef: text('processor_ref'),
+    /**
+     * The record is counted in the rollups (docs/usage-analytics.md, "Rollups"). New records are (the
+     * insert trigger counts them); records older than the rollups were not, until the
+     * `usage-rollup-backfill` worker sets the flag, which makes the update trigger count them whole.
+     */
+    rolledUp: boolean('rolled_up').notNull().default(true),
     timestamp: timestamp('timestamp', { withTimezone: true }).notNull().defaultNow(),
   },
   (t) => [
@@ -179,6 +185,19 @@ export const aiUsageRequests = pgTable(
   },
   (t) => [primaryKey({ columns: [t.deploymentId, t.requestId] })],
 );
+
+/**
+ * The rollups' backfill of the records older than them (docs/usage-analytics.md, "Rollups"): one row.
+ * `relation` and `next_page` are where the `usage-rollup-backfill` worker goes on; `done_at` is set
+ * once no record is left uncounted. While it is NULL the summary reports the lag.
+ */
+export const usageRollupBackfill = pgTable('usage_rollup_backfill', {
+  id: integer('id').primaryKey(),
+  startedAt: timestamp('started_at', { withTimezone: true }).notNull(),
+  relation: text('relation'),
+  nextPage: bigint('next_page', { mode: 'number' }).notNull().default(0),
+  doneAt: timestamp('done_at', { withTimezone: true }),
+});
 
 /** The counts both rollups keep (fresh column builders per table). */
 const rollupCounts = () => ({

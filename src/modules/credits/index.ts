@@ -63,6 +63,7 @@ export {
 } from './auto-top-ups.js';
 export { refundUsage } from './refunds.js';
 export { deleteExpiredUsage } from './retention.js';
+export { backfillRollupsStep, rollupBackfillLag } from './rollup-backfill.js';
 export { ensureUsagePartitions, monthPartition, monthStart, usagePartitions } from './partitions.js';
 export {
   type BalanceRow,

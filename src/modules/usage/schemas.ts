@@ -126,7 +126,7 @@ export const UsageSummarySchema = Type.Object(
     ),
     split_other: Type.Optional(Type.Boolean({ description: 'With split_by: whether more keys had usage, summed in each bucket\'s "other" part' })),
     as_of: Type.String({ format: 'date-time', description: 'The instant the answer describes' }),
-    lag_seconds: Type.Integer({ description: 'How far the rollups read were behind as_of: 0, as they are written with the records', examples: [0] }),
+    lag_seconds: Type.Integer({ description: 'How far the rollups read were behind as_of: 0 once every record is counted (they are written with the records); while the backfill of records older than the rollups runs, the seconds since it began', examples: [0] }),
   },
   { title: 'UsageSummary' },
 );

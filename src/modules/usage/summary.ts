@@ -2,6 +2,7 @@ import type { Ctx } from '../../context.js';
 import { DAY, HOUR } from '../../clock.js';
 import type { Queryable } from '../../db/client.js';
 import { NotFoundError, ValidationError } from '../../errors.js';
+import { rollupBackfillLag } from '../credits/index.js';
 import { authorize } from '../organizations/rbac.js';
 import { BUCKET_MS, bucketStarts, type GroupBy, MAX_SPLIT_KEYS, type SplitBy, summaryRange } from './range.js';
 
@@ -206,7 +207,9 @@ export async function summarizeUsage(
   const asOf = ctx.clock.now();
   const zoned = tz !== 'UTC';
   const head = { organization_id: input.organizationId, deployment_id: input.deploymentId ?? null, group_by: input.groupBy, from: from.toISOString(), to: to.toISOString(), tz };
-  const tail = { as_of: asOf.toISOString(), lag_seconds: 0 };
+  // The rollups are exact for every record since they exist; records older than them are counted by a
+  // backfill, and until it is done the answer says how long it has been going (docs/usage-analytics.md).
+  const tail = { as_of: asOf.toISOString(), lag_seconds: await rollupBackfillLag(ctx.db, asOf) };
   const params = [input.organizationId, from, to, input.deploymentId ?? null, input.splitBy ? MAX_SPLIT_KEYS : MAX_GROUPS, tz];
   const where = `r.organization_id = $1 AND ${TIME[source]} >= $2 AND ${TIME[source]} < $3 AND ($4::uuid IS NULL OR r.deployment_id = $4::uuid) AND $6::text IS NOT NULL`;
   const isTime = input.groupBy === 'day' || input.groupBy === 'hour';

@@ -2986,7 +2986,7 @@ export interface components {
             /** @description Time buckets oldest first; otherwise by credits, then calls */
             groups: components["schemas"]["UsageGroup"][];
             /**
-             * @description How far the rollups read were behind as_of: 0, as they are written with the records
+             * @description How far the rollups read were behind as_of: 0 once every record is counted (they are written with the records); while the backfill of records older than the rollups runs, the seconds since it began
              * @example 0
              */
             lag_seconds: number;
