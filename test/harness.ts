@@ -1,3 +1,6 @@
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
 import { inject } from 'vitest';
 import { buildApp } from '../src/app.js';
@@ -5,7 +8,7 @@ import { ManualClock } from '../src/clock.js';
 import { type Config, testConfig } from '../src/config.js';
 import { type Ctx, type Deps, systemCtx } from '../src/context.js';
 import { type Database, openDatabase } from '../src/db/client.js';
-import { runMigrations } from '../src/db/migrate.js';
+import { applyMigrations, MIGRATIONS_FOLDER, runMigrations } from '../src/db/migrate.js';
 import type { Scope } from '../src/modules/api-keys/service.js';
 import { createApiKey } from '../src/modules/api-keys/service.js';
 import { startEmailVerification } from '../src/modules/auth/email-verification.js';
@@ -73,6 +76,27 @@ export async function isolatedDatabase(migrate: (db: Database) => Promise<void> 
     await close();
     await adminDb.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     await adminDb.close();
+  };
+  return db;
+}
+
+/**
+ * A database of its own migrated only up to (not including) the migration whose tag starts with
+ * `before` ('0025'), as an installation of an earlier version is: for the tests of an upgrade.
+ * close() also removes the copy of the migrations it was made from.
+ */
+export async function databaseBefore(before: string): Promise<Database> {
+  const folder = mkdtempSync(join(tmpdir(), 'cg-migrations-'));
+  cpSync(MIGRATIONS_FOLDER, folder, { recursive: true });
+  const journalPath = join(folder, 'meta', '_journal.json');
+  const journal = JSON.parse(readFileSync(journalPath, 'utf8')) as { entries: Array<{ tag: string }> };
+  journal.entries = journal.entries.filter((e) => e.tag < before);
+  writeFileSync(journalPath, JSON.stringify(journal));
+  const db = await isolatedDatabase((d) => applyMigrations(d, folder));
+  const close = db.close.bind(db);
+  db.close = async () => {
+    await close();
+    rmSync(folder, { recursive: true, force: true });
   };
   return db;
 }

@@ -1,17 +1,14 @@
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
-import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DAY, HOUR, systemClock } from '../src/clock.js';
 import type { Ctx } from '../src/context.js';
 import type { Database } from '../src/db/client.js';
-import { applyMigrations, MIGRATIONS_FOLDER, runMigrations } from '../src/db/migrate.js';
+import { runMigrations } from '../src/db/migrate.js';
 import { settleAiTokens } from '../src/modules/credits/ai-usage.js';
 import { deleteExpiredUsage, ensureUsagePartitions, monthPartition, monthStart, usagePartitions } from '../src/modules/credits/index.js';
 import { findLedgerMismatches } from '../src/modules/credits/ledger.js';
 import { findOwedMismatches } from '../src/modules/credits/owed.js';
-import { adminHeaders, createHarness, createTenant, type Harness, isolatedDatabase, json, type Tenant } from './harness.js';
+import { adminHeaders, createHarness, createTenant, databaseBefore, type Harness, isolatedDatabase, json, type Tenant } from './harness.js';
 import { usageFixtures } from './usage-fixtures.js';
 
 /**
@@ -49,22 +46,14 @@ const aiCtx = (h: Harness, t: Tenant): Ctx => ({ ...h.ctx, actor: { type: 'deplo
 describe('an existing usage_records is partitioned in place', () => {
   let h: Harness;
   let db: Database;
-  let folder: string;
   beforeAll(async () => {
     // The migrations as they were before the partitions (and before AI request ids had their own table).
-    folder = mkdtempSync(join(os.tmpdir(), 'cg-migrations-'));
-    cpSync(MIGRATIONS_FOLDER, folder, { recursive: true });
-    const journalPath = join(folder, 'meta', '_journal.json');
-    const journal = JSON.parse(readFileSync(journalPath, 'utf8')) as { entries: Array<{ tag: string }> };
-    journal.entries = journal.entries.filter((e) => e.tag < '0028');
-    writeFileSync(journalPath, JSON.stringify(journal));
-    db = await isolatedDatabase((d) => applyMigrations(d, folder));
+    db = await databaseBefore('0028');
     h = await createHarness({}, '2026-01-15T12:00:00.000Z', db);
   });
   afterAll(async () => {
     await h?.close();
     await db?.close();
-    rmSync(folder, { recursive: true, force: true });
   });
 
   it('keeps every record, rollup and summary, and the AI request ids recorded before', async () => {

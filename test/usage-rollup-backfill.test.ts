@@ -1,12 +1,9 @@
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/client.js';
-import { applyMigrations, MIGRATIONS_FOLDER, runMigrations } from '../src/db/migrate.js';
+import { runMigrations } from '../src/db/migrate.js';
 import { backfillRollupsStep, deleteExpiredUsage } from '../src/modules/credits/index.js';
 import { findLedgerMismatches } from '../src/modules/credits/ledger.js';
-import { adminHeaders, createHarness, createTenant, type Harness, isolatedDatabase } from './harness.js';
+import { adminHeaders, createHarness, createTenant, databaseBefore, type Harness } from './harness.js';
 import { DAYS_FROM_RECORDS, DAYS_FROM_ROLLUP, HOURS_FROM_RECORDS, HOURS_FROM_ROLLUP, usageFixtures } from './usage-fixtures.js';
 
 /**
@@ -18,21 +15,13 @@ import { DAYS_FROM_RECORDS, DAYS_FROM_ROLLUP, HOURS_FROM_RECORDS, HOURS_FROM_ROL
  */
 let h: Harness;
 let db: Database;
-let folder: string;
 beforeAll(async () => {
-  folder = mkdtempSync(join(os.tmpdir(), 'cg-migrations-'));
-  cpSync(MIGRATIONS_FOLDER, folder, { recursive: true });
-  const journalPath = join(folder, 'meta', '_journal.json');
-  const journal = JSON.parse(readFileSync(journalPath, 'utf8')) as { entries: Array<{ tag: string }> };
-  journal.entries = journal.entries.filter((e) => e.tag < '0025');
-  writeFileSync(journalPath, JSON.stringify(journal));
-  db = await isolatedDatabase((d) => applyMigrations(d, folder));
+  db = await databaseBefore('0025');
   h = await createHarness({}, '2026-01-15T12:00:00.000Z', db);
 });
 afterAll(async () => {
   await h?.close();
   await db?.close();
-  rmSync(folder, { recursive: true, force: true });
 });
 const f = usageFixtures(() => h);
 
