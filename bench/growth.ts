@@ -3,14 +3,15 @@
  * organization with N usage records over 365 days, then the console's two summaries (365 days by tool;
  * 30 days by day split by tool) timed through the API, record-usage throughput before and after the
  * seeding, and the rollups' backfill (the usage-rollup-backfill worker's steps) timed over the seeded
- * records, with its longest step (the longest any record's row lock is held by it).
+ * records, seeded uncounted, with its longest step (the longest any record's row lock is held by it).
  *
  *   npx tsx bench/growth.ts [records=10000000] [postgres|pglite] [summaries=30]
  *
  * The records are inserted in chunks of INSERT … SELECT generate_series (12 tools, 200 end users, one in
- * fifty refused, spread evenly over the year): the rollup triggers count each chunk as they count the
- * engine's batches, so the rollups are built as in production; the balance and the ledger are not (the
- * seeding is not money). PostgreSQL: a fresh database on 127.0.0.1:5432 (BENCH_POSTGRES_URL), dropped
+ * fifty refused, spread evenly over the year), uncounted, as migration 0025 leaves the records it finds:
+ * the backfill then counts them, and the rollup triggers count the engine's batches after. With
+ * GROWTH_BACKFILL=0 they are seeded counted (the triggers count each chunk). The balance and the ledger
+ * are not built (the seeding is not money). PostgreSQL: a fresh database on 127.0.0.1:5432 (BENCH_POSTGRES_URL), dropped
  * after. PGlite: a fresh DATA_DIR in the system's temp directory, removed after.
  *
  * Partitions (docs/usage-analytics.md, "Partitions"): by default the installation is partitioned from
@@ -87,18 +88,19 @@ async function main(): Promise<void> {
     await throughput(); // warm-up
     const emptyRate = await throughput();
 
+    const timeBackfill = process.env.GROWTH_BACKFILL !== '0';
     const seedStart = performance.now();
     const from = now.getTime() - 365 * DAY;
     const step = (365 * DAY) / RECORDS;
     for (let start = 0; start < RECORDS; start += CHUNK) {
       const count = Math.min(CHUNK, RECORDS - start);
       await db.query(
-        `INSERT INTO usage_records (organization_id, deployment_id, metric, quantity, tool_name, mcp_user_id, success, error, "timestamp")
+        `INSERT INTO usage_records (organization_id, deployment_id, metric, quantity, tool_name, mcp_user_id, success, error, "timestamp", rolled_up)
          SELECT $1, $2, 'platform_basic', CASE WHEN i % 50 = 0 THEN 0 ELSE 1 + i % 3 END, 'tool_' || lpad((i % 12)::text, 2, '0'),
                 'user-' || (i % 200), i % 50 <> 0, CASE WHEN i % 50 = 0 THEN 'insufficient_credits' END,
-                to_timestamp(($3::float8 + i * $4::float8) / 1000)
+                to_timestamp(($3::float8 + i * $4::float8) / 1000), $7::boolean
          FROM generate_series($5::bigint, $5::bigint + $6::bigint - 1) AS i`,
-        [org.id, org.deployment.id, from, step, start, count],
+        [org.id, org.deployment.id, from, step, start, count, !timeBackfill],
       );
       if ((start / CHUNK) % 8 === 7) console.error(`  seeded ${(start + count).toLocaleString('en')} (${(ms(seedStart) / 1000).toFixed(0)} s)`);
     }
@@ -109,6 +111,30 @@ async function main(): Promise<void> {
       const done = await ensureUsagePartitions(db, now);
       conversion = { seconds: Number((ms(t0) / 1000).toFixed(1)), locked_ms: Number(done.converted!.lockedMs.toFixed(1)) };
     }
+    // The rollups' backfill (the usage-rollup-backfill worker's steps) over the seeded records, timed.
+    // The records were seeded uncounted (`rolled_up` false, which the triggers skip), each written once,
+    // as migration 0025 leaves the records it finds (a column default, no rewrite); the backfill then
+    // counts them all before the summaries are read. GROWTH_BACKFILL=0 seeds them counted and leaves
+    // it out (some 80 µs a record: a quarter of an hour at 10 million).
+    if (timeBackfill) await db.query('UPDATE usage_rollup_backfill SET done_at = NULL, relation = NULL, next_page = 0, started_at = now() WHERE id = 1');
+    const backfillStart = performance.now();
+    let longestStepMs = 0;
+    let backfillSteps = 0;
+    for (let more = timeBackfill ? 1 : 0; more > 0; backfillSteps++) {
+      const t0 = performance.now();
+      more = await backfillRollupsStep(db, now);
+      longestStepMs = Math.max(longestStepMs, ms(t0));
+      if (backfillSteps % 100 === 99) console.error(`  backfill: ${backfillSteps + 1} steps (${(ms(backfillStart) / 1000).toFixed(0)} s)`);
+    }
+    const backfillSeconds = ms(backfillStart) / 1000;
+
+    // The rollups count every record: the backfill's result checked against the records themselves.
+    const counted = (await db.query<{ rolled: string; records: string }>(
+      `SELECT (SELECT coalesce(sum(calls), 0) FROM usage_rollup_hours WHERE organization_id = $1)::text AS rolled,
+              (SELECT count(*) FROM usage_records WHERE organization_id = $1)::text AS records`,
+      [org.id],
+    ))[0]!;
+    if (counted.rolled !== counted.records) throw new Error(`rollups count ${counted.rolled} calls, the records are ${counted.records}`);
     const partitions = (await usagePartitions(db)).length;
     if (KIND === 'postgres') await db.query('ANALYZE usage_records; ANALYZE usage_rollup_hours; ANALYZE usage_rollup_days');
     const rollupRows = (await db.query<{ h: number; d: number }>(
@@ -134,26 +160,6 @@ async function main(): Promise<void> {
     }
     await throughput(); // warm-up
     const fullRate = await throughput();
-
-    // The rollups' backfill (the usage-rollup-backfill worker's steps) over the seeded records, timed:
-    // every record marked uncounted on its partition (no trigger fires there), the rollups emptied.
-    // GROWTH_BACKFILL=0 leaves it out (some 80 µs a record: a quarter of an hour at 10 million).
-    const timeBackfill = process.env.GROWTH_BACKFILL !== '0';
-    if (timeBackfill) {
-      await db.query('DELETE FROM usage_rollup_hours');
-      await db.query('DELETE FROM usage_rollup_days');
-      for (const p of await usagePartitions(db)) await db.query(`UPDATE ${p.name} SET rolled_up = false`);
-      await db.query('UPDATE usage_rollup_backfill SET done_at = NULL, relation = NULL, next_page = 0, started_at = now() WHERE id = 1');
-    }
-    const backfillStart = performance.now();
-    let longestStepMs = 0;
-    let backfillSteps = 0;
-    for (let more = timeBackfill ? 1 : 0; more > 0; backfillSteps++) {
-      const t0 = performance.now();
-      more = await backfillRollupsStep(db, now);
-      longestStepMs = Math.max(longestStepMs, ms(t0));
-    }
-    const backfillSeconds = ms(backfillStart) / 1000;
 
     // The retention's pass that drops the oldest whole month (partitioned layout): one DROP, no row by row.
     let dropOldestMonth: { ms: number; partitions: number } | undefined;
