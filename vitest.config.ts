@@ -15,6 +15,7 @@ const SPAWNING = [
   'test/cli-demo.unit.test.ts',
   'test/cli-commands.unit.test.ts',
   'test/embedded-crash.unit.test.ts',
+  'test/serve-lifecycle.unit.test.ts',
   'test/openapi-generator.unit.test.ts',
   'test/openapi-lint.unit.test.ts',
   'src/db/data-dir-permissions.unit.test.ts',

@@ -111,7 +111,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   const bus =
     options.bus ??
     (config.redisUrl
-      ? new RedisBus(config.redisUrl, (err) => app.log.warn({ err: err.message }, 'redis bus error'))
+      ? new RedisBus(config.redisUrl, `${config.redisPrefix}bus:`, (err) => app.log.warn({ err: err.message }, 'redis bus error'))
       : new LocalBus());
   const metrics = new Metrics();
   const limiter = createLimiter(config, clock, app, metrics);

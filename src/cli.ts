@@ -30,7 +30,8 @@ Operator commands send ADMIN_API_KEY (from the environment, else DATA_DIR/secret
 CREDITGATE_URL, or http://HOST:PORT.
 
 Exit codes: 0 ok; 1 the service answered an error or could not be reached; 2 a usage error (bad
-command, argument or option) or invalid configuration; 3 the data directory is used by another process.
+command, argument or option) or invalid configuration; 3 the data directory is used by another process;
+4 serve could not listen on its port.
 Every command: creditgate help COMMAND. Reference: docs/cli.md`;
 
 /** Commander's error lines, as one line naming the command and where its usage is. */

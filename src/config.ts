@@ -96,6 +96,8 @@ export interface Config {
   logFormat: 'json' | 'pretty';
   /** Size of the pg pool (PostgreSQL only). */
   databasePoolSize: number;
+  /** DATABASE_PREPARED_STATEMENTS: named prepared statements on PostgreSQL; false behind a pooler that cannot keep them (docs/operations.md, "PgBouncer"). */
+  databasePreparedStatements: boolean;
   /** shared_buffers of the embedded PGlite, in MB (docs/operations-memory.md); PostgreSQL ignores it. */
   pgliteSharedBuffersMb: number;
   /** Group commit of deductions (docs/adr/0004-group-commit.md): wait for company, batch size, batches in flight. */
@@ -490,6 +492,7 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     logLevel: str(env, 'LOG_LEVEL') ?? (nodeEnv === 'test' ? 'silent' : 'info'),
     logFormat: logFormat(env, 'LOG_FORMAT', nodeEnv),
     databasePoolSize: int(env, 'DATABASE_POOL_SIZE', 20, 1, 1000),
+    databasePreparedStatements: bool(env, 'DATABASE_PREPARED_STATEMENTS', true),
     pgliteSharedBuffersMb: int(env, 'PGLITE_SHARED_BUFFERS_MB', DEFAULT_PGLITE_SHARED_BUFFERS_MB, 1, 4096),
     deductBatchWindowMs: int(env, 'DEDUCT_BATCH_WINDOW_MS', 0, 0, 100),
     deductBatchMax: int(env, 'DEDUCT_BATCH_MAX', 256, 1, 10_000),
@@ -576,6 +579,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     logLevel: 'silent',
     logFormat: 'json',
     databasePoolSize: 10,
+    databasePreparedStatements: true,
     pgliteSharedBuffersMb: DEFAULT_PGLITE_SHARED_BUFFERS_MB,
     deductBatchWindowMs: 0,
     deductBatchMax: 256,

@@ -1,6 +1,7 @@
 import { pathToFileURL } from 'node:url';
 import { testConfig } from '../src/config.js';
 import { openDatabase } from '../src/db/client.js';
+import { testPgOptions } from './pg-options.js';
 import { requestHash } from '../src/lib/canonical-json.js';
 import { DeductionBatcher } from '../src/modules/credits/engine/queue.js';
 
@@ -20,7 +21,7 @@ async function main(): Promise<void> {
   }
   // Never outlive a test that forgot to kill us.
   setTimeout(() => process.exit(3), 120_000);
-  const db = await openDatabase({ databaseUrl, dataDir: '', poolSize: 8 });
+  const db = await openDatabase({ databaseUrl, dataDir: '', poolSize: 8, ...testPgOptions });
   const batcher = new DeductionBatcher({ db, config: testConfig({ databaseUrl }) }, { windowMs: 0, maxBatch: 256, maxInFlight: 4 });
   const now = new Date(nowIso);
   const target = { deploymentId, organizationId, toolName: tool };

@@ -1,17 +1,19 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import pg from 'pg';
 import { buildApp } from '../src/app.js';
 import { ManualClock } from '../src/clock.js';
 import { testConfig } from '../src/config.js';
 import { openDatabase } from '../src/db/client.js';
+import { testPgOptions } from './pg-options.js';
 import { findLedgerMismatches } from '../src/modules/credits/ledger.js';
 import { createHarness, createTenant, dbKind, type Harness, json } from './harness.js';
 
 describe('database unreachable', () => {
   it('answers 503 SERVICE_UNAVAILABLE with Retry-After on every metered path, /readyz 503, /healthz 200', async () => {
     // Nothing listens on port 1: every connection attempt is refused.
-    const db = await openDatabase({ databaseUrl: 'postgres://postgres@127.0.0.1:1/none', dataDir: '' });
+    const db = await openDatabase({ databaseUrl: 'postgres://postgres@127.0.0.1:1/none', dataDir: '', ...testPgOptions });
     const config = testConfig();
     const app = await buildApp({ config, db, clock: new ManualClock() });
     try {
@@ -92,7 +94,7 @@ describe.runIf(dbKind === 'postgres')('connections killed mid-flight (PostgreSQL
     const t = await createTenant(h, { tier: 'growth' });
     const url = new URL(inject('postgresUrl'));
     url.searchParams.set('application_name', 'creditgate-fault-test');
-    const db = await openDatabase({ databaseUrl: url.toString(), dataDir: '', poolSize: 8 });
+    const db = await openDatabase({ databaseUrl: url.toString(), dataDir: '', poolSize: 8, ...testPgOptions });
     const config = testConfig();
     const app = await buildApp({ config, db, clock: h.clock });
     const killer = new pg.Client({ connectionString: inject('postgresUrl') });
@@ -141,6 +143,86 @@ describe.runIf(dbKind === 'postgres')('connections killed mid-flight (PostgreSQL
       await killer.end();
       await app.close();
       await db.close();
+    }
+  });
+});
+
+/**
+ * The database unreachable while deductions wait in a batch (a failover, a server down;
+ * docs/operations.md, "PostgreSQL failover with Patroni"): the batch fails, one request of it is tried
+ * alone (the batch may have met one dead pooled connection), and when that fails too, the others are
+ * answered 503 at once, not each after a connection attempt of its own while the batch holds its place.
+ * The database is reached through a TCP relay that counts the connections it is asked for.
+ */
+describe.runIf(dbKind === 'postgres')('a failed batch with the database unreachable (PostgreSQL)', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await createHarness();
+  });
+  afterAll(async () => {
+    await h.close();
+  });
+
+  it('refuses the requests not tried yet at once: one connection attempt per batch and one for its first request', async () => {
+    const t = await createTenant(h, { tier: 'growth' });
+    const upstream = new URL(inject('postgresUrl'));
+    let reachable = true;
+    let attemptsWhileDown = 0;
+    const sockets = new Set<Socket>();
+    const relay = createServer((client) => {
+      sockets.add(client);
+      client.on('close', () => sockets.delete(client));
+      if (!reachable) {
+        attemptsWhileDown++;
+        client.destroy();
+        return;
+      }
+      const server = connect(Number(upstream.port || 5432), upstream.hostname);
+      sockets.add(server);
+      server.on('close', () => sockets.delete(server));
+      client.pipe(server).pipe(client);
+      client.on('error', () => server.destroy());
+      server.on('error', () => client.destroy());
+    });
+    await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
+    const url = new URL(upstream);
+    url.port = String((relay.address() as AddressInfo).port);
+    const db = await openDatabase({ databaseUrl: url.toString(), dataDir: '', poolSize: 8, ...testPgOptions });
+    const config = testConfig({ deductBatchInFlight: 1 });
+    const app = await buildApp({ config, db, clock: h.clock });
+    const send = (i: number) =>
+      app.inject({
+        method: 'POST',
+        url: '/api/v1/mcp/usage',
+        headers: { 'x-mcp-service-key': config.mcpServiceKey },
+        payload: { deployment_id: t.deploymentId, tool_name: 'x', invocation_id: `down-${i}` },
+      });
+    try {
+      // Warm the caches (key, deployment, terms): the requests then need the database only in the batch.
+      expect((await send(-1)).statusCode).toBe(200);
+      reachable = false;
+      for (const s of sockets) s.destroy();
+      const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => send(i)));
+      expect(answers.map((r) => r.statusCode)).toEqual(answers.map(() => 503));
+      for (const r of answers) expect(r.headers['retry-after']).toBe('1');
+      // A lone first batch and the batch of the rest: each fails and tries one request alone. Two
+      // attempts each at most, whatever the batch's size (one per request before: 22 here).
+      expect(attemptsWhileDown).toBeLessThanOrEqual(4);
+      reachable = true;
+      // Nothing of theirs was written: retried with the same ids, each is charged once.
+      const again = await Promise.all(Array.from({ length: 20 }, (_, i) => send(i)));
+      expect(again.map((r) => r.statusCode)).toEqual(again.map(() => 200));
+      const [charged] = await h.deps.db.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM usage_records WHERE deployment_id = $1 AND success AND invocation_id LIKE 'down-%'",
+        [t.deploymentId],
+      );
+      expect(charged!.n).toBe(21);
+      expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+    } finally {
+      await app.close();
+      await db.close();
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => relay.close(() => resolve()));
     }
   });
 });

@@ -1,6 +1,7 @@
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
 import { openDatabase } from '../src/db/client.js';
+import { testPgOptions } from './pg-options.js';
 import { runMigrations } from '../src/db/migrate.js';
 
 declare module 'vitest' {
@@ -19,7 +20,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   await admin.end();
   const url = new URL(adminUrl);
   url.pathname = `/${name}`;
-  const db = await openDatabase({ databaseUrl: url.toString(), dataDir: '' });
+  const db = await openDatabase({ databaseUrl: url.toString(), dataDir: '', ...testPgOptions });
   await runMigrations(db);
   await db.close();
   project.provide('postgresUrl', url.toString());

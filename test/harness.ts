@@ -8,6 +8,7 @@ import { ManualClock } from '../src/clock.js';
 import { type Config, testConfig } from '../src/config.js';
 import { type Ctx, type Deps, systemCtx } from '../src/context.js';
 import { type Database, openDatabase } from '../src/db/client.js';
+import { testPgOptions } from './pg-options.js';
 import { applyMigrations, MIGRATIONS_FOLDER, runMigrations } from '../src/db/migrate.js';
 import type { Scope } from '../src/modules/api-keys/service.js';
 import { createApiKey } from '../src/modules/api-keys/service.js';
@@ -31,7 +32,7 @@ let shared: Promise<Database> | undefined;
 export function testDatabase(): Promise<Database> {
   shared ??= (async () => {
     if (dbKind === 'postgres') {
-      return openDatabase({ databaseUrl: inject('postgresUrl'), dataDir: '', poolSize: 30 });
+      return openDatabase({ databaseUrl: inject('postgresUrl'), dataDir: '', poolSize: 30, ...testPgOptions });
     }
     const db = await openDatabase({ databaseUrl: 'memory://', dataDir: '' });
     await runMigrations(db);
@@ -66,10 +67,10 @@ export async function isolatedDatabase(migrate: (db: Database) => Promise<void> 
   const name = `${url.pathname.slice(1)}_own_${process.pid}_${(counter++).toString(36)}`;
   const admin = new URL(url);
   admin.pathname = '/postgres';
-  const adminDb = await openDatabase({ databaseUrl: admin.toString(), dataDir: '', poolSize: 1 });
+  const adminDb = await openDatabase({ databaseUrl: admin.toString(), dataDir: '', poolSize: 1, ...testPgOptions });
   await adminDb.query(`CREATE DATABASE ${name}`);
   url.pathname = `/${name}`;
-  const db = await openDatabase({ databaseUrl: url.toString(), dataDir: '', poolSize: 10 });
+  const db = await openDatabase({ databaseUrl: url.toString(), dataDir: '', poolSize: 10, ...testPgOptions });
   await migrate(db);
   const close = db.close.bind(db);
   db.close = async () => {

@@ -3,6 +3,7 @@ import { ManualClock } from '../src/clock.js';
 import { testConfig } from '../src/config.js';
 import type { Deps } from '../src/context.js';
 import { openDatabase } from '../src/db/client.js';
+import { testPgOptions } from './pg-options.js';
 import { Metrics } from '../src/lib/metrics.js';
 import { reportMeterEvents } from '../src/modules/billing/meter-events.js';
 
@@ -22,7 +23,7 @@ async function main(): Promise<void> {
   }
   // Never outlive a test that forgot to kill us.
   setTimeout(() => process.exit(3), 120_000);
-  const db = await openDatabase({ databaseUrl, dataDir: '', poolSize: 4 });
+  const db = await openDatabase({ databaseUrl, dataDir: '', poolSize: 4, ...testPgOptions });
   const silent = { error() {}, warn() {}, info() {}, debug() {} };
   // What a worker pass reads: configuration, database, clock, metrics (Stripe calls are counted) and a logger.
   const deps = {

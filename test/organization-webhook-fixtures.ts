@@ -52,9 +52,15 @@ async function holdSuiteLock(): Promise<() => Promise<void>> {
   if (dbKind !== 'postgres') return async () => {};
   const client = new pg.Client({ connectionString: inject('postgresUrl') });
   await client.connect();
-  await client.query(`SELECT pg_advisory_lock(hashtext('creditgate tests'), hashtext('organization webhooks'))`);
-  // Ending the session releases the lock.
-  return () => client.end();
+  // A transaction's lock, held by keeping the transaction open: it also holds through a pooler in
+  // transaction mode (scripts/test-pgbouncer.ts), where a session's lock would stay with the server
+  // connection after this client ends.
+  await client.query('BEGIN');
+  await client.query(`SELECT pg_advisory_xact_lock(hashtext('creditgate tests'), hashtext('organization webhooks'))`);
+  return async () => {
+    await client.query('COMMIT').catch(() => {});
+    await client.end();
+  };
 }
 
 /** Real time as the start: Standard Webhooks receivers check the timestamp against their own clock. */

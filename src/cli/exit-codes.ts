@@ -7,6 +7,8 @@ export const EXIT = {
   usage: 2,
   /** The embedded database's data directory is held by another process. */
   locked: 3,
+  /** `serve` could not listen on its port (in use, not permitted, no such address); what it opened is closed. */
+  listen: 4,
 } as const;
 
 /** A mistake in how the CLI was called or configured (exit 2), found before any request is sent. */

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import { dbKind, testDatabase, unique } from '../../test/harness.js';
 import { type Database, openDatabase } from './client.js';
+import { testPgOptions } from '../../test/pg-options.js';
 
 /**
  * Transactions whose statements travel together (docs/adr/0004-group-commit.md, "Round trips"): BEGIN
@@ -14,7 +15,7 @@ import { type Database, openDatabase } from './client.js';
 let db: Database;
 let table: string;
 beforeAll(async () => {
-  db = dbKind === 'postgres' ? await openDatabase({ databaseUrl: inject('postgresUrl'), dataDir: '', poolSize: 1 }) : await testDatabase();
+  db = dbKind === 'postgres' ? await openDatabase({ databaseUrl: inject('postgresUrl'), dataDir: '', poolSize: 1, ...testPgOptions }) : await testDatabase();
   table = unique('tx_test').replace(/-/g, '_');
   await db.query(`CREATE TABLE ${table} (id int PRIMARY KEY, note text)`);
   // Refuses a note of 'refused at commit' when the transaction commits, not when the row is written.
@@ -118,5 +119,36 @@ describe('a transaction without statements', () => {
     expect(await db.transaction(async () => 42)).toBe(42);
     await db.transaction((tx) => tx.query(`INSERT INTO ${table} (id) VALUES (7)`));
     expect(await ids()).toEqual([7]);
+  });
+});
+
+describe.runIf(dbKind === 'postgres')('named prepared statements (DATABASE_PREPARED_STATEMENTS)', () => {
+  // Inside one transaction: through a pooler in transaction mode (scripts/test-pgbouncer.ts) that is
+  // the one server connection these statements are sure to share.
+  const prepared = async (preparedStatements: boolean) => {
+    const own = await openDatabase({ databaseUrl: inject('postgresUrl'), dataDir: '', poolSize: 1, preparedStatements });
+    const name = `${unique('stmt').replace(/-/g, '_')}`;
+    try {
+      return await own.transaction(async (tx) => {
+        const [answer] = await tx.query<{ n: number }>('SELECT $1::int + 1 AS n', [41], name);
+        const [piped] = await tx.pipeline([{ text: 'SELECT $1::int + 2 AS n', params: [40], name: `${name}_p` }]);
+        const names = await tx.query<{ name: string }>('SELECT name FROM pg_prepared_statements WHERE name LIKE $1', [`${name}%`]);
+        return { answers: [answer!.n, (piped![0] as { n: number }).n], names: names.map((r) => r.name).sort() };
+      });
+    } finally {
+      await own.close();
+    }
+  };
+
+  it('by default each named statement is prepared once on its connection', async () => {
+    const seen = await prepared(true);
+    expect(seen.answers).toEqual([42, 42]);
+    expect(seen.names).toHaveLength(2);
+  });
+
+  it('turned off, no statement is prepared by name, and the answers are the same', async () => {
+    const seen = await prepared(false);
+    expect(seen.answers).toEqual([42, 42]);
+    expect(seen.names).toEqual([]);
   });
 });

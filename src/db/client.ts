@@ -117,10 +117,17 @@ async function settleInOrder<T>(promises: Promise<T>[]): Promise<T[]> {
 
 class PostgresDatabase implements Database {
   readonly kind = 'postgres' as const;
-  constructor(readonly driver: pg.Pool) {}
+  /** Statement names, or none when the pooler in front cannot keep them (OpenOptions.preparedStatements). */
+  private readonly named: (name: string | undefined) => string | undefined;
+  constructor(
+    readonly driver: pg.Pool,
+    preparedStatements = true,
+  ) {
+    this.named = preparedStatements ? (name) => name : () => undefined;
+  }
 
   async query<T = Row>(text: string, params: readonly unknown[] = [], name?: string): Promise<T[]> {
-    const result = await wrap(this.driver.query({ text, values: params as unknown[], name }));
+    const result = await wrap(this.driver.query({ text, values: params as unknown[], name: this.named(name) }));
     return result.rows as T[];
   }
 
@@ -144,7 +151,7 @@ class PostgresDatabase implements Database {
       stream?.cork?.();
       let sent: Promise<pg.QueryResult>[];
       try {
-        sent = all.map((s) => client.query({ text: s.text, values: s.params as unknown[] | undefined, name: s.name }));
+        sent = all.map((s) => client.query({ text: s.text, values: s.params as unknown[] | undefined, name: this.named(s.name) }));
       } finally {
         stream?.uncork?.();
       }
@@ -248,6 +255,12 @@ export interface OpenOptions {
   poolSize?: number;
   /** PGlite's shared_buffers in MB (PGLITE_SHARED_BUFFERS_MB, docs/operations-memory.md); PostgreSQL ignores it. */
   sharedBuffersMb?: number;
+  /**
+   * Named prepared statements on PostgreSQL (DATABASE_PREPARED_STATEMENTS; default true). False for a
+   * pooler in transaction mode that cannot keep them, such as PgBouncer before 1.21: every statement is
+   * then parsed each time (docs/operations.md, "PgBouncer").
+   */
+  preparedStatements?: boolean;
   /** Where a start-time notice goes (DATA_DIR permissions tightened); stderr when left out, as the other start messages. */
   warn?: (message: string) => void;
 }
@@ -294,7 +307,7 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
     // unheard, that would crash the process. The query in flight fails on its own and reports it.
     pool.on('error', () => {});
     pool.on('connect', (client) => client.on('error', () => {}));
-    return new PostgresDatabase(pool);
+    return new PostgresDatabase(pool, options.preparedStatements ?? true);
   }
   const embedded = embeddedOptions(options.sharedBuffersMb ?? DEFAULT_PGLITE_SHARED_BUFFERS_MB);
   if (databaseUrl === 'memory://') {

@@ -3,7 +3,9 @@ import { Redis } from 'ioredis';
 /**
  * Cache invalidation across instances. With REDIS_URL the message goes through Redis pub/sub to every
  * instance (this one included); without it, only to this process. Messages are hints to drop cached
- * answers, never state: a lost message only means a cache lives until its TTL.
+ * answers, never state: a lost message only means a cache lives until its TTL. The channels carry
+ * REDIS_PREFIX, as every Redis key does: installations that share one Redis never hear each other
+ * (README, REDIS_PREFIX).
  */
 export interface Bus {
   publish(channel: BusChannel, message?: string): void;
@@ -14,8 +16,6 @@ export interface Bus {
 }
 
 export type BusChannel = 'resolve-cache' | 'cost-cache' | 'terms-cache' | 'plan-cache' | 'principal-cache' | 'balance-cache';
-
-const PREFIX = 'creditgate:bus:';
 
 export class LocalBus implements Bus {
   private readonly handlers = new Map<string, Array<(message: string) => void>>();
@@ -38,14 +38,20 @@ export class RedisBus implements Bus {
   private readonly pub: Redis;
   private readonly sub: Redis;
 
-  constructor(url: string, onError: (err: Error) => void) {
+  constructor(
+    url: string,
+    /** Channel prefix (REDIS_PREFIX + 'bus:'): the instances of one installation share it, other installations do not. */
+    private readonly prefix: string,
+    onError: (err: Error) => void,
+  ) {
     const options = { lazyConnect: false, maxRetriesPerRequest: 1, enableOfflineQueue: false };
     this.pub = new Redis(url, options);
     this.sub = new Redis(url, { ...options, enableOfflineQueue: true });
     this.pub.on('error', onError);
     this.sub.on('error', onError);
     this.sub.on('message', (channel: string, message: string) => {
-      this.local.publish(channel.slice(PREFIX.length) as BusChannel, message);
+      if (!channel.startsWith(this.prefix)) return;
+      this.local.publish(channel.slice(this.prefix.length) as BusChannel, message);
     });
     // While not subscribed, messages are lost; so whenever the subscriber (re)connects, drop what
     // this instance cached meanwhile (ioredis resubscribes by itself on reconnect).
@@ -61,14 +67,14 @@ export class RedisBus implements Bus {
   publish(channel: BusChannel, message = ''): void {
     // Our own instance acts at once; the others hear it through Redis.
     this.local.publish(channel, message);
-    this.pub.publish(PREFIX + channel, message).catch(() => {});
+    this.pub.publish(this.prefix + channel, message).catch(() => {});
   }
 
   subscribe(channel: BusChannel, handler: (message: string) => void): void {
     this.local.subscribe(channel, handler);
     this.channels.add(channel);
     this.sub
-      .subscribe(PREFIX + channel)
+      .subscribe(this.prefix + channel)
       .then(() => this.local.publish(channel, 'resync'))
       .catch(() => {});
   }

@@ -276,9 +276,16 @@ export class DeductionBatcher {
     p.resolve(outcome);
   }
 
-  /** Each request of a failed batch as a batch of one, in a transaction of its own: a bad request fails alone. */
+  /**
+   * Each request of a failed batch as a batch of one, in a transaction of its own: a bad request fails
+   * alone. The database unreachable (a failover, a server down) ends it: the requests not tried yet are
+   * refused with the same error at once, nothing of theirs written (503 with Retry-After, to be retried
+   * with their invocation ids), instead of each waiting for a connection attempt of its own while the
+   * batch holds its place in flight (docs/operations.md, "PostgreSQL failover with Patroni"). One try
+   * is still made: the batch may have failed on one dead pooled connection, and the next is fresh.
+   */
   private async oneByOne(batch: Pending[]): Promise<void> {
-    for (const p of batch) {
+    for (const [i, p] of batch.entries()) {
       try {
         if (p.op) p.resolve(await this.db.transaction((tx) => applyAlone(tx, p.op!, this.reportToMeter)));
         // A hold or a release goes back untouched to its verb (credits/invocations.ts), which settles
@@ -287,6 +294,10 @@ export class DeductionBatcher {
         else this.answer(p, await this.db.transaction((tx) => applyOne(tx, p.item, this.reportToMeter)));
       } catch (err) {
         p.reject(err);
+        if (err instanceof ServiceUnavailableError || isConnectionError(err)) {
+          for (const rest of batch.slice(i + 1)) rest.reject(err);
+          return;
+        }
       }
     }
   }
