@@ -8,7 +8,10 @@ import { passwordHashing } from './passwords.js';
  * 150 ms, so it runs in a worker thread, never on the event loop, and each check passes the same
  * bounded gate as password hashing (passwords.ts): a flood of sign-ups waits there, or gets 429,
  * instead of queueing without end. One worker per process, started on the first check (not at boot)
- * and `unref`ed so it never holds the process open; checks run there one at a time.
+ * and `unref`ed so it never holds the process open; checks run there one at a time. It ends once no
+ * check has come for ESTIMATOR_IDLE_MS: its isolate and dictionaries hold some 70 MB, which a service
+ * that sees a sign-up now and then should not keep for good (docs/operations-memory.md); the next
+ * check starts a new one (about 150 ms).
  */
 export interface Strength {
   /** 0 (too guessable) to 4 (very unguessable). */
@@ -58,6 +61,34 @@ let worker: Worker | undefined;
 let nextId = 0;
 const pending = new Map<number, Pending>();
 
+/** How long the estimator's worker waits for a next check before it ends (docs/operations-memory.md). */
+export const ESTIMATOR_IDLE_MS = 10_000;
+let idleMs = ESTIMATOR_IDLE_MS;
+let idleTimer: NodeJS.Timeout | undefined;
+
+/** For tests: a shorter idle time, so the worker's end and restart can be observed. */
+export function setEstimatorIdleMs(ms: number): void {
+  idleMs = ms;
+}
+
+/** Whether the estimator's worker is running (it starts on a check and ends when idle). */
+export function estimatorRunning(): boolean {
+  return worker !== undefined;
+}
+
+/** The worker has nothing to do: end it after `idleMs` unless a check comes first. */
+function idleAfterLastCheck(): void {
+  clearTimeout(idleTimer);
+  if (pending.size > 0 || !worker) return;
+  const idle = worker;
+  idleTimer = setTimeout(() => {
+    if (worker !== idle || pending.size > 0) return;
+    worker = undefined;
+    void idle.terminate();
+  }, idleMs);
+  idleTimer.unref();
+}
+
 function estimator(): Worker {
   if (worker) return worker;
   const started = new Worker(WORKER_SOURCE, {
@@ -74,10 +105,12 @@ function estimator(): Worker {
     pending.delete(msg.id);
     if (msg.strength) job?.resolve(msg.strength);
     else job?.reject(new Error(`password estimator: ${msg.error}`));
+    idleAfterLastCheck();
   });
   // A dead worker fails the checks it held (500, logged); the next check starts a new one.
   const fail = (err: Error) => {
-    if (worker === started) worker = undefined;
+    if (worker !== started) return; // ended when idle, with nothing pending
+    worker = undefined;
     for (const job of pending.values()) job.reject(err);
     pending.clear();
   };
@@ -94,6 +127,7 @@ export function estimateStrength(password: string, userInputs: string[]): Promis
     () =>
       new Promise<Strength>((resolve, reject) => {
         const id = nextId++;
+        clearTimeout(idleTimer);
         pending.set(id, { resolve, reject });
         estimator().postMessage({ id, password: scored, userInputs });
       }),
