@@ -9,6 +9,11 @@
  *
  *   npx tsx bench/console.ts [records=100000] [loads=15]
  *
+ * Past 100,000 (CONSOLE_API_RECORDS) the rest are inserted in bulk (INSERT … SELECT generate_series,
+ * spread over the same 30 days, the rollup triggers counting them as they count the engine's
+ * batches): a million records through the API would take most of an hour here. Those are not money
+ * (no ledger rows), so the ledger check covers the records made through the API.
+ *
  * Needs the console built (`npm run build:console`) and /usr/bin/chromium (or CHROMIUM_PATH).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -31,6 +36,8 @@ const PASSWORD = 'violet-harbor-lantern-42';
 const TOOLS = Array.from({ length: 12 }, (_, i) => `tool_${String(i).padStart(2, '0')}`);
 const USERS = 200;
 const CONCURRENCY = 200;
+const API_RECORDS = Math.min(RECORDS, Number(process.env.CONSOLE_API_RECORDS ?? 100_000));
+const BULK_CHUNK = 250_000;
 
 function summarize(values: number[]) {
   const samples = new Samples();
@@ -61,16 +68,16 @@ async function main(): Promise<void> {
     const admin = { 'x-admin-key': config.adminApiKey };
     // Enterprise: no per-minute rate limit in the way of the seeding.
     await call('PUT', `/api/v1/admin/deployments/${org.deployment.id}`, { tier: 'enterprise' }, admin);
-    await call('POST', `/api/v1/admin/deployments/${org.deployment.id}/credits`, { amount: RECORDS * 10, reason: 'console benchmark' }, admin);
+    await call('POST', `/api/v1/admin/deployments/${org.deployment.id}/credits`, { amount: API_RECORDS * 10, reason: 'console benchmark' }, admin);
 
-    // Seed: RECORDS records spread evenly over 30 days (the clock steps between rounds).
+    // Seed: API_RECORDS records through the API, spread evenly over 30 days (the clock steps between rounds).
     const seedStart = performance.now();
     const service = { 'x-mcp-service-key': config.mcpServiceKey };
-    const rounds = Math.ceil(RECORDS / CONCURRENCY);
+    const rounds = Math.ceil(API_RECORDS / CONCURRENCY);
     const step = Math.floor((30 * DAY - 60_000) / rounds);
     let sent = 0;
     for (let r = 0; r < rounds; r++) {
-      const batch = Math.min(CONCURRENCY, RECORDS - sent);
+      const batch = Math.min(CONCURRENCY, API_RECORDS - sent);
       await Promise.all(
         Array.from({ length: batch }, (_, i) => {
           const n = sent + i;
@@ -86,11 +93,26 @@ async function main(): Promise<void> {
       clock.advance(step);
     }
     const seedSeconds = (performance.now() - seedStart) / 1000;
+    const mismatches = await findLedgerMismatches(db, org.id);
+    // The rest in bulk over the same 30 days (not money: usage records and their rollups only).
+    const bulkStart = performance.now();
+    const from = now.getTime() - 30 * DAY;
+    const bulk = RECORDS - API_RECORDS;
+    for (let start = 0; start < bulk; start += BULK_CHUNK) {
+      const n = Math.min(BULK_CHUNK, bulk - start);
+      await db.query(
+        `INSERT INTO usage_records (organization_id, deployment_id, metric, quantity, tool_name, mcp_user_id, success, "timestamp")
+         SELECT $1, $2, 'platform_basic', 1, 'tool_' || lpad(((i * 7) % 12)::text, 2, '0'), 'user-' || (i % ${USERS}), true,
+                to_timestamp(($3::float8 + i * $4::float8) / 1000)
+         FROM generate_series($5::bigint, $5::bigint + $6::bigint - 1) AS i`,
+        [org.id, org.deployment.id, from, (30 * DAY - 60_000) / bulk, start, n],
+      );
+    }
+    const bulkSeconds = (performance.now() - bulkStart) / 1000;
     clock.set(now.toISOString());
     // 30 days later by the service's clock: the access token of the sign-up has expired.
     bearer = { authorization: `Bearer ${(await call('POST', '/auth/login', { email, password: PASSWORD })).data.access_token}` };
     const count = (await db.query<{ count: number }>('SELECT count(*)::int AS count FROM usage_records WHERE organization_id = $1', [org.id]))[0]?.count ?? 0;
-    const mismatches = await findLedgerMismatches(db, org.id);
 
     // The API alone: the three summaries the overview asks for, timed in-process.
     const apiTimes: Record<string, number[]> = {};
@@ -137,7 +159,11 @@ async function main(): Promise<void> {
     const s = summarize(loads);
     const fmt = (n: number) => n.toFixed(0);
     console.log(`## Console overview, ${count.toLocaleString('en-US')} usage records (PGlite in DATA_DIR)\n`);
-    console.log(`Seeded through the API in ${seedSeconds.toFixed(1)} s (${Math.round(count / seedSeconds)} records/s); ledger mismatches: ${mismatches.length}; overview shows ${credits} credits.\n`);
+    console.log(
+      `Seeded ${API_RECORDS.toLocaleString('en-US')} through the API in ${seedSeconds.toFixed(1)} s (${Math.round(API_RECORDS / seedSeconds)} records/s; ledger mismatches: ${mismatches.length})` +
+        (bulk > 0 ? ` and ${bulk.toLocaleString('en-US')} in bulk in ${bulkSeconds.toFixed(1)} s` : '') +
+        `; overview shows ${credits} credits.\n`,
+    );
     console.log('| Summary request (in-process) | median ms | p90 ms | max ms |');
     console.log('|---|---|---|---|');
     for (const [q, times] of Object.entries(apiTimes)) {
@@ -148,7 +174,7 @@ async function main(): Promise<void> {
     console.log('|---|---|---|---|');
     console.log(`| navigation start → numbers, chart and top lists shown | ${fmt(s.p50)} | ${fmt(s.p90)} | ${fmt(s.max)} |`);
     console.log(`\nThe first load after sign-in (the overview's first visit): ${fmt(cold)} ms.`);
-    console.log(`\nTarget: under 1,000 ms — ${s.max < 1000 ? 'met (every load)' : s.p50 < 1000 ? 'met at the median, not every load' : 'missed'}.`);
+    console.log(`\nTarget: under 500 ms warm — ${s.max < 500 ? 'met (every load)' : s.p50 < 500 ? 'met at the median, not every load' : 'missed'}.`);
   } finally {
     await app.close();
     await db.close();

@@ -1,7 +1,8 @@
 /**
  * The screenshots of docs/console/ (README "The console"): the service in this process on an in-memory
  * PGlite, a demo organization with 30 days of usage recorded through the API on a manual clock, and
- * Debian's Chromium taking each main page at 1280×800.
+ * Debian's Chromium taking every page in both themes at two widths: `NAME.png` (light, 1440 px wide),
+ * `NAME-dark.png`, `NAME-390.png` and `NAME-390-dark.png` (390 px, the whole page's height).
  *
  *   npx tsx scripts/console-screenshots.ts        (needs `npm run build:console` and /usr/bin/chromium)
  */
@@ -16,6 +17,24 @@ import { runMigrations } from '../src/db/migrate.js';
 
 const OUT = fileURLToPath(new URL('../docs/console/', import.meta.url));
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+/** Light and dark at 1440 px, then at 390 px (a phone): the suffix of each file. */
+const VARIANTS: Array<{ suffix: string; width: number; height: number; scheme: 'light' | 'dark' }> = [
+  { suffix: '', width: 1440, height: 900, scheme: 'light' },
+  { suffix: '-dark', width: 1440, height: 900, scheme: 'dark' },
+  { suffix: '-390', width: 390, height: 844, scheme: 'light' },
+  { suffix: '-390-dark', width: 390, height: 844, scheme: 'dark' },
+];
+
+/** The page as it is now, in every variant. */
+async function shoot(page: Page, name: string, reload: () => Promise<void>): Promise<void> {
+  for (const v of VARIANTS) {
+    await page.setViewportSize({ width: v.width, height: v.height });
+    await page.emulateMedia({ colorScheme: v.scheme });
+    await reload();
+    await settle(page);
+    await page.screenshot({ path: `${OUT}${name}${v.suffix}.png`, fullPage: v.width < 800 });
+  }
+}
 const PASSWORD = 'violet-harbor-lantern-42';
 const TOOLS: Array<[string, number]> = [
   ['search_docs', 9],
@@ -27,7 +46,7 @@ const TOOLS: Array<[string, number]> = [
 
 async function settle(page: Page): Promise<void> {
   await page.locator('h1').first().waitFor();
-  for (let i = 0; i < 100 && (await page.getByText('Loading…').count()) > 0; i++) await page.waitForTimeout(50);
+  for (let i = 0; i < 100 && (await page.locator('[aria-busy="true"]').count()) > 0; i++) await page.waitForTimeout(50);
   await page.waitForTimeout(300); // the chart's first paint
 }
 
@@ -77,11 +96,12 @@ async function main(): Promise<void> {
     clock.advance(HOUR);
 
     const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage'] });
-    const context = await browser.newContext({ baseURL: base, viewport: { width: 1280, height: 800 }, deviceScaleFactor: 1 });
+    const context = await browser.newContext({ baseURL: base, viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
     const page = await context.newPage();
     await page.goto('/console/');
-    await settle(page);
-    await page.screenshot({ path: `${OUT}sign-in.png` });
+    await shoot(page, 'sign-in', async () => void (await page.reload()));
+    await page.setViewportSize({ width: 1440, height: 900 });
+    await page.emulateMedia({ colorScheme: 'light' });
     await page.getByLabel('Email').fill(email);
     await page.getByLabel('Password').fill(PASSWORD);
     await page.getByRole('button', { name: 'Sign in' }).click();
@@ -93,26 +113,35 @@ async function main(): Promise<void> {
       ['deployments', '/deployments'],
       ['members', '/members'],
       ['audit', '/audit'],
+      ['billing', '/billing'],
+      ['webhooks', '/webhooks'],
+      ['budgets', '/budgets'],
+      ['auto-top-up', '/auto-top-up'],
+      ['templates', '/templates'],
     ];
     for (const [name, path] of shots) {
-      await page.goto(`/console/orgs/${org.id}${path}`);
-      await settle(page);
-      await page.screenshot({ path: `${OUT}${name}.png` });
+      await shoot(page, name, async () => void (await page.goto(`/console/orgs/${org.id}${path}`)));
     }
     const operator = await context.newPage();
-    await operator.goto('/console/operator');
-    await operator.getByLabel('Operator key').fill(config.adminApiKey);
-    await operator.getByLabel('Operator key').press('Enter');
-    await operator.getByLabel('Operator key').waitFor({ state: 'detached' });
-    await settle(operator);
-    await operator.getByRole('button', { name: 'Acme Research' }).click();
-    await operator.getByRole('heading', { name: /Acme Research/ }).first().waitFor();
-    await settle(operator);
-    await operator.screenshot({ path: `${OUT}operator.png` });
-    await operator.getByRole('navigation', { name: 'Operator' }).getByRole('button', { name: 'Mailbox' }).click();
-    await operator.getByRole('heading', { name: 'Mailbox' }).waitFor();
-    await settle(operator);
-    await operator.screenshot({ path: `${OUT}mailbox.png` });
+    // The operator key lives in the page's memory only: every load asks for it again.
+    const operatorSignIn = async () => {
+      await operator.goto('/console/operator');
+      await operator.getByLabel('Operator key').fill(config.adminApiKey);
+      await operator.getByLabel('Operator key').press('Enter');
+      await operator.getByLabel('Operator key').waitFor({ state: 'detached' });
+      await settle(operator);
+    };
+    // The operator's views are not addresses of their own: each variant opens them again.
+    await shoot(operator, 'operator', async () => {
+      await operatorSignIn();
+      await operator.getByRole('button', { name: 'Acme Research' }).click();
+      await operator.getByRole('heading', { name: /Acme Research/ }).first().waitFor();
+    });
+    await shoot(operator, 'mailbox', async () => {
+      await operatorSignIn();
+      await operator.getByRole('navigation', { name: 'Operator' }).getByRole('button', { name: 'Mailbox' }).click();
+      await operator.getByRole('heading', { name: 'Mailbox' }).waitFor();
+    });
     await browser.close();
     console.log(`screenshots written to ${OUT}`);
   } finally {

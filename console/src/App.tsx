@@ -1,12 +1,14 @@
-import { lazy, type ReactNode, Suspense } from 'react';
+import { lazy, type ReactNode, Suspense, useEffect, useRef, useState } from 'react';
 import { Link, Redirect, Route, Router, Switch, useLocation, useParams } from 'wouter';
 import { list } from './api';
 import { absolute, type Organization, OrgProvider, orgPath, useOrg } from './org';
 import { AcceptInvitation } from './pages/AcceptInvitation';
 import { NewOrganization } from './pages/NewOrganization';
+import { NotFound } from './pages/NotFound';
 import { Overview } from './pages/Overview';
 import { SignIn, SignUp } from './pages/SignIn';
 import { useSession, useUser } from './session';
+import { type ThemePreference, usePreference } from './theme';
 import { ErrorNote, Loading, useLoad } from './ui';
 import { VerifyNotice } from './VerifyNotice';
 
@@ -19,6 +21,10 @@ const Webhooks = lazy(() => import('./pages/Webhooks').then((m) => ({ default: m
 const Billing = lazy(() => import('./pages/Billing').then((m) => ({ default: m.Billing })));
 const Audit = lazy(() => import('./pages/Audit').then((m) => ({ default: m.Audit })));
 const Operator = lazy(() => import('./pages/Operator').then((m) => ({ default: m.Operator })));
+const Budgets = lazy(() => import('./pages/Budgets').then((m) => ({ default: m.Budgets })));
+const AutoTopUp = lazy(() => import('./pages/AutoTopUp').then((m) => ({ default: m.AutoTopUp })));
+const TemplateDeployments = lazy(() => import('./pages/TemplateDeployments').then((m) => ({ default: m.TemplateDeployments })));
+const OperatorMailbox = lazy(() => import('./pages/OperatorMailbox').then((m) => ({ default: m.OperatorMailbox })));
 
 /** The organization pages in the side navigation: path, label, and the permission that shows it. */
 export const ORG_PAGES: Array<{ page: string; label: string; permission: string }> = [
@@ -29,6 +35,9 @@ export const ORG_PAGES: Array<{ page: string; label: string; permission: string 
   { page: 'members', label: 'Members', permission: 'members.read' },
   { page: 'webhooks', label: 'Webhooks', permission: 'webhooks.read' },
   { page: 'billing', label: 'Billing', permission: 'billing.read' },
+  { page: 'budgets', label: 'Budgets', permission: 'usage.read' },
+  { page: 'auto-top-up', label: 'Auto top-up', permission: 'billing.manage' },
+  { page: 'templates', label: 'Templates', permission: 'templates.read' },
   { page: 'audit', label: 'Audit log', permission: 'audit.read' },
 ];
 
@@ -39,6 +48,11 @@ export function App() {
         <Route path="/operator">
           <Suspense fallback={<Loading />}>
             <Operator />
+          </Suspense>
+        </Route>
+        <Route path="/operator/mailbox">
+          <Suspense fallback={<Loading />}>
+            <OperatorMailbox />
           </Suspense>
         </Route>
         <Route path="/invitations/:token">{(params) => <AcceptInvitation token={params.token} />}</Route>
@@ -75,8 +89,13 @@ function Signed() {
       <Route path="/orgs/:orgId" nest>
         <OrgPages />
       </Route>
-      <Route>
+      <Route path="/">
         <Home />
+      </Route>
+      <Route>
+        <Shell>
+          <NotFound />
+        </Shell>
       </Route>
     </Switch>
   );
@@ -123,8 +142,17 @@ function OrgPages() {
             <Route path="/audit">
               <Audit />
             </Route>
+            <Route path="/budgets">
+              <Budgets />
+            </Route>
+            <Route path="/auto-top-up">
+              <AutoTopUp />
+            </Route>
+            <Route path="/templates">
+              <TemplateDeployments />
+            </Route>
             <Route>
-              <p>No such page.</p>
+              <NotFound />
             </Route>
           </Switch>
         </Suspense>
@@ -133,18 +161,19 @@ function OrgPages() {
   );
 }
 
-function OrgNav() {
+/** The organization's pages; a link followed from the open menu (narrow screens) closes it. */
+function OrgNav({ open, onNavigate }: { open: boolean; onNavigate: () => void }) {
   const { org, can } = useOrg();
   const [location] = useLocation();
   return (
-    <nav aria-label="Organization">
+    <nav id="org-nav" aria-label="Organization" className={open ? 'org-nav open' : 'org-nav'}>
       <ul>
         {ORG_PAGES.filter((p) => can(p.permission)).map((p) => {
           // Inside the nested router locations are relative: "/" is the overview.
           const here = p.page === '' ? location === '/' : location.startsWith(`/${p.page}`);
           return (
             <li key={p.page}>
-              <Link href={p.page === '' ? '/' : `/${p.page}`} aria-current={here ? 'page' : undefined}>
+              <Link href={p.page === '' ? '/' : `/${p.page}`} aria-current={here ? 'page' : undefined} onClick={onNavigate}>
                 {p.label}
               </Link>
             </li>
@@ -152,21 +181,81 @@ function OrgNav() {
         })}
       </ul>
       <p className="muted small">
-        Signed in as <strong>{org.role}</strong> of {org.name}
+        Signed in as <strong>{org.role}</strong> of{' '}
+        <span className="truncate" title={org.name}>
+          {org.name}
+        </span>
       </p>
     </nav>
   );
 }
 
-/** Header with the organization switcher and the user; side navigation inside an organization. */
+/** System, light or dark (docs/console.md "Theme"); only a pick of light or dark is stored. */
+function ThemeSwitch() {
+  const [preference, choose] = usePreference();
+  return (
+    <label className="theme-switch">
+      <span className="visually-hidden">Theme</span>
+      <select value={preference} onChange={(e) => choose(e.target.value as ThemePreference)}>
+        <option value="system">System theme</option>
+        <option value="light">Light theme</option>
+        <option value="dark">Dark theme</option>
+      </select>
+    </label>
+  );
+}
+
+/**
+ * Header with the organization switcher, the theme and the user; side navigation inside an
+ * organization. On a narrow screen the navigation folds behind a Menu button (docs/console.md
+ * "Layout"): opening it moves focus to its links, Escape closes it and returns focus to the button,
+ * and following a link closes it and moves focus to the page.
+ */
 function Shell({ children, orgId }: { children: ReactNode; orgId?: string }) {
   const user = useUser();
   const { signOut } = useSession();
   const [, navigate] = useLocation();
   const orgs = useLoad(() => list<Organization>('/organizations', { limit: 100 }), [user.id]);
+  const [menuOpen, setMenuOpen] = useState(false);
+  const menuButton = useRef<HTMLButtonElement>(null);
+  const main = useRef<HTMLElement>(null);
+  const current = orgs.data?.data.find((o) => o.id === orgId);
+
+  useEffect(() => {
+    if (!menuOpen) return;
+    const nav = document.getElementById('org-nav');
+    (nav?.querySelector<HTMLElement>('a[aria-current="page"]') ?? nav?.querySelector<HTMLElement>('a'))?.focus();
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key !== 'Escape') return;
+      setMenuOpen(false);
+      menuButton.current?.focus();
+    };
+    document.addEventListener('keydown', onKey);
+    return () => document.removeEventListener('keydown', onKey);
+  }, [menuOpen]);
+
+  const followed = () => {
+    if (!menuOpen) return;
+    setMenuOpen(false);
+    main.current?.focus();
+  };
+
   return (
     <div className="shell">
       <header className="topbar">
+        {orgId ? (
+          <button
+            ref={menuButton}
+            type="button"
+            className="secondary menu-button"
+            aria-expanded={menuOpen}
+            aria-controls="org-nav"
+            onClick={() => setMenuOpen((open) => !open)}
+          >
+            <span className="menu-icon" aria-hidden="true" />
+            Menu
+          </button>
+        ) : null}
         <a className="brand" href="/console/">
           creditgate
         </a>
@@ -174,6 +263,7 @@ function Shell({ children, orgId }: { children: ReactNode; orgId?: string }) {
           <span className="visually-hidden">Organization</span>
           <select
             value={orgId ?? ''}
+            title={current?.name}
             onChange={(e) => navigate(absolute(e.target.value === 'new' ? '/orgs/new' : orgPath(e.target.value)))}
           >
             {orgId ? null : <option value="">Choose an organization</option>}
@@ -186,14 +276,17 @@ function Shell({ children, orgId }: { children: ReactNode; orgId?: string }) {
           </select>
         </label>
         <span className="spacer" />
-        <span className="muted">{user.email}</span>
-        <button type="button" className="secondary" onClick={() => void signOut()}>
+        <span className="muted user-email truncate" title={user.email}>
+          {user.email}
+        </span>
+        <ThemeSwitch />
+        <button type="button" className="secondary sign-out" onClick={() => void signOut()}>
           Sign out
         </button>
       </header>
       <div className="body">
-        {orgId ? <OrgNav /> : null}
-        <main>
+        {orgId ? <OrgNav open={menuOpen} onNavigate={followed} /> : null}
+        <main id="main" ref={main} tabIndex={-1}>
           <VerifyNotice />
           {children}
         </main>

@@ -2,13 +2,17 @@ import { useEffect, useRef } from 'react';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { dayLabel } from './series';
+import { useScheme } from './theme';
 
 export interface StackSeries {
   name: string;
   values: number[];
 }
 
-/** Colours of the stacked series, distinguishable for common colour-vision deficiencies (Okabe–Ito). */
+/**
+ * Colours of the stacked series, distinguishable for common colour-vision deficiencies (Okabe–Ito).
+ * Black is drawn in the theme's text colour, so it stays visible on the dark theme.
+ */
 export const PALETTE = ['#0072B2', '#E69F00', '#009E73', '#CC79A7', '#56B4E9', '#D55E00', '#F0E442', '#000000', '#999999', '#7f3c8d', '#11a579'];
 
 /**
@@ -24,9 +28,17 @@ export function StackedBars({
   tz = 'UTC',
 }: { times: number[]; series: StackSeries[]; height?: number; label: string; tz?: string }) {
   const box = useRef<HTMLDivElement>(null);
+  // The canvas does not follow CSS: it is drawn again, in the theme's colours, when the theme changes.
+  const scheme = useScheme();
+  // biome-ignore lint/correctness/useExhaustiveDependencies: the scheme is read through the CSS variables, not by name
   useEffect(() => {
     const el = box.current;
     if (!el) return;
+    const css = getComputedStyle(el);
+    const ink = css.getPropertyValue('--fg').trim() || '#1a1d24';
+    const grid = css.getPropertyValue('--chart-grid').trim() || 'rgba(0, 0, 0, 0.08)';
+    const palette = PALETTE.map((c) => (c === '#000000' ? ink : c));
+    const axis = { stroke: ink, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
     const cumulative: number[][] = [];
     let running = times.map(() => 0);
     for (const s of series) {
@@ -39,14 +51,17 @@ export function StackedBars({
       width: Math.max(el.clientWidth, 320),
       height,
       scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] } },
-      axes: [{ space: 60 }, { label: 'credits', size: 60 }],
+      axes: [
+        { ...axis, space: 60 },
+        { ...axis, label: 'credits', size: 60 },
+      ],
       legend: { live: true },
       cursor: { drag: { x: false, y: false } },
       series: [
         { label: 'day', value: (_u, v) => (v == null ? '—' : dayLabel(v, tz)) },
         ...order.map((i) => {
           const s = series[i]!;
-          const colour = PALETTE[i % PALETTE.length]!;
+          const colour = palette[i % palette.length]!;
           return {
             label: s.name,
             fill: colour,
@@ -71,6 +86,6 @@ export function StackedBars({
       plot.destroy();
       delete el.dataset.rendered;
     };
-  }, [times, series, height, tz]);
+  }, [times, series, height, tz, scheme]);
   return <div ref={box} className="chart" role="img" aria-label={label} data-testid="usage-chart" />;
 }

@@ -32,7 +32,7 @@ interface Violation {
 /** Wait until the page settled (a heading, nothing loading), run axe, return serious and critical violations. */
 async function audit(page: Page): Promise<Array<{ id: string; impact: string | null; help: string; targets: string[] }>> {
   await page.locator('h1').first().waitFor();
-  await expect.poll(() => page.getByText('Loading…').count()).toBe(0);
+  await expect.poll(() => page.locator('[aria-busy="true"]').count()).toBe(0);
   await page.evaluate(AXE_SOURCE);
   const violations = await page.evaluate(async () => {
     const axe = (window as unknown as { axe: { run(context: Document, options: object): Promise<{ violations: Violation[] }> } }).axe;
@@ -82,7 +82,20 @@ describe('console accessibility (axe-core)', () => {
     await page.getByRole('button', { name: 'Sign in' }).click();
     await page.waitForURL(/\/console\/orgs\//);
     const org = `/console/orgs/${owner.organizationId}`;
-    for (const path of [org, `${org}/usage`, `${org}/api-keys`, `${org}/deployments`, `${org}/members`, `${org}/webhooks`, `${org}/billing`, `${org}/audit`, '/console/orgs/new']) {
+    for (const path of [
+      org,
+      `${org}/usage`,
+      `${org}/api-keys`,
+      `${org}/deployments`,
+      `${org}/members`,
+      `${org}/webhooks`,
+      `${org}/billing`,
+      `${org}/audit`,
+      `${org}/budgets`,
+      `${org}/auto-top-up`,
+      `${org}/templates`,
+      '/console/orgs/new',
+    ]) {
       await page.goto(path);
       found[path] = await audit(page);
     }

@@ -46,10 +46,12 @@ async function slugOf(organizationId: string): Promise<string> {
 }
 
 describe('operator page: the key', () => {
-  it('shows the 401 the API gives for a wrong key; the right key unlocks, stays out of storage and the URL, and Lock forgets it', async () => {
+  it('shows the 401 the API gives for a wrong key in words; the right key unlocks, stays out of storage and the URL, and Lock forgets it', async () => {
     const { page } = await s.newPage();
     await unlock(page, 'not-the-operator-key-0123456789');
-    await expect.poll(() => page.getByRole('alert').textContent()).toMatch(/401 UNAUTHORIZED/);
+    await expect.poll(() => page.getByRole('alert').textContent()).toMatch(/^Those credentials were not accepted\./);
+    expect(await page.getByRole('alert').getAttribute('data-code')).toBe('UNAUTHORIZED');
+    expect(await page.getByRole('alert').textContent()).not.toContain('UNAUTHORIZED');
     expect(await page.getByRole('button', { name: 'Lock', exact: true }).count()).toBe(0);
 
     await page.getByLabel('Operator key').fill(s.h.config.adminApiKey);
@@ -156,11 +158,12 @@ describe('operator page: an organization', () => {
     await customer.page.reload();
     await expect.poll(() => cardValue(customer.page, 'monthly')).toBe('0 / 750');
 
-    // A refusal comes back as the API gave it: status, code and the field.
+    // A refusal comes back in words, naming the field the API names (the code stays out of the text).
     await detail.getByLabel('Amount').fill('-1');
     await detail.getByLabel('Reason').fill('take one');
     await detail.getByRole('button', { name: 'Apply credits' }).click();
-    await expect.poll(() => detail.getByRole('alert').textContent()).toMatch(/400 INVALID_REQUEST.*amount/);
+    await expect.poll(() => detail.getByRole('alert').textContent()).toMatch(/^Some of what was entered is not valid\..*amount/);
+    expect(await detail.getByRole('alert').getAttribute('data-code')).toBe('INVALID_REQUEST');
 
     await detail.getByRole('button', { name: 'Clear overrides' }).click();
     await detail.getByRole('button', { name: 'Clear every override' }).click();

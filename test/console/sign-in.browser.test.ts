@@ -61,7 +61,7 @@ describe('console sign-in (docs/console.md "Tokens")', () => {
     // A page change inside the app (no reload): its first API call gets 401, then one refresh, then the retry.
     await page.getByRole('navigation', { name: 'Organization' }).getByRole('link', { name: 'Members' }).click();
     await page.getByRole('heading', { name: 'Members', level: 1 }).waitFor();
-    await expect.poll(() => page.getByText('Loading…').count()).toBe(0);
+    await expect.poll(() => page.locator('[aria-busy="true"]').count()).toBe(0);
     expect(refreshes).toEqual(['200']);
     expect(unauthorized.length).toBeGreaterThan(0);
     expect(await page.getByRole('alert').count()).toBe(0);
@@ -76,6 +76,6 @@ describe('console sign-in (docs/console.md "Tokens")', () => {
     await page.getByLabel('Email').fill('nobody@example.com');
     await page.getByLabel('Password').fill('wrong-password-123');
     await page.getByRole('button', { name: 'Sign in' }).click();
-    await expect.poll(() => page.getByRole('alert').textContent()).toMatch(/UNAUTHORIZED/);
+    await expect.poll(() => page.getByRole('alert').textContent()).toBe('Those credentials were not accepted. Wrong email or password.');
   });
 });

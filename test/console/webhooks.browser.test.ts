@@ -79,7 +79,8 @@ describe('console webhooks page', () => {
     rx.script({ status: 503, body: 'down for maintenance' });
     tick();
     await row.getByRole('button', { name: 'Test send' }).click();
-    await expect.poll(() => page.getByRole('status').first().textContent()).toMatch(new RegExp(`^Test sent to ${url}: failed, HTTP 503`));
+    await expect.poll(() => page.getByTestId('webhook-notice').textContent()).toBe(`Test send failed: ${url} answered HTTP 503.`);
+    expect(await page.getByTestId('webhook-notice').getAttribute('role')).toBe('alert');
     await expect.poll(() => cells(page, 0)).toEqual([expect.any(String), 'webhook.test', expect.stringMatching(/^failed/), '1', 'HTTP 503', 'down for maintenance', '—', 'Retry']);
     const failedId = (await page.getByTestId('deliveries').locator('tbody tr').first().getAttribute('data-delivery'))!;
 

@@ -4,7 +4,7 @@ import { post } from '../api';
 import { errorOf } from '../api-errors';
 import { absolute, orgPath } from '../org';
 import { useSession } from '../session';
-import { ErrorNote, fmtDate, Loading, PageHeader, useAction, useLoad } from '../ui';
+import { ErrorNote, fmtDate, Loading, LoadError, PageHeader, useAction, useLoad } from '../ui';
 import { SignIn, SignUp } from './SignIn';
 import type { Schemas } from '../types';
 import { VerifyNotice } from '../VerifyNotice';
@@ -23,8 +23,14 @@ export function AcceptInvitation({ token }: { token: string }) {
     return ((await res.json()) as { data: InvitationView }).data;
   }, [token]);
   const action = useAction();
-  if (invitation.error) return <main className="auth-card"><ErrorNote error={invitation.error} /></main>;
-  if (!invitation.data || state.status === 'loading') return <Loading />;
+  if (invitation.error) {
+    return (
+      <main className="auth-card">
+        <LoadError error={invitation.error} retry={invitation.reload} what="the invitation" page busy={invitation.loading} />
+      </main>
+    );
+  }
+  if (!invitation.data || state.status === 'loading') return <Loading what="the invitation" />;
   const inv = invitation.data;
   const what = (
     <>

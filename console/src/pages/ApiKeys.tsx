@@ -1,7 +1,7 @@
 import { type FormEvent, useCallback, useState } from 'react';
 import { del, list, post } from '../api';
 import { useOrg } from '../org';
-import { ConfirmButton, ErrorNote, Field, fmtDate, Loading, PageHeader, SecretOnce, useAction } from '../ui';
+import { CheckLabel, ConfirmButton, ErrorNote, Field, fmtDate, Loading, LoadError, PageHeader, SecretOnce, useAction } from '../ui';
 import { LoadMore, usePages } from './paging';
 import type { Schemas } from '../types';
 
@@ -60,9 +60,10 @@ export function ApiKeys() {
 
       <section aria-labelledby="keys-heading">
         <h2 id="keys-heading">Keys</h2>
-        <ErrorNote error={keys.error ?? revoke.error} />
+        <LoadError error={keys.error} retry={keys.retry} what="API keys" busy={keys.loading || keys.loadingMore} />
+        <ErrorNote error={revoke.error} />
         {keys.loading ? (
-          <Loading />
+          <Loading what="API keys" shape="table" />
         ) : keys.error && keys.items.length === 0 ? null : keys.items.length === 0 ? (
           <p className="muted">No API keys yet.</p>
         ) : (
@@ -112,7 +113,7 @@ export function ApiKeys() {
             </tbody>
           </table>
         )}
-        {keys.items.length > 0 ? <LoadMore pages={keys} noun="keys" /> : null}
+        {keys.items.length > 0 ? <LoadMore pages={keys} one="key" /> : null}
       </section>
     </>
   );
@@ -155,12 +156,9 @@ function CreateKey({ base, offerAdmin, onCreated }: { base: string; offerAdmin: 
         <fieldset className="field">
           <legend>Scopes</legend>
           {offered.map(({ scope, hint }) => (
-            <label key={scope} className="check">
-              <input type="checkbox" checked={scopes.includes(scope)} onChange={(e) => toggle(scope, e.target.checked)} />
-              <span>
-                <code>{scope}</code> <span className="muted small">— {hint}</span>
-              </span>
-            </label>
+            <CheckLabel key={scope} checked={scopes.includes(scope)} onChange={(on) => toggle(scope, on)}>
+              <code>{scope}</code> <span className="muted small">— {hint}</span>
+            </CheckLabel>
           ))}
         </fieldset>
         {missingScope ? (

@@ -1,7 +1,8 @@
 import { type FormEvent, useState } from 'react';
 import { list } from '../api';
 import { useOrg } from '../org';
-import { ErrorNote, Field, Loading, PageHeader, useLoad } from '../ui';
+import { Field, Loading, LoadError, PageHeader, useLoad } from '../ui';
+import { NoAccess } from './NotFound';
 import { LoadMore, usePages } from './paging';
 import type { Schemas } from '../types';
 
@@ -29,7 +30,7 @@ export function Audit() {
   );
   const emails = new Map((members.data?.data ?? []).map((m) => [m.user_id, m.email]));
 
-  if (!can('audit.read')) return <ErrorNote error={new Error('Your role cannot read the audit log (audit.read: owners and admins).')} />;
+  if (!can('audit.read')) return <NoAccess what="the audit log" />;
 
   const submit = (e: FormEvent) => {
     e.preventDefault();
@@ -55,10 +56,10 @@ export function Audit() {
         </Field>
         <button type="submit">Apply filters</button>
       </form>
-      <ErrorNote error={entries.error} />
+      <LoadError error={entries.error} retry={entries.retry} what="the audit log" busy={entries.loading || entries.loadingMore} />
       {entries.loading && entries.items.length === 0 ? (
-        <Loading />
-      ) : entries.items.length === 0 ? (
+        <Loading what="the audit log" shape="table" rows={5} />
+      ) : entries.error && entries.items.length === 0 ? null : entries.items.length === 0 ? (
         <p className="muted">No audit entries match.</p>
       ) : (
         <>
@@ -103,7 +104,7 @@ export function Audit() {
               ))}
             </tbody>
           </table>
-          <LoadMore pages={entries} noun="entries" />
+          <LoadMore pages={entries} one="entry" other="entries" />
         </>
       )}
     </>

@@ -2,7 +2,8 @@ import { useState } from 'react';
 import { useSearch } from 'wouter';
 import { get, idempotencyKey, list, post } from '../api';
 import { useOrg } from '../org';
-import { ErrorNote, Field, fmtDate, fmtInt, Loading, PageHeader, useAction, useLoad } from '../ui';
+import { ErrorNote, Field, fmtDate, fmtInt, Loading, LoadError, PageHeader, StatusNote, useAction, useLoad } from '../ui';
+import { NoAccess } from './NotFound';
 import type { Deployment } from './Overview';
 import { LoadMore, usePages } from './paging';
 import { webUrl } from '../links';
@@ -46,7 +47,7 @@ export function Billing() {
   const leave = useAction();
   const manage = can('billing.manage');
 
-  if (!can('billing.read')) return <ErrorNote error={new Error('Your role cannot see billing (billing.read).')} />;
+  if (!can('billing.read')) return <NoAccess what="billing" />;
 
   const configured = catalog.data?.configured ?? false;
   const sub = subscription.data;
@@ -90,17 +91,16 @@ export function Billing() {
         ) : null}
       </PageHeader>
       {back === 'paid' || back === 'subscribed' ? (
-        <p className="success" role="status">
+        <StatusNote tone="success">
           Payment sent to Stripe. {back === 'paid' ? 'The credits' : 'The subscription'} appear here once Stripe confirms it, usually within seconds; reload to
           see them.
-        </p>
+        </StatusNote>
       ) : back === 'canceled' ? (
-        <p className="muted" role="status">
-          Checkout was canceled: nothing was charged.
-        </p>
+        <StatusNote tone="neutral">Checkout was canceled: nothing was charged.</StatusNote>
       ) : null}
       <ErrorNote error={leave.error} />
-      <ErrorNote error={catalog.error} />
+      <LoadError error={catalog.error} retry={catalog.reload} what="what this installation sells" busy={catalog.loading} />
+      <LoadError error={deployments.error} retry={deployments.reload} what="deployments" busy={deployments.loading} />
       {catalog.data && !configured ? (
         <p className="error" role="status" data-testid="billing-not-configured">
           Stripe is not configured on this installation (STRIPE_SECRET_KEY): subscriptions, credit packs and the billing portal are unavailable. The operator
@@ -111,9 +111,9 @@ export function Billing() {
 
       <section aria-labelledby="subscription">
         <h2 id="subscription">Subscription</h2>
-        <ErrorNote error={subscription.error} />
+        <LoadError error={subscription.error} retry={subscription.reload} what="the subscription" busy={subscription.loading} />
         {subscription.data === undefined ? (
-          subscription.error ? null : <Loading />
+          subscription.error ? null : <Loading what="the subscription" />
         ) : (
           <dl className="facts" data-testid="subscription">
             <dt>Plan</dt>
@@ -194,16 +194,16 @@ export function Billing() {
             </table>
           </>
         ) : catalog.error ? null : (
-          <Loading />
+          <Loading what="credit packs" shape="table" rows={2} />
         )}
       </section>
 
       <section aria-labelledby="invoices">
         <h2 id="invoices">Invoices</h2>
-        <ErrorNote error={invoices.error} />
+        <LoadError error={invoices.error} retry={invoices.retry} what="invoices" busy={invoices.loading || invoices.loadingMore} />
         {invoices.loading && invoices.items.length === 0 ? (
-          <Loading />
-        ) : invoices.items.length === 0 ? (
+          <Loading what="invoices" shape="table" />
+        ) : invoices.error && invoices.items.length === 0 ? null : invoices.items.length === 0 ? (
           <p className="muted">No invoices yet.</p>
         ) : (
           <>
@@ -243,7 +243,7 @@ export function Billing() {
                 ))}
               </tbody>
             </table>
-            <LoadMore pages={invoices} noun="invoices" />
+            <LoadMore pages={invoices} one="invoice" />
           </>
         )}
       </section>

@@ -1,7 +1,7 @@
 import { useCallback, useState } from 'react';
 import { get, list, post } from '../api';
 import { useOrg } from '../org';
-import { ConfirmButton, ErrorNote, fmtDate, fmtInt, Loading, PageHeader, SecretOnce, useAction, useLoad } from '../ui';
+import { ConfirmButton, ErrorNote, fmtDate, fmtInt, Loading, LoadError, PageHeader, SecretOnce, useAction, useLoad } from '../ui';
 import { LoadMore, usePages } from './paging';
 import type { Deployment } from './Overview';
 import type { Schemas } from '../types';
@@ -31,9 +31,9 @@ export function Deployments() {
         A deployment is what credits are metered against. MCP servers in service mode and the entitlement check authenticate with its id and
         secret; the secret is shown once, when it is made or rotated.
       </p>
-      <ErrorNote error={deployments.error} />
+      <LoadError error={deployments.error} retry={deployments.retry} what="deployments" busy={deployments.loading || deployments.loadingMore} />
       {deployments.loading ? (
-        <Loading />
+        <Loading what="deployments" shape="cards" rows={2} />
       ) : deployments.error && deployments.items.length === 0 ? null : deployments.items.length === 0 ? (
         <p className="muted">No deployments.</p>
       ) : (
@@ -47,7 +47,7 @@ export function Deployments() {
           />
         ))
       )}
-      {deployments.next ? <LoadMore pages={deployments} noun="deployments" /> : null}
+      {deployments.next ? <LoadMore pages={deployments} one="deployment" /> : null}
     </>
   );
 }
@@ -118,10 +118,10 @@ function Entitlements({ url, name }: { url: string; name: string }) {
   return (
     <section aria-label={`Entitlements of ${name}`}>
       <h3>Entitlements</h3>
-      <ErrorNote error={snapshot.error} />
+      <LoadError error={snapshot.error} retry={snapshot.reload} what={`the entitlements of ${name}`} busy={snapshot.loading} />
       {!s ? (
-        snapshot.loading ? (
-          <Loading />
+        snapshot.loading && !snapshot.error ? (
+          <Loading what={`the entitlements of ${name}`} shape="lines" />
         ) : null
       ) : (
         <>

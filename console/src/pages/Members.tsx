@@ -3,9 +3,8 @@ import { useLocation } from 'wouter';
 import { del, list, post, put } from '../api';
 import { absolute, useOrg } from '../org';
 import { useUser } from '../session';
-import { ConfirmButton, ErrorNote, Field, fmtDate, Loading, PageHeader, SecretOnce, useAction } from '../ui';
-import { usePages } from './paging';
-import { LoadMore } from './paging';
+import { ConfirmButton, ErrorNote, Field, fmtDate, Loading, LoadError, PageHeader, SecretOnce, StatusNote, useAction } from '../ui';
+import { LoadMore, type Pages, usePages } from './paging';
 import type { Schemas } from '../types';
 
 type Member = Schemas['Member'];
@@ -40,9 +39,10 @@ export function Members() {
       <PageHeader title="Members" />
       <section aria-labelledby="members-heading">
         <h2 id="members-heading">Members</h2>
-        <ErrorNote error={members.error ?? change.error} />
+        <LoadError error={members.error} retry={members.retry} what="members" busy={members.loading || members.loadingMore} />
+        <ErrorNote error={change.error} />
         {members.loading ? (
-          <Loading />
+          <Loading what="members" shape="table" />
         ) : members.error && members.items.length === 0 ? null : (
           <table>
             <thead>
@@ -110,7 +110,7 @@ export function Members() {
             </tbody>
           </table>
         )}
-        {members.items.length > 0 ? <LoadMore pages={members} noun="members" /> : null}
+        {members.items.length > 0 ? <LoadMore pages={members} one="member" /> : null}
       </section>
 
       {can('members.invite') ? (
@@ -118,10 +118,10 @@ export function Members() {
           <h2 id="invite-heading">Invite someone</h2>
           {invited ? (
             <>
-              <p role="status">
+              <StatusNote tone="success">
                 {invited.email} is invited as {invited.role}.{' '}
                 {invited.email_delivery === 'smtp' ? 'The invitation was mailed.' : 'No mail went out (no mail server): share the link yourself.'}
-              </p>
+              </StatusNote>
               <SecretOnce label={`Invitation link for ${invited.email}`} value={invited.accept_url} onDone={() => setInvited(null)} />
             </>
           ) : (
@@ -140,16 +140,14 @@ export function Members() {
       <section aria-labelledby="invitations-heading">
         <h2 id="invitations-heading">Pending invitations</h2>
         <InvitationList
-          items={invitations.items}
-          loading={invitations.loading}
-          error={invitations.error}
+          pages={invitations}
           canRevoke={can('members.invite')}
           onRevoke={async (inv) => {
             await del(`${base}/invitations/${inv.id}`);
             invitations.setItems((items) => items.filter((x) => x.id !== inv.id));
           }}
         />
-        {invitations.next ? <LoadMore pages={invitations} noun="invitations" /> : null}
+        {invitations.next ? <LoadMore pages={invitations} one="invitation" /> : null}
       </section>
     </>
   );
@@ -222,25 +220,16 @@ function Invite({ base, onInvited }: { base: string; onInvited: (inv: CreatedInv
   );
 }
 
-function InvitationList({
-  items,
-  loading,
-  error,
-  canRevoke,
-  onRevoke,
-}: {
-  items: Invitation[];
-  loading: boolean;
-  error: unknown;
-  canRevoke: boolean;
-  onRevoke: (inv: Invitation) => Promise<void>;
-}) {
+function InvitationList({ pages, canRevoke, onRevoke }: { pages: Pages<Invitation>; canRevoke: boolean; onRevoke: (inv: Invitation) => Promise<void> }) {
   const revoke = useAction();
-  if (loading) return <Loading />;
-  if (items.length === 0) return error ? <ErrorNote error={error} /> : <p className="muted">No pending invitations.</p>;
+  const items = pages.items;
+  const failed = <LoadError error={pages.error} retry={pages.retry} what="invitations" busy={pages.loading || pages.loadingMore} />;
+  if (pages.loading) return <Loading what="invitations" shape="table" rows={2} />;
+  if (items.length === 0) return pages.error ? failed : <p className="muted">No pending invitations.</p>;
   return (
     <>
-      <ErrorNote error={error ?? revoke.error} />
+      {failed}
+      <ErrorNote error={revoke.error} />
       <table>
         <thead>
           <tr>

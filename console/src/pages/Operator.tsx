@@ -2,7 +2,7 @@ import { type FormEvent, useMemo, useState } from 'react';
 import { Field, PageHeader } from '../ui';
 import { adminPath, callWith, OperatorError, OperatorProvider, useOperatorAction } from './operator/common';
 import { CostTables } from './operator/CostTables';
-import { Mailbox } from './operator/Mailbox';
+import { MailboxReader as Mailbox } from './operator/MailboxReader';
 import { Organizations } from './operator/Organizations';
 
 type View = 'organizations' | 'costs' | 'mailbox';

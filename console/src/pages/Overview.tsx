@@ -5,7 +5,8 @@ import { ApiError } from '../api-errors';
 import { StackedBars } from '../chart';
 import { useOrg } from '../org';
 import { browserZone, dayLabel, stackOf, topOf, type UsageSummary } from '../series';
-import { ErrorNote, fmtDate, fmtDay, fmtInt, Loading, PageHeader, useLoad } from '../ui';
+import { plural } from '../plural';
+import { fmtDate, fmtDay, fmtInt, Loading, LoadError, PageHeader, useLoad } from '../ui';
 import type { Schemas } from '../types';
 
 export type Balance = Schemas['CreditBalance'];
@@ -51,7 +52,8 @@ export function Overview() {
         <span className="badge">plan {org.tier}</span>
         {primary ? <span className="badge">tier {primary.tier}</span> : null}
       </PageHeader>
-      <ErrorNote error={deployments.error} />
+      <LoadError error={deployments.error} retry={deployments.reload} what="the balance" busy={deployments.loading} />
+      <LoadError error={ai.error} retry={ai.reload} what="the AI token limit" busy={ai.loading} />
       {b ? (
         <section className="cards" aria-label="Balance">
           <Card title="Monthly credits" testId="monthly" value={`${fmtInt(b.monthly_used)} / ${fmtInt(b.monthly_allocation)}`} note={`${fmtInt(b.monthly_remaining)} left`} />
@@ -60,20 +62,20 @@ export function Overview() {
           <Card
             title="AI tokens"
             testId="ai-tokens"
-            value={`${fmtInt(b.ai_tokens_used)} / ${ai.data ? fmtInt(ai.data.ai_tokens.limit) : '…'}`}
+            value={`${fmtInt(b.ai_tokens_used)} / ${ai.data ? fmtInt(ai.data.ai_tokens.limit) : ai.error ? '—' : '…'}`}
             note="used this period"
           />
           <Card title="Period ends" testId="period-end" value={fmtDay(b.period_end)} note={fmtDate(b.period_end)} />
         </section>
       ) : deployments.loading ? (
-        <Loading />
+        <Loading what="the balance" shape="cards" rows={5} />
       ) : null}
 
       <section aria-labelledby="per-day">
         <h2 id="per-day">
           Credits per day, by tool (last {DAYS} days, {zone})
         </h2>
-        <ErrorNote error={daily.error} />
+        <LoadError error={daily.error} retry={daily.reload} what="usage per day" busy={daily.loading} />
         {stack && daily.data ? (
           daily.data.totals.calls === 0 ? (
             <p className="muted" data-testid="no-usage">
@@ -82,8 +84,9 @@ export function Overview() {
           ) : (
             <>
               <p>
-                <strong data-testid="credits-total">{fmtInt(daily.data.totals.credits)}</strong> credits over{' '}
-                <strong data-testid="calls-total">{fmtInt(daily.data.totals.calls)}</strong> calls ({fmtInt(daily.data.totals.failed)} refused).
+                <strong data-testid="credits-total">{fmtInt(daily.data.totals.credits)}</strong> {plural(daily.data.totals.credits, 'credit')} over{' '}
+                <strong data-testid="calls-total">{fmtInt(daily.data.totals.calls)}</strong> {plural(daily.data.totals.calls, 'call')} ({fmtInt(daily.data.totals.failed)}{' '}
+                refused).
               </p>
               <StackedBars
                 times={stack.times}
@@ -120,14 +123,14 @@ export function Overview() {
               </details>
             </>
           )
-        ) : (
-          <Loading />
+        ) : daily.error ? null : (
+          <Loading what="usage per day" shape="chart" />
         )}
       </section>
 
       <div className="columns">
-        <TopList title="Top tools" summary={tools} error={daily.error} empty="No tool calls yet" testId="top-tools" />
-        <TopList title="Top end users" summary={users.data} error={users.error} empty="No end users yet (stdio mode has none)" testId="top-users" />
+        <TopList title="Top tools" summary={tools} load={daily} empty="No tool calls yet" testId="top-tools" />
+        <TopList title="Top end users" summary={users.data} load={users} empty="No end users yet (stdio mode has none)" testId="top-users" />
       </div>
       <p>
         <Link href="/usage">Explore every call →</Link>
@@ -146,13 +149,25 @@ function Card({ title, value, note, testId }: { title: string; value: string; no
   );
 }
 
-function TopList({ title, summary, error, empty, testId }: { title: string; summary: UsageSummary | undefined; error: unknown; empty: string; testId: string }) {
+function TopList({
+  title,
+  summary,
+  load,
+  empty,
+  testId,
+}: {
+  title: string;
+  summary: UsageSummary | undefined;
+  load: { error: unknown; loading: boolean; reload: () => void };
+  empty: string;
+  testId: string;
+}) {
   return (
     <section aria-label={title} data-testid={testId}>
       <h2>{title}</h2>
-      <ErrorNote error={error} />
+      <LoadError error={load.error} retry={load.reload} what={title.toLowerCase()} busy={load.loading} />
       {!summary ? (
-        <Loading />
+        load.error ? null : <Loading what={title.toLowerCase()} shape="table" />
       ) : summary.groups.length === 0 ? (
         <p className="muted">{empty}</p>
       ) : (

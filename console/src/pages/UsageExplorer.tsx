@@ -1,7 +1,9 @@
 import { type FormEvent, useState } from 'react';
 import { list, textPart } from '../api';
 import { useOrg } from '../org';
-import { ErrorNote, Field, fmtInt, PageHeader, useAction, useLoad } from '../ui';
+import { countOf } from '../plural';
+import { ErrorNote, Field, fmtInt, Loading, LoadError, PageHeader, StatusNote, useAction, useLoad } from '../ui';
+import { NoAccess } from './NotFound';
 import type { Deployment } from './Overview';
 import { LoadMore, usePages } from './paging';
 import type { Schemas } from '../types';
@@ -62,7 +64,7 @@ export function UsageExplorer() {
   const csv = useAction();
   const [downloaded, setDownloaded] = useState<{ rows: number; file: string } | null>(null);
 
-  if (!can('usage.read')) return <ErrorNote error={new Error('Your role cannot read usage (usage.read).')} />;
+  if (!can('usage.read')) return <NoAccess what="usage" />;
 
   const set = (field: keyof Filters) => (e: { target: { value: string } }) => setForm((f) => ({ ...f, [field]: e.target.value }));
   const submit = (e: FormEvent) => {
@@ -108,9 +110,9 @@ export function UsageExplorer() {
       <p className="muted">Every metered call, newest first. Days are UTC; "To" includes the day chosen. The CSV holds every record matching the filters.</p>
       <ErrorNote error={csv.error} />
       {downloaded ? (
-        <p className="success" role="status" data-testid="csv-status">
-          Downloaded {fmtInt(downloaded.rows)} {downloaded.rows === 1 ? 'row' : 'rows'} as {downloaded.file}.
-        </p>
+        <StatusNote tone="success" testId="csv-status">
+          Downloaded {countOf(downloaded.rows, 'row')} as {downloaded.file}.
+        </StatusNote>
       ) : null}
 
       <form className="inline" onSubmit={submit} aria-label="Filter usage records">
@@ -149,12 +151,11 @@ export function UsageExplorer() {
         </button>
       </form>
 
-      <ErrorNote error={records.error} />
+      <LoadError error={deployments.error} retry={deployments.reload} what="deployments" busy={deployments.loading} />
+      <LoadError error={records.error} retry={records.retry} what="usage records" busy={records.loading || records.loadingMore} />
       {records.loading && records.items.length === 0 ? (
-        <p className="muted" aria-live="polite">
-          Loading…
-        </p>
-      ) : records.items.length === 0 && !records.error ? (
+        <Loading what="usage records" shape="table" rows={5} />
+      ) : records.error && records.items.length === 0 ? null : records.items.length === 0 ? (
         <p className="muted" data-testid="no-records">
           No usage records match these filters.
         </p>
@@ -195,7 +196,7 @@ export function UsageExplorer() {
           </tbody>
         </table>
       )}
-      {records.items.length > 0 ? <LoadMore pages={records} noun="records" /> : null}
+      {records.items.length > 0 ? <LoadMore pages={records} one="record" /> : null}
     </>
   );
 }

@@ -1,7 +1,8 @@
 import { type FormEvent, useState } from 'react';
 import { del, get, list, post, request } from '../api';
 import { useOrg } from '../org';
-import { ConfirmButton, ErrorNote, Field, fmtDate, Loading, PageHeader, SecretOnce, useAction, useLoad } from '../ui';
+import { CheckLabel, ConfirmButton, ErrorNote, Field, fmtDate, Loading, LoadError, PageHeader, SecretOnce, StatusNote, useAction, useLoad } from '../ui';
+import { NoAccess } from './NotFound';
 import { LoadMore, usePages } from './paging';
 import type { Schemas } from '../types';
 
@@ -33,6 +34,24 @@ export const WEBHOOK_EVENTS: Array<{ type: string; meaning: string }> = [
 /** The delivery worker's limit (MAX_ATTEMPTS): a delivery with this many attempts cannot be retried. */
 const MAX_ATTEMPTS = 5;
 
+/** What the page last did, in words, and whether it worked. */
+interface Notice {
+  tone: 'success' | 'failure' | 'neutral';
+  text: string;
+}
+
+/** A test send's outcome: delivered is a success; failed is a failure and says so; anything else is still on its way. */
+export function testOutcome(url: string, d: Pick<Delivery, 'status' | 'status_code' | 'error'>): Notice {
+  const error = d.error ? ` (${d.error})` : '';
+  if (d.status === 'delivered') return { tone: 'success', text: `Test sent to ${url}: delivered, HTTP ${d.status_code ?? '—'}.` };
+  if (d.status === 'failed') {
+    // An answer's status says it all (the error only repeats it); without one the error says what happened.
+    const answer = d.status_code !== null ? `${url} answered HTTP ${d.status_code}` : `${url} could not be reached${error}`;
+    return { tone: 'failure', text: `Test send failed: ${answer}.` };
+  }
+  return { tone: 'neutral', text: `Test sent to ${url}: ${d.status}${error}.` };
+}
+
 export function Webhooks() {
   const { org, can } = useOrg();
   const base = `/organizations/${org.id}/webhooks`;
@@ -40,12 +59,12 @@ export function Webhooks() {
   const [secret, setSecret] = useState<{ url: string; value: string } | null>(null);
   const [selected, setSelected] = useState<string | null>(null);
   const [editing, setEditing] = useState<string | null>(null);
-  const [notice, setNotice] = useState<string | null>(null);
+  const [notice, setNotice] = useState<Notice | null>(null);
   const [round, setRound] = useState(0);
   const action = useAction();
   const manage = can('webhooks.manage');
 
-  if (!can('webhooks.read')) return <ErrorNote error={new Error('Your role cannot see webhooks (webhooks.read).')} />;
+  if (!can('webhooks.read')) return <NoAccess what="webhooks" />;
 
   const patch = (id: string, body: Record<string, unknown>) => request<Webhook>('PATCH', `${base}/${id}`, { body });
   const testSend = (hook: Webhook) =>
@@ -54,14 +73,14 @@ export function Webhooks() {
       const d = await post<Delivery>(`${base}/${hook.id}/test`);
       setSelected(hook.id);
       setRound((r) => r + 1);
-      setNotice(`Test sent to ${hook.url}: ${d.status}${d.status_code !== null ? `, HTTP ${d.status_code}` : ''}${d.error ? ` (${d.error})` : ''}.`);
+      setNotice(testOutcome(hook.url, d));
     });
   const setActive = (hook: Webhook, isActive: boolean) =>
     action.run(async () => {
       setNotice(null);
       await patch(hook.id, { is_active: isActive });
       hooks.reload();
-      setNotice(`${hook.url} is ${isActive ? 'enabled' : 'disabled'}.`);
+      setNotice({ tone: 'success', text: `${hook.url} is ${isActive ? 'enabled' : 'disabled'}.` });
     });
   const remove = (hook: Webhook) =>
     action.run(async () => {
@@ -70,7 +89,7 @@ export function Webhooks() {
       if (selected === hook.id) setSelected(null);
       if (editing === hook.id) setEditing(null);
       hooks.reload();
-      setNotice(`${hook.url} is deleted.`);
+      setNotice({ tone: 'success', text: `${hook.url} is deleted.` });
     });
 
   const editedHook = hooks.data?.find((h) => h.id === editing);
@@ -97,15 +116,15 @@ export function Webhooks() {
 
       <section aria-labelledby="webhook-list">
         <h2 id="webhook-list">Endpoints</h2>
-        <ErrorNote error={hooks.error} />
+        <LoadError error={hooks.error} retry={hooks.reload} what="webhooks" busy={hooks.loading} />
         <ErrorNote error={action.error} />
         {notice ? (
-          <p className="success" role="status">
-            {notice}
-          </p>
+          <StatusNote tone={notice.tone} testId="webhook-notice">
+            {notice.text}
+          </StatusNote>
         ) : null}
         {!hooks.data ? (
-          hooks.error ? null : <Loading />
+          hooks.error ? null : <Loading what="webhooks" shape="table" rows={2} />
         ) : hooks.data.length === 0 ? (
           <p className="muted">No webhooks yet.</p>
         ) : (
@@ -163,7 +182,7 @@ export function Webhooks() {
             setEditing(null);
             if (changed) {
               hooks.reload();
-              setNotice(`${changed.url} is saved.`);
+              setNotice({ tone: 'success', text: `${changed.url} is saved.` });
             }
           }}
         />
@@ -179,14 +198,9 @@ function EventChoices({ chosen, onChange }: { chosen: string[]; onChange: (event
     <fieldset className="field">
       <legend>Events</legend>
       {WEBHOOK_EVENTS.map((e) => (
-        <label key={e.type} className="check">
-          <input
-            type="checkbox"
-            checked={chosen.includes(e.type)}
-            onChange={(ev) => onChange(ev.target.checked ? [...chosen, e.type] : chosen.filter((t) => t !== e.type))}
-          />
+        <CheckLabel key={e.type} checked={chosen.includes(e.type)} onChange={(on) => onChange(on ? [...chosen, e.type] : chosen.filter((t) => t !== e.type))}>
           <code>{e.type}</code> <span className="muted">{e.meaning}</span>
-        </label>
+        </CheckLabel>
       ))}
     </fieldset>
   );
@@ -272,16 +286,12 @@ function Deliveries({ base, hook, manage, round }: { base: string; hook: Webhook
           Refresh
         </button>
       </header>
-      <ErrorNote error={pages.error} />
+      <LoadError error={pages.error} retry={pages.retry} what="deliveries" busy={pages.loading || pages.loadingMore} />
       <ErrorNote error={retry.error} />
-      {notice ? (
-        <p className="success" role="status">
-          {notice}
-        </p>
-      ) : null}
+      {notice ? <StatusNote tone="neutral">{notice}</StatusNote> : null}
       {pages.loading && pages.items.length === 0 ? (
-        <Loading />
-      ) : pages.items.length === 0 ? (
+        <Loading what="deliveries" shape="table" />
+      ) : pages.error && pages.items.length === 0 ? null : pages.items.length === 0 ? (
         <p className="muted">No deliveries yet. Use Test send to try the endpoint.</p>
       ) : (
         <table data-testid="deliveries" aria-busy={pages.loading}>
@@ -328,7 +338,7 @@ function Deliveries({ base, hook, manage, round }: { base: string; hook: Webhook
           </tbody>
         </table>
       )}
-      {pages.items.length > 0 ? <LoadMore pages={pages} noun="deliveries" /> : null}
+      {pages.items.length > 0 ? <LoadMore pages={pages} one="delivery" other="deliveries" /> : null}
     </section>
   );
 }

@@ -1,4 +1,5 @@
-import { existsSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import fastifyCookie from '@fastify/cookie';
@@ -29,6 +30,20 @@ export const CONSOLE_CSP = [
   "form-action 'self'",
   "frame-ancestors 'none'",
 ].join('; ');
+
+/**
+ * The page's CSP: CONSOLE_CSP, with `script-src` also allowing each inline script of the built page
+ * by its SHA-256 (the theme, applied before the first paint: docs/console.md "Theme"). No other
+ * inline script runs.
+ */
+export function consolePageCsp(html: string): string {
+  const hashes = [...html.matchAll(/<script(?![^>]*\bsrc=)[^>]*>([\s\S]*?)<\/script>/g)]
+    .map((m) => m[1] ?? '')
+    .filter((code) => code.trim() !== '')
+    .map((code) => `'sha256-${createHash('sha256').update(code).digest('base64')}'`);
+  if (hashes.length === 0) return CONSOLE_CSP;
+  return CONSOLE_CSP.replace("script-src 'self'", `script-src 'self' ${hashes.join(' ')}`);
+}
 
 const ConsoleSession = Type.Object(
   {
@@ -162,12 +177,15 @@ async function sessionRoutes(fastify: FastifyInstance): Promise<void> {
 }
 
 /**
- * The console's files (docs/console.md): hashed assets cached for a year, every other path under
- * /console answered with the app's page (the app routes in the browser). Without a build, a clear 503.
+ * The console's files (docs/console.md "Files and caching"): hashed assets cached for a year, every
+ * other path under /console answered with the app's page (the app routes in the browser). Without a
+ * build, a clear 503. Each file goes as the build's brotli or gzip copy beside it (`.br`, `.gz`) when
+ * the request's Accept-Encoding takes one, with Content-Encoding and `Vary: Accept-Encoding`.
  */
 async function staticRoutes(fastify: FastifyInstance, { root }: { root: string }): Promise<void> {
   const built = existsSync(join(root, 'index.html'));
-  await fastify.register(fastifyStatic, { root, serve: false });
+  const csp = built ? consolePageCsp(readFileSync(join(root, 'index.html'), 'utf8')) : CONSOLE_CSP;
+  await fastify.register(fastifyStatic, { root, serve: false, preCompressed: true });
 
   const page = async (_request: FastifyRequest, reply: FastifyReply) => {
     if (!built) {
@@ -179,7 +197,7 @@ async function staticRoutes(fastify: FastifyInstance, { root }: { root: string }
     }
     return reply
       .header('cache-control', 'no-cache')
-      .header('content-security-policy', CONSOLE_CSP)
+      .header('content-security-policy', csp)
       .header('x-content-type-options', 'nosniff')
       .header('referrer-policy', 'no-referrer')
       .sendFile('index.html', root, { cacheControl: false });

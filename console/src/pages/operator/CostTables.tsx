@@ -1,5 +1,6 @@
 import { type FormEvent, useState } from 'react';
 import { ConfirmButton, Field, fmtDate, fmtInt, Loading, PageHeader, useLoad } from '../../ui';
+import { countOf } from '../../plural';
 import { OperatorError, Outcome, segment, useOperator, useOperatorAction } from './common';
 
 interface CreditCost {
@@ -33,10 +34,10 @@ export function CostTables() {
       <PageHeader title="Costs and tools" />
       <section aria-labelledby="credit-costs">
         <h2 id="credit-costs">Credit costs</h2>
-        <OperatorError error={costs.error} />
+        <OperatorError error={costs.error} retry={costs.reload} what="credit costs" busy={costs.loading} />
         {!costs.data ? (
-          costs.loading ? (
-            <Loading />
+          costs.loading && !costs.error ? (
+            <Loading what="credit costs" shape="table" />
           ) : null
         ) : (
           <table aria-label="Credit costs" data-testid="credit-costs">
@@ -72,7 +73,7 @@ export function CostTables() {
       <section aria-labelledby="tool-mappings">
         <h2 id="tool-mappings">Tool mappings</h2>
         <p className="muted small">A tool without a mapping is metered as platform_basic.</p>
-        <MappingTable tools={tools.data?.tool_actions} error={tools.error} loading={tools.loading} onChanged={tools.reload} />
+        <MappingTable tools={tools.data?.tool_actions} error={tools.error} loading={tools.loading} onChanged={tools.reload} retry={tools.reload} />
         <MapForm actions={actions.map((c) => c.action)} onChanged={tools.reload} />
       </section>
     </>
@@ -93,7 +94,7 @@ function CostForm({ editing, onChanged }: { editing: CreditCost | null; onChange
         description: description.trim() || null,
       });
       onChanged();
-      return `${answer.action} now costs ${fmtInt(answer.credits)} credits.`;
+      return `${answer.action} now costs ${countOf(answer.credits, 'credit')}.`;
     });
   };
   return (
@@ -119,7 +120,19 @@ function CostForm({ editing, onChanged }: { editing: CreditCost | null; onChange
   );
 }
 
-function MappingTable({ tools, error, loading, onChanged }: { tools: ToolAction[] | undefined; error: unknown; loading: boolean; onChanged: () => void }) {
+function MappingTable({
+  tools,
+  error,
+  loading,
+  onChanged,
+  retry,
+}: {
+  tools: ToolAction[] | undefined;
+  error: unknown;
+  loading: boolean;
+  onChanged: () => void;
+  retry: () => void;
+}) {
   const call = useOperator();
   const outcome = useOperatorAction();
   const unmap = (tool: string) =>
@@ -128,8 +141,8 @@ function MappingTable({ tools, error, loading, onChanged }: { tools: ToolAction[
       onChanged();
       return `${tool} is unmapped: it is metered as platform_basic.`;
     });
-  if (error) return <OperatorError error={error} />;
-  if (!tools) return loading ? <Loading /> : null;
+  if (error) return <OperatorError error={error} retry={retry} what="tool mappings" busy={loading} />;
+  if (!tools) return loading ? <Loading what="tool mappings" shape="table" /> : null;
   return (
     <>
       <Outcome action={outcome} />

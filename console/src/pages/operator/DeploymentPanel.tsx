@@ -1,4 +1,5 @@
 import { type FormEvent, useState } from 'react';
+import { countOf } from '../../plural';
 import { ConfirmButton, Field, fmtDate, fmtInt } from '../../ui';
 import {
   type AdminDeployment,
@@ -133,7 +134,7 @@ function CreditsForm({ deployment: d, onChanged }: { deployment: AdminDeployment
       setReason('');
       setExpiresAt('');
       onChanged();
-      const what = n > 0 ? `Granted ${fmtInt(n)} credits` : `Took ${fmtInt(-n)} credits`;
+      const what = n > 0 ? `Granted ${countOf(n, 'credit')}` : `Took ${countOf(-n, 'credit')}`;
       return `${what}: purchased credits of ${answer.name} are now ${fmtInt(answer.balance.purchased)}.`;
     });
   };
@@ -178,9 +179,9 @@ function OverridesForm({ deployment: d, onChanged }: { deployment: AdminDeployme
   const set = (name: keyof OverrideFields) => (e: { target: { value: string } }) => setFields((f) => ({ ...f, [name]: e.target.value }));
   const describe = (o: AdminDeployment['overrides']) => {
     const parts = [
-      o.monthly_credits === null ? null : `${fmtInt(o.monthly_credits)} credits a period`,
-      o.api_rate_limit === null ? null : `${fmtInt(o.api_rate_limit)} requests a minute`,
-      o.ai_tokens_limit === null ? null : `${fmtInt(o.ai_tokens_limit)} AI tokens`,
+      o.monthly_credits === null ? null : `${countOf(o.monthly_credits, 'credit')} a period`,
+      o.api_rate_limit === null ? null : `${countOf(o.api_rate_limit, 'request')} a minute`,
+      o.ai_tokens_limit === null ? null : countOf(o.ai_tokens_limit, 'AI token'),
     ].filter(Boolean);
     if (parts.length === 0) return 'no overrides: the tier applies';
     return `${parts.join(', ')}${o.expires_at ? ` until ${fmtDate(o.expires_at)}` : ''}`;

@@ -41,10 +41,10 @@ export function OrganizationDetail({
       <PlanForm organization={o} onPlanChanged={onPlanChanged} onChanged={onChanged} />
 
       <h3>Deployments</h3>
-      <OperatorError error={deployments.error} />
+      <OperatorError error={deployments.error} retry={deployments.reload} what="deployments" busy={deployments.loading} />
       {!deployments.data ? (
-        deployments.loading ? (
-          <Loading />
+        deployments.loading && !deployments.error ? (
+          <Loading what="deployments" shape="cards" rows={1} />
         ) : null
       ) : deployments.data.deployments.length === 0 ? (
         <p className="muted">This organization has no deployments.</p>

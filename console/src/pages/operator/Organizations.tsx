@@ -76,8 +76,8 @@ export function Organizations() {
         <p id="search-hint" className="muted small">
           Part of a name or slug, an organization or deployment id, or a member's email address. Empty: the newest organizations.
         </p>
-        <OperatorError error={first.error} />
-        {first.loading && !first.data ? <Loading /> : null}
+        <OperatorError error={first.error} retry={first.reload} what="organizations" busy={first.loading} />
+        {first.loading && !first.data && !first.error ? <Loading what="organizations" shape="table" /> : null}
         {first.data ? (
           hits.length === 0 ? (
             <p className="muted" role="status">

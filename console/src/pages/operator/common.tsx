@@ -1,7 +1,7 @@
 import { createContext, useCallback, useContext, useState } from 'react';
 import { admin } from '../../api';
 import { ApiError } from '../../api-errors';
-import { messageOf, useAction } from '../../ui';
+import { LoadError, messageOf, StatusNote, useAction } from '../../ui';
 import type { Schemas } from '../../types';
 
 /** An operator call with the key typed into this tab (docs/console.md "Operator"). */
@@ -45,24 +45,19 @@ export type OrganizationHit = Schemas['AdminOrganizationHit'];
 
 export type AdminDeployment = Schemas['AdminDeployment'];
 
-/** The API's refusal as it came: status, code, message and the fields it names. */
-export function OperatorError({ error }: { error: unknown }) {
+/**
+ * The API's refusal in words, with every field it names; a failed load (given `retry`) offers Retry.
+ * The code stays out of the text (it is on the element as data-code).
+ */
+export function OperatorError({ error, retry, what, busy }: { error: unknown; retry?: () => void; what?: string; busy?: boolean }) {
   if (!error) return null;
-  if (!(error instanceof ApiError)) {
-    return (
-      <p className="error" role="alert">
-        {messageOf(error)}
-      </p>
-    );
-  }
-  const fields = error.fields.map((f) => `${f.field} ${f.message}`).join('; ');
+  if (retry) return <LoadError error={error} retry={retry} what={what} busy={busy} />;
+  const text = messageOf(error);
+  const fields = error instanceof ApiError ? error.fields.map((f) => `${f.field} ${f.message}`).filter((f) => !text.includes(f)) : [];
   return (
-    <p className="error" role="alert">
-      <strong>
-        {error.status} {error.code}
-      </strong>
-      : {error.message}
-      {fields ? ` (${fields})` : null}
+    <p className="error" role="alert" data-code={error instanceof ApiError ? error.code : undefined}>
+      {text}
+      {fields.length > 0 ? ` (${fields.join('; ')})` : null}
     </p>
   );
 }
@@ -99,9 +94,7 @@ export function Outcome({ action }: { action: OperatorAction }) {
   if (action.error) return <OperatorError error={action.error} />;
   if (action.done) {
     return (
-      <p className="success" role="status">
-        {action.done}
-      </p>
+      <StatusNote tone="success">{action.done}</StatusNote>
     );
   }
   return null;

@@ -1,0 +1,45 @@
+/**
+ * axe-core in a console page, as a11y.browser.test.ts runs it (docs/console.md "Tests"): the WCAG 2.x
+ * A/AA rules and best practices, only serious and critical violations kept. The page's context must
+ * bypass its CSP (`newPage({ bypassCSP: true })`) so that axe's script can be injected.
+ */
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import type { Page } from 'playwright-core';
+import { expect } from 'vitest';
+
+const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+
+interface Violation {
+  id: string;
+  impact: string | null;
+  help: string;
+  nodes: Array<{ target: string[]; failureSummary?: string }>;
+}
+
+export interface Finding {
+  id: string;
+  impact: string | null;
+  help: string;
+  targets: string[];
+}
+
+/** Wait until the page settled (a heading, nothing loading). */
+export async function settled(page: Page): Promise<void> {
+  await page.locator('h1').first().waitFor();
+  await expect.poll(() => page.getByText('Loading…').count()).toBe(0);
+}
+
+/** Run axe over the settled page; its serious and critical violations. */
+export async function audit(page: Page): Promise<Finding[]> {
+  await settled(page);
+  await page.evaluate(AXE_SOURCE);
+  const violations = await page.evaluate(async () => {
+    const axe = (window as unknown as { axe: { run(context: Document, options: object): Promise<{ violations: Violation[] }> } }).axe;
+    const result = await axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice'] }, resultTypes: ['violations'] });
+    return result.violations;
+  });
+  return violations
+    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+    .map((v) => ({ id: v.id, impact: v.impact, help: v.help, targets: v.nodes.map((n) => n.target.join(' ')) }));
+}
