@@ -75,3 +75,73 @@ export function dayLabel(seconds: number, tz: string): string {
     return at.toISOString().slice(0, 10);
   }
 }
+
+const grouped = new Intl.NumberFormat('en-US');
+const compact = new Intl.NumberFormat('en-US', { notation: 'compact', maximumFractionDigits: 1 });
+
+/** A count with thousands separators: 12,345. */
+export const fmtNumber = (n: number): string => grouped.format(n);
+
+/** A count for an axis or a legend: whole below 10,000, compact above (12.3K, 4.5M). */
+export const fmtCompact = (n: number): string => (Math.abs(n) >= 10_000 ? compact.format(n) : grouped.format(n));
+
+/** The overview's range: the last 7, 30 or 90 days, or two days chosen (both included). */
+export type RangeChoice = { days: 7 | 30 | 90 } | { from: string; to: string };
+
+export const PRESET_DAYS = [7, 30, 90] as const;
+
+const ISO_DAY = /^\d{4}-\d{2}-\d{2}$/;
+
+/** The range a query string names (`range=7d`, or `from=YYYY-MM-DD&to=YYYY-MM-DD`); 30 days otherwise. */
+export function parseRange(search: string): RangeChoice {
+  const q = new URLSearchParams(search);
+  const from = q.get('from') ?? '';
+  const to = q.get('to') ?? '';
+  if (ISO_DAY.test(from) && ISO_DAY.test(to) && !Number.isNaN(Date.parse(from)) && !Number.isNaN(Date.parse(to)) && from <= to) return { from, to };
+  const days = Number(/^(\d+)d$/.exec(q.get('range') ?? '')?.[1]);
+  return { days: (PRESET_DAYS as readonly number[]).includes(days) ? (days as 7 | 30 | 90) : 30 };
+}
+
+/** The query string that names a range, for the address bar (a reload keeps it). */
+export function rangeSearch(choice: RangeChoice): string {
+  return 'days' in choice ? `range=${choice.days}d` : `from=${choice.from}&to=${choice.to}`;
+}
+
+/** The UTC offset of `tz` at an instant, in milliseconds (positive east of Greenwich). */
+function offsetAt(ms: number, tz: string): number {
+  const parts = new Intl.DateTimeFormat('en-US', {
+    timeZone: tz,
+    hourCycle: 'h23',
+    year: 'numeric',
+    month: 'numeric',
+    day: 'numeric',
+    hour: 'numeric',
+    minute: 'numeric',
+    second: 'numeric',
+  }).formatToParts(new Date(ms));
+  const n = (type: string) => Number(parts.find((p) => p.type === type)?.value ?? 0);
+  return Date.UTC(n('year'), n('month') - 1, n('day'), n('hour'), n('minute'), n('second')) - Math.floor(ms / 1000) * 1000;
+}
+
+/** The instant a day (YYYY-MM-DD, `shift` days later) starts in `tz`: its local midnight. */
+export function zoneMidnight(day: string, tz: string, shift = 0): Date {
+  const [y, m, d] = day.split('-').map(Number) as [number, number, number];
+  const local = Date.UTC(y, m - 1, d + shift);
+  try {
+    let at = local - offsetAt(local, tz);
+    at = local - offsetAt(at, tz);
+    return new Date(at);
+  } catch {
+    return new Date(local);
+  }
+}
+
+/**
+ * The summary's `from`/`to` for a range, as instants of the user's zone: a preset starts at the local
+ * midnight of the day `days − 1` before today and runs to the service's now (no `to`); chosen days run
+ * from the first one's midnight to the midnight after the last (the API's `to` is exclusive).
+ */
+export function rangeQuery(choice: RangeChoice, tz: string, now: Date): { from: string; to?: string } {
+  if ('days' in choice) return { from: zoneMidnight(dayLabel(now.getTime() / 1000, tz), tz, 1 - choice.days).toISOString() };
+  return { from: zoneMidnight(choice.from, tz).toISOString(), to: zoneMidnight(choice.to, tz, 1).toISOString() };
+}

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { dayLabel, stackOf, topOf, type UsageSummary } from './series';
+import { dayLabel, fmtCompact, fmtNumber, parseRange, rangeQuery, rangeSearch, stackOf, topOf, type UsageSummary, zoneMidnight } from './series';
 
 const counts = (credits: number, calls = credits) => ({ calls, successful: calls, failed: 0, credits, credits_refunded: 0, input_tokens: 0, output_tokens: 0 });
 
@@ -65,5 +65,42 @@ describe('day labels', () => {
     expect(dayLabel(Date.parse('2026-03-08T23:00:00Z') / 1000, 'Europe/Berlin')).toBe('2026-03-09');
     expect(dayLabel(Date.parse('2026-03-08T00:00:00Z') / 1000, 'UTC')).toBe('2026-03-08');
     expect(dayLabel(Date.parse('2026-03-08T00:00:00Z') / 1000, 'Not/AZone')).toBe('2026-03-08');
+  });
+});
+
+describe('numbers', () => {
+  it('group thousands, and go compact from 10,000 on axes and in the legend', () => {
+    expect(fmtNumber(1234567)).toBe('1,234,567');
+    expect(fmtCompact(9999)).toBe('9,999');
+    expect(fmtCompact(12_345)).toBe('12.3K');
+    expect(fmtCompact(4_500_000)).toBe('4.5M');
+  });
+});
+
+describe('the overview range', () => {
+  it('reads a preset or two days from the address, and 30 days for anything else', () => {
+    expect(parseRange('?range=7d')).toEqual({ days: 7 });
+    expect(parseRange('range=90d')).toEqual({ days: 90 });
+    expect(parseRange('?range=8d')).toEqual({ days: 30 });
+    expect(parseRange('')).toEqual({ days: 30 });
+    expect(parseRange('?from=2026-03-01&to=2026-03-05')).toEqual({ from: '2026-03-01', to: '2026-03-05' });
+    expect(parseRange('?from=2026-03-05&to=2026-03-01')).toEqual({ days: 30 }); // reversed
+    expect(parseRange('?from=2026-3-1&to=2026-03-05')).toEqual({ days: 30 });
+    for (const c of [{ days: 7 } as const, { from: '2026-03-01', to: '2026-03-05' }]) expect(parseRange(rangeSearch(c))).toEqual(c);
+  });
+
+  it('finds a zone’s local midnight, across a change of offset', () => {
+    expect(zoneMidnight('2026-03-08', 'America/New_York').toISOString()).toBe('2026-03-08T05:00:00.000Z');
+    expect(zoneMidnight('2026-03-08', 'America/New_York', 1).toISOString()).toBe('2026-03-09T04:00:00.000Z'); // after the spring change
+    expect(zoneMidnight('2026-03-09', 'Europe/Berlin').toISOString()).toBe('2026-03-08T23:00:00.000Z');
+    expect(zoneMidnight('2026-03-09', 'Pacific/Kiritimati').toISOString()).toBe('2026-03-08T10:00:00.000Z');
+    expect(zoneMidnight('2026-03-09', 'UTC', -6).toISOString()).toBe('2026-03-03T00:00:00.000Z');
+  });
+
+  it('asks a preset from the midnight days − 1 before today up to the service’s now, chosen days to the midnight after the last', () => {
+    const now = new Date('2026-03-09T12:00:00Z');
+    expect(rangeQuery({ days: 7 }, 'UTC', now)).toEqual({ from: '2026-03-03T00:00:00.000Z' });
+    expect(rangeQuery({ days: 7 }, 'Europe/Berlin', now)).toEqual({ from: '2026-03-02T23:00:00.000Z' });
+    expect(rangeQuery({ from: '2026-03-01', to: '2026-03-05' }, 'UTC', now)).toEqual({ from: '2026-03-01T00:00:00.000Z', to: '2026-03-06T00:00:00.000Z' });
   });
 });

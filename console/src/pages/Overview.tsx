@@ -1,13 +1,26 @@
-import { useMemo } from 'react';
+import { type ReactNode, useMemo, useState } from 'react';
 import { Link } from 'wouter';
 import { get, list } from '../api';
 import { ApiError } from '../api-errors';
 import { StackedBars } from '../chart';
 import { useOrg } from '../org';
-import { browserZone, dayLabel, stackOf, topOf, type UsageSummary } from '../series';
+import { RangePicker } from '../RangePicker';
+import {
+  browserZone,
+  dayLabel,
+  parseRange,
+  type RangeChoice,
+  rangeQuery,
+  rangeSearch,
+  stackOf,
+  topOf,
+  type UsageGroup,
+  type UsageSummary,
+} from '../series';
 import { plural } from '../plural';
 import { fmtDate, fmtDay, fmtInt, Loading, LoadError, PageHeader, useLoad } from '../ui';
 import type { Schemas } from '../types';
+import './extra.css';
 
 export type Balance = Schemas['CreditBalance'];
 
@@ -15,30 +28,45 @@ export type Deployment = Schemas['Deployment'];
 
 type BillingUsage = Schemas['BillingUsage'];
 
-const DAYS = 30;
+/** The range in words, for the heading and the empty states. */
+function rangeWords(range: RangeChoice): string {
+  return 'days' in range ? `the last ${range.days} days` : `${range.from} to ${range.to}`;
+}
 
 export function Overview() {
   const { org, can } = useOrg();
   const base = `/organizations/${org.id}`;
+  // The range is in the address (?range=7d, or ?from=…&to=…), so a reload or a shared link keeps it.
+  const [range, setRange] = useState<RangeChoice>(() => parseRange(window.location.search));
+  const choose = (next: RangeChoice) => {
+    setRange(next);
+    window.history.replaceState(window.history.state, '', `${window.location.pathname}?${rangeSearch(next)}`);
+  };
+  const asked = browserZone();
+  const rangeKey = rangeSearch(range);
+  // Instants of the user's zone; the summaries without day buckets take the same ones, so every total agrees.
+  // biome-ignore lint/correctness/useExhaustiveDependencies: the range is named by its query string
+  const span = useMemo(() => rangeQuery(range, asked, new Date()), [rangeKey, asked]);
   const deployments = useLoad(() => list<Deployment>(`${base}/deployments`, { limit: 100 }), [org.id]);
   const ai = useLoad(
     () => (can('billing.read') ? get<BillingUsage>('/billing/usage', { organization_id: org.id }) : Promise.resolve(null)),
     [org.id],
   );
-  // No from/to: the service's default range, the last 30 days up to its own now (its clock, not the browser's).
-  // Days of the browser's zone; one the service cannot bucket by (an offset of half an hour) falls back to UTC.
+  // A preset runs up to the service's own now (no `to`). Days of the browser's zone; one the service
+  // cannot bucket by (an offset of half an hour) falls back to UTC days.
   const daily = useLoad(async () => {
-    const query = { group_by: 'day', split_by: 'tool' };
-    const tz = browserZone();
-    if (tz === 'UTC') return get<UsageSummary>(`${base}/usage/summary`, query);
+    const query = { group_by: 'day', split_by: 'tool', ...span };
+    if (asked === 'UTC') return get<UsageSummary>(`${base}/usage/summary`, query);
     try {
-      return await get<UsageSummary>(`${base}/usage/summary`, { ...query, tz });
+      return await get<UsageSummary>(`${base}/usage/summary`, { ...query, tz: asked });
     } catch (err) {
       if (err instanceof ApiError && err.status === 400) return get<UsageSummary>(`${base}/usage/summary`, query);
       throw err;
     }
-  }, [org.id]);
-  const users = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'mcp_user' }), [org.id]);
+  }, [org.id, span]);
+  const users = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'mcp_user', ...span }), [org.id, span]);
+  const models = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'model', ...span }), [org.id, span]);
+  const perDeployment = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'deployment', ...span }), [org.id, span]);
   const stack = useMemo(() => (daily.data ? stackOf(daily.data) : null), [daily.data]);
   const zone = daily.data?.tz ?? 'UTC';
   // The top tools come from the same answer: split_keys are the range's largest tools in group_by=tool's order.
@@ -46,6 +74,10 @@ export function Overview() {
 
   const primary = deployments.data?.data.find((d) => d.is_primary);
   const b = primary?.balance;
+  const names = new Map((deployments.data?.data ?? []).map((d) => [d.id, d.name]));
+  // A new organization starts on sandbox, with no credits: its first step is Billing, not an API key.
+  const needsCredits = primary?.tier === 'sandbox' && b?.available === 0;
+  const aiModels = models.data ? { ...models.data, groups: models.data.groups.filter((g) => g.key !== null) } : undefined;
   return (
     <>
       <PageHeader title={org.name}>
@@ -57,7 +89,13 @@ export function Overview() {
       {b ? (
         <section className="cards" aria-label="Balance">
           <Card title="Monthly credits" testId="monthly" value={`${fmtInt(b.monthly_used)} / ${fmtInt(b.monthly_allocation)}`} note={`${fmtInt(b.monthly_remaining)} left`} />
-          <Card title="Purchased credits" testId="purchased" value={fmtInt(b.purchased)} note="never reset" />
+          <Card title="Purchased credits" testId="purchased" value={fmtInt(b.purchased)} note="never reset">
+            {can('billing.read') ? (
+              <p className="card-link">
+                <Link href="/billing#packs">Buy credits</Link>
+              </p>
+            ) : null}
+          </Card>
           <Card title="Available now" testId="available" value={fmtInt(b.available)} note={`${fmtInt(b.reserved)} held by reservations`} />
           <Card
             title="AI tokens"
@@ -73,14 +111,56 @@ export function Overview() {
 
       <section aria-labelledby="per-day">
         <h2 id="per-day">
-          Credits per day, by tool (last {DAYS} days, {zone})
+          Credits per day, by tool ({rangeWords(range)}, {zone})
         </h2>
+        <RangePicker value={range} onChange={choose} today={dayLabel(Date.now() / 1000, asked)} />
+        <p className="muted small zone-note" data-testid="zone">
+          {daily.data ? (
+            zone === asked ? (
+              <>
+                Days of your time zone, <strong>{zone}</strong>.
+              </>
+            ) : (
+              <>
+                Days in <strong>{zone}</strong>: your time zone, {asked}, is not a whole number of hours from UTC.
+              </>
+            )
+          ) : (
+            <>Your time zone: {asked}.</>
+          )}
+        </p>
         <LoadError error={daily.error} retry={daily.reload} what="usage per day" busy={daily.loading} />
         {stack && daily.data ? (
           daily.data.totals.calls === 0 ? (
-            <p className="muted" data-testid="no-usage">
-              No usage in the last {DAYS} days. Record usage with an API key (see the API keys page) and it shows here.
-            </p>
+            <div className="onboarding" data-testid="no-usage">
+              {needsCredits ? (
+                <>
+                  <p>
+                    <strong>This organization has no credits yet.</strong> It is on the sandbox tier, which includes none, so every call is refused until it
+                    has some.
+                  </p>
+                  {can('billing.read') ? (
+                    <p className="actions">
+                      <Link href="/billing#packs">Buy credits</Link>
+                      <Link href="/billing">Choose a plan</Link>
+                    </p>
+                  ) : (
+                    <p>An owner or an admin can buy credits or choose a plan on the Billing page.</p>
+                  )}
+                </>
+              ) : (
+                <>
+                  <p>
+                    <strong>No usage in {rangeWords(range)}.</strong>{' '}
+                    {can('api_keys.read') ? <Link href="/api-keys">Create your first API key</Link> : 'Ask an owner or an admin for an API key'}, then
+                    record a call with it:
+                  </p>
+                  <pre className="snippet" data-testid="first-call">
+                    <code>{firstCall(primary?.id)}</code>
+                  </pre>
+                </>
+              )}
+            </div>
           ) : (
             <>
               <p>
@@ -132,6 +212,26 @@ export function Overview() {
         <TopList title="Top tools" summary={tools} load={daily} empty="No tool calls yet" testId="top-tools" />
         <TopList title="Top end users" summary={users.data} load={users} empty="No end users yet (stdio mode has none)" testId="top-users" />
       </div>
+      <div className="columns">
+        <Breakdown
+          title="AI tokens by model"
+          summary={aiModels}
+          load={models}
+          empty={`No AI calls in ${rangeWords(range)}.`}
+          testId="by-model"
+          head={['Model', 'Input tokens', 'Output tokens', 'Credits']}
+          cells={(g) => [g.key ?? '', fmtInt(g.input_tokens), fmtInt(g.output_tokens), fmtInt(g.credits)]}
+        />
+        <Breakdown
+          title="By deployment"
+          summary={perDeployment.data}
+          load={perDeployment}
+          empty={`No calls in ${rangeWords(range)}.`}
+          testId="by-deployment"
+          head={['Deployment', 'Calls', 'Credits']}
+          cells={(g) => [names.get(g.key ?? '') ?? g.key ?? '(none)', fmtInt(g.calls), fmtInt(g.credits)]}
+        />
+      </div>
       <p>
         <Link href="/usage">Explore every call →</Link>
       </p>
@@ -139,13 +239,80 @@ export function Overview() {
   );
 }
 
-function Card({ title, value, note, testId }: { title: string; value: string; note: string; testId: string }) {
+/** The first call to make, with an API key: a tool call recorded on the organization's primary deployment. */
+function firstCall(deploymentId: string | undefined): string {
+  return [
+    `# Records a call on deployment ${deploymentId ?? '…'} (this organization's primary)`,
+    `curl -X POST ${window.location.origin}/api/v1/mcp/stdio/record-usage \\`,
+    '  -H "Authorization: Bearer $CREDITGATE_API_KEY" \\',
+    '  -H "Content-Type: application/json" \\',
+    `  -d '{"tool_name": "my_tool"}'`,
+  ].join('\n');
+}
+
+function Card({ title, value, note, testId, children }: { title: string; value: string; note: string; testId: string; children?: ReactNode }) {
   return (
     <div className="card" data-testid={`card-${testId}`}>
       <h2>{title}</h2>
       <p className="value">{value}</p>
       <p className="muted small">{note}</p>
+      {children}
     </div>
+  );
+}
+
+/** A summary grouped by something other than time, as a small table (the largest ten), or a sentence when empty. */
+function Breakdown({
+  title,
+  summary,
+  load,
+  empty,
+  testId,
+  head,
+  cells,
+}: {
+  title: string;
+  summary: UsageSummary | undefined;
+  load: { error: unknown; loading: boolean; reload: () => void };
+  empty: string;
+  testId: string;
+  head: string[];
+  cells: (g: UsageGroup) => string[];
+}) {
+  return (
+    <section aria-label={title} data-testid={testId}>
+      <h2>{title}</h2>
+      <LoadError error={load.error} retry={load.reload} what={title.toLowerCase()} busy={load.loading} />
+      {!summary ? (
+        load.error ? null : <Loading what={title.toLowerCase()} shape="table" />
+      ) : summary.groups.length === 0 ? (
+        <p className="muted">{empty}</p>
+      ) : (
+        <div className="table-scroll">
+          <table>
+            <thead>
+              <tr>
+                {head.map((h) => (
+                  <th scope="col" key={h}>
+                    {h}
+                  </th>
+                ))}
+              </tr>
+            </thead>
+            <tbody>
+              {summary.groups.slice(0, 10).map((g) => (
+                <tr key={g.key ?? '(none)'}>
+                  {cells(g).map((c, i) => (
+                    // biome-ignore lint/suspicious/noArrayIndexKey: the columns are fixed
+                    <td key={i}>{c}</td>
+                  ))}
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+    </section>
   );
 }
 
