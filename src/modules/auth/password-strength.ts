@@ -93,6 +93,9 @@ function estimator(): Worker {
   if (worker) return worker;
   const started = new Worker(WORKER_SOURCE, {
     eval: true,
+    // A small young generation: the dictionaries are old objects once loaded, and a check's garbage is
+    // small; the default (16 MB semi-spaces) made the worker hold about 24 MB more while it lives.
+    resourceLimits: { maxYoungGenerationSizeMb: 4 },
     workerData: {
       core: require.resolve('@zxcvbn-ts/core'),
       common: require.resolve('@zxcvbn-ts/language-common'),
