@@ -47,6 +47,7 @@ import { meteringRoutes } from './modules/metering/routes.js';
 import { loadApiKeyPrincipal } from './modules/metering/state.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
 import { templateRoutes } from './modules/templates/routes.js';
+import { balanceHistoryRoutes } from './modules/usage/balance-history.js';
 import { usageRoutes } from './modules/usage/routes.js';
 import { OutboundHttp } from './modules/webhooks/deliver.js';
 import { organizationWebhookRoutes } from './modules/webhooks/organization-routes.js';
@@ -184,6 +185,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   await app.register(organizationWebhookRoutes);
   await app.register(templateRoutes);
   await app.register(usageRoutes);
+  await app.register(balanceHistoryRoutes);
   await app.register(budgetRoutes);
   await app.register(autoTopUpRoutes);
   // Start counting in the shared window from the first request when Redis is there (bounded wait).

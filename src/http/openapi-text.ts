@@ -107,6 +107,7 @@ export const SUCCESS_DESCRIPTIONS: Record<string, string> = {
   rotateDeploymentSecret: 'The new secret (shown once); the old one no longer works',
   getDeploymentEntitlements: "The deployment's entitlement snapshot: tier, flags, limits and AI token quota",
   getUsageSummary: 'Calls, outcomes and credits per group, and their totals',
+  getBalanceHistory: 'The closing balance per day, with the burn rate and when the credits run out',
   listUsageRecords: 'Usage records, newest first: the envelope, or CSV with Accept: text/csv',
   listAuditLogs: 'Audit entries, newest first',
   getSubscription: 'The subscription, or null',

@@ -48,6 +48,10 @@ beforeAll(async () => {
     });
     expect(res.statusCode, res.body).toBe(200);
   }
+  // The operator's cost table and tool mappings with long names (other files of the worker add more).
+  const longAction = `layout_${'a'.repeat(56)}`;
+  await s.h.request({ method: 'PUT', url: `/api/v1/admin/credit-costs/${longAction}`, headers: adminHeaders(s.h), payload: { credits: 3 } });
+  await s.h.request({ method: 'PUT', url: `/api/v1/admin/tool-actions/layout_tool_${'t'.repeat(50)}`, headers: adminHeaders(s.h), payload: { action: longAction } });
   await s.h.request({ method: 'POST', url: `/organizations/${org.id}/api-keys`, headers: auth, payload: { name: `key-${'k'.repeat(80)}`, scopes: ['read'] } });
   const invite = await s.h.request({ method: 'POST', url: `/organizations/${org.id}/users`, headers: auth, payload: { email: `layout-${'i'.repeat(60)}@example.com`, role: 'viewer' } });
   invitationToken = (invite.json() as { data: { token: string } }).data.token;

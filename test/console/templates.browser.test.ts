@@ -125,7 +125,11 @@ describe('console template deployments page', () => {
     expect(await statusCell(blog).getAttribute('data-status')).toBe('deploying');
 
     // A deployment whose provisioner keeps answering 503: failed after 5 attempts, shown with its error.
-    const failing = await f.createDeployment(owner.accessToken, owner.organizationId, template.id, { name: 'Shop', subdomain: slugOf('shop') });
+    // The worker's passes moved the service's clock by hours: the sign-up's access token has expired.
+    const login = await s.h.request({ method: 'POST', url: '/auth/login', payload: { email: owner.email, password: owner.password } });
+    expect(login.statusCode, login.body).toBe(200);
+    const token = (login.json() as { data: { access_token: string } }).data.access_token;
+    const failing = await f.createDeployment(token, owner.organizationId, template.id, { name: 'Shop', subdomain: slugOf('shop') });
     provisioner.plan(failing.id, { status: 503 });
     await provisionUntil(failing.id, 'failed');
     const shop = rowOf(page, 'Shop');

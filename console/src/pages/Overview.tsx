@@ -21,6 +21,7 @@ import { plural } from '../plural';
 import { fmtDate, fmtDay, fmtInt, Loading, LoadError, PageHeader, useLoad } from '../ui';
 import type { Schemas } from '../types';
 import './extra.css';
+import { BalanceHistory } from './BalanceHistory';
 
 export type Balance = Schemas['CreditBalance'];
 
@@ -207,6 +208,8 @@ export function Overview() {
           <Loading what="usage per day" shape="chart" />
         )}
       </section>
+      {/* Below the chart, so its late arrival moves nothing the eye (or a pointer) is on. */}
+      <BalanceHistory orgId={org.id} from={span.from} to={span.to} tz={asked} />
 
       <div className="columns">
         <TopList title="Top tools" summary={tools} load={daily} empty="No tool calls yet" testId="top-tools" />

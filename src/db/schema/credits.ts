@@ -102,6 +102,11 @@ export const creditLedger = pgTable(
   },
   (t) => [
     index('credit_ledger_deployment_idx').on(t.deploymentId, t.id),
+    // The few rows that are not a call's deduction (grants, refunds, resets, expiries, adjustments, owed
+    // repayments), by time: the balance history walks back over them (docs/usage-analytics.md).
+    index('credit_ledger_changes_idx')
+      .on(t.deploymentId, t.createdAt)
+      .where(sql`${t.kind} <> 'deduct' OR ${t.reason} = 'owed'`),
     check(
       'credit_ledger_kind',
       sql`${t.kind} IN ('grant', 'deduct', 'refund', 'period_reset', 'expire', 'adjust')`,

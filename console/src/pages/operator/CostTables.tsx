@@ -40,6 +40,7 @@ export function CostTables() {
             <Loading what="credit costs" shape="table" />
           ) : null
         ) : (
+          <div className="table-scroll">
           <table aria-label="Credit costs" data-testid="credit-costs">
             <thead>
               <tr>
@@ -66,6 +67,7 @@ export function CostTables() {
               ))}
             </tbody>
           </table>
+          </div>
         )}
         <CostForm key={editing?.action ?? ''} editing={editing} onChanged={reloadBoth} />
       </section>
@@ -149,6 +151,7 @@ function MappingTable({
       {tools.length === 0 ? (
         <p className="muted">No tool is mapped yet.</p>
       ) : (
+        <div className="table-scroll">
         <table aria-label="Tool mappings" data-testid="tool-mappings">
           <thead>
             <tr>
@@ -186,6 +189,7 @@ function MappingTable({
             ))}
           </tbody>
         </table>
+        </div>
       )}
     </>
   );

@@ -1236,6 +1236,81 @@ export interface components {
             /** @constant */
             type: "auto_top_up.succeeded";
         };
+        /** BalanceDay */
+        BalanceDay: {
+            balance: number | null;
+            /**
+             * Format: date-time
+             * @description The day's start: the instant of its local midnight in tz
+             */
+            day: string;
+            /** @description The closing balance per deployment */
+            deployments: {
+                balance: number | null;
+                /**
+                 * Format: uuid
+                 * @description Deployment id
+                 */
+                deployment_id: string;
+            }[];
+            /**
+             * @description Credits refunded that day (by the time of the refund)
+             * @example 1500
+             */
+            refunded: number;
+            /**
+             * @description Credits the day's calls deducted, before refunds
+             * @example 1500
+             */
+            spent: number;
+        };
+        /**
+         * BalanceHistory
+         * @description An organization's closing balance per day, burn rate and when its credits run out
+         */
+        BalanceHistory: {
+            /**
+             * Format: date-time
+             * @description The instant the answer describes
+             */
+            as_of: string;
+            balance: number | null;
+            /**
+             * @description Mean credits spent per day (less refunds) over the last 7 days of the range
+             * @example 42.5
+             */
+            burn_rate: number;
+            /** @description Every local day overlapping the range, oldest first */
+            days: components["schemas"]["BalanceDay"][];
+            /**
+             * Format: date-time
+             * @description Start of the range, rounded down to the hour
+             */
+            from: string;
+            /**
+             * Format: uuid
+             * @description Organization id
+             */
+            organization_id: string;
+            runs_out_at: string | null;
+            /**
+             * Format: date-time
+             * @description End of the range, rounded up to the hour
+             */
+            to: string;
+            /**
+             * @description The zone of the days
+             * @example UTC
+             */
+            tz: string;
+        };
+        /** BalanceHistoryEnvelope */
+        BalanceHistoryEnvelope: {
+            data: components["schemas"]["BalanceHistory"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
+        };
         /** BillingCatalog */
         BillingCatalog: {
             /** @description Whether this installation sells through Stripe (STRIPE_SECRET_KEY is set) */

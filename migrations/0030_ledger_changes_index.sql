@@ -1,0 +1,1 @@
+CREATE INDEX "credit_ledger_changes_idx" ON "credit_ledger" USING btree ("deployment_id","created_at") WHERE "credit_ledger"."kind" <> 'deduct' OR "credit_ledger"."reason" = 'owed';
