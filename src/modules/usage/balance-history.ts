@@ -3,13 +3,12 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { DAY, HOUR } from '../../clock.js';
 import type { Ctx } from '../../context.js';
-import type { Queryable } from '../../db/client.js';
-import { ValidationError } from '../../errors.js';
 import { ctxOf } from '../../http/auth.js';
 import { Envelope, envelopeErrors, ok } from '../../http/envelope.js';
 import { anyOf, Nullable } from '../../http/schemas.js';
 import { authorize } from '../organizations/rbac.js';
 import { summaryRange } from './range.js';
+import { checkZone } from './summary.js';
 import { OrgParams } from './schemas.js';
 
 /** The burn rate is the mean over this many days at the end of the range (docs/usage-analytics.md, "Balance history"). */
@@ -33,26 +32,6 @@ export interface BalanceHistoryView {
   burn_rate: number;
   runs_out_at: string | null;
   as_of: string;
-}
-
-/** Zones PostgreSQL knows, read once per process. */
-let knownZones: Promise<Set<string>> | null = null;
-
-/** `tz` as the usage summary takes it (docs/usage-analytics.md, "Time zones"): known, whole-hour offsets over the range; else 400 naming `tz`. */
-async function checkZone(db: Queryable, tz: string, from: Date, to: Date): Promise<void> {
-  if (tz === 'UTC') return;
-  knownZones ??= db.query<{ name: string }>('SELECT name FROM pg_timezone_names').then((rows) => new Set(rows.map((r) => r.name)));
-  const zones = await knownZones.catch((error: unknown) => {
-    knownZones = null;
-    throw error;
-  });
-  if (!zones.has(tz)) throw ValidationError.forField('tz', 'must be an IANA time zone such as Europe/Berlin');
-  const rows = await db.query<{ whole: boolean }>(
-    `SELECT bool_and(mod(extract(epoch FROM (h AT TIME ZONE $1) - (h AT TIME ZONE 'UTC'))::bigint, 3600) = 0) AS whole
-     FROM generate_series($2::timestamptz, $3::timestamptz, '1 hour'::interval) h`,
-    [tz, from, to],
-  );
-  if (rows[0]?.whole !== true) throw ValidationError.forField('tz', 'has an offset that is not a whole number of hours in this range');
 }
 
 const floorTo = (at: Date, unit: number) => new Date(Math.floor(at.getTime() / unit) * unit);

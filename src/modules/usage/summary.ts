@@ -144,7 +144,7 @@ let knownZones: Promise<Set<string>> | null = null;
  * hours over the whole range (so every hour of rollup A falls in one local day), else 400 naming
  * `tz`. UTC (the default) needs no check.
  */
-async function checkZone(db: Queryable, tz: string, from: Date, to: Date): Promise<void> {
+export async function checkZone(db: Queryable, tz: string, from: Date, to: Date): Promise<void> {
   if (tz === 'UTC') return;
   knownZones ??= db.query<{ name: string }>('SELECT name FROM pg_timezone_names').then((rows) => new Set(rows.map((r) => r.name)));
   const zones = await knownZones.catch((error: unknown) => {
