@@ -93,6 +93,8 @@ async function main(): Promise<void> {
     await call('POST', `/organizations/${org.id}/api-keys`, { name: 'Production MCP server', scopes: ['read', 'write'] }, bearer);
     await call('POST', `/organizations/${org.id}/api-keys`, { name: 'Analytics export', scopes: ['read'] }, bearer);
     await call('POST', `/organizations/${org.id}/users`, { email: 'grace@acme.example', role: 'admin' }, bearer);
+    await call('POST', `/organizations/${org.id}/budgets`, { scope: 'organization', limit_credits: 2_000, window: 'month', mode: 'block' }, bearer);
+    await call('POST', `/organizations/${org.id}/budgets`, { scope: 'end_user', end_user_id: '*', limit_credits: 50, window: 'day', mode: 'alert' }, bearer);
     clock.advance(HOUR);
 
     const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage'] });
