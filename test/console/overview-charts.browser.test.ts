@@ -188,8 +188,10 @@ describe('the overview’s charts', () => {
     const wide = () => page.evaluate(() => ({ scroll: document.documentElement.scrollWidth, inner: window.innerWidth }));
     let m = await wide();
     expect(m.scroll).toBeLessThanOrEqual(m.inner);
-    const box = (await page.locator('[data-testid="usage-chart"] .u-over').boundingBox())!;
-    await page.mouse.move(box.x + box.width - 2, box.y + 10);
+    // At 390 px the chart may start below the fold: hover scrolls it into view first.
+    const over = page.locator('[data-testid="usage-chart"] .u-over');
+    const box = (await over.boundingBox())!;
+    await over.hover({ position: { x: box.width - 2, y: 10 } });
     await page.getByTestId('chart-tooltip').waitFor();
     await page.getByRole('button', { name: 'Custom' }).click();
     m = await wide();
