@@ -5,6 +5,7 @@ import { absolute, type Organization, OrgProvider, orgPath, useOrg } from './org
 import { AcceptInvitation } from './pages/AcceptInvitation';
 import { NewOrganization } from './pages/NewOrganization';
 import { NotFound } from './pages/NotFound';
+import { ORG_PAGES } from './org-pages';
 import { Overview } from './pages/Overview';
 import { SignIn, SignUp } from './pages/SignIn';
 import { useSession, useUser } from './session';
@@ -25,21 +26,6 @@ const Budgets = lazy(() => import('./pages/Budgets').then((m) => ({ default: m.B
 const AutoTopUp = lazy(() => import('./pages/AutoTopUp').then((m) => ({ default: m.AutoTopUp })));
 const TemplateDeployments = lazy(() => import('./pages/TemplateDeployments').then((m) => ({ default: m.TemplateDeployments })));
 const OperatorMailbox = lazy(() => import('./pages/OperatorMailbox').then((m) => ({ default: m.OperatorMailbox })));
-
-/** The organization pages in the side navigation: path, label, and the permission that shows it. */
-export const ORG_PAGES: Array<{ page: string; label: string; permission: string }> = [
-  { page: '', label: 'Overview', permission: 'organization.read' },
-  { page: 'usage', label: 'Usage', permission: 'usage.read' },
-  { page: 'api-keys', label: 'API keys', permission: 'api_keys.read' },
-  { page: 'deployments', label: 'Deployments', permission: 'deployments.read' },
-  { page: 'members', label: 'Members', permission: 'members.read' },
-  { page: 'webhooks', label: 'Webhooks', permission: 'webhooks.read' },
-  { page: 'billing', label: 'Billing', permission: 'billing.read' },
-  { page: 'budgets', label: 'Budgets', permission: 'usage.read' },
-  { page: 'auto-top-up', label: 'Auto top-up', permission: 'billing.manage' },
-  { page: 'templates', label: 'Templates', permission: 'templates.read' },
-  { page: 'audit', label: 'Audit log', permission: 'audit.read' },
-];
 
 export function App() {
   return (

@@ -3,7 +3,7 @@ import { createRequire } from 'node:module';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { adminHeaders, serviceHeaders, signUpWithOrganization } from '../harness.js';
-import { type ConsoleService, startConsoleService, browserTimeouts } from './browser.js';
+import { type ConsoleService, orgPagePaths, startConsoleService, browserTimeouts } from './browser.js';
 
 browserTimeouts();
 
@@ -81,21 +81,7 @@ describe('console accessibility (axe-core)', () => {
     await page.getByLabel('Password').fill(owner.password);
     await page.getByRole('button', { name: 'Sign in' }).click();
     await page.waitForURL(/\/console\/orgs\//);
-    const org = `/console/orgs/${owner.organizationId}`;
-    for (const path of [
-      org,
-      `${org}/usage`,
-      `${org}/api-keys`,
-      `${org}/deployments`,
-      `${org}/members`,
-      `${org}/webhooks`,
-      `${org}/billing`,
-      `${org}/audit`,
-      `${org}/budgets`,
-      `${org}/auto-top-up`,
-      `${org}/templates`,
-      '/console/orgs/new',
-    ]) {
+    for (const path of orgPagePaths(owner.organizationId)) {
       await page.goto(path);
       found[path] = await audit(page);
     }

@@ -11,6 +11,7 @@ import { vi } from 'vitest';
 import type { Config } from '../../src/config.js';
 import { CONSOLE_DIR } from '../../src/modules/console/routes.js';
 import { createHarness, type Harness, unique } from '../harness.js';
+import { ORG_PAGES } from '../../console/src/org-pages.js';
 
 /**
  * Bounds for the browser tests, above the suite's defaults: on a loaded 2-core CI machine (two Node
@@ -120,4 +121,10 @@ export async function signInInBrowser(page: Page, user: { email: string; passwor
   await page.getByLabel('Password').fill(user.password);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByRole('navigation', { name: 'Organization' }).waitFor();
+}
+
+/** Every organization page's address (the navigation's list, console/src/org-pages.ts), and the new-organization form. */
+export function orgPagePaths(organizationId: string): string[] {
+  const org = `/console/orgs/${organizationId}`;
+  return [...ORG_PAGES.map((p) => (p.page === '' ? org : `${org}/${p.page}`)), '/console/orgs/new'];
 }

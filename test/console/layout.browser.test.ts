@@ -2,7 +2,7 @@ import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { adminHeaders, bearer, type SignedInUser, serviceHeaders, signUp, unique } from '../harness.js';
 import { audit, type Finding, settled } from './axe.js';
-import { browserTimeouts, type ConsoleService, signInInBrowser, startConsoleService } from './browser.js';
+import { browserTimeouts, type ConsoleService, orgPagePaths, signInInBrowser, startConsoleService } from './browser.js';
 
 browserTimeouts();
 
@@ -66,23 +66,7 @@ afterAll(async () => {
   await s?.close();
 });
 
-const orgPages = () => {
-  const org = `/console/orgs/${owner.organizationId}`;
-  return [
-    org,
-    `${org}/usage`,
-    `${org}/api-keys`,
-    `${org}/deployments`,
-    `${org}/members`,
-    `${org}/webhooks`,
-    `${org}/billing`,
-    `${org}/audit`,
-    `${org}/budgets`,
-    `${org}/auto-top-up`,
-    `${org}/templates`,
-    '/console/orgs/new',
-  ];
-};
+const orgPages = () => orgPagePaths(owner.organizationId);
 const signedOutPages = () => ['/console/', '/console/signup', `/console/invitations/${invitationToken}`, '/console/operator'];
 
 /** A context signed in as the owner (at the desktop width, where the navigation shows), and one signed out. */
