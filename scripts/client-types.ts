@@ -5,7 +5,8 @@
  * committed file differs from what the routes say, so a route cannot change shape without the client
  * following (and `tsc` then checks the client against the new types).
  */
-import { writeFile } from 'node:fs/promises';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import openapiTS, { astToString } from 'openapi-typescript';
 import { buildApp } from '../src/app.js';
@@ -15,6 +16,8 @@ import { openDatabase } from '../src/db/client.js';
 import { runMigrations } from '../src/db/migrate.js';
 
 export const CLIENT_TYPES_PATH = fileURLToPath(new URL('../packages/client/src/generated/openapi.ts', import.meta.url));
+/** The console's: every route of the document (the console calls the application, session and operator routes too). */
+export const CONSOLE_TYPES_PATH = fileURLToPath(new URL('../console/src/generated/openapi.ts', import.meta.url));
 
 /** Application API routes the SDK calls too, with an organization API key: the budgets (docs/budgets.md, API) and auto top-up (docs/billing.md, "Auto top-up"). */
 const APPLICATION_PATHS = new Set(['/organizations/{id}/budgets', '/organizations/{id}/budgets/{budgetId}', '/organizations/{id}/auto-top-up']);
@@ -26,8 +29,8 @@ export function isClientPath(path: string): boolean {
 
 type OpenApiDocument = { paths: Record<string, unknown> } & Record<string, unknown>;
 
-export async function clientTypesSource(document: OpenApiDocument): Promise<string> {
-  const paths = Object.fromEntries(Object.entries(document.paths).filter(([path]) => isClientPath(path)));
+export async function clientTypesSource(document: OpenApiDocument, include: (path: string) => boolean = isClientPath): Promise<string> {
+  const paths = Object.fromEntries(Object.entries(document.paths).filter(([path]) => include(path)));
   // The server URL depends on configuration; the types do not.
   const { servers: _servers, ...rest } = document;
   const ast = await openapiTS({ ...rest, paths } as Parameters<typeof openapiTS>[0], { alphabetize: true });
@@ -49,7 +52,10 @@ export async function serviceOpenApiDocument(): Promise<OpenApiDocument> {
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
-  const source = await clientTypesSource(await serviceOpenApiDocument());
-  await writeFile(CLIENT_TYPES_PATH, source);
+  const document = await serviceOpenApiDocument();
+  await writeFile(CLIENT_TYPES_PATH, await clientTypesSource(document));
   console.log(`wrote ${CLIENT_TYPES_PATH}`);
+  await mkdir(dirname(CONSOLE_TYPES_PATH), { recursive: true });
+  await writeFile(CONSOLE_TYPES_PATH, await clientTypesSource(document, () => true));
+  console.log(`wrote ${CONSOLE_TYPES_PATH}`);
 }

@@ -2,9 +2,12 @@
  * The screenshots of docs/console/ (README "The console"): the service in this process on an in-memory
  * PGlite, a demo organization with 30 days of usage recorded through the API on a manual clock, and
  * Debian's Chromium taking every page in both themes at two widths: `NAME.png` (light, 1440 px wide),
- * `NAME-dark.png`, `NAME-390.png` and `NAME-390-dark.png` (390 px, the whole page's height).
+ * `NAME-dark.png`, `NAME-390.png` and `NAME-390-dark.png` (390 px, the whole page's height). Billing
+ * sells through the Stripe stand-in (test/stripe-stand-in/, docs/billing.md "The stand-in") started
+ * here, so the billing page shows its plans and packs with their prices.
  *
  *   npx tsx scripts/console-screenshots.ts        (needs `npm run build:console` and /usr/bin/chromium)
+ *   SCREENSHOTS_DIR=/tmp/shots npx tsx scripts/console-screenshots.ts   (elsewhere than docs/console/)
  */
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
@@ -14,8 +17,9 @@ import { DAY, HOUR, ManualClock } from '../src/clock.js';
 import { testConfig } from '../src/config.js';
 import { openDatabase } from '../src/db/client.js';
 import { runMigrations } from '../src/db/migrate.js';
+import { startStripeStandIn } from '../test/stripe-stand-in/server.js';
 
-const OUT = fileURLToPath(new URL('../docs/console/', import.meta.url));
+const OUT = process.env.SCREENSHOTS_DIR ? `${process.env.SCREENSHOTS_DIR.replace(/\/$/, '')}/` : fileURLToPath(new URL('../docs/console/', import.meta.url));
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 /** Light and dark at 1440 px, then at 390 px (a phone): the suffix of each file. */
 const VARIANTS: Array<{ suffix: string; width: number; height: number; scheme: 'light' | 'dark' }> = [
@@ -55,7 +59,18 @@ async function main(): Promise<void> {
   await runMigrations(db);
   const now = new Date();
   const clock = new ManualClock(new Date(now.getTime() - 30 * DAY).toISOString());
-  const config = testConfig({ logLevel: 'warn' });
+  // Stripe is the stand-in on a loopback port, on the demo's clock: two plans and two packs with prices.
+  const stripe = await startStripeStandIn({ now: () => clock.now() });
+  const plan = (name: string, cents: number) => stripe.createPrice({ productName: name, unitAmount: cents, interval: 'month' }).id;
+  const pack = (name: string, cents: number) => stripe.createPrice({ productName: name, unitAmount: cents }).id;
+  const config = testConfig({
+    logLevel: 'warn',
+    stripeSecretKey: stripe.secretKey,
+    stripeApiBase: stripe.url,
+    stripeWebhookSecret: stripe.webhookSecret,
+    stripePriceTiers: { [plan('Launch', 4900)]: 'launch', [plan('Growth', 19_900)]: 'growth' },
+    creditPacks: { small: { credits: 1000, priceId: pack('1,000 credits', 500) }, large: { credits: 10_000, priceId: pack('10,000 credits', 4000) } },
+  });
   const app = await buildApp({ config, db, clock });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
@@ -149,6 +164,7 @@ async function main(): Promise<void> {
   } finally {
     await app.close();
     await db.close();
+    await stripe.close();
   }
 }
 

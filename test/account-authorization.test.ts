@@ -28,6 +28,7 @@ const TABLE: Case[] = [
   { method: 'GET', url: '/organizations/:id/audit-logs', write: false },
   { method: 'GET', url: '/organizations/:id/usage/summary', write: false },
   { method: 'GET', url: '/organizations/:id/balance/history', write: false },
+  { method: 'GET', url: '/organizations/:id/credit-costs', write: false },
   { method: 'GET', url: '/organizations/:id/usage/records', write: false },
   { method: 'POST', url: '/api/organizations/:org_id/invitations', body: { email: 'someone@example.com', role: 'member' }, write: true },
   // Auto top-up is read and changed only by those who manage billing (docs/billing.md, Auto top-up): its GET is a write here.

@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CLIENT_TYPES_PATH, clientTypesSource, isClientPath } from '../scripts/client-types.js';
+import { CLIENT_TYPES_PATH, CONSOLE_TYPES_PATH, clientTypesSource, isClientPath } from '../scripts/client-types.js';
 import { createHarness, type Harness } from './harness.js';
 
 let h: Harness;
@@ -22,6 +22,13 @@ describe('client SDK types (packages/client/src/generated/openapi.ts)', () => {
     const expected = await clientTypesSource(document);
     const committed = await readFile(CLIENT_TYPES_PATH, 'utf8');
     expect(committed === expected, 'the client types are stale: run `npm run generate:client` and fix what tsc reports').toBe(true);
+  });
+
+  it("and the console's types (console/src/generated/openapi.ts), every route, match them too", async () => {
+    const document = h.app.swagger() as unknown as { paths: Record<string, unknown> };
+    const expected = await clientTypesSource(document, () => true);
+    const committed = await readFile(CONSOLE_TYPES_PATH, 'utf8');
+    expect(committed === expected, 'the console types are stale: run `npm run generate:client` and fix what tsc reports').toBe(true);
   });
 
   it('cover every versioned route except the operator API, and the budgets and auto top-up of the application API', () => {

@@ -1,7 +1,7 @@
 import { lazy, type ReactNode, Suspense, useEffect, useRef, useState } from 'react';
 import { Link, Redirect, Route, Router, Switch, useLocation, useParams } from 'wouter';
-import { list } from './api';
-import { absolute, type Organization, OrgProvider, orgPath, useOrg } from './org';
+import { api } from './api';
+import { absolute, OrgProvider, orgPath, useOrg } from './org';
 import { AcceptInvitation } from './pages/AcceptInvitation';
 import { NewOrganization } from './pages/NewOrganization';
 import { NotFound } from './pages/NotFound';
@@ -23,6 +23,7 @@ const Billing = lazy(() => import('./pages/Billing').then((m) => ({ default: m.B
 const Audit = lazy(() => import('./pages/Audit').then((m) => ({ default: m.Audit })));
 const Operator = lazy(() => import('./pages/Operator').then((m) => ({ default: m.Operator })));
 const Budgets = lazy(() => import('./pages/Budgets').then((m) => ({ default: m.Budgets })));
+const Prices = lazy(() => import('./pages/Prices').then((m) => ({ default: m.Prices })));
 const AutoTopUp = lazy(() => import('./pages/AutoTopUp').then((m) => ({ default: m.AutoTopUp })));
 const TemplateDeployments = lazy(() => import('./pages/TemplateDeployments').then((m) => ({ default: m.TemplateDeployments })));
 const OperatorMailbox = lazy(() => import('./pages/OperatorMailbox').then((m) => ({ default: m.OperatorMailbox })));
@@ -90,7 +91,7 @@ function Signed() {
 /** `/console/`: the user's default (or first) organization, or the form to make one. */
 function Home() {
   const user = useUser();
-  const { data, error } = useLoad(() => list<Organization>('/organizations', { limit: 100 }), [user.id]);
+  const { data, error } = useLoad(() => api.list('/organizations', { params: { query: { limit: 100 } } }), [user.id]);
   if (error) return <ErrorNote error={error} />;
   if (!data) return <Loading />;
   const target = data.data.find((o) => o.id === user.default_organization_id) ?? data.data[0];
@@ -130,6 +131,9 @@ function OrgPages() {
             </Route>
             <Route path="/budgets">
               <Budgets />
+            </Route>
+            <Route path="/prices">
+              <Prices />
             </Route>
             <Route path="/auto-top-up">
               <AutoTopUp />
@@ -201,7 +205,7 @@ function Shell({ children, orgId }: { children: ReactNode; orgId?: string }) {
   const user = useUser();
   const { signOut } = useSession();
   const [, navigate] = useLocation();
-  const orgs = useLoad(() => list<Organization>('/organizations', { limit: 100 }), [user.id]);
+  const orgs = useLoad(() => api.list('/organizations', { params: { query: { limit: 100 } } }), [user.id]);
   const [menuOpen, setMenuOpen] = useState(false);
   const menuButton = useRef<HTMLButtonElement>(null);
   const main = useRef<HTMLElement>(null);

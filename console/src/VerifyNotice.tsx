@@ -1,13 +1,7 @@
 import { useCallback, useEffect, useState } from 'react';
-import { get, post, type User } from './api';
+import { api } from './api';
 import { useSession, useUser } from './session';
 import { ErrorNote, useAction } from './ui';
-
-interface Resent {
-  email: string;
-  expires_at: string;
-  email_delivery: 'smtp' | 'outbox';
-}
 
 /**
  * For a signed-in user whose address is not verified (docs/console.md "Email verification"): says so,
@@ -22,7 +16,7 @@ export function VerifyNotice() {
   const unverified = !user.email_verified;
 
   const check = useCallback(async () => {
-    const fresh = await get<User>('/auth/me');
+    const fresh = await api.GET('/auth/me');
     updateUser(fresh);
     return fresh.email_verified;
   }, [updateUser]);
@@ -38,7 +32,7 @@ export function VerifyNotice() {
   const resend = () =>
     action.run(async () => {
       setNote(null);
-      const sent = await post<Resent>('/auth/resend-verification');
+      const sent = await api.POST('/auth/resend-verification');
       setNote(
         sent.email_delivery === 'outbox'
           ? `A new link is in the local outbox for ${sent.email} (this server sends no mail): the operator finds it under Operator → Mailbox.`

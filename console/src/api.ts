@@ -4,9 +4,10 @@
  * to carry away. The refresh token is an HttpOnly cookie the browser sends to /console/session only.
  */
 
+import createClient, { type FetchResponse, type MaybeOptionalInit } from 'openapi-fetch';
 import { ApiError, errorOf } from './api-errors';
 import { sameOriginNext } from './links';
-import type { Schemas } from './types';
+import type { paths, Schemas } from './types';
 
 export type User = Schemas['User'];
 
@@ -76,7 +77,7 @@ export interface Page<T> {
 }
 
 interface CallOptions {
-  query?: Record<string, string | number | undefined | null>;
+  query?: Record<string, string | number | boolean | undefined | null>;
   body?: unknown;
   accept?: string;
   headers?: Record<string, string>;
@@ -89,57 +90,107 @@ function urlOf(path: string, query?: CallOptions['query']): string {
   return q ? `${path}?${q}` : path;
 }
 
-/** A signed-in call; a 401 gets one refresh and one retry. */
-async function call(method: string, path: string, options: CallOptions = {}): Promise<Response> {
-  const send = () =>
-    fetch(urlOf(path, options.query), {
-      method,
-      credentials: 'same-origin',
-      headers: {
-        ...(accessToken ? { authorization: `Bearer ${accessToken}` } : {}),
-        ...(options.body === undefined ? {} : { 'content-type': 'application/json' }),
-        accept: options.accept ?? 'application/json',
-        ...options.headers,
-      },
-      body: options.body === undefined ? null : JSON.stringify(options.body),
-    });
-  let res = await send();
+/** The request with the access token this module holds now (a retry after a refresh carries the new one). */
+function withToken(request: Request): Request {
+  if (accessToken) request.headers.set('authorization', `Bearer ${accessToken}`);
+  return request;
+}
+
+/**
+ * Every signed-in call goes through here: the access token, one refresh and one retry on a 401, and an
+ * answer that is not 2xx thrown as an ApiError (api-errors.ts). The copy for the retry is taken before
+ * the first send: a request's body can be read once only.
+ */
+async function signedInFetch(request: Request): Promise<Response> {
+  const retry = request.clone();
+  let res = await fetch(withToken(request));
   if (res.status === 401) {
     const restored = await restoreSession();
     if (!restored) {
       for (const listener of signedOutListeners) listener();
       throw await errorOf(res);
     }
-    res = await send();
+    res = await fetch(withToken(retry));
   }
   if (!res.ok) throw await errorOf(res);
   return res;
 }
 
-/** An enveloped answer's `data`. */
-export async function request<T>(method: string, path: string, options: CallOptions = {}): Promise<T> {
-  const res = await call(method, path, options);
-  return ((await res.json()) as { data: T }).data;
+/** A signed-in call by path (textPart below: the CSV export, whose answer is not JSON). */
+function call(method: string, path: string, options: CallOptions = {}): Promise<Response> {
+  return signedInFetch(
+    new Request(urlOf(path, options.query), {
+      method,
+      credentials: 'same-origin',
+      headers: {
+        ...(options.body === undefined ? {} : { 'content-type': 'application/json' }),
+        accept: options.accept ?? 'application/json',
+        ...options.headers,
+      },
+      body: options.body === undefined ? null : JSON.stringify(options.body),
+    }),
+  );
 }
 
-export const get = <T>(path: string, query?: CallOptions['query']) => request<T>('GET', path, { query });
-export const post = <T>(path: string, body?: unknown, headers?: Record<string, string>) =>
-  request<T>('POST', path, { body: body ?? {}, ...(headers ? { headers } : {}) });
-export const put = <T>(path: string, body: unknown) => request<T>('PUT', path, { body });
-export const del = <T>(path: string) => request<T>('DELETE', path);
+/** A query parameter left empty (undefined, null, '') is not sent. */
+const querySerializer = (query: unknown) => urlOf('', query as CallOptions['query']).slice(1);
 
-/** A cursor-paginated list: its items and the next cursor. */
-export async function list<T>(path: string, query: CallOptions['query'] = {}): Promise<Page<T>> {
-  const res = await call('GET', path, { query });
-  const body = (await res.json()) as { data: T[]; meta?: { next_cursor?: string | null } };
-  return { data: body.data, next: body.meta?.next_cursor ?? null };
-}
+/**
+ * The typed client (openapi-fetch) over the routes of the generated OpenAPI types (types.ts): the path,
+ * its parameters and body are checked against the route's schema, and the answer is typed by it. It
+ * sends through signedInFetch, so an error answer is thrown as an ApiError and `data` is always there.
+ */
+export const client = createClient<paths>({ credentials: 'same-origin', headers: { accept: 'application/json' }, querySerializer, fetch: signedInFetch });
+type TypedClient = typeof client;
 
-/** The raw text of an answer (CSV export). */
-export async function text(path: string, query: CallOptions['query'], accept: string): Promise<string> {
-  const res = await call('GET', path, { query, accept });
-  return res.text();
-}
+type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
+/** The routes that answer a method. */
+type PathsWith<M extends Method> = { [P in keyof paths]: paths[P] extends { [K in M]: object } ? P : never }[keyof paths];
+type Operation<P extends keyof paths, M extends Method> = NonNullable<paths[P][M & keyof paths[P]]>;
+type InitOf<P extends keyof paths, M extends Method> = MaybeOptionalInit<paths[P], M & keyof paths[P]>;
+/** The init argument, optional when the route needs no parameter and no body. */
+type InitArgs<Init> = undefined extends Init ? [init?: Init] : [init: Init];
+/** The JSON body of a route's 2xx answer (undefined for a 204). */
+type Body<P extends keyof paths, M extends Method, Init> = NonNullable<FetchResponse<Operation<P, M>, Init, 'application/json'>['data']>;
+/** An envelope's `data` (`{data, meta}`); an answer without one as it is. */
+type DataOf<B> = B extends { data: infer D } ? D : B;
+
+type DataMethod<M extends Method> = <P extends PathsWith<M>, Init extends InitOf<P, M>>(url: P, ...init: InitArgs<Init>) => Promise<DataOf<Body<P, M, Init>>>;
+type BodyMethod<M extends Method> = <P extends PathsWith<M>, Init extends InitOf<P, M>>(url: P, ...init: InitArgs<Init>) => Promise<Body<P, M, Init>>;
+type ListMethod = <P extends PathsWith<'get'>, Init extends InitOf<P, 'get'>>(
+  url: P,
+  ...init: InitArgs<Init>
+) => Promise<Page<DataOf<Body<P, 'get', Init>> extends readonly (infer Item)[] ? Item : never>>;
+
+/** The one untyped step: the client's generic methods, called by a method name the types above checked. */
+const send = (c: TypedClient, method: Method, url: string, init?: object) =>
+  (c.request as (method: string, url: string, init?: object) => Promise<{ data?: unknown }>)(method, url, init).then((answer) => answer.data);
+const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null;
+
+const dataMethod = <M extends Method>(method: M) =>
+  (async (url: string, init?: object) => {
+    const body = await send(client, method, url, init);
+    return isObject(body) && 'data' in body ? body.data : body;
+  }) as DataMethod<M>;
+
+/**
+ * Typed calls that answer the envelope's `data`, e.g.
+ * `api.GET('/organizations/{id}/budgets', { params: { path: { id } } })` is a `Promise<Budget[]>`;
+ * `api.list` answers a cursor-paginated list's items and its next cursor (`meta.next_cursor`).
+ * For the whole answer (its `meta`, its headers) use `client`.
+ */
+export const api = {
+  GET: dataMethod('get'),
+  POST: dataMethod('post'),
+  PUT: dataMethod('put'),
+  PATCH: dataMethod('patch'),
+  DELETE: dataMethod('delete'),
+  list: (async (url: string, init?: object) => {
+    const body = await send(client, 'get', url, init);
+    const meta = isObject(body) && isObject(body.meta) ? body.meta : {};
+    return { data: isObject(body) && Array.isArray(body.data) ? body.data : [], next: typeof meta.next_cursor === 'string' ? meta.next_cursor : null };
+  }) as ListMethod,
+};
 
 /**
  * One part of a paged text answer (the usage CSV export): its text and the `Link: <…>; rel="next"`
@@ -157,17 +208,22 @@ export function idempotencyKey(): string {
 }
 
 /**
- * The operator's calls (/api/v1/admin/*): the admin key is typed into the operator page and held in
- * memory for that tab only; the answers use the flat error shape.
+ * The operator's typed calls (/api/v1/admin/*), with the admin key typed into the operator page: sent
+ * as X-Admin-Key and nowhere else, no cookie. The answers are flat (no envelope), as they are typed;
+ * an error answer is thrown as an ApiError.
  */
-export async function admin<T>(adminKey: string, method: string, path: string, body?: unknown): Promise<T> {
-  const res = await fetch(path, {
-    method,
+export function operatorApi(adminKey: string) {
+  const c = createClient<paths>({
     credentials: 'omit',
-    headers: { 'x-admin-key': adminKey, accept: 'application/json', ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? null : JSON.stringify(body),
+    headers: { 'x-admin-key': adminKey, accept: 'application/json' },
+    querySerializer,
+    fetch: async (request) => {
+      const res = await fetch(request);
+      if (!res.ok) throw await errorOf(res);
+      return res;
+    },
   });
-  if (!res.ok) throw await errorOf(res);
-  if (res.status === 204) return undefined as T;
-  return (await res.json()) as T;
+  const bodyMethod = <M extends Method>(method: M) => ((url: string, init?: object) => send(c, method, url, init)) as BodyMethod<M>;
+  return { GET: bodyMethod('get'), POST: bodyMethod('post'), PUT: bodyMethod('put'), PATCH: bodyMethod('patch'), DELETE: bodyMethod('delete') };
 }
+export type OperatorApi = ReturnType<typeof operatorApi>;

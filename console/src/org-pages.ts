@@ -12,6 +12,7 @@ export const ORG_PAGES: Array<{ page: string; label: string; permission: string 
   { page: 'webhooks', label: 'Webhooks', permission: 'webhooks.read' },
   { page: 'billing', label: 'Billing', permission: 'billing.read' },
   { page: 'budgets', label: 'Budgets', permission: 'usage.read' },
+  { page: 'prices', label: 'Prices', permission: 'organization.read' },
   { page: 'auto-top-up', label: 'Auto top-up', permission: 'billing.manage' },
   { page: 'templates', label: 'Templates', permission: 'templates.read' },
   { page: 'audit', label: 'Audit log', permission: 'audit.read' },

@@ -1,5 +1,5 @@
 import { createContext, type ReactNode, useContext } from 'react';
-import { get } from './api';
+import { api } from './api';
 import { can } from './roles';
 import { ErrorNote, Loading, useLoad } from './ui';
 import type { Schemas } from './types';
@@ -16,7 +16,7 @@ interface OrgContextValue {
 const OrgContext = createContext<OrgContextValue | null>(null);
 
 export function OrgProvider({ orgId, children }: { orgId: string; children: ReactNode }) {
-  const { data, error, reload } = useLoad(() => get<Organization>(`/organizations/${encodeURIComponent(orgId)}`), [orgId]);
+  const { data, error, reload } = useLoad(() => api.GET('/organizations/{id}', { params: { path: { id: orgId } } }), [orgId]);
   if (error) return <ErrorNote error={error} />;
   if (!data) return <Loading />;
   return <OrgContext.Provider value={{ org: data, can: (p) => can(data.role, p), reload }}>{children}</OrgContext.Provider>;

@@ -42,6 +42,7 @@ export const SUCCESS_DESCRIPTIONS: Record<string, string> = {
   checkEntitlement: 'Whether the tool may run, its cost and the credits available; with reserve, the hold placed',
   recordUsage: 'The deduction (or why there was none) and the credits left',
   listCreditCosts: 'The cost table: credits per action, and the tool → action map',
+  getOrganizationCreditCosts: 'The cost table: credits per action, and the tool → action map',
   releaseReservation: 'The reservation is released (or already was)',
   getInvocation: 'The invocation and what became of it',
   refundUsage: 'The refund and the credits now available',

@@ -2,6 +2,7 @@ import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { signUpAsMember, signUpWithOrganization } from '../harness.js';
 import { type StripeStandIn, startStripeStandIn } from '../stripe-stand-in/server.js';
+import { audit } from './axe.js';
 import { type ConsoleService, signInInBrowser, startConsoleService, browserTimeouts } from './browser.js';
 
 browserTimeouts();
@@ -53,6 +54,30 @@ async function facts(page: Page): Promise<Record<string, string>> {
   return Object.fromEntries(terms.map((t, i) => [t, values[i] ?? '']));
 }
 
+/** What the stand-in charges for a price, as the console writes dollars: 4900 → "$49.00". */
+const dollars = (priceId: string | undefined) => `$${(standIn.state.prices.get(priceId ?? '')!.unit_amount / 100).toFixed(2)}`;
+
+/** Each plan card as shown: its heading, price and credits. */
+async function plans(page: Page): Promise<Array<{ heading: string; price: string; credits: string; current: string | null }>> {
+  const cards = page.getByTestId('plans').locator('li');
+  const out = [];
+  for (const card of await cards.all()) {
+    out.push({
+      heading: (await card.getByRole('heading').textContent()) ?? '',
+      price: (await card.getByTestId('plan-price').textContent()) ?? '',
+      credits: (await card.getByTestId('plan-credits').textContent()) ?? '',
+      current: await card.getAttribute('aria-current'),
+    });
+  }
+  return out;
+}
+
+/** The packs table as shown: one array of cell texts per row. */
+async function packRows(page: Page): Promise<string[][]> {
+  const rows = page.getByTestId('packs').locator('tbody tr');
+  return Promise.all((await rows.all()).map((r) => r.locator('td').allTextContents()));
+}
+
 async function flushAll(): Promise<void> {
   for (const r of await standIn.flush()) expect(r.ok, `${r.type}: ${r.status} ${r.error ?? ''}`).toBe(true);
 }
@@ -65,6 +90,12 @@ describe('console billing page', () => {
     await openBilling(page);
     await expect.poll(() => facts(page)).toEqual({ Plan: 'free', Status: 'No subscription' });
     await page.getByText('No invoices yet.').waitFor();
+    // The plans and packs with the prices Stripe holds (the stand-in's), the tier's monthly credits.
+    expect(dollars(price.launch)).toBe('$49.00');
+    await expect.poll(() => plans(page)).toEqual([{ heading: 'launch ', price: `${dollars(price.launch)} / month`, credits: '2,000 credits a month', current: null }]);
+    await expect.poll(() => packRows(page)).toEqual([['small', '1,000', `${dollars(price.small)}$0.005 a credit`, 'Buy small']]);
+    expect(await page.getByRole('columnheader', { name: 'Price' }).count()).toBe(1);
+    expect(await page.getByTestId('prices-unread').count()).toBe(0);
 
     // Subscribe: the browser goes to the stand-in's Checkout page for the session the API made.
     await page.getByRole('button', { name: 'Subscribe: launch' }).click();
@@ -92,6 +123,11 @@ describe('console billing page', () => {
     const [, , amount, paid, status] = await invoiceRow.locator('td').allTextContents();
     expect([amount, paid, status]).toEqual(['$49.00', '$49.00', 'paid']);
     expect(await invoiceRow.getByRole('link', { name: /View invoice/ }).getAttribute('href')).toBe(invoice.hosted_invoice_url);
+    // The plan in force is marked, and offers no second subscription.
+    await expect.poll(() => plans(page)).toEqual([
+      { heading: 'launch Current plan', price: `${dollars(price.launch)} / month`, credits: '2,000 credits a month', current: 'true' },
+    ]);
+    expect(await page.getByRole('button', { name: /^Subscribe/ }).count()).toBe(0);
 
     // Buy a pack: to its Checkout, paid, back; the credits show on the overview once Stripe's event is in.
     await page.getByRole('button', { name: 'Buy small' }).click();
@@ -122,7 +158,42 @@ describe('console billing page', () => {
     await page.getByRole('heading', { name: 'Billing', level: 1 }).waitFor();
     await page.getByTestId('packs').waitFor();
     expect(await page.getByRole('button', { name: /^(Buy|Subscribe|Open billing portal)/ }).count()).toBe(0);
+    await expect.poll(() => packRows(page)).toEqual([['small', '1,000', `${dollars(price.small)}$0.005 a credit`]]);
+    await expect.poll(() => plans(page)).toEqual([{ heading: 'launch ', price: `${dollars(price.launch)} / month`, credits: '2,000 credits a month', current: null }]);
     await page.getByText('Your role can see billing; owners and admins buy and manage it.').waitFor();
+  });
+});
+
+describe('console billing page prices', () => {
+  it('at 390 px the plans and the packs with their prices fit the screen (nothing scrolls sideways) and pass axe', async () => {
+    const owner = await signUpWithOrganization(s.h);
+    const { page } = await s.newPage({ bypassCSP: true });
+    await signInInBrowser(page, owner);
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto(`/console/orgs/${owner.organizationId}/billing`);
+    await page.getByRole('heading', { name: 'Billing', level: 1 }).waitFor();
+    await expect.poll(() => packRows(page)).toEqual([['small', '1,000', `${dollars(price.small)}$0.005 a credit`, 'Buy small']]);
+    await page.getByRole('button', { name: 'Subscribe: launch' }).waitFor();
+    const widths = await page.evaluate(() => {
+      const table = document.querySelector('[data-testid="packs"]')!.parentElement!;
+      return { page: document.documentElement.scrollWidth, view: document.documentElement.clientWidth, table: table.scrollWidth, box: table.clientWidth };
+    });
+    expect(widths.page).toBeLessThanOrEqual(widths.view);
+    expect(widths.table).toBeLessThanOrEqual(widths.box);
+    expect(await audit(page)).toEqual([]);
+  });
+
+  it('Stripe refusing the price reads: the catalog still shows, with — for the prices and a note', async () => {
+    const owner = await signUpWithOrganization(s.h);
+    s.h.clock.advance(10 * 60_000); // past the service's 5 minutes of kept prices
+    standIn.failNext(2, { status: 500, path: /^\/v1\/prices\// });
+    const { page } = await s.newPage();
+    await signInInBrowser(page, owner);
+    await openBilling(page);
+    await page.getByTestId('prices-unread').waitFor();
+    await expect.poll(() => plans(page)).toEqual([{ heading: 'launch ', price: '—', credits: '2,000 credits a month', current: null }]);
+    await expect.poll(() => packRows(page)).toEqual([['small', '1,000', '—', 'Buy small']]);
+    await page.getByRole('button', { name: 'Subscribe: launch' }).waitFor();
   });
 });
 

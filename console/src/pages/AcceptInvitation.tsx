@@ -1,6 +1,6 @@
 import { useState } from 'react';
 import { useLocation } from 'wouter';
-import { post } from '../api';
+import { api } from '../api';
 import { errorOf } from '../api-errors';
 import { absolute, orgPath } from '../org';
 import { useSession } from '../session';
@@ -67,7 +67,7 @@ export function AcceptInvitation({ token }: { token: string }) {
         disabled={action.busy}
         onClick={() =>
           void action.run(async () => {
-            const joined = await post<{ organization_id: string }>(`/invitations/${encodeURIComponent(token)}/accept`);
+            const joined = await api.POST('/invitations/{token}/accept', { params: { path: { token } } });
             navigate(absolute(orgPath(joined.organization_id)));
           })
         }

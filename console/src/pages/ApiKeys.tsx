@@ -1,5 +1,5 @@
 import { type FormEvent, useCallback, useState } from 'react';
-import { del, list, post } from '../api';
+import { api } from '../api';
 import { useOrg } from '../org';
 import { CheckLabel, ConfirmButton, ErrorNote, Field, fmtDate, Loading, LoadError, PageHeader, SecretOnce, useAction } from '../ui';
 import { LoadMore, usePages } from './paging';
@@ -30,9 +30,8 @@ function stateOf(k: ApiKey): string {
 export function ApiKeys() {
   const { org, can } = useOrg();
   const manage = can('api_keys.manage');
-  const base = `/organizations/${org.id}/api-keys`;
-  const load = useCallback((cursor: string | null) => list<ApiKey>(base, { limit: 20, cursor }), [base]);
-  const keys = usePages(load, [base]);
+  const load = useCallback((cursor: string | null) => api.list('/organizations/{id}/api-keys', { params: { path: { id: org.id }, query: { limit: 20, cursor: cursor ?? undefined } } }), [org.id]);
+  const keys = usePages(load, [org.id]);
   const [created, setCreated] = useState<CreatedKey | null>(null);
   const revoke = useAction();
 
@@ -47,7 +46,7 @@ export function ApiKeys() {
         <SecretOnce label={`API key "${created.name}"`} value={created.key} onDone={() => setCreated(null)} />
       ) : manage ? (
         <CreateKey
-          base={base}
+          orgId={org.id}
           offerAdmin={org.role === 'owner' || org.role === 'admin'}
           onCreated={(k) => {
             // The list shows the key without its secret; the secret stays only in the box above until "Done".
@@ -100,7 +99,7 @@ export function ApiKeys() {
                           confirmLabel={`Revoke "${k.name}" now`}
                           onConfirm={async () => {
                             await revoke.run(async () => {
-                              const revoked = await del<ApiKey>(`${base}/${k.id}`);
+                              const revoked = await api.DELETE('/organizations/{id}/api-keys/{keyId}', { params: { path: { id: org.id, keyId: k.id } } });
                               keys.setItems((items) => items.map((x) => (x.id === revoked.id ? revoked : x)));
                             });
                           }}
@@ -119,7 +118,7 @@ export function ApiKeys() {
   );
 }
 
-function CreateKey({ base, offerAdmin, onCreated }: { base: string; offerAdmin: boolean; onCreated: (k: CreatedKey) => void }) {
+function CreateKey({ orgId, offerAdmin, onCreated }: { orgId: string; offerAdmin: boolean; onCreated: (k: CreatedKey) => void }) {
   const [name, setName] = useState('');
   const [scopes, setScopes] = useState<Scope[]>(['read']);
   const [expiry, setExpiry] = useState('');
@@ -138,7 +137,7 @@ function CreateKey({ base, offerAdmin, onCreated }: { base: string; offerAdmin: 
     }
     const done = await action.run(async () => {
       const body = { name: name.trim(), scopes, ...(expiry ? { expires_at: endOfDayUtc(expiry) } : {}) };
-      onCreated(await post<CreatedKey>(base, body));
+      onCreated(await api.POST('/organizations/{id}/api-keys', { params: { path: { id: orgId } }, body }));
     });
     if (done) {
       setName('');

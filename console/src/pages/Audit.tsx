@@ -1,5 +1,5 @@
 import { type FormEvent, useState } from 'react';
-import { list } from '../api';
+import { api } from '../api';
 import { useOrg } from '../org';
 import { Field, Loading, LoadError, PageHeader, useLoad } from '../ui';
 import { NoAccess } from './NotFound';
@@ -8,8 +8,6 @@ import type { Schemas } from '../types';
 
 /** GET /organizations/{id}/audit-logs (docs/decisions-keys-billing.md, Audit log): who changed what, newest first. */
 export type AuditEntry = Schemas['AuditLogEntry'];
-
-type Member = Schemas['Member'];
 
 /** An entry's time to the second, UTC. */
 const fmtTime = (iso: string) => `${iso.slice(0, 10)} ${iso.slice(11, 19)} UTC`;
@@ -20,12 +18,12 @@ export function Audit() {
   const [applied, setApplied] = useState(form);
   const query = { action: applied.action.trim() || undefined, resource_type: applied.resource_type.trim() || undefined };
   const entries = usePages(
-    (cursor) => list<AuditEntry>(`/organizations/${org.id}/audit-logs`, { ...query, limit: 50, cursor }),
+    (cursor) => api.list('/organizations/{id}/audit-logs', { params: { path: { id: org.id }, query: { ...query, limit: 50, cursor: cursor ?? undefined } } }),
     [org.id, query.action, query.resource_type],
   );
   // Actors are user ids; members' emails make them readable (an actor who has left stays an id).
   const members = useLoad(
-    () => (can('members.read') ? list<Member>(`/organizations/${org.id}/users`, { limit: 100 }) : Promise.resolve({ data: [], next: null })),
+    () => (can('members.read') ? api.list('/organizations/{id}/users', { params: { path: { id: org.id }, query: { limit: 100 } } }) : Promise.resolve({ data: [], next: null })),
     [org.id],
   );
   const emails = new Map((members.data?.data ?? []).map((m) => [m.user_id, m.email]));

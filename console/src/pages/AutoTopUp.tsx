@@ -1,6 +1,6 @@
 import { type FormEvent, useState } from 'react';
 import { Link } from 'wouter';
-import { get, post, put } from '../api';
+import { api } from '../api';
 import { ApiError } from '../api-errors';
 import { webUrl } from '../links';
 import { useOrg } from '../org';
@@ -33,10 +33,9 @@ export function missingOf(error: unknown): Missing[] | null {
  */
 export function AutoTopUp() {
   const { org, can } = useOrg();
-  const url = `/organizations/${org.id}/auto-top-up`;
   const manage = can('billing.manage');
-  const setting = useLoad(() => (manage ? get<AutoTopUpSetting>(url) : Promise.resolve(null)), [org.id, manage]);
-  const catalog = useLoad(() => (manage ? get<Catalog>('/billing/catalog', { organization_id: org.id }) : Promise.resolve(null)), [org.id, manage]);
+  const setting = useLoad(() => (manage ? api.GET('/organizations/{id}/auto-top-up', { params: { path: { id: org.id } } }) : Promise.resolve(null)), [org.id, manage]);
+  const catalog = useLoad(() => (manage ? api.GET('/billing/catalog', { params: { query: { organization_id: org.id } } }) : Promise.resolve(null)), [org.id, manage]);
   const [notice, setNotice] = useState<string | null>(null);
 
   if (!manage) return <NoAccess what="auto top-up" />;
@@ -63,7 +62,6 @@ export function AutoTopUp() {
           <Current setting={current} catalog={catalog.data} />
           <SettingForm
             key={current.updated_at ?? 'never'}
-            url={url}
             orgId={org.id}
             setting={current}
             catalog={catalog.data}
@@ -113,7 +111,7 @@ function Current({ setting, catalog }: { setting: AutoTopUpSetting; catalog: Cat
   );
 }
 
-function SettingForm({ url, orgId, setting, catalog, onSaved }: { url: string; orgId: string; setting: AutoTopUpSetting; catalog: Catalog; onSaved: (saved: AutoTopUpSetting) => void }) {
+function SettingForm({ orgId, setting, catalog, onSaved }: { orgId: string; setting: AutoTopUpSetting; catalog: Catalog; onSaved: (saved: AutoTopUpSetting) => void }) {
   const [enabled, setEnabled] = useState(setting.enabled);
   const [below, setBelow] = useState(setting.below_credits === null ? '' : String(setting.below_credits));
   const [pack, setPack] = useState(setting.pack ?? catalog.packs[0]?.pack ?? '');
@@ -125,7 +123,7 @@ function SettingForm({ url, orgId, setting, catalog, onSaved }: { url: string; o
 
   const send = (on: boolean) => {
     const body: Input = { enabled: on, below_credits: Number(below), pack, max_per_month: Number(perMonth) };
-    void action.run(async () => onSaved(await put<AutoTopUpSetting>(url, body)));
+    void action.run(async () => onSaved(await api.PUT('/organizations/{id}/auto-top-up', { params: { path: { id: orgId } }, body })));
   };
   const submit = (e: FormEvent) => {
     e.preventDefault();
@@ -185,7 +183,7 @@ function MissingNote({ missing, orgId }: { missing: Missing[]; orgId: string }) 
   const openPortal = () =>
     portal.run(async () => {
       const back = `${window.location.origin}/console/orgs/${orgId}/auto-top-up`;
-      const session = await post<{ url: string }>(`/billing/portal?organization_id=${encodeURIComponent(orgId)}`, { return_url: back });
+      const session = await api.POST('/billing/portal', { params: { query: { organization_id: orgId } }, body: { return_url: back } });
       const target = webUrl(session.url);
       if (!target) throw new Error('The billing service answered an address that is not http(s); not following it');
       window.location.assign(target);

@@ -1,4 +1,4 @@
-import { get } from '../api';
+import { api } from '../api';
 import { ApiError } from '../api-errors';
 import type { Schemas } from '../types';
 import { fmtDay, fmtInt, Loading, LoadError, useLoad } from '../ui';
@@ -38,15 +38,13 @@ function dayIn(iso: string, tz: string): string {
  */
 export function BalanceHistory({ orgId, from, to, tz }: { orgId: string; from?: string; to?: string; tz?: string }) {
   const history = useLoad(async () => {
-    const url = `/organizations/${orgId}/balance/history`;
-    const query: Record<string, string> = {};
-    if (from) query.from = from;
-    if (to) query.to = to;
-    if (!tz || tz === 'UTC') return get<BalanceHistoryAnswer>(url, query);
+    const read = (zone?: string) =>
+      api.GET('/organizations/{id}/balance/history', { params: { path: { id: orgId }, query: { from, to, tz: zone } } });
+    if (!tz || tz === 'UTC') return read();
     try {
-      return await get<BalanceHistoryAnswer>(url, { ...query, tz });
+      return await read(tz);
     } catch (err) {
-      if (err instanceof ApiError && err.status === 400) return get<BalanceHistoryAnswer>(url, query);
+      if (err instanceof ApiError && err.status === 400) return read();
       throw err;
     }
   }, [orgId, from, to, tz]);

@@ -1,10 +1,9 @@
 import { useState } from 'react';
 import { useSearch } from 'wouter';
-import { get, idempotencyKey, list, post } from '../api';
+import { api, idempotencyKey } from '../api';
 import { useOrg } from '../org';
 import { ErrorNote, Field, fmtDate, fmtInt, Loading, LoadError, PageHeader, StatusNote, useAction, useLoad } from '../ui';
 import { NoAccess } from './NotFound';
-import type { Deployment } from './Overview';
 import { LoadMore, usePages } from './paging';
 import { webUrl } from '../links';
 import type { Schemas } from '../types';
@@ -14,8 +13,9 @@ export type Subscription = Schemas['Subscription'];
 
 export type Invoice = Schemas['Invoice'];
 
-/** GET /billing/catalog: what this installation sells. */
+/** GET /billing/catalog: what this installation sells, each price with its amount when Stripe answered. */
 export type Catalog = Schemas['BillingCatalog'];
+type Plan = Catalog['subscription_prices'][number];
 
 /** An amount in the smallest currency unit, as the currency writes it (4900 usd → $49.00). */
 export function fmtMoney(amount: number | null, currency: string | null): string {
@@ -24,6 +24,25 @@ export function fmtMoney(amount: number | null, currency: string | null): string
   const digits = format.resolvedOptions().maximumFractionDigits ?? 2;
   return format.format(amount / 10 ** digits);
 }
+
+/** A plan's price as it is billed, in two parts: "$49.00" and " / month" (" / 3 months"); '—' and '' when Stripe's amount is not known. */
+export function recurringPrice(plan: Pick<Plan, 'unit_amount' | 'currency' | 'interval' | 'interval_count'>): { money: string; per: string } {
+  const money = fmtMoney(plan.unit_amount, plan.currency);
+  if (plan.unit_amount === null || !plan.interval) return { money, per: '' };
+  const count = plan.interval_count ?? 1;
+  return { money, per: count > 1 ? ` / ${count} ${plan.interval}s` : ` / ${plan.interval}` };
+}
+
+/** What one credit of a pack costs, to two more decimals than the currency has ($5.00 for 1,000 → $0.005); null when unknown. */
+export function fmtPerCredit(amount: number | null, credits: number, currency: string | null): string | null {
+  if (amount === null || !currency || credits <= 0) return null;
+  const code = currency.toUpperCase();
+  const digits = new Intl.NumberFormat('en-US', { style: 'currency', currency: code }).resolvedOptions().maximumFractionDigits ?? 2;
+  const format = new Intl.NumberFormat('en-US', { style: 'currency', currency: code, minimumFractionDigits: digits, maximumFractionDigits: digits + 2 });
+  return format.format(amount / credits / 10 ** digits);
+}
+
+const monthlyCredits = (credits: number | null) => (credits === null ? 'Unlimited credits a month' : `${fmtInt(credits)} credits a month`);
 
 /** Leave the console for Stripe (Checkout or the portal); the browser comes back to the return URL. */
 function leaveFor(url: string): void {
@@ -39,10 +58,13 @@ export function Billing() {
   const sel = { organization_id: org.id };
   const here = `${window.location.origin}/console/orgs/${org.id}/billing`;
   const search = new URLSearchParams(useSearch());
-  const subscription = useLoad(() => get<Subscription | null>('/billing/subscription', sel), [org.id]);
-  const catalog = useLoad(() => get<Catalog>('/billing/catalog', sel), [org.id]);
-  const deployments = useLoad(() => list<Deployment>(`/organizations/${org.id}/deployments`, { limit: 100 }), [org.id]);
-  const invoices = usePages((cursor) => list<Invoice>('/billing/invoices', { ...sel, limit: 20, cursor }), [org.id]);
+  const subscription = useLoad(() => api.GET('/billing/subscription', { params: { query: sel } }), [org.id]);
+  const catalog = useLoad(() => api.GET('/billing/catalog', { params: { query: sel } }), [org.id]);
+  const deployments = useLoad(() => api.list('/organizations/{id}/deployments', { params: { path: { id: org.id }, query: { limit: 100 } } }), [org.id]);
+  const invoices = usePages(
+    (cursor) => api.list('/billing/invoices', { params: { query: { ...sel, limit: 20, cursor: cursor ?? undefined } } }),
+    [org.id],
+  );
   const [deploymentId, setDeploymentId] = useState('');
   const leave = useAction();
   const manage = can('billing.manage');
@@ -58,28 +80,29 @@ export function Billing() {
   // One Idempotency-Key per click: a retried request (network) gets the same Checkout Session back.
   const buy = (pack: string) =>
     leave.run(async () => {
-      const checkout = await post<{ url: string }>(
-        `/billing/credit-packs/checkout?organization_id=${encodeURIComponent(org.id)}`,
-        { pack, ...(target ? { deployment_id: target } : {}), success_url: `${here}?checkout=paid`, cancel_url: `${here}?checkout=canceled` },
-        { 'idempotency-key': idempotencyKey() },
-      );
+      const checkout = await api.POST('/billing/credit-packs/checkout', {
+        params: { query: sel, header: { 'Idempotency-Key': idempotencyKey() } },
+        body: { pack, ...(target ? { deployment_id: target } : {}), success_url: `${here}?checkout=paid`, cancel_url: `${here}?checkout=canceled` },
+      });
       leaveFor(checkout.url);
     });
   const subscribe = (tier: string) =>
     leave.run(async () => {
-      const answer = await post<{ url?: string }>(
-        `/billing/subscription?organization_id=${encodeURIComponent(org.id)}`,
-        { tier, success_url: `${here}?checkout=subscribed`, cancel_url: `${here}?checkout=canceled` },
-        { 'idempotency-key': idempotencyKey() },
-      );
-      if (answer?.url) leaveFor(answer.url);
+      const answer = await api.POST('/billing/subscription', {
+        params: { query: sel, header: { 'Idempotency-Key': idempotencyKey() } },
+        body: { tier, success_url: `${here}?checkout=subscribed`, cancel_url: `${here}?checkout=canceled` },
+      });
+      // Without a subscription: a Checkout Session to go to; with one, the changed subscription.
+      if (answer && 'url' in answer && typeof answer.url === 'string') leaveFor(answer.url);
     });
   const portal = () =>
     leave.run(async () => {
-      const session = await post<{ url: string }>(`/billing/portal?organization_id=${encodeURIComponent(org.id)}`, { return_url: here });
+      const session = await api.POST('/billing/portal', { params: { query: sel }, body: { return_url: here } });
       leaveFor(session.url);
     });
 
+  const inForce = sub ? IN_FORCE.includes(sub.status) : false;
+  const canSubscribe = manage && configured && subscription.data !== undefined && !inForce;
   const back = search.get('checkout');
   return (
     <>
@@ -105,6 +128,11 @@ export function Billing() {
         <p className="error" role="status" data-testid="billing-not-configured">
           Stripe is not configured on this installation (STRIPE_SECRET_KEY): subscriptions, credit packs and the billing portal are unavailable. The operator
           can set it up (docs/billing.md).
+        </p>
+      ) : null}
+      {catalog.data && configured && !catalog.data.prices_read ? (
+        <p className="muted" role="status" data-testid="prices-unread">
+          Some prices could not be read from Stripe just now (shown as —); Stripe Checkout shows the price before anything is paid.
         </p>
       ) : null}
       {!manage ? <p className="muted">Your role can see billing; owners and admins buy and manage it.</p> : null}
@@ -135,16 +163,40 @@ export function Billing() {
             ) : null}
           </dl>
         )}
-        {manage && configured && subscription.data !== undefined && !(sub && IN_FORCE.includes(sub.status)) ? (
-          <p className="row">
-            {(catalog.data?.subscription_prices ?? []).map((p) => (
-              <button key={p.price_id} type="button" onClick={() => void subscribe(p.tier)} disabled={leave.busy}>
-                Subscribe: {p.tier}
-              </button>
-            ))}
-          </p>
+        {catalog.data && catalog.data.subscription_prices.length > 0 ? (
+          <ul className="cards plain" aria-label="Plans" data-testid="plans" style={{ gridTemplateColumns: 'repeat(auto-fill, minmax(min(15rem, 100%), 1fr))', marginBottom: '0.8rem' }}>
+            {catalog.data.subscription_prices.map((p) => {
+              const current = inForce && sub?.stripe_price_id === p.price_id;
+              const { money, per } = recurringPrice(p);
+              return (
+                <li
+                  key={p.price_id}
+                  className="card"
+                  aria-current={current ? 'true' : undefined}
+                  data-testid={`plan-${p.price_id}`}
+                  style={current ? { borderColor: 'var(--accent)', boxShadow: 'inset 0 0 0 1px var(--accent)' } : undefined}
+                >
+                  <h3 style={{ margin: 0, fontSize: '1rem' }}>
+                    {p.tier} {current ? <span className="badge">Current plan</span> : null}
+                  </h3>
+                  <p className="value" data-testid="plan-price">
+                    {money}
+                    {per ? <span className="small muted" style={{ fontWeight: 400 }}>{per}</span> : null}
+                  </p>
+                  <p className="muted small" data-testid="plan-credits">
+                    {monthlyCredits(p.monthly_credits)}
+                  </p>
+                  {canSubscribe ? (
+                    <button type="button" onClick={() => void subscribe(p.tier)} disabled={leave.busy} style={{ marginTop: '0.6rem' }}>
+                      Subscribe: {p.tier}
+                    </button>
+                  ) : null}
+                </li>
+              );
+            })}
+          </ul>
         ) : null}
-        {sub && IN_FORCE.includes(sub.status) && manage ? <p className="muted small">Change the plan or the payment method in the billing portal.</p> : null}
+        {inForce && manage ? <p className="muted small">Change the plan or the payment method in the billing portal.</p> : null}
       </section>
 
       <section aria-labelledby="packs">
@@ -173,23 +225,37 @@ export function Billing() {
                   <th scope="col" className="num">
                     Credits
                   </th>
+                  <th scope="col" className="num">
+                    Price
+                  </th>
                   {manage ? <th scope="col">Buy</th> : null}
                 </tr>
               </thead>
               <tbody>
-                {catalog.data.packs.map((p) => (
-                  <tr key={p.pack}>
-                    <td>{p.pack}</td>
-                    <td className="num">{fmtInt(p.credits)}</td>
-                    {manage ? (
-                      <td>
-                        <button type="button" onClick={() => void buy(p.pack)} disabled={leave.busy || !configured}>
-                          Buy {p.pack}
-                        </button>
+                {catalog.data.packs.map((p) => {
+                  const perCredit = fmtPerCredit(p.unit_amount, p.credits, p.currency);
+                  return (
+                    <tr key={p.pack}>
+                      <td>{p.pack}</td>
+                      <td className="num">{fmtInt(p.credits)}</td>
+                      <td className="num">
+                        {fmtMoney(p.unit_amount, p.currency)}
+                        {perCredit ? (
+                          <span className="muted small" style={{ display: 'block' }}>
+                            {perCredit} a credit
+                          </span>
+                        ) : null}
                       </td>
-                    ) : null}
-                  </tr>
-                ))}
+                      {manage ? (
+                        <td>
+                          <button type="button" onClick={() => void buy(p.pack)} disabled={leave.busy || !configured}>
+                            Buy {p.pack}
+                          </button>
+                        </td>
+                      ) : null}
+                    </tr>
+                  );
+                })}
               </tbody>
             </table>
           </>

@@ -1,5 +1,5 @@
 import { type FormEvent, useId, useState } from 'react';
-import { del, get, list, post, put } from '../api';
+import { api } from '../api';
 import { useOrg } from '../org';
 import { countOf } from '../plural';
 import type { Schemas } from '../types';
@@ -67,11 +67,10 @@ export function scopeText(b: Pick<Budget, 'scope' | 'deployment_id' | 'api_key_i
  */
 export function Budgets() {
   const { org, can } = useOrg();
-  const base = `/organizations/${org.id}/budgets`;
-  const budgets = useLoad(() => get<Budget[]>(base), [org.id]);
-  const deployments = useLoad(() => list<Deployment>(`/organizations/${org.id}/deployments`, { limit: 100 }), [org.id]);
+  const budgets = useLoad(() => api.GET('/organizations/{id}/budgets', { params: { path: { id: org.id } } }), [org.id]);
+  const deployments = useLoad(() => api.list('/organizations/{id}/deployments', { params: { path: { id: org.id }, query: { limit: 100 } } }), [org.id]);
   const readKeys = can('api_keys.read');
-  const keys = useLoad(() => (readKeys ? list<ApiKey>(`/organizations/${org.id}/api-keys`, { limit: 100 }) : Promise.resolve(null)), [org.id, readKeys]);
+  const keys = useLoad(() => (readKeys ? api.list('/organizations/{id}/api-keys', { params: { path: { id: org.id }, query: { limit: 100 } } }) : Promise.resolve(null)), [org.id, readKeys]);
   const [creating, setCreating] = useState(false);
   const [editing, setEditing] = useState<string | null>(null);
   const [notice, setNotice] = useState<string | null>(null);
@@ -92,7 +91,7 @@ export function Budgets() {
   const remove = (b: Budget) =>
     action.run(async () => {
       setNotice(null);
-      await del<Budget>(`${base}/${b.id}`);
+      await api.DELETE('/organizations/{id}/budgets/{budgetId}', { params: { path: { id: org.id, budgetId: b.id } } });
       if (editing === b.id) setEditing(null);
       budgets.reload();
       setNotice(`The budget for ${scopeText(b, names).toLowerCase()} is deleted.`);
@@ -127,7 +126,7 @@ export function Budgets() {
 
       {creating && manage ? (
         <NewBudget
-          base={base}
+          orgId={org.id}
           deployments={deploymentList}
           keys={keyList}
           onDone={(created) => {
@@ -145,7 +144,7 @@ export function Budgets() {
           key={edited.id}
           budget={edited}
           title={scopeText(edited, names)}
-          save={(body) => put<Budget>(`${base}/${edited.id}`, body)}
+          save={(body) => api.PUT('/organizations/{id}/budgets/{budgetId}', { params: { path: { id: org.id, budgetId: edited.id } }, body })}
           onDone={(saved) => {
             setEditing(null);
             if (saved) {
@@ -370,7 +369,7 @@ function LimitFields({ value, onChange, errors }: { value: Limits; onChange: (ne
   );
 }
 
-function NewBudget({ base, deployments, keys, onDone }: { base: string; deployments: Deployment[]; keys: ApiKey[]; onDone: (created: Budget | null) => void }) {
+function NewBudget({ orgId, deployments, keys, onDone }: { orgId: string; deployments: Deployment[]; keys: ApiKey[]; onDone: (created: Budget | null) => void }) {
   const [scope, setScope] = useState<Scope>('organization');
   const [deploymentId, setDeploymentId] = useState('');
   const [apiKeyId, setApiKeyId] = useState('');
@@ -391,7 +390,7 @@ function NewBudget({ base, deployments, keys, onDone }: { base: string; deployme
     const aiTokens = wholeOrNull(limits.aiTokens);
     if (credits !== null) body.limit_credits = credits;
     if (aiTokens !== null) body.limit_ai_tokens = aiTokens;
-    void action.run(async () => onDone(await post<Budget>(base, body)));
+    void action.run(async () => onDone(await api.POST('/organizations/{id}/budgets', { params: { path: { id: orgId } }, body })));
   };
 
   const who = scope === 'tool' ? 'tool' : 'end user';

@@ -1,5 +1,5 @@
 import { useCallback, useState } from 'react';
-import { get, list, post } from '../api';
+import { api } from '../api';
 import { useOrg } from '../org';
 import { ConfirmButton, ErrorNote, fmtDate, fmtInt, Loading, LoadError, PageHeader, SecretOnce, useAction, useLoad } from '../ui';
 import { LoadMore, usePages } from './paging';
@@ -21,9 +21,11 @@ type Rotated = Schemas['DeploymentSecretRotated'];
 
 export function Deployments() {
   const { org, can } = useOrg();
-  const base = `/organizations/${org.id}/deployments`;
-  const load = useCallback((cursor: string | null) => list<Deployment>(base, { limit: 20, cursor }), [base]);
-  const deployments = usePages(load, [base]);
+  const load = useCallback(
+    (cursor: string | null) => api.list('/organizations/{id}/deployments', { params: { path: { id: org.id }, query: { limit: 20, cursor: cursor ?? undefined } } }),
+    [org.id],
+  );
+  const deployments = usePages(load, [org.id]);
   return (
     <>
       <PageHeader title="Deployments" />
@@ -40,7 +42,7 @@ export function Deployments() {
         deployments.items.map((d) => (
           <DeploymentCard
             key={d.id}
-            base={base}
+            orgId={org.id}
             deployment={d}
             manage={can('deployments.manage')}
             onRotated={(r) => deployments.setItems((items) => items.map((x) => (x.id === r.deployment_id ? { ...x, secret_prefix: r.secret_prefix } : x)))}
@@ -52,7 +54,7 @@ export function Deployments() {
   );
 }
 
-function DeploymentCard({ base, deployment: d, manage, onRotated }: { base: string; deployment: Deployment; manage: boolean; onRotated: (r: Rotated) => void }) {
+function DeploymentCard({ orgId, deployment: d, manage, onRotated }: { orgId: string; deployment: Deployment; manage: boolean; onRotated: (r: Rotated) => void }) {
   const [rotated, setRotated] = useState<Rotated | null>(null);
   const rotate = useAction();
   const b = d.balance;
@@ -97,7 +99,7 @@ function DeploymentCard({ base, deployment: d, manage, onRotated }: { base: stri
             confirmLabel="Rotate now: the old secret stops working at once"
             onConfirm={async () => {
               await rotate.run(async () => {
-                const r = await post<Rotated>(`${base}/${d.id}/secret`);
+                const r = await api.POST('/organizations/{id}/deployments/{depId}/secret', { params: { path: { id: orgId, depId: d.id } } });
                 onRotated(r);
                 setRotated(r);
               });
@@ -107,13 +109,13 @@ function DeploymentCard({ base, deployment: d, manage, onRotated }: { base: stri
         </div>
       ) : null}
 
-      <Entitlements url={`${base}/${d.id}/entitlements`} name={d.name} />
+      <Entitlements orgId={orgId} depId={d.id} name={d.name} />
     </section>
   );
 }
 
-function Entitlements({ url, name }: { url: string; name: string }) {
-  const snapshot = useLoad(() => get<Snapshot>(url), [url]);
+function Entitlements({ orgId, depId, name }: { orgId: string; depId: string; name: string }) {
+  const snapshot = useLoad(() => api.GET('/organizations/{id}/deployments/{depId}/entitlements', { params: { path: { id: orgId, depId } } }), [orgId, depId]);
   const s = snapshot.data;
   return (
     <section aria-label={`Entitlements of ${name}`}>

@@ -1,6 +1,6 @@
 import { type FormEvent, useCallback, useState } from 'react';
 import { useLocation } from 'wouter';
-import { del, list, post, put } from '../api';
+import { api } from '../api';
 import { absolute, useOrg } from '../org';
 import { useUser } from '../session';
 import { ConfirmButton, ErrorNote, Field, fmtDate, Loading, LoadError, PageHeader, SecretOnce, StatusNote, useAction } from '../ui';
@@ -14,6 +14,7 @@ type Invitation = Schemas['Invitation'];
 type CreatedInvitation = Invitation & { token: string; accept_url: string; email_delivery: 'smtp' | 'outbox' };
 
 const ROLES = ['owner', 'admin', 'member', 'viewer'] as const;
+type Role = (typeof ROLES)[number];
 /** The console path (POST /organizations/{id}/users) invites as admin, member or viewer; owners are made by an owner's role change. */
 const INVITE_ROLES = ['admin', 'member', 'viewer'] as const;
 
@@ -21,11 +22,17 @@ export function Members() {
   const { org, can, reload: reloadOrg } = useOrg();
   const me = useUser();
   const [, navigate] = useLocation();
-  const base = `/organizations/${org.id}`;
-  const loadMembers = useCallback((cursor: string | null) => list<Member>(`${base}/users`, { limit: 50, cursor }), [base]);
-  const loadInvitations = useCallback((cursor: string | null) => list<Invitation>(`${base}/invitations`, { limit: 50, cursor }), [base]);
-  const members = usePages(loadMembers, [base]);
-  const invitations = usePages(loadInvitations, [base]);
+  const id = org.id;
+  const loadMembers = useCallback(
+    (cursor: string | null) => api.list('/organizations/{id}/users', { params: { path: { id }, query: { limit: 50, cursor: cursor ?? undefined } } }),
+    [id],
+  );
+  const loadInvitations = useCallback(
+    (cursor: string | null) => api.list('/organizations/{id}/invitations', { params: { path: { id }, query: { limit: 50, cursor: cursor ?? undefined } } }),
+    [id],
+  );
+  const members = usePages(loadMembers, [id]);
+  const invitations = usePages(loadInvitations, [id]);
   const [invited, setInvited] = useState<CreatedInvitation | null>(null);
   const change = useAction();
   const isOwner = org.role === 'owner';
@@ -71,7 +78,7 @@ export function Members() {
                           roles={isOwner ? ROLES : ROLES.filter((r) => r !== 'owner')}
                           onChange={(role) =>
                             change.run(async () => {
-                              replaceMember(await put<Member>(`${base}/users/${m.user_id}`, { role }));
+                              replaceMember(await api.PUT('/organizations/{id}/users/{userId}', { params: { path: { id, userId: m.user_id } }, body: { role } }));
                               // My own role changed: what the console shows and enables changes with it.
                               if (self) reloadOrg();
                             })
@@ -88,7 +95,9 @@ export function Members() {
                           label="Leave"
                           confirmLabel={`Leave ${org.name}`}
                           onConfirm={async () => {
-                            if (await change.run(() => del(`${base}/users/${m.user_id}`))) navigate(absolute('/'));
+                            if (await change.run(async () => {
+                              await api.DELETE('/organizations/{id}/users/{userId}', { params: { path: { id, userId: m.user_id } } });
+                            })) navigate(absolute('/'));
                           }}
                         />
                       ) : can('members.remove') && mayTouch(m) ? (
@@ -97,7 +106,7 @@ export function Members() {
                           confirmLabel={`Remove ${m.email}`}
                           onConfirm={async () => {
                             await change.run(async () => {
-                              await del(`${base}/users/${m.user_id}`);
+                              await api.DELETE('/organizations/{id}/users/{userId}', { params: { path: { id, userId: m.user_id } } });
                               members.setItems((items) => items.filter((x) => x.user_id !== m.user_id));
                             });
                           }}
@@ -126,7 +135,7 @@ export function Members() {
             </>
           ) : (
             <Invite
-              base={base}
+              orgId={id}
               onInvited={(inv) => {
                 setInvited(inv);
                 // An address invited again replaces its pending invitation: read the list afresh.
@@ -143,7 +152,7 @@ export function Members() {
           pages={invitations}
           canRevoke={can('members.invite')}
           onRevoke={async (inv) => {
-            await del(`${base}/invitations/${inv.id}`);
+            await api.DELETE('/organizations/{id}/invitations/{invitationId}', { params: { path: { id, invitationId: inv.id } } });
             invitations.setItems((items) => items.filter((x) => x.id !== inv.id));
           }}
         />
@@ -153,8 +162,8 @@ export function Members() {
   );
 }
 
-function RoleChange({ member, roles, onChange }: { member: Member; roles: readonly string[]; onChange: (role: string) => Promise<boolean> }) {
-  const [role, setRole] = useState(member.role);
+function RoleChange({ member, roles, onChange }: { member: Member; roles: readonly Role[]; onChange: (role: Role) => Promise<boolean> }) {
+  const [role, setRole] = useState<string>(member.role);
   const [busy, setBusy] = useState(false);
   // Changing the select does nothing by itself (a keyboard user moves through the options): the button applies it.
   return (
@@ -174,8 +183,10 @@ function RoleChange({ member, roles, onChange }: { member: Member; roles: readon
         className="secondary"
         disabled={busy || role === member.role}
         onClick={async () => {
+          const chosen = roles.find((r) => r === role);
+          if (!chosen) return;
           setBusy(true);
-          const done = await onChange(role);
+          const done = await onChange(chosen);
           setBusy(false);
           if (!done) setRole(member.role);
         }}
@@ -186,13 +197,13 @@ function RoleChange({ member, roles, onChange }: { member: Member; roles: readon
   );
 }
 
-function Invite({ base, onInvited }: { base: string; onInvited: (inv: CreatedInvitation) => void }) {
+function Invite({ orgId, onInvited }: { orgId: string; onInvited: (inv: CreatedInvitation) => void }) {
   const [email, setEmail] = useState('');
   const [role, setRole] = useState<(typeof INVITE_ROLES)[number]>('member');
   const action = useAction();
   const submit = async (e: FormEvent) => {
     e.preventDefault();
-    const done = await action.run(async () => onInvited(await post<CreatedInvitation>(`${base}/users`, { email: email.trim(), role })));
+    const done = await action.run(async () => onInvited(await api.POST('/organizations/{id}/users', { params: { path: { id: orgId } }, body: { email: email.trim(), role } })));
     if (done) {
       setEmail('');
       setRole('member');

@@ -1,10 +1,10 @@
 import { type FormEvent, useState } from 'react';
 import { useLocation } from 'wouter';
-import { post } from '../api';
-import { absolute, type Organization, orgPath } from '../org';
+import { api } from '../api';
+import { absolute, orgPath } from '../org';
+import type { Schemas } from '../types';
 import { ErrorNote, Field, PageHeader, SecretOnce, useAction } from '../ui';
 
-type Created = Organization & { deployment: { id: string; tier: string; secret: string } };
 
 const slugOf = (name: string) =>
   name
@@ -17,11 +17,11 @@ export function NewOrganization() {
   const [, navigate] = useLocation();
   const [name, setName] = useState('');
   const [slug, setSlug] = useState('');
-  const [created, setCreated] = useState<Created | null>(null);
+  const [created, setCreated] = useState<Schemas['OrganizationCreated'] | null>(null);
   const action = useAction();
   const submit = async (e: FormEvent) => {
     e.preventDefault();
-    await action.run(async () => setCreated(await post<Created>('/organizations', { name, slug: slug || slugOf(name) })));
+    await action.run(async () => setCreated(await api.POST('/organizations', { body: { name, slug: slug || slugOf(name) } })));
   };
   if (created) {
     return (

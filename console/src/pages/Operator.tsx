@@ -1,6 +1,6 @@
 import { type FormEvent, useMemo, useState } from 'react';
 import { Field, PageHeader } from '../ui';
-import { adminPath, callWith, OperatorError, OperatorProvider, useOperatorAction } from './operator/common';
+import { callWith, OperatorError, OperatorProvider, useOperatorAction } from './operator/common';
 import { CostTables } from './operator/CostTables';
 import { MailboxReader as Mailbox } from './operator/MailboxReader';
 import { Organizations } from './operator/Organizations';
@@ -53,7 +53,7 @@ function Unlock({ onUnlock }: { onUnlock: (key: string) => void }) {
     const typed = key;
     if (
       await action.run(async () => {
-        await callWith(typed)('GET', adminPath('/api/v1/admin/organizations', { limit: 1 }));
+        await callWith(typed).GET('/api/v1/admin/organizations', { params: { query: { limit: 1 } } });
         return 'Unlocked';
       })
     ) {

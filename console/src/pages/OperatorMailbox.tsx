@@ -1,7 +1,7 @@
 import { type FormEvent, useMemo, useState } from 'react';
 import { Link } from 'wouter';
 import { Field, PageHeader } from '../ui';
-import { adminPath, callWith, OperatorError, OperatorProvider, useOperatorAction } from './operator/common';
+import { callWith, OperatorError, OperatorProvider, useOperatorAction } from './operator/common';
 import { MailboxReader } from './operator/MailboxReader';
 
 /**
@@ -44,7 +44,7 @@ function Unlock({ onUnlock }: { onUnlock: (key: string) => void }) {
     const typed = key;
     if (
       await action.run(async () => {
-        await callWith(typed)('GET', adminPath('/api/v1/admin/organizations', { limit: 1 }));
+        await callWith(typed).GET('/api/v1/admin/organizations', { params: { query: { limit: 1 } } });
         return 'Unlocked';
       })
     ) {

@@ -1,6 +1,6 @@
 import { type ReactNode, useMemo, useState } from 'react';
 import { Link } from 'wouter';
-import { get, list } from '../api';
+import { api } from '../api';
 import { ApiError } from '../api-errors';
 import { StackedBars } from '../chart';
 import { useOrg } from '../org';
@@ -27,8 +27,6 @@ export type Balance = Schemas['CreditBalance'];
 
 export type Deployment = Schemas['Deployment'];
 
-type BillingUsage = Schemas['BillingUsage'];
-
 /** The range in words, for the heading and the empty states. */
 function rangeWords(range: RangeChoice): string {
   return 'days' in range ? `the last ${range.days} days` : `${range.from} to ${range.to}`;
@@ -36,7 +34,7 @@ function rangeWords(range: RangeChoice): string {
 
 export function Overview() {
   const { org, can } = useOrg();
-  const base = `/organizations/${org.id}`;
+  const path = { id: org.id };
   // The range is in the address (?range=7d, or ?from=…&to=…), so a reload or a shared link keeps it.
   const [range, setRange] = useState<RangeChoice>(() => parseRange(window.location.search));
   const choose = (next: RangeChoice) => {
@@ -48,26 +46,26 @@ export function Overview() {
   // Instants of the user's zone; the summaries without day buckets take the same ones, so every total agrees.
   // biome-ignore lint/correctness/useExhaustiveDependencies: the range is named by its query string
   const span = useMemo(() => rangeQuery(range, asked, new Date()), [rangeKey, asked]);
-  const deployments = useLoad(() => list<Deployment>(`${base}/deployments`, { limit: 100 }), [org.id]);
+  const deployments = useLoad(() => api.list('/organizations/{id}/deployments', { params: { path, query: { limit: 100 } } }), [org.id]);
   const ai = useLoad(
-    () => (can('billing.read') ? get<BillingUsage>('/billing/usage', { organization_id: org.id }) : Promise.resolve(null)),
+    () => (can('billing.read') ? api.GET('/billing/usage', { params: { query: { organization_id: org.id } } }) : Promise.resolve(null)),
     [org.id],
   );
   // A preset runs up to the service's own now (no `to`). Days of the browser's zone; one the service
   // cannot bucket by (an offset of half an hour) falls back to UTC days.
   const daily = useLoad(async () => {
-    const query = { group_by: 'day', split_by: 'tool', ...span };
-    if (asked === 'UTC') return get<UsageSummary>(`${base}/usage/summary`, query);
+    const summary = (tz?: string) => api.GET('/organizations/{id}/usage/summary', { params: { path, query: { group_by: 'day', split_by: 'tool', ...span, tz } } });
+    if (asked === 'UTC') return summary();
     try {
-      return await get<UsageSummary>(`${base}/usage/summary`, { ...query, tz: asked });
+      return await summary(asked);
     } catch (err) {
-      if (err instanceof ApiError && err.status === 400) return get<UsageSummary>(`${base}/usage/summary`, query);
+      if (err instanceof ApiError && err.status === 400) return summary();
       throw err;
     }
   }, [org.id, span]);
-  const users = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'mcp_user', ...span }), [org.id, span]);
-  const models = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'model', ...span }), [org.id, span]);
-  const perDeployment = useLoad(() => get<UsageSummary>(`${base}/usage/summary`, { group_by: 'deployment', ...span }), [org.id, span]);
+  const users = useLoad(() => api.GET('/organizations/{id}/usage/summary', { params: { path, query: { group_by: 'mcp_user', ...span } } }), [org.id, span]);
+  const models = useLoad(() => api.GET('/organizations/{id}/usage/summary', { params: { path, query: { group_by: 'model', ...span } } }), [org.id, span]);
+  const perDeployment = useLoad(() => api.GET('/organizations/{id}/usage/summary', { params: { path, query: { group_by: 'deployment', ...span } } }), [org.id, span]);
   const stack = useMemo(() => (daily.data ? stackOf(daily.data) : null), [daily.data]);
   const zone = daily.data?.tz ?? 'UTC';
   // The top tools come from the same answer: split_keys are the range's largest tools in group_by=tool's order.
@@ -89,7 +87,7 @@ export function Overview() {
       <LoadError error={ai.error} retry={ai.reload} what="the AI token limit" busy={ai.loading} />
       {b ? (
         <section className="cards" aria-label="Balance">
-          <Card title="Monthly credits" testId="monthly" value={`${fmtInt(b.monthly_used)} / ${fmtInt(b.monthly_allocation)}`} note={`${fmtInt(b.monthly_remaining)} left`} />
+          <Card title="Monthly credits" testId="monthly" value={fmtInt(b.monthly_used)} of={fmtInt(b.monthly_allocation)} note={`${fmtInt(b.monthly_remaining)} left`} />
           <Card title="Purchased credits" testId="purchased" value={fmtInt(b.purchased)} note="never reset">
             {can('billing.read') ? (
               <p className="card-link">
@@ -101,7 +99,8 @@ export function Overview() {
           <Card
             title="AI tokens"
             testId="ai-tokens"
-            value={`${fmtInt(b.ai_tokens_used)} / ${ai.data ? fmtInt(ai.data.ai_tokens.limit) : ai.error ? '—' : '…'}`}
+            value={fmtInt(b.ai_tokens_used)}
+            of={ai.data ? fmtInt(ai.data.ai_tokens.limit) : ai.error ? '—' : '…'}
             note="used this period"
           />
           <Card title="Period ends" testId="period-end" value={fmtDay(b.period_end)} note={fmtDate(b.period_end)} />
@@ -253,11 +252,25 @@ function firstCall(deploymentId: string | undefined): string {
   ].join('\n');
 }
 
-function Card({ title, value, note, testId, children }: { title: string; value: string; note: string; testId: string; children?: ReactNode }) {
+/**
+ * A figure of the overview. `of` is the limit a used amount is out of ("1,081 / 20,000"): set smaller
+ * and kept whole, so a narrow card breaks the line before it rather than inside a number.
+ */
+function Card({
+  title,
+  value,
+  of,
+  note,
+  testId,
+  children,
+}: { title: string; value: string; of?: string; note: string; testId: string; children?: ReactNode }) {
   return (
     <div className="card" data-testid={`card-${testId}`}>
       <h2>{title}</h2>
-      <p className="value">{value}</p>
+      <p className="value">
+        {value}
+        {of !== undefined ? <span className="value-of"> / {of}</span> : null}
+      </p>
       <p className="muted small">{note}</p>
       {children}
     </div>

@@ -1,5 +1,5 @@
 import { type FormEvent, useCallback, useEffect, useState } from 'react';
-import { del, get, list, post } from '../api';
+import { api } from '../api';
 import { webUrl } from '../links';
 import { useOrg } from '../org';
 import { countOf } from '../plural';
@@ -61,11 +61,15 @@ function verificationText(domain: string, result: Verification): Notice {
  */
 export function TemplateDeployments() {
   const { org, can } = useOrg();
-  const base = `/organizations/${org.id}/template-deployments`;
+  const id = org.id;
+  const one = useCallback((tdId: string) => api.GET('/organizations/{id}/template-deployments/{tdId}', { params: { path: { id, tdId } } }), [id]);
   const readable = can('templates.read');
-  const templates = useLoad(() => (readable ? get<Template[]>('/templates') : Promise.resolve([])), [readable]);
-  const load = useCallback((cursor: string | null) => list<TemplateDeployment>(base, { limit: 20, cursor }), [base]);
-  const pages = usePages(load, [base]);
+  const templates = useLoad(() => (readable ? api.GET('/templates') : Promise.resolve([])), [readable]);
+  const load = useCallback(
+    (cursor: string | null) => api.list('/organizations/{id}/template-deployments', { params: { path: { id }, query: { limit: 20, cursor: cursor ?? undefined } } }),
+    [id],
+  );
+  const pages = usePages(load, [id]);
   const { items, setItems } = pages;
   const [creating, setCreating] = useState(false);
   const [notice, setNotice] = useState<Notice | null>(null);
@@ -77,12 +81,12 @@ export function TemplateDeployments() {
     const due = items.filter(onItsWay);
     if (due.length === 0) return;
     const timer = setTimeout(() => {
-      void Promise.all(due.map((d) => get<TemplateDeployment>(`${base}/${d.id}`).catch(() => d))).then((fresh) =>
+      void Promise.all(due.map((d) => one(d.id).catch(() => d))).then((fresh) =>
         setItems((all) => all.map((d) => fresh.find((f) => f.id === d.id) ?? d)),
       );
     }, POLL_MS);
     return () => clearTimeout(timer);
-  }, [items, base, setItems]);
+  }, [items, one, setItems]);
 
   if (!readable) return <NoAccess what="template deployments" />;
 
@@ -91,21 +95,21 @@ export function TemplateDeployments() {
   const retry = (d: TemplateDeployment) =>
     action.run(async () => {
       setNotice(null);
-      replace(await post<TemplateDeployment>(`${base}/${d.id}/retry`));
+      replace(await api.POST('/organizations/{id}/template-deployments/{tdId}/retry', { params: { path: { id, tdId: d.id } } }));
       setNotice({ tone: 'neutral', text: `${d.name} is being provisioned again (a fresh round of 5 attempts).` });
     });
   const verify = (d: TemplateDeployment) =>
     action.run(async () => {
       setNotice(null);
       const domain = d.custom_domain ?? '';
-      const result = await post<Verification>(`${base}/${d.id}/verify-domain`);
-      replace(await get<TemplateDeployment>(`${base}/${d.id}`));
+      const result = await api.POST('/organizations/{id}/template-deployments/{tdId}/verify-domain', { params: { path: { id, tdId: d.id } } });
+      replace(await one(d.id));
       setNotice(verificationText(domain, result));
     });
   const remove = (d: TemplateDeployment) =>
     action.run(async () => {
       setNotice(null);
-      await del<TemplateDeployment>(`${base}/${d.id}`);
+      await api.DELETE('/organizations/{id}/template-deployments/{tdId}', { params: { path: { id, tdId: d.id } } });
       setItems((all) => all.filter((x) => x.id !== d.id));
       setNotice({ tone: 'success', text: `${d.name} is deleted; its subdomain is free again.` });
     });
@@ -136,7 +140,7 @@ export function TemplateDeployments() {
 
       {creating && manage ? (
         <NewDeployment
-          base={base}
+          orgId={id}
           templates={templates.data ?? []}
           templatesError={templates.error}
           retryTemplates={templates.reload}
@@ -317,13 +321,13 @@ function configOf(text: string): { config?: Record<string, unknown>; error?: str
 }
 
 function NewDeployment({
-  base,
+  orgId,
   templates,
   templatesError,
   retryTemplates,
   onDone,
 }: {
-  base: string;
+  orgId: string;
   templates: Template[];
   templatesError: unknown;
   retryTemplates: () => void;
@@ -347,7 +351,7 @@ function NewDeployment({
     const body: CreateBody = { template_id: templateId, name: name.trim(), subdomain: subdomain.trim() };
     if (domain.trim()) body.custom_domain = domain.trim();
     if (parsed.config) body.config = parsed.config;
-    void action.run(async () => onDone(await post<TemplateDeployment>(base, body)));
+    void action.run(async () => onDone(await api.POST('/organizations/{id}/template-deployments', { params: { path: { id: orgId } }, body })));
   };
 
   return (

@@ -1,10 +1,9 @@
 import { type FormEvent, useState } from 'react';
-import { list, textPart } from '../api';
+import { api, textPart } from '../api';
 import { useOrg } from '../org';
 import { countOf } from '../plural';
 import { ErrorNote, Field, fmtInt, Loading, LoadError, PageHeader, StatusNote, useAction, useLoad } from '../ui';
 import { NoAccess } from './NotFound';
-import type { Deployment } from './Overview';
 import { LoadMore, usePages } from './paging';
 import type { Schemas } from '../types';
 
@@ -33,14 +32,14 @@ function dayAfter(day: string): string {
 }
 
 /** The API's query for the filters (blank fields left out). */
-export function queryOf(f: Filters): Record<string, string | undefined> {
+export function queryOf(f: Filters) {
   return {
     from: f.from ? dayStart(f.from) : undefined,
     to: f.to ? dayAfter(f.to) : undefined,
     deployment_id: f.deployment || undefined,
     tool_name: f.tool.trim() || undefined,
     mcp_user_id: f.user.trim() || undefined,
-    success: f.outcome || undefined,
+    success: f.outcome ? f.outcome === 'true' : undefined,
   };
 }
 
@@ -58,8 +57,8 @@ export function UsageExplorer() {
   const [form, setForm] = useState<Filters>(NO_FILTERS);
   const [applied, setApplied] = useState<Filters>(NO_FILTERS);
   const query = queryOf(applied);
-  const records = usePages((cursor) => list<UsageRecord>(base, { ...query, limit: PAGE, cursor }), [org.id, JSON.stringify(query)]);
-  const deployments = useLoad(() => list<Deployment>(`/organizations/${org.id}/deployments`, { limit: 100 }), [org.id]);
+  const records = usePages((cursor) => api.list('/organizations/{id}/usage/records', { params: { path: { id: org.id }, query: { ...query, limit: PAGE, cursor: cursor ?? undefined } } }), [org.id, JSON.stringify(query)]);
+  const deployments = useLoad(() => api.list('/organizations/{id}/deployments', { params: { path: { id: org.id }, query: { limit: 100 } } }), [org.id]);
   const names = new Map((deployments.data?.data ?? []).map((d) => [d.id, d.name]));
   const csv = useAction();
   const [downloaded, setDownloaded] = useState<{ rows: number; file: string } | null>(null);

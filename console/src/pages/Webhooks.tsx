@@ -1,21 +1,24 @@
 import { type FormEvent, useState } from 'react';
-import { del, get, list, post, request } from '../api';
+import { api } from '../api';
 import { useOrg } from '../org';
 import { CheckLabel, ConfirmButton, ErrorNote, Field, fmtDate, Loading, LoadError, PageHeader, SecretOnce, StatusNote, useAction, useLoad } from '../ui';
 import { NoAccess } from './NotFound';
 import { LoadMore, usePages } from './paging';
 import type { Schemas } from '../types';
+import type { BodyOf } from './form-fields';
 
 /** An organization webhook as /organizations/{id}/webhooks answers it (docs/webhooks.md). */
 export type Webhook = Schemas['Webhook'];
 
 export type Delivery = Schemas['WebhookDelivery'];
+type Change = BodyOf<'updateWebhook'>;
+type EventType = NonNullable<Change['events']>[number];
 
 /**
  * The events a webhook may subscribe to: the API's list (EVENT_TYPES in src/modules/webhooks/organization.ts;
  * the console's webhooks test checks the two agree), with what each means.
  */
-export const WEBHOOK_EVENTS: Array<{ type: string; meaning: string }> = [
+export const WEBHOOK_EVENTS: Array<{ type: EventType; meaning: string }> = [
   { type: 'organization.member.added', meaning: 'a member joined' },
   { type: 'organization.member.removed', meaning: 'a member was removed or left' },
   { type: 'subscription.updated', meaning: 'the subscription changed' },
@@ -54,8 +57,8 @@ export function testOutcome(url: string, d: Pick<Delivery, 'status' | 'status_co
 
 export function Webhooks() {
   const { org, can } = useOrg();
-  const base = `/organizations/${org.id}/webhooks`;
-  const hooks = useLoad(() => get<Webhook[]>(base), [org.id]);
+  const id = org.id;
+  const hooks = useLoad(() => api.GET('/organizations/{id}/webhooks', { params: { path: { id } } }), [id]);
   const [secret, setSecret] = useState<{ url: string; value: string } | null>(null);
   const [selected, setSelected] = useState<string | null>(null);
   const [editing, setEditing] = useState<string | null>(null);
@@ -66,11 +69,11 @@ export function Webhooks() {
 
   if (!can('webhooks.read')) return <NoAccess what="webhooks" />;
 
-  const patch = (id: string, body: Record<string, unknown>) => request<Webhook>('PATCH', `${base}/${id}`, { body });
+  const patch = (webhookId: string, body: Change) => api.PATCH('/organizations/{id}/webhooks/{webhookId}', { params: { path: { id, webhookId } }, body });
   const testSend = (hook: Webhook) =>
     action.run(async () => {
       setNotice(null);
-      const d = await post<Delivery>(`${base}/${hook.id}/test`);
+      const d = await api.POST('/organizations/{id}/webhooks/{webhookId}/test', { params: { path: { id, webhookId: hook.id } } });
       setSelected(hook.id);
       setRound((r) => r + 1);
       setNotice(testOutcome(hook.url, d));
@@ -85,7 +88,7 @@ export function Webhooks() {
   const remove = (hook: Webhook) =>
     action.run(async () => {
       setNotice(null);
-      await del<Webhook>(`${base}/${hook.id}`);
+      await api.DELETE('/organizations/{id}/webhooks/{webhookId}', { params: { path: { id, webhookId: hook.id } } });
       if (selected === hook.id) setSelected(null);
       if (editing === hook.id) setEditing(null);
       hooks.reload();
@@ -106,7 +109,7 @@ export function Webhooks() {
         <SecretOnce label={`Signing secret of ${secret.url}`} value={secret.value} onDone={() => setSecret(null)} />
       ) : manage ? (
         <NewWebhook
-          base={base}
+          orgId={id}
           onCreated={(hook, value) => {
             setSecret({ url: hook.url, value });
             hooks.reload();
@@ -188,12 +191,12 @@ export function Webhooks() {
         />
       ) : null}
 
-      {selectedHook ? <Deliveries base={`${base}/${selectedHook.id}`} hook={selectedHook} manage={manage} round={round} /> : null}
+      {selectedHook ? <Deliveries orgId={id} hook={selectedHook} manage={manage} round={round} /> : null}
     </>
   );
 }
 
-function EventChoices({ chosen, onChange }: { chosen: string[]; onChange: (events: string[]) => void }) {
+function EventChoices({ chosen, onChange }: { chosen: EventType[]; onChange: (events: EventType[]) => void }) {
   return (
     <fieldset className="field">
       <legend>Events</legend>
@@ -206,14 +209,14 @@ function EventChoices({ chosen, onChange }: { chosen: string[]; onChange: (event
   );
 }
 
-function NewWebhook({ base, onCreated }: { base: string; onCreated: (hook: Webhook, secret: string) => void }) {
+function NewWebhook({ orgId, onCreated }: { orgId: string; onCreated: (hook: Webhook, secret: string) => void }) {
   const [url, setUrl] = useState('');
-  const [events, setEvents] = useState<string[]>([]);
+  const [events, setEvents] = useState<EventType[]>([]);
   const action = useAction();
   const submit = (e: FormEvent) => {
     e.preventDefault();
     void action.run(async () => {
-      const created = await post<Webhook & { secret: string }>(base, { url: url.trim(), events });
+      const created = await api.POST('/organizations/{id}/webhooks', { params: { path: { id: orgId } }, body: { url: url.trim(), events } });
       const { secret, ...hook } = created;
       setUrl('');
       setEvents([]);
@@ -237,9 +240,10 @@ function NewWebhook({ base, onCreated }: { base: string; onCreated: (hook: Webho
   );
 }
 
-function EditWebhook({ hook, save, onDone }: { hook: Webhook; save: (body: Record<string, unknown>) => Promise<Webhook>; onDone: (changed: Webhook | null) => void }) {
+function EditWebhook({ hook, save, onDone }: { hook: Webhook; save: (body: Change) => Promise<Webhook>; onDone: (changed: Webhook | null) => void }) {
   const [url, setUrl] = useState(hook.url);
-  const [events, setEvents] = useState<string[]>(hook.events);
+  // The events the console offers that the webhook has (the answer names them as strings).
+  const [events, setEvents] = useState(WEBHOOK_EVENTS.map((e) => e.type).filter((t) => hook.events.includes(t)));
   const action = useAction();
   const submit = (e: FormEvent) => {
     e.preventDefault();
@@ -267,14 +271,18 @@ function EditWebhook({ hook, save, onDone }: { hook: Webhook; save: (body: Recor
   );
 }
 
-function Deliveries({ base, hook, manage, round }: { base: string; hook: Webhook; manage: boolean; round: number }) {
-  const pages = usePages((cursor) => list<Delivery>(`${base}/deliveries`, { limit: 20, cursor }), [base, round]);
+function Deliveries({ orgId, hook, manage, round }: { orgId: string; hook: Webhook; manage: boolean; round: number }) {
+  const path = { id: orgId, webhookId: hook.id };
+  const pages = usePages(
+    (cursor) => api.list('/organizations/{id}/webhooks/{webhookId}/deliveries', { params: { path, query: { limit: 20, cursor: cursor ?? undefined } } }),
+    [orgId, hook.id, round],
+  );
   const retry = useAction();
   const [notice, setNotice] = useState<string | null>(null);
   const retryOne = (d: Delivery) =>
     retry.run(async () => {
       setNotice(null);
-      await post<Delivery>(`${base}/deliveries/${d.id}/retry`);
+      await api.POST('/organizations/{id}/webhooks/{webhookId}/deliveries/{deliveryId}/retry', { params: { path: { ...path, deliveryId: d.id } } });
       pages.reload();
       setNotice('Retry queued: the delivery worker sends it within seconds. Refresh to see the outcome.');
     });

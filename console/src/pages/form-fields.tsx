@@ -1,5 +1,5 @@
 import { type ReactNode, useId } from 'react';
-import type { operations } from '../../../packages/client/src/generated/openapi';
+import type { operations } from '../generated/openapi';
 import { ApiError } from '../api-errors';
 import { fmtDate } from '../ui';
 import './extra.css';

@@ -4,7 +4,7 @@ import { Type } from 'typebox';
 import { ctxOf } from '../../http/auth.js';
 import { Envelope, envelopeErrors, ok } from '../../http/envelope.js';
 import { idempotencyKeyHeader } from '../../http/idempotency-key.js';
-import { anyOf } from '../../http/schemas.js';
+import { anyOf, Nullable, StringEnum } from '../../http/schemas.js';
 import { buyCreditPack, openBillingPortal, readSellingCatalog } from './account-selling.js';
 import type { BillingSelection } from './service.js';
 
@@ -17,14 +17,29 @@ const SelectionHeaders = Type.Object({
   'x-organization-id': Type.Optional(Uuid('The organization to act for (same as ?organization_id=)')),
 });
 
+const UnitAmount = Nullable(
+  Type.Integer({
+    description:
+      "The price in the currency's smallest unit (4900 usd = $49.00), read from Stripe; null when it could not be read (see prices_read) or the price has no unit amount (tiered, metered)",
+    examples: [4900],
+  }),
+);
+const Currency = Nullable(Type.String({ description: "The price's currency, Stripe's lower-case ISO code; null when the price could not be read", examples: ['usd'] }));
+
 const CatalogSchema = Type.Object(
   {
     configured: Type.Boolean({ description: 'Whether this installation sells through Stripe (STRIPE_SECRET_KEY is set)' }),
+    prices_read: Type.Boolean({
+      description:
+        'Whether every price below was read from Stripe (now or in the last 5 minutes). False when Stripe is not configured, not reachable, or refused a read: those prices have null amounts, and the catalog is answered anyway',
+    }),
     packs: Type.Array(
       Type.Object({
         pack: Type.String({ description: 'The pack name to buy', examples: ['small'] }),
         credits: Type.Integer({ description: 'Purchased credits the pack grants', examples: [1000] }),
         price_id: Type.String({ description: 'The Stripe price that sells it', examples: ['price_pack_small'] }),
+        unit_amount: UnitAmount,
+        currency: Currency,
       }),
       { description: 'CREDIT_PACKS, in the order configured' },
     ),
@@ -32,6 +47,15 @@ const CatalogSchema = Type.Object(
       Type.Object({
         price_id: Type.String({ description: 'A subscription price', examples: ['price_launch_monthly'] }),
         tier: Type.String({ description: 'The deployment tier it sells', examples: ['launch'] }),
+        monthly_credits: Nullable(
+          Type.Integer({ description: "The tier's monthly credit allocation (docs/entitlements.md); null: unlimited", examples: [2000] }),
+        ),
+        unit_amount: UnitAmount,
+        currency: Currency,
+        interval: Nullable(
+          StringEnum(['day', 'week', 'month', 'year'], { description: 'How often it is billed (with interval_count); null when the price could not be read or is not recurring' }),
+        ),
+        interval_count: Nullable(Type.Integer({ description: 'Intervals between bills: 1 bills every interval; null as interval', examples: [1] })),
       }),
       { description: 'STRIPE_PRICE_TIERS' },
     ),
@@ -84,7 +108,7 @@ export async function accountSellingRoutes(fastify: FastifyInstance): Promise<vo
         tags,
         security,
         operationId: 'getBillingCatalog',
-        summary: 'What this installation sells: credit packs and subscription prices (billing.read)',
+        summary: 'What this installation sells: credit packs and subscription prices, with their prices from Stripe (billing.read)',
         querystring: SelectionQuery,
         headers: SelectionHeaders,
         response: { 200: Envelope(CatalogSchema), ...envelopeErrors(400, 401, 403, 404) },

@@ -73,8 +73,11 @@ describe('GET /billing/catalog', () => {
     expect(res.statusCode, res.body).toBe(200);
     expect(json<{ data: unknown }>(res).data).toEqual({
       configured: true,
-      packs: [{ pack: 'small', credits: 1000, price_id: price.small }],
-      subscription_prices: [{ price_id: price.launch, tier: 'launch' }],
+      prices_read: true,
+      packs: [{ pack: 'small', credits: 1000, price_id: price.small, unit_amount: 500, currency: 'usd' }],
+      subscription_prices: [
+        { price_id: price.launch, tier: 'launch', monthly_credits: 2000, unit_amount: 4900, currency: 'usd', interval: 'month', interval_count: 1 },
+      ],
     });
     const member = await signUpAsMember(h, owner.organizationId, 'member');
     const query = `?organization_id=${owner.organizationId}`;
@@ -163,7 +166,7 @@ describe('without Stripe', () => {
     const owner = await signUpWithOrganization(bare);
     const auth = bearer(owner.accessToken);
     const catalog = await bare.request({ method: 'GET', url: '/billing/catalog', headers: auth });
-    expect(json<{ data: unknown }>(catalog).data).toEqual({ configured: false, packs: [], subscription_prices: [] });
+    expect(json<{ data: unknown }>(catalog).data).toEqual({ configured: false, prices_read: false, packs: [], subscription_prices: [] });
     expectError(await post(bare, '/billing/credit-packs/checkout', auth, { pack: 'small' }), 503, 'BILLING_NOT_CONFIGURED');
     expectError(await post(bare, '/billing/portal', auth, {}), 503, 'BILLING_NOT_CONFIGURED');
   });

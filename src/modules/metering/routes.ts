@@ -4,11 +4,13 @@ import type { Ctx } from '../../context.js';
 import { ValidationError } from '../../errors.js';
 import { apiKeyOf, ctxOf, principalOf } from '../../http/auth.js';
 import { endUserOf } from '../../http/end-user.js';
+import { Envelope, envelopeErrors, ok } from '../../http/envelope.js';
 import { anyOf, flatErrors } from '../../http/schemas.js';
 import { costTable, matchesEtag, priceListOf } from './costs.js';
 import { idempotencyKeyHeader } from '../../http/idempotency-key.js';
 import { refundUsage } from '../credits/index.js';
 import { getInvocation, releaseInvocation, type Scope } from './invocations.js';
+import { organizationPriceList } from './organization-prices.js';
 import { resolveDeployment } from './resolve.js';
 import * as S from './schemas.js';
 import { checkEntitlement, type RecordOutcome, recordUsage } from './service.js';
@@ -200,6 +202,25 @@ export async function meteringRoutes(fastify: FastifyInstance): Promise<void> {
       if (matchesEtag(request.headers['if-none-match'], list.etag)) return reply.code(304).send(undefined as unknown as null);
       return { costs: list.costs, tools: list.tools };
     },
+  );
+
+  app.get(
+    '/organizations/:id/credit-costs',
+    {
+      config: { auth: 'account' },
+      schema: {
+        tags: ['Usage'],
+        security: anyOf('bearerAuth', 'apiKeyHeader', 'apiKey'),
+        operationId: 'getOrganizationCreditCosts',
+        summary: 'The credit cost of every action and the tool → action map (organization.read: every role; key scope read)',
+        description:
+          'The price list of GET /api/v1/mcp/credit-costs, in the envelope, for the console and the members of an organization. ' +
+          'A tool not in `tools` is metered as `platform_basic` (docs/metering.md, Prices up front).',
+        params: S.OrgParams,
+        response: { 200: Envelope(S.CostsReply), ...envelopeErrors(400, 401, 403, 404) },
+      },
+    },
+    async (request) => ok(await organizationPriceList(ctxOf(request), request.params.id)),
   );
 
   /** Service key: the deployment comes from the caller; API key: the key's primary deployment, own organization only. */

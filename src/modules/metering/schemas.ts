@@ -125,6 +125,11 @@ export const CostsHeaders = Type.Object({
   'if-none-match': Type.Optional(Type.String({ maxLength: 1000, description: 'An ETag of an earlier answer: 304 without a body while the table is unchanged' })),
 });
 
+/** The organization of GET /organizations/{id}/credit-costs. */
+export const OrgParams = Type.Object({
+  id: Type.String({ format: 'uuid', description: 'Organization id', examples: ['6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f'] }),
+});
+
 export const InvocationParams = Type.Object({ invocation_id: InvocationId });
 export const UsageParams = Type.Object({ usage_id: Type.String({ format: 'uuid' }) });
 export const ScopeQuery = Type.Object(

@@ -20,8 +20,8 @@ interface ToolAction {
 /** The credit cost of every action and the tool → action mappings (docs/metering.md, Costs of tools), as stored now, with their edits. */
 export function CostTables() {
   const call = useOperator();
-  const costs = useLoad(() => call<{ credit_costs: CreditCost[] }>('GET', '/api/v1/admin/credit-costs'), [call]);
-  const tools = useLoad(() => call<{ tool_actions: ToolAction[] }>('GET', '/api/v1/admin/tool-actions'), [call]);
+  const costs = useLoad(() => call.GET('/api/v1/admin/credit-costs'), [call]);
+  const tools = useLoad(() => call.GET('/api/v1/admin/tool-actions'), [call]);
   const [editing, setEditing] = useState<CreditCost | null>(null);
   const actions = costs.data?.credit_costs ?? [];
   // A cost change shows in the mappings too (their credits column).
@@ -91,9 +91,9 @@ function CostForm({ editing, onChanged }: { editing: CreditCost | null; onChange
   const submit = async (e: FormEvent) => {
     e.preventDefault();
     await outcome.run(async () => {
-      const answer = await call<CreditCost>('PUT', `/api/v1/admin/credit-costs/${segment(action.trim())}`, {
-        credits: Number(credits),
-        description: description.trim() || null,
+      const answer = await call.PUT('/api/v1/admin/credit-costs/{action}', {
+        params: { path: { action: segment(action.trim()) } },
+        body: { credits: Number(credits), description: description.trim() || null },
       });
       onChanged();
       return `${answer.action} now costs ${countOf(answer.credits, 'credit')}.`;
@@ -139,7 +139,7 @@ function MappingTable({
   const outcome = useOperatorAction();
   const unmap = (tool: string) =>
     outcome.run(async () => {
-      await call<void>('DELETE', `/api/v1/admin/tool-actions/${segment(tool)}`);
+      await call.DELETE('/api/v1/admin/tool-actions/{tool_name}', { params: { path: { tool_name: segment(tool) } } });
       onChanged();
       return `${tool} is unmapped: it is metered as platform_basic.`;
     });
@@ -203,7 +203,7 @@ function MapForm({ actions, onChanged }: { actions: string[]; onChanged: () => v
   const submit = async (e: FormEvent) => {
     e.preventDefault();
     await outcome.run(async () => {
-      const answer = await call<{ tool_name: string; action: string }>('PUT', `/api/v1/admin/tool-actions/${segment(tool.trim())}`, { action });
+      const answer = await call.PUT('/api/v1/admin/tool-actions/{tool_name}', { params: { path: { tool_name: segment(tool.trim()) } }, body: { action } });
       setTool('');
       onChanged();
       return `${answer.tool_name} is now metered as ${answer.action}.`;

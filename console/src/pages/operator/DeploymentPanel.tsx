@@ -5,6 +5,8 @@ import {
   type AdminDeployment,
   fromUtcInput,
   Outcome,
+  oneOf,
+  STATUSES,
   TIERS,
   toUtcInput,
   useOperator,
@@ -12,7 +14,8 @@ import {
   wholeOrNull,
 } from './common';
 
-const deploymentPath = (d: AdminDeployment, rest = '') => `/api/v1/admin/deployments/${d.id}${rest}`;
+/** The deployment's id as the admin routes' path parameter. */
+const idOf = (d: AdminDeployment) => ({ path: { id: d.id } });
 
 /** A deployment's terms and balance, and the operator's changes to them; each change reloads the organization. */
 export function DeploymentPanel({ deployment: d, onChanged }: { deployment: AdminDeployment; onChanged: () => void }) {
@@ -78,11 +81,11 @@ function TierForm({ deployment: d, onChanged }: { deployment: AdminDeployment; o
   const [tier, setTier] = useState(d.tier);
   const [status, setStatus] = useState(d.status);
   const action = useOperatorAction();
-  const changes = { ...(tier !== d.tier ? { tier } : {}), ...(status !== d.status ? { status } : {}) };
+  const changes = { ...(tier !== d.tier ? { tier: oneOf(TIERS, tier) } : {}), ...(status !== d.status ? { status: oneOf(STATUSES, status) } : {}) };
   const submit = async (e: FormEvent) => {
     e.preventDefault();
     await action.run(async () => {
-      const answer = await call<AdminDeployment>('PUT', deploymentPath(d), changes);
+      const answer = await call.PUT('/api/v1/admin/deployments/{id}', { params: idOf(d), body: changes });
       onChanged();
       return `${answer.name} is now ${answer.tier}, ${answer.status}.`;
     });
@@ -125,10 +128,9 @@ function CreditsForm({ deployment: d, onChanged }: { deployment: AdminDeployment
       const n = wholeOrNull(amount, 'Amount');
       if (n === null) throw new Error('Amount is required');
       const expires = fromUtcInput(expiresAt);
-      const answer = await call<AdminDeployment>('POST', deploymentPath(d, '/credits'), {
-        amount: n,
-        reason: reason.trim(),
-        ...(expires ? { expires_at: expires } : {}),
+      const answer = await call.POST('/api/v1/admin/deployments/{id}/credits', {
+        params: idOf(d),
+        body: { amount: n, reason: reason.trim(), ...(expires ? { expires_at: expires } : {}) },
       });
       setAmount('');
       setReason('');
@@ -189,11 +191,14 @@ function OverridesForm({ deployment: d, onChanged }: { deployment: AdminDeployme
   const submit = async (e: FormEvent) => {
     e.preventDefault();
     await action.run(async () => {
-      const answer = await call<AdminDeployment>('PUT', deploymentPath(d, '/overrides'), {
-        monthly_credits: wholeOrNull(fields.monthly_credits, 'Monthly credits'),
-        api_rate_limit: wholeOrNull(fields.api_rate_limit, 'API rate limit'),
-        ai_tokens_limit: wholeOrNull(fields.ai_tokens_limit, 'AI tokens limit'),
-        expires_at: fromUtcInput(fields.expires_at),
+      const answer = await call.PUT('/api/v1/admin/deployments/{id}/overrides', {
+        params: idOf(d),
+        body: {
+          monthly_credits: wholeOrNull(fields.monthly_credits, 'Monthly credits'),
+          api_rate_limit: wholeOrNull(fields.api_rate_limit, 'API rate limit'),
+          ai_tokens_limit: wholeOrNull(fields.ai_tokens_limit, 'AI tokens limit'),
+          expires_at: fromUtcInput(fields.expires_at),
+        },
       });
       setFields(fieldsOf(answer.overrides));
       onChanged();
@@ -202,7 +207,7 @@ function OverridesForm({ deployment: d, onChanged }: { deployment: AdminDeployme
   };
   const clear = () =>
     action.run(async () => {
-      const answer = await call<AdminDeployment>('DELETE', deploymentPath(d, '/overrides'));
+      const answer = await call.DELETE('/api/v1/admin/deployments/{id}/overrides', { params: idOf(d) });
       setFields(fieldsOf(answer.overrides));
       onChanged();
       return `Overrides of ${answer.name} cleared: the tier applies.`;

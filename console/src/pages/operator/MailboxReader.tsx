@@ -2,7 +2,7 @@ import { type FormEvent, type ReactNode, useEffect, useRef, useState } from 'rea
 import type { Schemas } from '../../types';
 import { Field, Loading, PageHeader, useLoad } from '../../ui';
 import { LocalTime } from '../form-fields';
-import { adminPath, OperatorError, useOperator } from './common';
+import { OperatorError, useOperator } from './common';
 
 type MailboxMessage = Schemas['AdminMailboxMessage'];
 
@@ -25,7 +25,7 @@ export function MailboxReader() {
   const [to, setTo] = useState('');
   const [round, setRound] = useState(0);
   const [openId, setOpenId] = useState<string | null>(null);
-  const first = useLoad(() => call<MailboxReply>('GET', adminPath('/api/v1/admin/mailbox', { to, limit: PAGE })), [call, to, round]);
+  const first = useLoad(() => call.GET('/api/v1/admin/mailbox', { params: { query: { to, limit: PAGE } } }), [call, to, round]);
   // Further pages belong to the first page they continue.
   const [more, setMore] = useState<{ after: MailboxReply | undefined; messages: MailboxMessage[]; next: string | null; error: unknown; busy: boolean }>({
     after: undefined,
@@ -43,7 +43,7 @@ export function MailboxReader() {
     const base = { ...extra, busy: false };
     setMore({ ...base, busy: true, error: null });
     try {
-      const page = await call<MailboxReply>('GET', adminPath('/api/v1/admin/mailbox', { to, limit: PAGE, cursor: extra.next }));
+      const page = await call.GET('/api/v1/admin/mailbox', { params: { query: { to, limit: PAGE, cursor: extra.next } } });
       setMore({ ...base, messages: [...base.messages, ...page.messages], next: page.next_cursor, error: null });
     } catch (error) {
       setMore({ ...base, error });

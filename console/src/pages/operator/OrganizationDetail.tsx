@@ -1,6 +1,6 @@
 import { type FormEvent, useState } from 'react';
 import { Field, fmtDate, Loading, useLoad } from '../../ui';
-import { type AdminDeployment, adminPath, OperatorError, type OrganizationHit, Outcome, PLANS, useOperator, useOperatorAction } from './common';
+import { OperatorError, oneOf, type OrganizationHit, Outcome, PLANS, useOperator, useOperatorAction } from './common';
 import { DeploymentPanel } from './DeploymentPanel';
 
 /** One organization: its plan and its deployments with their balances, each changeable. */
@@ -17,7 +17,7 @@ export function OrganizationDetail({
 }) {
   const call = useOperator();
   const deployments = useLoad(
-    () => call<{ deployments: AdminDeployment[] }>('GET', adminPath('/api/v1/admin/deployments', { organization_id: o.id })),
+    () => call.GET('/api/v1/admin/deployments', { params: { query: { organization_id: o.id } } }),
     [call, o.id],
   );
   const changed = () => {
@@ -62,7 +62,9 @@ function PlanForm({ organization: o, onPlanChanged, onChanged }: { organization:
   const submit = async (e: FormEvent) => {
     e.preventDefault();
     await action.run(async () => {
-      const answer = await call<{ plan: string }>('PUT', `/api/v1/admin/organizations/${o.id}`, { plan });
+      const chosen = oneOf(PLANS, plan);
+      if (!chosen) throw new Error('Choose a plan');
+      const answer = await call.PUT('/api/v1/admin/organizations/{id}', { params: { path: { id: o.id } }, body: { plan: chosen } });
       onPlanChanged(answer.plan);
       onChanged();
       return `The plan of ${o.name} is now ${answer.plan}.`;

@@ -1,6 +1,6 @@
 import { type FormEvent, useState } from 'react';
 import { Field, fmtDate, Loading, PageHeader, useLoad } from '../../ui';
-import { adminPath, OperatorError, type OrganizationHit, useOperator } from './common';
+import { OperatorError, type OrganizationHit, useOperator } from './common';
 import { OrganizationDetail } from './OrganizationDetail';
 
 interface SearchReply {
@@ -18,7 +18,7 @@ export function Organizations() {
   const [round, setRound] = useState(0);
   const [selected, setSelected] = useState<OrganizationHit | null>(null);
   const first = useLoad(
-    () => call<SearchReply>('GET', adminPath('/api/v1/admin/organizations', { q: query, limit: PAGE })),
+    () => call.GET('/api/v1/admin/organizations', { params: { query: { q: query, limit: PAGE } } }),
     [call, query, round],
   );
   // Further pages, appended by "Show more", belong to the first page they continue: a new search or a
@@ -39,7 +39,7 @@ export function Organizations() {
     const base = { ...extra, busy: false };
     setMore({ ...base, busy: true, error: null });
     try {
-      const page = await call<SearchReply>('GET', adminPath('/api/v1/admin/organizations', { q: query, limit: PAGE, cursor: extra.next }));
+      const page = await call.GET('/api/v1/admin/organizations', { params: { query: { q: query, limit: PAGE, cursor: extra.next } } });
       setMore({ ...base, hits: [...base.hits, ...page.organizations], next: page.next_cursor, error: null });
     } catch (error) {
       setMore({ ...base, error });

@@ -1,11 +1,11 @@
 import { createContext, useCallback, useContext, useState } from 'react';
-import { admin } from '../../api';
+import { type OperatorApi, operatorApi } from '../../api';
 import { ApiError } from '../../api-errors';
 import { LoadError, messageOf, StatusNote, useAction } from '../../ui';
 import type { Schemas } from '../../types';
 
-/** An operator call with the key typed into this tab (docs/console.md "Operator"). */
-export type OperatorCall = <T>(method: string, path: string, body?: unknown) => Promise<T>;
+/** The operator's typed calls with the key typed into this tab (docs/console.md "Operator"). */
+export type OperatorCall = OperatorApi;
 
 const OperatorContext = createContext<OperatorCall | null>(null);
 export const OperatorProvider = OperatorContext.Provider;
@@ -17,29 +17,26 @@ export function useOperator(): OperatorCall {
 }
 
 /** The call bound to a key: the key goes in the X-Admin-Key header and nowhere else. */
-export const callWith =
-  (adminKey: string): OperatorCall =>
-  <T,>(method: string, path: string, body?: unknown) =>
-    admin<T>(adminKey, method, path, body);
-
-export function adminPath(path: string, query: Record<string, string | number | null | undefined> = {}): string {
-  const params = new URLSearchParams();
-  for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== null && v !== '') params.set(k, String(v));
-  const q = params.toString();
-  return q ? `${path}?${q}` : path;
-}
+export const callWith = (adminKey: string): OperatorCall => operatorApi(adminKey);
 
 /**
- * A name that goes into the path as one segment. "." and ".." would be resolved away by the browser's
- * URL parsing (even encoded) and the request, with the operator key, would reach another admin route.
+ * A name that goes into the path as one segment (the typed client encodes it). "." and ".." would be
+ * resolved away by the browser's URL parsing (even encoded) and the request, with the operator key,
+ * would reach another admin route.
  */
 export function segment(name: string): string {
   if (name === '.' || name === '..') throw new Error('A name must not be "." or ".."');
-  return encodeURIComponent(name);
+  return name;
 }
 
 export const TIERS = ['sandbox', 'trial', 'launch', 'growth', 'enterprise'] as const;
 export const PLANS = ['free', 'pro', 'enterprise'] as const;
+export const STATUSES = ['active', 'suspended'] as const;
+
+/** The value of a list that a select's value names (the answers type tier, status and plan as strings). */
+export function oneOf<T extends string>(list: readonly T[], value: string): T | undefined {
+  return list.find((v) => v === value);
+}
 
 export type OrganizationHit = Schemas['AdminOrganizationHit'];
 

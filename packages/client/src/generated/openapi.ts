@@ -1322,6 +1322,7 @@ export interface components {
                  * @example 1000
                  */
                 credits: number;
+                currency: string | null;
                 /**
                  * @description The pack name to buy
                  * @example small
@@ -1332,9 +1333,16 @@ export interface components {
                  * @example price_pack_small
                  */
                 price_id: string;
+                unit_amount: number | null;
             }[];
+            /** @description Whether every price below was read from Stripe (now or in the last 5 minutes). False when Stripe is not configured, not reachable, or refused a read: those prices have null amounts, and the catalog is answered anyway */
+            prices_read: boolean;
             /** @description STRIPE_PRICE_TIERS */
             subscription_prices: {
+                currency: string | null;
+                interval: ("day" | "week" | "month" | "year") | null;
+                interval_count: number | null;
+                monthly_credits: number | null;
                 /**
                  * @description A subscription price
                  * @example price_launch_monthly
@@ -1345,6 +1353,7 @@ export interface components {
                  * @example launch
                  */
                 tier: string;
+                unit_amount: number | null;
             }[];
         };
         /** BillingCatalogEnvelope */
@@ -1846,6 +1855,13 @@ export interface components {
                 action: string;
                 tool_name: string;
             }[];
+        };
+        /** CreditCostsEnvelope */
+        CreditCostsEnvelope: {
+            data: components["schemas"]["CreditCosts"];
+            message: string;
+            /** @enum {boolean} */
+            success: true;
         };
         /** CreditPackCatalog */
         CreditPackCatalog: {
