@@ -54,4 +54,5 @@ EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.PORT || 8080) + '/healthz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 # `serve` runs the migrations first (instances starting together take turns through an advisory lock).
-CMD ["node", "dist/cli.js", "serve"]
+# The Node flags are the start script's (package.json; docs/operations-memory.md, "V8's heap").
+CMD ["node", "--heap-growing-percent=50", "dist/cli.js", "serve"]

@@ -1,7 +1,7 @@
 /**
  * Memory of the built service (docs/operations-memory.md, docs/benchmarks.md "Memory"): `node
- * dist/cli.js serve` as `npm start` runs it, on the embedded default (an empty DATA_DIR) and on
- * PostgreSQL, each: resident memory when idle after start, its peak under a fixed record-usage load
+ * [flags] dist/cli.js serve` as `npm start` runs it (the flags read from its start script), on the
+ * embedded default (an empty DATA_DIR) and on PostgreSQL, each: resident memory when idle after start, its peak under a fixed record-usage load
  * (closed loop over many deployments), and when idle again after it; with the load's throughput.
  *
  *   npm run bench:memory -- [pglite|postgres|both=both] [seconds=20] [connections=50]
@@ -14,6 +14,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { serveNodeFlags } from '../scripts/serve-node-flags.mjs';
 import { gitState, productionServerEnv } from './lib/env.js';
 import { runLoad } from './lib/load.js';
 import { createBenchDatabase } from './lib/postgres.js';
@@ -37,6 +38,13 @@ interface Result {
   /** After the tenants were made, before the load. */
   idle_mb: number;
   peak_mb: number;
+  /** The largest V8 heap and "external" memory (ArrayBuffers, WebAssembly memory) seen under the load, from /metrics. */
+  idle_heap_mb: number;
+  idle_external_mb: number;
+  peak_heap_mb: number;
+  peak_external_mb: number;
+  /** The live V8 heap (used, not reserved) 5 s after the load. */
+  after_heap_used_mb: number;
   after_mb: number;
   records_per_second: number;
 }
@@ -48,7 +56,13 @@ async function measure(database: 'pglite' | 'postgres'): Promise<Result> {
   if (!pgBench) delete env.DATABASE_URL;
   env.LOG_LEVEL = 'info'; // the "listening on" line
   for (const name of ['PGLITE_SHARED_BUFFERS_MB', 'NODE_OPTIONS']) if (process.env[name]) env[name] = process.env[name];
-  const child = spawn(process.execPath, [join(ROOT, 'dist', 'cli.js'), 'serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  // BENCH_HEAP_SNAPSHOTS=<dir>: the server writes a V8 heap snapshot there before the load and 5 s after it
+  // (each after a full collection), to see what the heap holds (docs/operations-memory.md).
+  const snapshots = process.env.BENCH_HEAP_SNAPSHOTS;
+  if (snapshots) env.NODE_OPTIONS = `${env.NODE_OPTIONS ?? ''} --heapsnapshot-signal=SIGUSR2 --diagnostic-dir=${snapshots}`.trim();
+  // The flags `npm start` runs the service with, then BENCH_SERVER_NODE_ARGS (e.g. another V8 heap setting to compare).
+  const nodeArgs = [...serveNodeFlags(), ...(process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? [])];
+  const child = spawn(process.execPath, [...nodeArgs, join(ROOT, 'dist', 'cli.js'), 'serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   try {
     const url = await new Promise<string>((resolve, reject) => {
@@ -91,6 +105,25 @@ async function measure(database: 'pglite' | 'postgres'): Promise<Result> {
     const sampler = setInterval(() => {
       peak = Math.max(peak, rssMb(child.pid!));
     }, 100);
+    // Where the memory is: the V8 heap and external memory, once a second (a scrape costs the server little).
+    let peakHeap = 0;
+    let peakExternal = 0;
+    let heapUsed = 0;
+    const scrape = async () => {
+      const text = await (await fetch(`${url}/metrics`, { headers: admin })).text();
+      const gauge = (name: string) => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+      peakHeap = Math.max(peakHeap, gauge('creditgate_nodejs_heap_size_total_bytes') || gauge('nodejs_heap_size_total_bytes'));
+      peakExternal = Math.max(peakExternal, gauge('creditgate_nodejs_external_memory_bytes') || gauge('nodejs_external_memory_bytes'));
+      heapUsed = gauge('creditgate_nodejs_heap_size_used_bytes') || gauge('nodejs_heap_size_used_bytes');
+    };
+    if (snapshots) {
+      child.kill('SIGUSR2');
+      await sleep(8_000);
+    }
+    await scrape();
+    const idleHeap = peakHeap;
+    const idleExternal = peakExternal;
+    const scraper = setInterval(() => void scrape().catch(() => {}), 1_000);
     const load = await runLoad(
       {
         url,
@@ -102,9 +135,21 @@ async function measure(database: 'pglite' | 'postgres'): Promise<Result> {
       { connections: CONNECTIONS, seconds: SECONDS, serverPid: child.pid! },
     );
     clearInterval(sampler);
+    clearInterval(scraper);
     peak = Math.max(peak, rssMb(child.pid!));
     await sleep(5_000);
-    return { database, start_mb: started, idle_mb: idle, peak_mb: peak, after_mb: rssMb(child.pid!), records_per_second: Math.round(load.rps) };
+    await scrape();
+    if (snapshots) {
+      child.kill('SIGUSR2');
+      await sleep(8_000);
+    }
+    return { database, start_mb: started, idle_mb: idle, peak_mb: peak,
+      idle_heap_mb: Math.round(idleHeap / 2 ** 20),
+      idle_external_mb: Math.round(idleExternal / 2 ** 20),
+      peak_heap_mb: Math.round(peakHeap / 2 ** 20),
+      peak_external_mb: Math.round(peakExternal / 2 ** 20),
+      after_heap_used_mb: Math.round(heapUsed / 2 ** 20),
+      after_mb: rssMb(child.pid!), records_per_second: Math.round(load.rps) };
   } finally {
     child.kill('SIGTERM');
     await new Promise((r) => child.once('exit', r));

@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { serveNodeFlags } from '../scripts/serve-node-flags.mjs';
 
 /**
  * The embedded default keeps what it answered (docs/operations-memory.md, "Durability"): `serve` on
@@ -48,7 +49,8 @@ function startServer(env: Record<string, string>): Promise<Server> {
   return new Promise((resolve, reject) => {
     // Node itself, with tsx as its loader: the tsx wrapper would run the server as a grandchild that
     // the SIGKILL would not reach.
-    const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli.ts'), 'serve'], {
+    // With the flags `npm start` gives Node (V8's heap settings), so the crash is tested as it would run.
+    const child = spawn(process.execPath, [...serveNodeFlags(), '--import', 'tsx', join(ROOT, 'src', 'cli.ts'), 'serve'], {
       env: { ...process.env, NODE_ENV: 'development', LOG_LEVEL: 'info', PORT: '0', SMTP_URL: '', DATABASE_URL: '', REDIS_URL: '', ...env },
     });
     children.push(child);

@@ -24,6 +24,9 @@ export function productionServerEnv(input: {
     ENCRYPTION_KEY: randomBytes(32).toString('base64url'),
     // No mail is sent while measuring; production refuses to start without SMTP otherwise (docs/accounts.md).
     EMAIL_VERIFICATION: 'off',
+    // BENCH_PGOPTIONS: session settings for the servers' PostgreSQL connections, e.g. auto_explain to
+    // see where a statement's time goes (docs/benchmarks.md, "How to run").
+    ...(process.env.BENCH_PGOPTIONS ? { PGOPTIONS: process.env.BENCH_PGOPTIONS } : {}),
     ...input.extra,
   };
 }
