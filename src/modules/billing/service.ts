@@ -5,6 +5,8 @@ import type { KeysetPosition } from '../../http/envelope.js';
 import { aiTokensFree, effectiveTerms, readBalance, viewBalance } from '../credits/index.js';
 import type { DeploymentRow } from '../deployments/service.js';
 import { authorize } from '../organizations/rbac.js';
+import { HOUR } from '../../clock.js';
+import type { Database } from '../../db/client.js';
 
 /** How a /billing call names its organization (docs/decisions-keys-billing.md, Billing reads): the query, the X-Organization-ID header, or neither. */
 export interface BillingSelection {
@@ -120,6 +122,62 @@ export interface AiModelUsage {
 }
 
 /**
+ * What the organization's records of [start, end) count, per metric and per AI model, read from the
+ * hour rollups for the whole hours inside the range and from the records themselves for the part
+ * hours at its edges (a period starts at its anchor's second, not on the hour). So the read costs the
+ * same with a million records in the period as with a thousand (docs/decisions-keys-billing.md,
+ * "Billing reads"). Only `estimated_calls` is not in the rollups: it reads the period's AI records, and only
+ * when the rollups show AI calls at all.
+ */
+async function periodUsage(
+  db: Database,
+  organizationId: string,
+  start: Date,
+  end: Date,
+): Promise<{ metrics: UsageView['metrics']; byModel: AiModelUsage[] }> {
+  // Whole hours [from, to) from the rollups; [start, from) and [to, end) from the records.
+  let from = Math.ceil(start.getTime() / HOUR) * HOUR;
+  let to = Math.floor(end.getTime() / HOUR) * HOUR;
+  if (from >= to) from = to = end.getTime();
+  const params = [organizationId, new Date(from), new Date(to), start, end];
+  const edges = `organization_id = $1 AND (("timestamp" >= $4 AND "timestamp" < $2) OR ("timestamp" >= $3 AND "timestamp" < $5))`;
+  const metrics = await db.query<{ metric: string; count: number; quantity: number; refunded: number }>(
+    `SELECT metric, sum(count)::int AS count, sum(quantity)::bigint AS quantity, sum(refunded)::bigint AS refunded FROM (
+       SELECT r.action AS metric, r.successful AS count, r.credits AS quantity, r.refunded
+       FROM usage_rollup_hours r WHERE r.organization_id = $1 AND r.hour >= $2 AND r.hour < $3
+       UNION ALL
+       SELECT metric, count(*), COALESCE(sum(quantity), 0), COALESCE(sum(refunded), 0)
+       FROM usage_records WHERE success AND ${edges} GROUP BY metric
+     ) x GROUP BY metric HAVING sum(count) > 0 ORDER BY metric`,
+    params,
+    'billing_period_metrics',
+  );
+  const models = await db.query<Omit<AiModelUsage, 'estimated_calls'>>(
+    `SELECT model, sum(calls)::int AS calls, sum(input_tokens)::bigint AS input_tokens, sum(output_tokens)::bigint AS output_tokens,
+            sum(credits)::bigint AS credits FROM (
+       SELECT r.model, r.calls, r.input_tokens, r.output_tokens, r.credits
+       FROM usage_rollup_hours r WHERE r.organization_id = $1 AND r.action = 'ai_tokens' AND r.hour >= $2 AND r.hour < $3
+       UNION ALL
+       SELECT tool_name, count(*), COALESCE(sum(usage_record_tokens(metric, metadata, 'input_tokens')), 0),
+              COALESCE(sum(usage_record_tokens(metric, metadata, 'output_tokens')), 0), COALESCE(sum(quantity) FILTER (WHERE success), 0)
+       FROM usage_records WHERE metric = 'ai_tokens' AND ${edges} GROUP BY tool_name
+     ) x GROUP BY model HAVING sum(calls) > 0 ORDER BY model`,
+    params,
+    'billing_period_models',
+  );
+  if (models.length === 0) return { metrics, byModel: [] };
+  const estimated = await db.query<{ model: string; estimated_calls: number }>(
+    `SELECT tool_name AS model, count(*)::int AS estimated_calls FROM usage_records
+     WHERE organization_id = $1 AND metric = 'ai_tokens' AND "timestamp" >= $2 AND "timestamp" < $3 AND metadata->>'estimated' = 'true'
+     GROUP BY tool_name`,
+    [organizationId, start, end],
+    'billing_period_estimated',
+  );
+  const estimatedOf = new Map(estimated.map((e) => [e.model, e.estimated_calls]));
+  return { metrics, byModel: models.map((m) => ({ ...m, estimated_calls: estimatedOf.get(m.model) ?? 0 })) };
+}
+
+/**
  * Usage of the current period, the primary deployment's (docs/metering.md, Periods): successful usage records of the
  * organization in [period_start, period_end) per metric, the credit buckets and AI tokens.
  */
@@ -135,24 +193,7 @@ export async function getUsage(ctx: Ctx, sel: BillingSelection): Promise<UsageVi
   const now = ctx.clock.now();
   const row = await readBalance(ctx.db, d.id, now, actorLabel(ctx.actor));
   const b = viewBalance(row);
-  const metrics = await ctx.db.query<{ metric: string; count: number; quantity: number; refunded: number }>(
-    `SELECT metric, count(*)::int AS count, COALESCE(sum(quantity), 0)::bigint AS quantity, COALESCE(sum(refunded), 0)::bigint AS refunded
-     FROM usage_records
-     WHERE organization_id = $1 AND success AND "timestamp" >= $2 AND "timestamp" < $3
-     GROUP BY metric ORDER BY metric`,
-    [organizationId, b.periodStart, b.periodEnd],
-  );
-  const byModel = await ctx.db.query<AiModelUsage>(
-    `SELECT tool_name AS model, count(*)::int AS calls,
-       COALESCE(sum((metadata->>'input_tokens')::bigint), 0)::bigint AS input_tokens,
-       COALESCE(sum((metadata->>'output_tokens')::bigint), 0)::bigint AS output_tokens,
-       COALESCE(sum(quantity), 0)::bigint AS credits,
-       count(*) FILTER (WHERE metadata->>'estimated' = 'true')::int AS estimated_calls
-     FROM usage_records
-     WHERE organization_id = $1 AND metric = 'ai_tokens' AND "timestamp" >= $2 AND "timestamp" < $3
-     GROUP BY tool_name ORDER BY tool_name`,
-    [organizationId, b.periodStart, b.periodEnd],
-  );
+  const { metrics, byModel } = await periodUsage(ctx.db, organizationId, b.periodStart, b.periodEnd);
   const aiLimit = effectiveTerms(d, now).aiTokensLimit;
   return {
     organization_id: organizationId,
