@@ -18,6 +18,7 @@ import { testConfig } from '../src/config.js';
 import { openDatabase } from '../src/db/client.js';
 import { runMigrations } from '../src/db/migrate.js';
 import { startStripeStandIn } from '../test/stripe-stand-in/server.js';
+import { ORG_PAGES } from '../console/src/org-pages.js';
 
 const OUT = process.env.SCREENSHOTS_DIR ? `${process.env.SCREENSHOTS_DIR.replace(/\/$/, '')}/` : fileURLToPath(new URL('../docs/console/', import.meta.url));
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
@@ -91,6 +92,10 @@ async function main(): Promise<void> {
     const admin = { 'x-admin-key': config.adminApiKey };
     await call('PUT', `/api/v1/admin/deployments/${org.deployment.id}`, { tier: 'growth' }, admin);
     await call('POST', `/api/v1/admin/deployments/${org.deployment.id}/credits`, { amount: 5000, reason: 'Launch promotion' }, admin);
+    // The operator's price list: four of the demo's tools have an action of their own (the Prices page), the fifth is platform_basic.
+    for (const [tool, action] of [['search_docs', 'rag_query'], ['summarize', 'generate'], ['generate_report', 'task_advanced'], ['code_review', 'crew_execute']]) {
+      await call('PUT', `/api/v1/admin/tool-actions/${tool}`, { action }, admin);
+    }
     const service = { 'x-mcp-service-key': config.mcpServiceKey };
     let n = 0;
     for (let day = 0; day < 30; day++) {
@@ -123,19 +128,8 @@ async function main(): Promise<void> {
     await page.getByLabel('Password').fill(PASSWORD);
     await page.getByRole('button', { name: 'Sign in' }).click();
     await page.waitForURL(/\/console\/orgs\//);
-    const shots: Array<[string, string]> = [
-      ['overview', ''],
-      ['usage', '/usage'],
-      ['api-keys', '/api-keys'],
-      ['deployments', '/deployments'],
-      ['members', '/members'],
-      ['audit', '/audit'],
-      ['billing', '/billing'],
-      ['webhooks', '/webhooks'],
-      ['budgets', '/budgets'],
-      ['auto-top-up', '/auto-top-up'],
-      ['templates', '/templates'],
-    ];
+    // Every organization page of the navigation (console/src/org-pages.ts), named by its path.
+    const shots: Array<[string, string]> = ORG_PAGES.map(({ page }) => [page || 'overview', page ? `/${page}` : '']);
     for (const [name, path] of shots) {
       await shoot(page, name, async () => void (await page.goto(`/console/orgs/${org.id}${path}`)));
     }
