@@ -115,6 +115,10 @@ async function main(): Promise<void> {
     await call('POST', `/organizations/${org.id}/users`, { email: 'grace@acme.example', role: 'admin' }, bearer);
     await call('POST', `/organizations/${org.id}/budgets`, { scope: 'organization', limit_credits: 2_000, window: 'month', mode: 'block' }, bearer);
     await call('POST', `/organizations/${org.id}/budgets`, { scope: 'end_user', end_user_id: '*', limit_credits: 50, window: 'day', mode: 'alert' }, bearer);
+    // Today's calls after the budgets exist, so their bars show what they count.
+    for (let i = 0; i < 24; i++) {
+      await call('POST', '/api/v1/mcp/usage', { deployment_id: org.deployment.id, tool_name: TOOLS[i % TOOLS.length]![0], mcp_user_id: `customer-${i % 3}` }, service);
+    }
     clock.advance(HOUR);
 
     const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage'] });
