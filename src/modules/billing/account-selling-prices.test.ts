@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MINUTE } from '../../clock.js';
 import { bearer, createHarness, type Harness, json, signUpWithOrganization } from '../../../test/harness.js';
 import { type StripeStandIn, startStripeStandIn } from '../../../test/stripe-stand-in/server.js';
-import { PRICE_CACHE_MS } from './account-selling.js';
+import { PRICE_CACHE_MS, PRICE_RETRY_MS } from './account-selling.js';
 
 /**
  * GET /billing/catalog with what each price costs (docs/billing.md "Selling"): amounts, currencies and
@@ -88,7 +88,7 @@ describe('GET /billing/catalog prices', () => {
     expect(priceReads().length - before).toBe(8);
   });
 
-  it('Stripe refusing a price read: 200 with that price without an amount; the failure is not kept', async () => {
+  it('Stripe refusing a price read: 200 with that price without an amount; the failure is kept 30 s, then asked again', async () => {
     const owner = await signUpWithOrganization(h);
     h.clock.advance(PRICE_CACHE_MS);
     standIn.failNext(1, { status: 500, path: new RegExp(`/v1/prices/${price.launch}$`) });
@@ -99,8 +99,16 @@ describe('GET /billing/catalog prices', () => {
     expect(down.packs.map((p) => p.unit_amount)).toEqual([500, 4000]);
     expect(requests.filter((r) => r.startsWith(`GET /v1/prices/${price.launch} `)).at(-1)).toMatch(/→ 500$/);
 
-    // The next read asks Stripe again for the price that failed, and only for it.
-    const before = priceReads().length;
+    // Page loads meanwhile do not wait on Stripe again: the failure stands for PRICE_RETRY_MS.
+    let before = priceReads().length;
+    const soon = await catalog(h, owner.accessToken);
+    expect(soon.prices_read).toBe(false);
+    expect(soon.subscription_prices[0]).toMatchObject({ unit_amount: null });
+    expect(priceReads().length).toBe(before);
+
+    // Then the next read asks Stripe again for the price that failed, and only for it.
+    h.clock.advance(PRICE_RETRY_MS);
+    before = priceReads().length;
     const again = await catalog(h, owner.accessToken);
     expect(again.prices_read).toBe(true);
     expect(again.subscription_prices[0]).toMatchObject({ unit_amount: 4900, currency: 'usd', interval: 'month' });

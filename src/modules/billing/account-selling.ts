@@ -52,6 +52,8 @@ export interface PricedCatalog {
 
 /** How long a price read from Stripe is shown before it is read again (docs/billing.md, Selling). */
 export const PRICE_CACHE_MS = 5 * MINUTE;
+/** How long a failed price read is answered as failed before Stripe is asked again. */
+export const PRICE_RETRY_MS = 30_000;
 /** A catalog read is a page load: a price read gives up after this, once, and shows null amounts. */
 const PRICE_READ_TIMEOUT_MS = 3_000;
 const INTERVALS: readonly string[] = ['day', 'week', 'month', 'year'];
@@ -66,9 +68,10 @@ const UNREAD: ReadPrice = { unit_amount: null, currency: null, interval: null, i
  * Prices read from Stripe, per client (one per configuration and app, stripe-client.ts), kept
  * PRICE_CACHE_MS by the service clock. A price's amount, currency and interval cannot change in Stripe
  * (a new price is made instead), so a cached one is never wrong, only possibly archived. A read under
- * way is shared by concurrent catalogs; a failed one is forgotten, so the next catalog tries again.
+ * way is shared by concurrent catalogs; a failed one is kept PRICE_RETRY_MS only, so page loads while
+ * Stripe is down do not each wait on it again, and the first catalog after that asks again.
  */
-const priceCache = new WeakMap<Stripe, Map<string, { read: Promise<ReadPrice>; at: number }>>();
+const priceCache = new WeakMap<Stripe, Map<string, { read: Promise<ReadPrice>; at: number; failed: boolean }>>();
 
 function readPrice(ctx: Pick<Ctx, 'clock' | 'log'>, stripe: Stripe, priceId: string): Promise<ReadPrice> {
   let cache = priceCache.get(stripe);
@@ -78,7 +81,7 @@ function readPrice(ctx: Pick<Ctx, 'clock' | 'log'>, stripe: Stripe, priceId: str
   }
   const now = ctx.clock.now().getTime();
   const cached = cache.get(priceId);
-  if (cached && now >= cached.at && now - cached.at < PRICE_CACHE_MS) return cached.read;
+  if (cached && now >= cached.at && now - cached.at < (cached.failed ? PRICE_RETRY_MS : PRICE_CACHE_MS)) return cached.read;
   const read = stripe.prices.retrieve(priceId, undefined, { timeout: PRICE_READ_TIMEOUT_MS, maxNetworkRetries: 0 }).then((price): ReadPrice => {
     const recurring = price.recurring;
     return {
@@ -88,10 +91,11 @@ function readPrice(ctx: Pick<Ctx, 'clock' | 'log'>, stripe: Stripe, priceId: str
       interval_count: recurring ? recurring.interval_count : null,
     };
   });
-  const entry = { read, at: now };
+  const entry = { read, at: now, failed: false };
   cache.set(priceId, entry);
   read.catch((error: unknown) => {
-    if (cache.get(priceId) === entry) cache.delete(priceId);
+    entry.failed = true;
+    entry.at = ctx.clock.now().getTime();
     ctx.log.warn({ err: error, price: priceId }, 'stripe price read failed: the billing catalog shows it without an amount');
   });
   return read;
