@@ -1,15 +1,13 @@
-import type { CSSProperties } from 'react';
 import { api } from '../api';
 import { useOrg } from '../org';
 import { countOf } from '../plural';
 import { fmtInt, Loading, LoadError, PageHeader, useLoad } from '../ui';
 import { NoAccess } from './NotFound';
+import './extra.css';
 
 /** A tool with no mapping is metered as this action (docs/metering.md, Prices up front). */
 const DEFAULT_ACTION = 'platform_basic';
 
-/** A tool or action name of any length wraps inside its cell instead of widening the table (docs/console.md, Layout). */
-const WRAP: CSSProperties = { overflowWrap: 'anywhere' };
 
 const perCall = (credits: number) => countOf(credits, 'credit');
 
@@ -66,10 +64,10 @@ export function Prices() {
               <tbody>
                 {data.tools.map((t) => (
                   <tr key={t.tool_name} data-tool={t.tool_name}>
-                    <th scope="row" style={WRAP}>
+                    <th scope="row" className="wrap-anywhere">
                       <code>{t.tool_name}</code>
                     </th>
-                    <td style={WRAP}>
+                    <td className="wrap-anywhere">
                       <code>{t.action}</code>
                     </td>
                     <td className="num">{fmtInt(creditsOf.get(t.action))}</td>
@@ -103,11 +101,11 @@ export function Prices() {
               <tbody>
                 {data.costs.map((c) => (
                   <tr key={c.action} data-action={c.action}>
-                    <th scope="row" style={WRAP}>
+                    <th scope="row" className="wrap-anywhere">
                       <code>{c.action}</code>
                     </th>
                     <td className="num">{fmtInt(c.credits)}</td>
-                    <td style={WRAP}>{c.description ?? <span className="muted">—</span>}</td>
+                    <td className="wrap-anywhere">{c.description ?? <span className="muted">—</span>}</td>
                   </tr>
                 ))}
               </tbody>
