@@ -1,6 +1,6 @@
 import type { Ctx } from '../../context.js';
 import { authorize } from '../organizations/rbac.js';
-import { costTable, priceListOf } from './costs.js';
+import { costTable, type PriceList, priceListOf } from './costs.js';
 
 /**
  * The price list for a signed-in member of any role (organization.read; an API key needs `read`): the
@@ -10,7 +10,7 @@ import { costTable, priceListOf } from './costs.js';
 export async function organizationPriceList(
   ctx: Ctx,
   organizationId: string,
-): Promise<{ costs: Array<{ action: string; credits: number; description: string | null }>; tools: Array<{ tool_name: string; action: string }> }> {
+): Promise<Omit<PriceList, 'etag'>> {
   await authorize(ctx, organizationId, 'organization.read');
   const list = priceListOf(await costTable(ctx));
   return { costs: list.costs, tools: list.tools };
