@@ -63,10 +63,10 @@ export function subjectOf(budget: BudgetRow, charge: ChargeSubject): string | nu
   }
 }
 
-/** A window [start, end) in UTC. */
+/** A window [start, end) in UTC. Never changed once made (windowOf gives one window to many charges). */
 export interface Window {
-  start: Date;
-  end: Date;
+  readonly start: Date;
+  readonly end: Date;
 }
 
 /**
@@ -75,6 +75,23 @@ export interface Window {
  */
 export function windowOf(kind: BudgetWindowKind, at: Date, period: Window | null): Window {
   const t = at.getTime();
+  if (kind === 'period') {
+    if (!period) throw new Error('a period window needs the credit period');
+    return period;
+  }
+  // Every charge of a batch, and of the batches around it, falls in the same hour, day, week and
+  // month: the window last made of a kind is given again while it holds `at` (windows are never
+  // changed, only replaced).
+  const last = lastWindow[kind];
+  if (last !== undefined && t >= last.start.getTime() && t < last.end.getTime()) return last;
+  const made = calendarWindow(kind, at, t);
+  lastWindow[kind] = made;
+  return made;
+}
+
+const lastWindow: Partial<Record<Exclude<BudgetWindowKind, 'period'>, Window>> = {};
+
+function calendarWindow(kind: Exclude<BudgetWindowKind, 'period'>, at: Date, t: number): Window {
   switch (kind) {
     case 'hour': {
       const start = t - (((t % HOUR) + HOUR) % HOUR);
@@ -95,9 +112,6 @@ export function windowOf(kind: BudgetWindowKind, at: Date, period: Window | null
       const start = Date.UTC(at.getUTCFullYear(), at.getUTCMonth(), 1);
       return { start: new Date(start), end: new Date(Date.UTC(at.getUTCFullYear(), at.getUTCMonth() + 1, 1)) };
     }
-    case 'period':
-      if (!period) throw new Error('a period window needs the credit period');
-      return period;
   }
 }
 
@@ -144,6 +158,10 @@ export function budgetEvents(counters: readonly BudgetCounter[], at: Date): Budg
   for (const c of counters) {
     const budget = c.budget;
     if (!budget) continue;
+    // Most windows of a batch grew without reaching a threshold and refused nothing: a cheap look first.
+    if (!c.refused && !reaches(budget, c.limitCredits, c.spentCredits, c.startSpent) && !reaches(budget, c.limitAiTokens ?? null, c.spentAiTokens ?? 0, c.startAiTokens)) {
+      continue;
+    }
     const metrics = [
       { metric: 'credits', limit: c.limitCredits, spent: c.spentCredits, start: c.startSpent },
       { metric: 'ai_tokens', limit: c.limitAiTokens ?? null, spent: c.spentAiTokens ?? 0, start: c.startAiTokens },
@@ -185,6 +203,13 @@ export function budgetEvents(counters: readonly BudgetCounter[], at: Date): Budg
     }
   }
   return events;
+}
+
+/** Whether a count that grew from `start` to `spent` reached one of the budget's thresholds of `limit`. */
+function reaches(budget: BudgetRow, limit: number | null, spent: number, start: number | undefined): boolean {
+  if (limit === null || start === undefined || spent <= start) return false;
+  for (const t of budget.alert_thresholds) if (spent * 100 >= t * limit) return true;
+  return false;
 }
 
 /** The metric a refused window refused on: AI tokens when its token limit is reached, else credits. */

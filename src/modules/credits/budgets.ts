@@ -39,8 +39,8 @@ export interface CounterKey {
   budget: BudgetWithPeriod;
   subject: string;
   window: Window;
-  /** keyText of the three. */
-  key: string;
+  /** keyText of the three, made when first asked for (counterKey): a batch on remembered rows never needs it. */
+  key?: string;
 }
 
 /** A window row's key as text: budget, subject and window start. */
@@ -72,7 +72,7 @@ export function countersFor(
       if (start && end) own = end.getTime() > at.getTime() ? { start, end } : monthlyPeriod(end, at);
     }
     const window = windowOf(budget.window_kind, at, own);
-    keys.push({ budget, subject, window, key: keyText(budget.id, subject, window.start) });
+    keys.push({ budget, subject, window });
   }
   return keys;
 }
@@ -98,7 +98,7 @@ export async function lockCounters(
   releasing: readonly string[],
 ): Promise<{ byKey: Map<string, BudgetCounter>; byId: Map<string, BudgetCounter> }> {
   const unique = new Map<string, CounterKey>();
-  for (const k of keys) unique.set(k.key, k);
+  for (const k of keys) unique.set(counterKey(k), k);
   const sorted = [...unique.values()].sort(
     (a, b) =>
       (a.budget.id < b.budget.id ? -1 : a.budget.id > b.budget.id ? 1 : 0) ||
@@ -160,7 +160,7 @@ export async function lockCounters(
       spentAiTokens: row.spent_ai_tokens,
       startAiTokens: row.spent_ai_tokens,
       refused: false,
-      ...(budget ? { budget } : {}),
+      budget,
     };
     byId.set(row.id, counter);
     byKey.set(keyText(row.budget_id, row.subject, row.window_start), counter);
@@ -168,7 +168,10 @@ export async function lockCounters(
   return { byKey, byId };
 }
 
-export const counterKey = (k: CounterKey) => k.key;
+export function counterKey(k: CounterKey): string {
+  k.key ??= keyText(k.budget.id, k.subject, k.window.start);
+  return k.key;
+}
 
 /**
  * Give `credits` back to the budget windows a hold or a usage record was counted in (a release, an

@@ -6,7 +6,7 @@ import type { BudgetCounter, Window } from '../budget-rules.js';
 import { type BudgetWithPeriod, budgetsStatement, type CounterKey, counterKey, countersFor, lockCounters } from '../budgets.js';
 import { applyInOrder, type Change, NOTHING_HELD, type Terms } from '../rules.js';
 import { type BalanceRow, syncBalance } from '../service.js';
-import { NotOptimistic, type OptimisticPlan, type RememberedBudgets, type Written } from './remembered.js';
+import { NotOptimistic, type OptimisticPlan, type RememberedBudgets, type RememberedWindow, type Written } from './remembered.js';
 import type { BatchDeduction, BatchOp, BatchOutcome } from './types.js';
 import { writeBatch } from './write.js';
 
@@ -225,12 +225,12 @@ export async function applyBatch(
   const rows = new Map<string, BalanceRow>();
   for (const row of locked) rows.set(row.deployment_id, row);
   // The budgets of each organization: read above, or those the remembered rows' versions counted with.
-  const budgetsOf = new Map<string, BudgetWithPeriod[]>();
+  const budgetsOf = new Map<string, readonly BudgetWithPeriod[]>();
   if (remembered) {
-    for (const r of remembered.rows.values()) if (r.budgets.length > 0) budgetsOf.set(r.row.organization_id, [...r.budgets]);
+    for (const r of remembered.rows.values()) if (r.budgets.length > 0) budgetsOf.set(r.row.organization_id, r.budgets);
   } else {
     for (const b of budgets) {
-      const list = budgetsOf.get(b.organization_id);
+      const list = budgetsOf.get(b.organization_id) as BudgetWithPeriod[] | undefined;
       if (list) list.push(b);
       else budgetsOf.set(b.organization_id, [b]);
     }
@@ -354,7 +354,7 @@ async function budgetCounters(
   terms: Terms[],
   byDeployment: Map<string, number[]>,
   rows: Map<string, BalanceRow>,
-  budgetsOf: Map<string, BudgetWithPeriod[]>,
+  budgetsOf: Map<string, readonly BudgetWithPeriod[]>,
   releasing: Map<number, string[]>,
   ops: ReadonlyArray<Pick<BatchOp, 'deploymentId' | 'budgets'>>,
   remembered: OptimisticPlan | undefined,
@@ -393,9 +393,8 @@ async function budgetCounters(
   if (keysOf.size === 0 && releaseIds.length === 0 && opIds.length === 0 && opKeys.every((k) => k.length === 0)) {
     return { all: [], opWindows: ops.map(() => []) };
   }
-  const { byKey, byId } = remembered
-    ? rememberedCounters(remembered, [...keysOf.values()].flat())
-    : await lockCounters(tx, [...[...keysOf.values()].flat(), ...opKeys.flat()], [...releaseIds, ...opIds]);
+  if (remembered) return { all: rememberedCounters(remembered, keysOf, terms), opWindows: ops.map(() => []) };
+  const { byKey, byId } = await lockCounters(tx, [...[...keysOf.values()].flat(), ...opKeys.flat()], [...releaseIds, ...opIds]);
   for (const [index, keys] of keysOf) terms[index]!.budgets = keys.map((k) => byKey.get(counterKey(k))!);
   for (const [index, ids] of releasing) {
     const now = items[index]!.now.getTime();
@@ -409,36 +408,44 @@ async function budgetCounters(
 }
 
 /**
- * The counters of a batch on remembered rows (no releases there): each window as this instance last
- * committed it, with the limits of the budgets the rows' versions counted with; its version noted for
- * the write. A window not remembered (a new one, or one last written elsewhere) needs the locking path.
+ * The counters of a batch on remembered rows (no releases or ops there), set on the requests' terms:
+ * each window as this instance last committed it, with the limits of the budgets the rows' versions
+ * counted with; its version noted for the write. A window not remembered (a new one, or one last
+ * written elsewhere) needs the locking path. Requests that share a window share its counter.
  */
-function rememberedCounters(
-  remembered: OptimisticPlan,
-  keys: readonly CounterKey[],
-): { byKey: Map<string, BudgetCounter>; byId: Map<string, BudgetCounter> } {
-  const byKey = new Map<string, BudgetCounter>();
-  const byId = new Map<string, BudgetCounter>();
-  for (const k of keys) {
-    const key = counterKey(k);
-    if (byKey.has(key)) continue;
-    const known = remembered.window(key);
-    if (!known) throw new NotOptimistic();
-    const counter: BudgetCounter = {
-      id: known.id,
-      budgetId: k.budget.id,
-      subject: k.subject,
-      window: known.window,
-      limitCredits: k.budget.limit_credits,
-      block: k.budget.mode === 'block',
-      spentCredits: known.spentCredits,
-      startSpent: known.spentCredits,
-      refused: false,
-      budget: k.budget,
-    };
-    remembered.windowVersions.set(counter.id, known.version);
-    byKey.set(key, counter);
-    byId.set(counter.id, counter);
+function rememberedCounters(remembered: OptimisticPlan, keysOf: Map<number, CounterKey[]>, terms: Terms[]): BudgetCounter[] {
+  const counterOf = new Map<RememberedWindow, BudgetCounter>();
+  for (const [index, keys] of keysOf) {
+    const counters: BudgetCounter[] = new Array(keys.length);
+    for (let i = 0; i < keys.length; i++) {
+      const k = keys[i]!;
+      const known = remembered.window(k.budget.id, k.subject, k.window.start);
+      if (!known) throw new NotOptimistic();
+      let counter = counterOf.get(known);
+      if (!counter) {
+        // The fields of lockCounters' counters, in their order (one object shape for the rule's code);
+        // a batch on remembered rows holds no AI tokens.
+        counter = {
+          id: known.id,
+          budgetId: k.budget.id,
+          subject: k.subject,
+          window: known.window,
+          limitCredits: k.budget.limit_credits,
+          limitAiTokens: null,
+          block: k.budget.mode === 'block',
+          spentCredits: known.spentCredits,
+          startSpent: known.spentCredits,
+          spentAiTokens: undefined,
+          startAiTokens: undefined,
+          refused: false,
+          budget: k.budget,
+        };
+        remembered.windowVersions.set(counter.id, known.version);
+        counterOf.set(known, counter);
+      }
+      counters[i] = counter;
+    }
+    terms[index]!.budgets = counters;
   }
-  return { byKey, byId };
+  return [...counterOf.values()];
 }

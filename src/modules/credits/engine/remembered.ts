@@ -1,5 +1,5 @@
 import type { BudgetCounter, Window } from '../budget-rules.js';
-import { type BudgetWithPeriod, keyText } from '../budgets.js';
+import type { BudgetWithPeriod } from '../budgets.js';
 import type { BalanceRow } from '../service.js';
 import type { BatchDeduction } from './types.js';
 
@@ -29,18 +29,27 @@ export type RememberedBudgets = readonly BudgetWithPeriod[];
 
 /** A budget window row as a batch left it: its count and version. */
 export interface RememberedWindow {
+  readonly id: string;
+  readonly window: Window;
+  readonly spentCredits: number;
+  readonly version: string;
+}
+
+/** A remembered window as this memory keeps it: changed in place by the next batch that counts in it. */
+interface KeptWindow {
   id: string;
   window: Window;
   spentCredits: number;
   version: string;
+  at: number;
 }
 
 /** The rows of a batch that may go in one round trip, with the versions they were committed at. */
 export interface OptimisticPlan {
   now: Date;
   rows: Map<string, { row: BalanceRow; version: string; budgets: RememberedBudgets }>;
-  /** The budget window row of that key (credits/budgets.ts keyText) as this instance last committed it, if it is remembered. */
-  window(key: string): RememberedWindow | undefined;
+  /** The window row of a budget and subject starting at `start`, as this instance last committed it, if it is remembered. */
+  window(budgetId: string, subject: string, start: Date): RememberedWindow | undefined;
   /** The versions of the window rows the batch counts in, by row id, as the plan (engine/plan.ts) found them here. */
   windowVersions: Map<string, string>;
 }
@@ -65,7 +74,13 @@ export class RowMemory {
   constructor(private readonly rememberMs: number) {}
 
   private readonly rows = new Map<string, { row: BalanceRow; version: string; budgets: RememberedBudgets; at: number }>();
-  private readonly windows = new Map<string, RememberedWindow & { at: number }>();
+  /**
+   * Window rows by budget id, then subject: the latest window counted of each (a batch looks up the
+   * window in progress; an older one only means a miss). Kept as two maps of ids the engine already
+   * holds, so a batch builds no key text per window.
+   */
+  private readonly windows = new Map<string, Map<string, KeptWindow>>();
+  private windowCount = 0;
   private readonly contendedUntil = new Map<string, number>();
 
   /**
@@ -104,9 +119,9 @@ export class RowMemory {
       now: new Date(now),
       rows,
       windowVersions: new Map(),
-      window(key) {
-        const known = windows.get(key);
-        if (!known || now - known.at > rememberMs || known.at > now) return undefined;
+      window(budgetId, subject, start) {
+        const known = windows.get(budgetId)?.get(subject);
+        if (!known || known.window.start.getTime() !== start.getTime() || now - known.at > rememberMs || known.at > now) return undefined;
         return known;
       },
     };
@@ -135,20 +150,34 @@ export class RowMemory {
     const windows = written.windows;
     if (windows && except.length === 0) {
       for (const c of windows.counters) {
-        this.windows.set(keyText(c.budgetId, c.subject, c.window.start), {
-          id: c.id,
-          window: c.window,
-          spentCredits: c.spentCredits,
-          version: windows.version,
-          at: now,
-        });
+        let bySubject = this.windows.get(c.budgetId);
+        if (!bySubject) {
+          bySubject = new Map();
+          this.windows.set(c.budgetId, bySubject);
+        }
+        const known = bySubject.get(c.subject);
+        if (!known) {
+          bySubject.set(c.subject, { id: c.id, window: c.window, spentCredits: c.spentCredits, version: windows.version, at: now });
+          this.windowCount++;
+        } else if (known.window.start.getTime() <= c.window.start.getTime()) {
+          // Updated in place: a plan copies what it reads from here before its batch is sent.
+          known.id = c.id;
+          known.window = c.window;
+          known.spentCredits = c.spentCredits;
+          known.version = windows.version;
+          known.at = now;
+        }
       }
     } else if (windows) {
-      for (const c of windows.counters) this.windows.delete(keyText(c.budgetId, c.subject, c.window.start));
+      for (const c of windows.counters) {
+        const bySubject = this.windows.get(c.budgetId);
+        if (bySubject?.delete(c.subject)) this.windowCount--;
+      }
     }
-    for (const key of this.windows.keys()) {
-      if (this.windows.size <= REMEMBER_MAX * 4) break;
-      this.windows.delete(key);
+    for (const [budgetId, bySubject] of this.windows) {
+      if (this.windowCount <= REMEMBER_MAX * 4) break;
+      this.windows.delete(budgetId);
+      this.windowCount -= bySubject.size;
     }
   }
 

@@ -177,7 +177,7 @@ function writeBatchSql(shape: WriteShape): string {
   -- w.id = ANY(...) lets the planner see how few rows it reads: joined to the arrays alone, a table of
   -- a few thousand windows was read whole for every batch.
   WHERE w.id = x.id AND w.id = ANY($win_id::uuid[])${shape.remembered ? ' AND w.xmin = x.version' : ''}
-  RETURNING w.id, w.xmin::text AS version
+  RETURNING w.xmin AS version
 )`);
   }
   if (shape.heldCounted) {
@@ -227,10 +227,11 @@ function writeBatchSql(shape: WriteShape): string {
             AND (SELECT count(*) FROM win) = cardinality($win_id::uuid[])` : ''
             })::int AS fresh`
     : '';
-  // Every window row the statement updates gets the one version of its transaction: that version, and how many.
+  // Every window row the statement updates gets the one version of its transaction (its xid, as for
+  // the balance rows): that version, and how many rows.
   const windows = shape.counted
     ? `,
-       (SELECT CASE WHEN count(DISTINCT version) = 1 THEN min(version) END FROM win) AS windows_version,
+       (SELECT version::text FROM win LIMIT 1) AS windows_version,
        (SELECT count(*) FROM win)::int AS windows`
     : '';
   return `WITH ${ctes.join(', ')}
