@@ -172,6 +172,7 @@ export class RowMemory {
       for (const c of windows.counters) {
         const bySubject = this.windows.get(c.budgetId);
         if (bySubject?.delete(c.subject)) this.windowCount--;
+        if (bySubject?.size === 0) this.windows.delete(c.budgetId);
       }
     }
     for (const [budgetId, bySubject] of this.windows) {
