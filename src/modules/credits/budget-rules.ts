@@ -171,8 +171,8 @@ export function budgetEvents(counters: readonly BudgetCounter[], at: Date): Budg
       const limit = m.limit;
       const grew = m.start !== undefined && m.spent > m.start;
       const refused = c.refused === true && c.block && refusedOn(c, m.metric);
-      // Most windows of a batch reach no threshold and refuse nothing: nothing to build for them.
-      if (!refused && !(grew && budget.alert_thresholds.some((t) => m.spent * 100 >= t * limit))) continue;
+      // A metric that reached no threshold and refused nothing: nothing to build for it.
+      if (!refused && !reaches(budget, limit, m.spent, m.start)) continue;
       const key = `${budget.id}:${c.subject}:${c.window.start.toISOString()}`;
       const base = { organizationId: budget.organization_id, deploymentId: budget.deployment_id, at };
       const data = (threshold: number) => ({
