@@ -46,17 +46,17 @@ describe('the write statement, of the parts a batch needs', () => {
   // Every combination of the optional parts (unchanged rows only with remembered ones; holds counted in
   // budget windows only on the locking path, which makes holds).
   const shapes: WriteShape[] = [];
-  for (let bits = 0; bits < 256; bits++) {
-    const [remembered, unchanged, refused, released, metered, alerts, counted, heldCounted] = [0, 1, 2, 3, 4, 5, 6, 7].map(
+  for (let bits = 0; bits < 512; bits++) {
+    const [remembered, unchanged, refused, released, metered, alerts, counted, windowed, heldCounted] = [0, 1, 2, 3, 4, 5, 6, 7, 8].map(
       (i) => (bits & (1 << i)) !== 0,
-    ) as [boolean, boolean, boolean, boolean, boolean, boolean, boolean, boolean];
+    ) as [boolean, boolean, boolean, boolean, boolean, boolean, boolean, boolean, boolean];
     if (unchanged && !remembered) continue;
     if (heldCounted && remembered) continue;
-    shapes.push({ remembered, unchanged, refused, released, metered, alerts, counted, heldCounted });
+    shapes.push({ remembered, unchanged, refused, released, metered, alerts, counted, windowed, heldCounted });
   }
 
   it('every shape names only arrays the batcher makes, each once per number, and a part only when the shape has it', () => {
-    expect(shapes).toHaveLength(128);
+    expect(shapes).toHaveLength(256);
     const names = new Set<string>();
     for (const shape of shapes) {
       const statement = writeStatement(shape);
@@ -72,6 +72,7 @@ describe('the write statement, of the parts a batch needs', () => {
       expect(statement.text.includes('outbox_events (')).toBe(shape.alerts);
       expect(statement.text.includes('win AS (\n  -- Budget windows')).toBe(shape.counted === true);
       expect(statement.text.includes('heldwin AS')).toBe(shape.heldCounted === true);
+      expect(statement.text.includes('$usage_windows') || statement.names.includes('usage_windows')).toBe(shape.windowed === true);
       names.add(statement.name);
     }
     // One prepared statement per shape; every array is named by some shape.

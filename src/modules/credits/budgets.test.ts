@@ -358,6 +358,25 @@ describe('holds, releases, expiries and refunds', () => {
     expect(json(await serviceUsage(t)).success).toBe(true);
     expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
   });
+
+  it('a refund of a record that spent its hold gives the room back to the windows the hold was counted in', async () => {
+    const t = await richTenant();
+    const budgetId = await b.addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: 2, window: 'day' });
+    expect(json(await reserve(t, 'held-1')).allowed).toBe(true);
+    // Alone in its batch, the record spends the hold and counts in no window itself.
+    const spent = json(await stdioRecord(t, { invocation_id: 'held-1' }));
+    expect(spent.success).toBe(true);
+    expect((await b.windowsOf(budgetId)).map((w) => w.spent_credits)).toEqual([1]);
+    const refund = await h.request({
+      method: 'POST',
+      url: `/api/v1/mcp/usage/${spent.usage_id}/refund`,
+      headers: serviceHeaders(h),
+      payload: { reason: 'tool failed' },
+    });
+    expect(refund.statusCode).toBe(200);
+    expect((await b.windowsOf(budgetId)).map((w) => w.spent_credits)).toEqual([0]);
+    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
 });
 
 describe('budgets changed while calls are in flight', () => {

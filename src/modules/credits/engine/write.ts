@@ -50,8 +50,14 @@ export interface WriteShape {
   metered: boolean;
   /** `quota.threshold` events. */
   alerts: boolean;
-  /** Budget windows counted (docs/budgets.md): their new totals, and the usage records' windows. */
+  /** Budget windows counted (docs/budgets.md): their new totals. */
   counted?: boolean;
+  /**
+   * Usage records that name the budget windows they were counted in (a refund gives back to those): a
+   * deduction's, and a spent hold's, which inherits the windows of its hold (a batch may count in no
+   * window and still record those).
+   */
+  windowed?: boolean;
   /** Holds counted in budget windows: the windows stored on their invocations. */
   heldCounted?: boolean;
 }
@@ -124,14 +130,14 @@ function writeBatchSql(shape: WriteShape): string {
   -- Every deduction, and every final refusal (docs/metering.md, Denials: a record either way).
   INSERT INTO usage_records (id, organization_id, deployment_id, metric, quantity, tool_name, mcp_user_id, metadata,
                              success, error, ledger_id, invocation_id, monthly_taken, purchased_taken, period_start, "timestamp"${
-                               shape.counted ? ', budget_windows' : ''
+                               shape.windowed ? ', budget_windows' : ''
                              })
-  SELECT x.id, o, d, m, q, tn, mu, md::jsonb, s, e, led.id, i, mt, pt, ps, t${shape.counted ? `, string_to_array(bw, ',')::uuid[]` : ''}
+  SELECT x.id, o, d, m, q, tn, mu, md::jsonb, s, e, led.id, i, mt, pt, ps, t${shape.windowed ? `, string_to_array(bw, ',')::uuid[]` : ''}
   FROM unnest($change_usage::uuid[], $change_organization::uuid[], $change_deployment::uuid[], $change_credits::bigint[],
               $change_deducted::boolean[], $change_monthly::bigint[], $change_purchased::bigint[], $change_at::timestamptz[],
               $usage_metric::text[], $usage_tool::text[], $usage_mcp_user::text[], $usage_metadata::text[], $usage_error::text[],
-              $usage_invocation::text[], $usage_period_start::timestamptz[]${shape.counted ? ', $usage_windows::text[]' : ''})
-    AS x(id, o, d, q, s, mt, pt, t, m, tn, mu, md, e, i, ps${shape.counted ? ', bw' : ''})
+              $usage_invocation::text[], $usage_period_start::timestamptz[]${shape.windowed ? ', $usage_windows::text[]' : ''})
+    AS x(id, o, d, q, s, mt, pt, t, m, tn, mu, md, e, i, ps${shape.windowed ? ', bw' : ''})
   LEFT JOIN led ON led.usage_id = x.id
   RETURNING 1
 )`,
@@ -262,10 +268,11 @@ function numberParams(text: string, name: string): NumberedStatement {
 const WRITE_STATEMENTS = new Map<string, NumberedStatement>();
 
 export function writeStatement(shape: WriteShape): NumberedStatement {
-  // R remembered, U unchanged, F refused, L released, M metered, A alerts.
+  // R remembered, U unchanged, F refused, L released, M metered, A alerts, B budget windows counted,
+  // W usage records' windows, H holds' windows.
   const key = `${shape.remembered ? 'R' : ''}${shape.unchanged ? 'U' : ''}${shape.refused ? 'F' : ''}${shape.released ? 'L' : ''}${
     shape.metered ? 'M' : ''
-  }${shape.alerts ? 'A' : ''}${shape.counted ? 'B' : ''}${shape.heldCounted ? 'H' : ''}`;
+  }${shape.alerts ? 'A' : ''}${shape.counted ? 'B' : ''}${shape.windowed ? 'W' : ''}${shape.heldCounted ? 'H' : ''}`;
   let statement = WRITE_STATEMENTS.get(key);
   if (!statement) {
     statement = numberParams(writeBatchSql(shape), key === '' ? 'credits_batch_write' : `credits_batch_write_${key}`);
@@ -307,6 +314,7 @@ export async function writeBatch(
     metered: metered.length > 0,
     alerts: alerts.length > 0,
     counted: counters.length > 0,
+    windowed: changes.some((c) => c.deducted && c.windows.length > 0),
     heldCounted: heldCounted.length > 0,
   });
   const write: BatchWrite = {
