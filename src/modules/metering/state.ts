@@ -1,4 +1,5 @@
 import type { Deps } from '../../context.js';
+import { pgArray } from '../../db/arrays.js';
 import { UnauthorizedError } from '../../errors.js';
 import type { CachedDeployment } from '../../lib/caches.js';
 import { isUuid } from '../../lib/ids.js';
@@ -128,6 +129,17 @@ export async function loadApiKeyPrincipal(deps: Deps, key: string | undefined): 
 /** When this process last wrote last_used_at per key, so a burst of requests writes once, not once each. */
 const lastTouched = new Map<string, number>();
 
+/**
+ * Keys waiting for their last_used_at, per database: written together by one statement, the next one
+ * only after the one in flight has answered. After a minute of use, every key a busy instance serves
+ * is due at about the same time; one statement (and commit) per key made a burst of commits.
+ */
+interface Touches {
+  due: Map<string, Date>;
+  writing: boolean;
+}
+const touches = new WeakMap<Deps['db'], Touches>();
+
 /** last_used_at at most once a minute per key (docs/metering.md, Caches), off the response path. */
 function touchApiKey(deps: Deps, apiKeyId: string, lastUsedAt: Date | null, now: Date): void {
   if (lastUsedAt && now.getTime() - lastUsedAt.getTime() < 60_000) return;
@@ -135,13 +147,45 @@ function touchApiKey(deps: Deps, apiKeyId: string, lastUsedAt: Date | null, now:
   if (touched !== undefined && now.getTime() - touched < 60_000) return;
   if (lastTouched.size > 100_000) lastTouched.clear();
   lastTouched.set(apiKeyId, now.getTime());
+  let pending = touches.get(deps.db);
+  if (!pending) {
+    pending = { due: new Map(), writing: false };
+    touches.set(deps.db, pending);
+  }
+  pending.due.set(apiKeyId, now);
+  if (!pending.writing) {
+    pending.writing = true;
+    // The keys of the requests in this turn of the event loop go together.
+    setImmediate(() => writeTouches(deps, pending));
+  }
+}
+
+/** At most this many keys per statement. */
+const TOUCH_BATCH = 1_000;
+
+function writeTouches(deps: Deps, pending: Touches): void {
+  if (pending.due.size === 0) {
+    pending.writing = false;
+    return;
+  }
+  const ids: string[] = [];
+  const at: Date[] = [];
+  for (const [id, now] of pending.due) {
+    ids.push(id);
+    at.push(now);
+    pending.due.delete(id);
+    if (ids.length === TOUCH_BATCH) break;
+  }
   deps.db
     .query(
-      `UPDATE api_keys SET last_used_at = $2 WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $3)`,
-      [apiKeyId, now, new Date(now.getTime() - 60_000)],
+      `UPDATE api_keys k SET last_used_at = x.at
+       FROM unnest($1::uuid[], $2::timestamptz[]) AS x(id, at)
+       WHERE k.id = x.id AND (k.last_used_at IS NULL OR k.last_used_at < x.at - interval '60 seconds')`,
+      [pgArray(ids), pgArray(at)],
       'api_key_touch',
     )
-    .catch((err: unknown) => deps.log.warn({ err }, 'could not update api key last_used_at'));
+    .catch((err: unknown) => deps.log.warn({ err }, 'could not update api key last_used_at'))
+    .finally(() => writeTouches(deps, pending));
 }
 
 /** A deployment by id (cached per instance), with its balance when this instance holds a recent copy; null when unknown. */

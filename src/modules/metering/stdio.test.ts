@@ -156,4 +156,29 @@ describe('stdio record-usage', () => {
     await check(t.apiKey, { tool_name: 'x' });
     await waitFor(first + 61_000);
   });
+
+  it('writes the last_used_at of many keys used at once, each to its own use, again a minute later', async () => {
+    const tenants = await Promise.all(Array.from({ length: 12 }, () => createTenant(h)));
+    const prefixes = tenants.map((t) => t.apiKey.slice(0, 10));
+    const lastUsed = async () =>
+      (
+        await h.deps.db.query<{ key_prefix: string; last_used_at: Date | null }>(
+          'SELECT key_prefix, last_used_at FROM api_keys WHERE key_prefix = ANY($1::text[])',
+          [`{${prefixes.join(',')}}`],
+        )
+      ).map((r) => r.last_used_at?.getTime() ?? null);
+    const waitForAll = async (expected: number) => {
+      const deadline = Date.now() + 5_000;
+      while (!(await lastUsed()).every((t) => t === expected) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      expect(await lastUsed()).toEqual(prefixes.map(() => expected));
+    };
+    const first = h.clock.now().getTime();
+    // Every key twice in the same moment: one write each is enough.
+    const answers = await Promise.all(tenants.flatMap((t) => [check(t.apiKey, { tool_name: 'x' }), check(t.apiKey, { tool_name: 'x' })]));
+    expect(answers.every((r) => r.statusCode === 200)).toBe(true);
+    await waitForAll(first);
+    h.clock.advance(61_000);
+    await Promise.all(tenants.map((t) => check(t.apiKey, { tool_name: 'x' })));
+    await waitForAll(first + 61_000);
+  });
 });
