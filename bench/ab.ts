@@ -6,7 +6,7 @@
  * the report gives each round's ratios and their medians.
  *
  * Usage: tsx bench/ab.ts --a "DEDUCT_BATCH_IN_FLIGHT=1" --b "DEDUCT_BATCH_IN_FLIGHT=2"
- *          [--scenario record:many] [--rounds 5] [--seconds 5] [--rate 3000] [--tenants 1000]
+ *          [--scenario record:many] [--rounds 6] [--seconds 5] [--rate 3000] [--tenants 1000]
  * `--rate` offers a fixed load (requests per second) instead of the closed loop, to compare latency.
  * The two servers share one database; each serves tenants of its own, so that neither's writes make the
  * other's in-process state (caches, remembered rows) stale.
@@ -29,7 +29,7 @@ const { values } = parseArgs({
     a: { type: 'string', default: '' },
     b: { type: 'string', default: '' },
     scenario: { type: 'string', default: 'record:many' },
-    rounds: { type: 'string', default: '5' },
+    rounds: { type: 'string', default: '6' },
     seconds: { type: 'string', default: '5' },
     rate: { type: 'string' },
     tenants: { type: 'string', default: '1000' },
@@ -51,6 +51,22 @@ function parseEnv(spec: string): Record<string, string> {
       .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
   );
 }
+
+/**
+ * The order of baseline (0), A (1) and B (2) in each round: all six, so that over six rounds each
+ * runs right after each of the others equally often. A contender pays for what the one before it
+ * left PostgreSQL to do (dirty pages, WAL); with only the three rotations, B followed A in two rounds
+ * of three, and two identical servers measured A/B 1.03–1.05 (docs/benchmarks.md, "Budgets on the
+ * record path, a fourth look").
+ */
+const ORDERS = [
+  [0, 1, 2],
+  [2, 1, 0],
+  [1, 0, 2],
+  [2, 0, 1],
+  [0, 2, 1],
+  [1, 2, 0],
+];
 
 const median = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
 const line = (m: Measurement) => `${String(m.rps).padStart(6)}/s p50 ${m.latency.p50} p99 ${m.latency.p99} ms (cpu srv/pg ${m.cpu.server}/${m.cpu.postgres}%)`;
@@ -113,7 +129,7 @@ try {
   const p99: Record<'A' | 'B' | 'base', number[]> = { A: [], B: [], base: [] };
   process.stdout.write(`${values.scenario} against ${baselineName}, ${rate ? `${rate} req/s offered` : 'closed loop'}, ${rounds} rounds of ${seconds} s\n`);
   for (let round = 0; round < rounds; round++) {
-    const order = contenders.map((_, i) => contenders[(i + round) % contenders.length]!);
+    const order = ORDERS[round % ORDERS.length]!.map((i) => contenders[i]!);
     const got = new Map<string, Measurement>();
     for (const c of order) {
       await runLoad(c.target, { connections: CONNECTIONS, seconds: 1, rate });
