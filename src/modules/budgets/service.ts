@@ -4,7 +4,7 @@ import { AppError, type FieldError, NotFoundError } from '../../errors.js';
 import { isUuid } from '../../lib/ids.js';
 import { pgArray } from '../../db/arrays.js';
 import { writeAudit } from '../audit/service.js';
-import { budgetsChanged, budgetStandings, forgetOrganizationBalances } from '../credits/index.js';
+import { budgetsChanged, budgetStandings, budgetWindowKindChanged, forgetOrganizationBalances } from '../credits/index.js';
 import { authorize, type Role } from '../organizations/rbac.js';
 import { type BudgetSpec, checkIds, problemsOf, refuse } from './checks.js';
 import { TOP_SUBJECTS } from './schemas.js';
@@ -164,6 +164,8 @@ export async function updateBudget(ctx: Ctx, organizationId: string, budgetId: s
       [budgetId, organizationId, spec.limit_credits ?? null, spec.limit_ai_tokens ?? null, spec.window, spec.mode, pgArray(sortedThresholds(spec.alert_thresholds)), ctx.clock.now()],
     );
     const after = rows[0]!;
+    // A window kind that changes starts new windows (docs/budgets.md).
+    if (spec.window !== was.window) await budgetWindowKindChanged(tx, budgetId);
     await writeAudit(tx, ctx, { organizationId, action: 'update', resourceType: 'budget', resourceId: budgetId, metadata: { before: was, after: fieldsOf(after) } });
     return (await views(tx, ctx, organizationId, [after], who))[0]!;
   });

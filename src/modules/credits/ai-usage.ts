@@ -271,7 +271,9 @@ export async function holdAiTokens(ctx: Ctx, deployment: { id: string; organizat
       if (free !== null && room.credits !== null) capacity = free + tokensForCredits(Math.min(purchasedFloor(balance), Math.max(0, room.credits)), input.modelClass);
       if (room.tokens !== null) capacity = Math.min(capacity, room.tokens);
       const perChoice = Math.min(input.outputPerChoice, Math.floor((capacity - input.promptTokens) / input.choices));
-      const lowered = (room.credits !== null && room.credits < 0) || (room.tokens !== null && room.tokens < 0);
+      // A credit limit lowered below what is spent refuses even a call the token quota pays for, as it
+      // refuses a charge of 0 credits elsewhere (crossed); room never goes below 0, so it cannot tell.
+      const lowered = crossed(counters, 0) !== null;
       if (lowered || capacity < input.promptTokens || perChoice < minimum) {
         const creditsNeeded = free === null ? 0 : creditsForTokens(Math.max(0, needed - free), input.modelClass);
         const budget = crossed(counters, creditsNeeded, needed) ?? counters.find((c) => c.block)!;
@@ -421,7 +423,8 @@ export interface AiUsageInput {
   budgetWindows?: readonly string[] | undefined;
   /**
    * Who made a call without a hold, for its budgets: it is counted in the windows in progress (never
-   * refused: the tokens are spent). A call with a hold is counted where its hold was.
+   * refused: the tokens are spent). A call with a hold is counted where its hold was, also when the
+   * hold was given back before the settle.
    */
   charge?: AiCharge | undefined;
 }
@@ -551,6 +554,15 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
         };
       }
     }
+    if (input.holdId !== undefined && !claimed) {
+      // A hold given back before its settle (expired while the provider answered): its row still names
+      // the windows it was counted in.
+      const gone = await tx.query<{ budget_windows: string[] | null }>(
+        'SELECT budget_windows FROM ai_reservations WHERE id = $2 AND deployment_id = $1',
+        [deployment.id, input.holdId],
+      );
+      heldWindows = gone[0]?.budget_windows ?? [];
+    }
     // The windows of this settle, as they stand: a hold's are those its row names (locked with the
     // batch's when the caller named them too, AiHold.budgetWindows), else those its charge fell in.
     const counted = input.holdId !== undefined ? await windowsById(tx, heldWindows) : await standingNow(tx, windows);
@@ -628,6 +640,8 @@ export async function settleAiTokens(ctx: Ctx, deployment: { id: string; organiz
     // Budgets (docs/budgets.md, AI calls): the call's tokens and the credits due for them (an
     // over-report's included, even past a limit) replace what its hold counted, in the hold's windows
     // that are still in progress; a call without a hold is counted in the windows of now.
+    // A hold given back before its settle gave its count back to the windows still in progress then
+    // (and nothing to those that had ended): there the call's whole use is counted again (nothing held).
     if (input.holdId !== undefined) {
       const inProgress = counted.filter((c) => c.window.end.getTime() > now.getTime());
       await countInWindows(tx, inProgress, creditsDue - heldCredits, tokens - heldBudgetTokens, now);

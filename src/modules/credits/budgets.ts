@@ -207,6 +207,16 @@ export async function budgetsChanged(tx: Queryable, organizationId: string): Pro
   );
 }
 
+/**
+ * A budget's window kind changed (docs/budgets.md, Enforcement: it starts new windows): its windows of
+ * the old kind are deleted, or a new window starting when an old one did (a day at its first hour's
+ * start) would take over that row, its count and its end. Holds counted in them give nothing back to
+ * the new ones. Call it after `budgetsChanged`, in the same transaction.
+ */
+export async function budgetWindowKindChanged(tx: Queryable, budgetId: string): Promise<void> {
+  await tx.query('DELETE FROM budget_windows WHERE budget_id = $1', [budgetId], 'credits_budget_window_kind_changed');
+}
+
 /** What a budget has counted in the window in progress (docs/budgets.md, API): the budgets API's read. */
 export interface BudgetStanding {
   window: Window;

@@ -85,6 +85,7 @@ export { BUDGET_SCOPES, BUDGET_WINDOWS, type BudgetRow, type BudgetScope, type B
 export {
   budgetEventFate,
   budgetsChanged,
+  budgetWindowKindChanged,
   type BudgetStanding,
   budgetStandings,
   forgetOrganizationBalances,

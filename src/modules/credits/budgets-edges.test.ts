@@ -1,0 +1,238 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type StandIn, startOpenAiStandIn } from '../../../test/ai-stand-in/index.js';
+import { budgetFixtures } from '../../../test/budget-fixtures.js';
+import { adminHeaders, createHarness, createTenant, grant, type Harness, isolatedDatabase, json, serviceHeaders, type Tenant } from '../../../test/harness.js';
+import type { Database } from '../../db/client.js';
+import { expireAiHolds, expireReservations, pruneEachBudgetWindows } from './index.js';
+import { findLedgerMismatches } from './ledger.js';
+
+/**
+ * Budgets (docs/budgets.md) replayed through the HTTP API where a window's count must follow its
+ * charges: a changed window kind, an AI hold that lapsed while its call ran, a limit lowered below what
+ * is spent. The clock only moves forward: each test sets a later time than the one before it.
+ */
+let h: Harness;
+let db: Database;
+let standIn: StandIn;
+beforeAll(async () => {
+  standIn = await startOpenAiStandIn({ apiKey: 'sk-upstream' });
+  // A database of its own: the sweeps of holds and of ended windows run here at days-later clocks and
+  // would expire every other test file's holds in the shared one.
+  db = await isolatedDatabase();
+  h = await createHarness({ aiBaseUrl: standIn.url, aiApiKey: 'sk-upstream', aiModels: ['gpt-4o-mini'] }, undefined, db);
+});
+afterAll(async () => {
+  await h?.close();
+  await db?.close();
+  await standIn?.close();
+});
+const b = budgetFixtures(() => h);
+
+const serviceUsage = (t: Tenant, extra: Record<string, unknown> = {}) =>
+  h.request({ method: 'POST', url: '/api/v1/mcp/usage', headers: serviceHeaders(h), payload: { deployment_id: t.deploymentId, tool_name: 'x', ...extra } });
+const bearer = (t: Tenant) => ({ authorization: `Bearer ${t.apiKey}` });
+const reserve = (t: Tenant, invocationId: string) =>
+  h.request({
+    method: 'POST',
+    url: '/api/v1/mcp/stdio/check-entitlement',
+    headers: bearer(t),
+    payload: { tool_name: 'x', reserve: true, invocation_id: invocationId },
+  });
+const release = (t: Tenant, invocationId: string) =>
+  h.request({ method: 'POST', url: `/api/v1/mcp/reservations/${invocationId}/release`, headers: bearer(t), payload: {} });
+const refund = (usageId: string) =>
+  h.request({ method: 'POST', url: `/api/v1/mcp/usage/${usageId}/refund`, headers: serviceHeaders(h), payload: { reason: 'tool failed' } });
+const chat = (t: Tenant, body: Record<string, unknown> = {}) =>
+  h.request({
+    method: 'POST',
+    url: '/api/v1/ai/chat/completions',
+    headers: { authorization: `Bearer ${t.apiKey}` },
+    payload: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'x' }], max_tokens: 20, ...body },
+  });
+
+async function richTenant(): Promise<Tenant> {
+  const t = await createTenant(h, { tier: 'launch' });
+  await grant(h, t.deploymentId, 10_000);
+  return t;
+}
+
+/** A budget made through the operator's budgets API. */
+async function createBudget(t: Tenant, body: Record<string, unknown>): Promise<string> {
+  const res = await h.request({ method: 'POST', url: `/api/v1/admin/organizations/${t.organizationId}/budgets`, headers: adminHeaders(h), payload: body });
+  expect(res.statusCode, res.body).toBe(201);
+  return json<{ id: string }>(res).id;
+}
+
+async function changeBudget(t: Tenant, budgetId: string, body: Record<string, unknown>): Promise<void> {
+  const res = await h.request({
+    method: 'PUT',
+    url: `/api/v1/admin/organizations/${t.organizationId}/budgets/${budgetId}`,
+    headers: adminHeaders(h),
+    payload: body,
+  });
+  expect(res.statusCode, res.body).toBe(200);
+}
+
+async function readBudget(t: Tenant, budgetId: string): Promise<Record<string, unknown>> {
+  const res = await h.request({ method: 'GET', url: `/api/v1/admin/organizations/${t.organizationId}/budgets/${budgetId}`, headers: adminHeaders(h) });
+  expect(res.statusCode, res.body).toBe(200);
+  return json(res);
+}
+
+async function setAiLimit(t: Tenant, limit: number) {
+  const res = await h.request({
+    method: 'PUT',
+    url: `/api/v1/admin/deployments/${t.deploymentId}/overrides`,
+    headers: adminHeaders(h),
+    payload: { ai_tokens_limit: limit },
+  });
+  expect(res.statusCode, res.body).toBe(200);
+}
+
+describe('a window kind that changes starts new windows', () => {
+  it('hour changed to day at 00:20: a refund at 01:30 of a charge made at 01:10 gives the day window its room back', async () => {
+    h.clock.set('2026-02-02T00:10:00.000Z');
+    const t = await richTenant();
+    const budgetId = await createBudget(t, { scope: 'organization', limit_credits: 10, window: 'hour' });
+    expect(json(await serviceUsage(t)).success).toBe(true);
+    h.clock.set('2026-02-02T00:20:00.000Z');
+    await changeBudget(t, budgetId, { window: 'day' });
+    h.clock.set('2026-02-02T01:10:00.000Z');
+    const charged = json(await serviceUsage(t));
+    expect(charged.success).toBe(true);
+    const before = (await readBudget(t, budgetId)).spent_credits as number;
+    h.clock.set('2026-02-02T01:30:00.000Z');
+    expect((await refund(charged.usage_id as string)).statusCode).toBe(200);
+    // The day window [00:00, next day) is in progress: the refund gives its credit back.
+    expect((await readBudget(t, budgetId)).spent_credits).toBe(before - 1);
+    // The day window it was counted in ends with the day, not with the hour the budget had before.
+    const day = (await b.windowsOf(budgetId)).find((w) => w.window_start.toISOString() === '2026-02-02T00:00:00.000Z');
+    expect(day?.window_end.toISOString()).toBe('2026-02-03T00:00:00.000Z');
+    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
+
+  it('a "*" budget changed from hour to day at 00:20 keeps refusing for the rest of the day (its day window is not pruned at 01:00)', async () => {
+    h.clock.set('2026-02-03T00:05:00.000Z');
+    const t = await richTenant();
+    const budgetId = await createBudget(t, { scope: 'end_user', end_user_id: '*', limit_credits: 2, window: 'hour' });
+    expect(json(await serviceUsage(t, { mcp_user_id: 'u1' })).success).toBe(true);
+    h.clock.set('2026-02-03T00:20:00.000Z');
+    await changeBudget(t, budgetId, { window: 'day' });
+    expect(json(await serviceUsage(t, { mcp_user_id: 'u1' })).success).toBe(true);
+    h.clock.set('2026-02-03T01:30:00.000Z');
+    // The budget-window-retention worker deletes ended windows of "*" budgets.
+    await pruneEachBudgetWindows(h.deps.db, h.clock.now());
+    const results = [];
+    for (let i = 0; i < 3; i++) results.push(json(await serviceUsage(t, { mcp_user_id: 'u1' })));
+    // Whatever the day counted from 00:20 on (at least the charge made then), a limit of 2 a day leaves
+    // room for at most one more today.
+    expect(results.filter((r) => r.success === true).length).toBeLessThanOrEqual(1);
+    expect(results.at(-1)).toMatchObject({ success: false, error: 'budget_exceeded' });
+  });
+});
+
+describe('AI calls', () => {
+  it.each([
+    ['day', '2026-02-04T12:00:00.000Z', 'the hold\'s day window, still in progress'],
+    ['hour', '2026-02-04T14:00:00.000Z', 'the hold\'s hour, ended, keeps what the hold counted'],
+  ] as const)('a call whose hold lapsed (the ai-holds worker gave it back) while the provider answered is still counted in its %s budget at the settle: %s', async (window, at, _what) => {
+    h.clock.set(at);
+    const t = await createTenant(h, { tier: 'launch' });
+    await setAiLimit(t, 1_000_000);
+    const budgetId = await b.addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: null, limitAiTokens: 100_000, window });
+    standIn.failNext({ kind: 'slow_first_byte', ms: 1500 });
+    const call = chat(t);
+    // The hold is made and counted; the provider has not answered yet.
+    for (let i = 0; i < 100; i++) {
+      const held = await h.deps.db.query("SELECT 1 FROM ai_reservations WHERE deployment_id = $1 AND status = 'held'", [t.deploymentId]);
+      if (held.length > 0) break;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    const held = Number((await b.windowsOf(budgetId))[0]!.spent_ai_tokens);
+    expect(held).toBeGreaterThan(0);
+    h.clock.advance(61 * 60 * 1000);
+    expect(await expireAiHolds(h.deps.db, h.clock.now())).toBeGreaterThanOrEqual(1);
+    expect((await b.windowsOf(budgetId)).map((w) => Number(w.spent_ai_tokens))).toEqual([window === 'day' ? 0 : held]);
+    const res = await call;
+    expect(res.statusCode, res.body).toBe(200);
+    const used = (json(res).usage as { total_tokens: number }).total_tokens;
+    expect(used).toBeGreaterThan(0);
+    // Counted once, where its hold was (docs/budgets.md, AI calls): a day window still in progress got
+    // the hold back at the expiry and now counts the call; an hour window that had ended by then was
+    // given nothing back and keeps what the hold counted.
+    expect((await b.windowsOf(budgetId)).map((w) => Number(w.spent_ai_tokens))).toEqual([window === 'day' ? used : held]);
+    if (window === 'hour') expect(used).toBeLessThanOrEqual(held);
+  });
+
+  it('a credit budget lowered below what is spent refuses an AI call, even one the token quota pays for', async () => {
+    h.clock.set('2026-02-05T12:00:00.000Z');
+    const t = await richTenant();
+    await setAiLimit(t, 1_000_000);
+    const budgetId = await createBudget(t, { scope: 'organization', limit_credits: 10, window: 'day' });
+    for (let i = 0; i < 10; i++) expect(json(await serviceUsage(t)).success).toBe(true);
+    await changeBudget(t, budgetId, { limit_credits: 5 });
+    // The MCP path refuses a charge once the limit is below what is spent.
+    expect(json(await serviceUsage(t))).toMatchObject({ success: false, error: 'budget_exceeded' });
+    const res = await chat(t);
+    expect(res.statusCode, res.body).toBe(429);
+    expect(json(res)).toMatchObject({ code: 'BUDGET_EXCEEDED', budget_id: budgetId });
+  });
+});
+
+describe('give-backs after the window rolled over, or after the budget went', () => {
+  it('a release and a refund after their hour ended give nothing to the ended hour or to the next one', async () => {
+    h.clock.set('2026-02-06T10:58:00.000Z');
+    const t = await richTenant();
+    const budgetId = await createBudget(t, { scope: 'organization', limit_credits: 2, window: 'hour' });
+    expect(json(await reserve(t, 'late-1')).allowed).toBe(true);
+    const charged = json(await serviceUsage(t));
+    expect(charged.success).toBe(true);
+    h.clock.set('2026-02-06T11:01:00.000Z');
+    expect(json(await serviceUsage(t)).success).toBe(true);
+    expect(json(await release(t, 'late-1')).released_credits).toBe(1);
+    expect((await refund(charged.usage_id as string)).statusCode).toBe(200);
+    expect((await b.windowsOf(budgetId)).map((w) => [w.window_start.toISOString(), w.spent_credits])).toEqual([
+      ['2026-02-06T10:00:00.000Z', 2],
+      ['2026-02-06T11:00:00.000Z', 1],
+    ]);
+    expect(json(await serviceUsage(t)).success).toBe(true);
+    expect(json(await serviceUsage(t))).toMatchObject({ success: false, error: 'budget_exceeded' });
+    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
+
+  it('a hold released and then past its expiry is given back once', async () => {
+    h.clock.set('2026-02-06T12:00:00.000Z');
+    const t = await richTenant();
+    const budgetId = await createBudget(t, { scope: 'organization', limit_credits: 3, window: 'day' });
+    expect(json(await reserve(t, 'once-1')).allowed).toBe(true);
+    expect(json(await serviceUsage(t)).success).toBe(true);
+    expect(json(await release(t, 'once-1')).released_credits).toBe(1);
+    expect(json(await release(t, 'once-1')).released_credits).toBe(0);
+    h.clock.advance(6 * 60 * 1000);
+    await expireReservations(h.deps.db, h.clock.now());
+    expect((await b.windowsOf(budgetId)).map((w) => w.spent_credits)).toEqual([1]);
+  });
+
+  it('a hold whose budget was deleted, or whose budget was made after it, is spent and released without touching any window', async () => {
+    h.clock.set('2026-02-06T13:00:00.000Z');
+    const t = await richTenant();
+    const gone = await createBudget(t, { scope: 'organization', limit_credits: 5, window: 'day' });
+    expect(json(await reserve(t, 'orphan-1')).allowed).toBe(true);
+    expect(json(await reserve(t, 'orphan-2')).allowed).toBe(true);
+    const del = await h.request({ method: 'DELETE', url: `/api/v1/admin/organizations/${t.organizationId}/budgets/${gone}`, headers: adminHeaders(h) });
+    expect(del.statusCode, del.body).toBe(200);
+    expect(json(await reserve(t, 'before-1')).allowed).toBe(true);
+    const later = await createBudget(t, { scope: 'organization', limit_credits: 5, window: 'day' });
+    expect(json(await serviceUsage(t)).success).toBe(true);
+    expect(json(await release(t, 'orphan-1')).released_credits).toBe(1);
+    const spent = json(await h.request({ method: 'POST', url: '/api/v1/mcp/stdio/record-usage', headers: bearer(t), payload: { tool_name: 'x', invocation_id: 'orphan-2' } }));
+    expect(spent.success).toBe(true);
+    expect(json(await release(t, 'before-1')).released_credits).toBe(1);
+    expect((await refund(spent.usage_id as string)).statusCode).toBe(200);
+    // Only the charge made after the new budget existed is counted in it.
+    expect((await b.windowsOf(later)).map((w) => w.spent_credits)).toEqual([1]);
+    const balance = await h.deps.db.query<{ reserved: number }>('SELECT reserved FROM credit_balances WHERE deployment_id = $1', [t.deploymentId]);
+    expect(Number(balance[0]!.reserved)).toBe(0);
+    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
+});
