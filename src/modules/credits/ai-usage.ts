@@ -2,7 +2,7 @@ import { forgetBalance } from './balance-cache.js';
 import type { ModelClass } from '../../config.js';
 import { type Ctx, actorLabel } from '../../context.js';
 import { pgArray } from '../../db/arrays.js';
-import type { Queryable } from '../../db/client.js';
+import type { Database, Queryable } from '../../db/client.js';
 import { AppError, refusalUntil, ValidationError } from '../../errors.js';
 import { AI_CREDIT_RATES } from '../../lib/tiers.js';
 import { appendEvent } from '../events/outbox.js';
@@ -365,32 +365,46 @@ export async function releaseAiHold(db: Queryable, deploymentId: string, holdId:
 }
 
 /**
- * Give back holds whose call can no longer settle (its process died): all deployments in one statement,
- * SKIP LOCKED so instances sweep side by side and a hold being settled right now is left alone.
+ * Give back holds whose call can no longer settle (its process died): up to `limit` due holds in one
+ * transaction, SKIP LOCKED so instances sweep side by side and a hold being settled right now is left
+ * alone. Their deployments' balance rows are locked first, in deployment order, as a deduction batch
+ * locks them before it settles a hold: a sweep that took a hold first and then waited for its balance
+ * row deadlocked with the batch settling that same hold (one whose call outlived its expiry).
  */
-export async function expireAiHolds(db: Queryable, now: Date, limit = 500): Promise<number> {
-  const rows = await db.query<{ n: number }>(
-    `WITH due AS (
-       SELECT id FROM ai_reservations WHERE status = 'held' AND expires_at <= $1::timestamptz
-       ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
-     ), gone AS (
-       UPDATE ai_reservations r SET status = 'expired', updated_at = $1::timestamptz
-       FROM due WHERE r.id = due.id
-       RETURNING r.deployment_id, r.tokens_held, r.credits_held, r.prompt_tokens + r.output_allowance AS budget_tokens, r.budget_windows
-     ), sums AS (
-       SELECT deployment_id, SUM(tokens_held)::bigint AS tokens, SUM(credits_held)::bigint AS credits FROM gone GROUP BY deployment_id
-     ), upd AS (
-       UPDATE credit_balances b SET ai_tokens_reserved = b.ai_tokens_reserved - sums.tokens,
-         ai_credits_reserved = b.ai_credits_reserved - sums.credits, reserved = b.reserved - sums.credits,
-         updated_at = $1::timestamptz
-       FROM sums WHERE b.deployment_id = sums.deployment_id
-       RETURNING b.deployment_id
-     ), ${GIVE_BACK_TO_WINDOWS.replace('$NOW', '$1')}
-     SELECT (SELECT count(*) FROM gone)::int AS n`,
-    [now, limit],
-    'ai_hold_expire',
-  );
-  return rows[0]?.n ?? 0;
+export async function expireAiHolds(db: Database, now: Date, limit = 500): Promise<number> {
+  return db.transaction(async (tx) => {
+    const locked = await tx.query<{ deployment_id: string }>(
+      `SELECT deployment_id FROM credit_balances
+       WHERE deployment_id IN (SELECT deployment_id FROM ai_reservations WHERE status = 'held' AND expires_at <= $1::timestamptz
+                               ORDER BY expires_at LIMIT $2)
+       ORDER BY deployment_id FOR UPDATE`,
+      [now, limit],
+      'ai_hold_expire_lock',
+    );
+    if (locked.length === 0) return 0;
+    const rows = await tx.query<{ n: number }>(
+      `WITH due AS (
+         SELECT id FROM ai_reservations WHERE status = 'held' AND expires_at <= $1::timestamptz AND deployment_id = ANY($3::uuid[])
+         ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
+       ), gone AS (
+         UPDATE ai_reservations r SET status = 'expired', updated_at = $1::timestamptz
+         FROM due WHERE r.id = due.id
+         RETURNING r.deployment_id, r.tokens_held, r.credits_held, r.prompt_tokens + r.output_allowance AS budget_tokens, r.budget_windows
+       ), sums AS (
+         SELECT deployment_id, SUM(tokens_held)::bigint AS tokens, SUM(credits_held)::bigint AS credits FROM gone GROUP BY deployment_id
+       ), upd AS (
+         UPDATE credit_balances b SET ai_tokens_reserved = b.ai_tokens_reserved - sums.tokens,
+           ai_credits_reserved = b.ai_credits_reserved - sums.credits, reserved = b.reserved - sums.credits,
+           updated_at = $1::timestamptz
+         FROM sums WHERE b.deployment_id = sums.deployment_id
+         RETURNING b.deployment_id
+       ), ${GIVE_BACK_TO_WINDOWS.replace('$NOW', '$1')}
+       SELECT (SELECT count(*) FROM gone)::int AS n`,
+      [now, limit, pgArray(locked.map((r) => r.deployment_id))],
+      'ai_hold_expire',
+    );
+    return rows[0]?.n ?? 0;
+  });
 }
 
 /** Settled and released holds are kept this long for reconciliation, then pruned with the invocations. */

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StandIn, startOpenAiStandIn } from '../../../test/ai-stand-in/index.js';
 import { budgetFixtures } from '../../../test/budget-fixtures.js';
-import { adminHeaders, createHarness, createTenant, grant, type Harness, isolatedDatabase, json, serviceHeaders, type Tenant } from '../../../test/harness.js';
+import { adminHeaders, createHarness, createTenant, dbKind, grant, type Harness, isolatedDatabase, json, serviceHeaders, type Tenant } from '../../../test/harness.js';
 import type { Database } from '../../db/client.js';
-import { expireAiHolds, expireReservations, pruneEachBudgetWindows } from './index.js';
+import { expireAiHolds, expireReservations, holdAiTokens, pruneEachBudgetWindows } from './index.js';
 import { findLedgerMismatches } from './ledger.js';
 
 /**
@@ -176,6 +176,41 @@ describe('AI calls', () => {
     const res = await chat(t);
     expect(res.statusCode, res.body).toBe(429);
     expect(json(res)).toMatchObject({ code: 'BUDGET_EXCEEDED', budget_id: budgetId });
+  });
+});
+
+describe.runIf(dbKind === 'postgres')('the ai-holds sweep beside a settle (PostgreSQL)', () => {
+  it('a sweep of a due hold waits for the balance row a batch holds, and the batch settles that hold: no deadlock', async () => {
+    h.clock.set('2026-02-05T18:00:00.000Z');
+    const t = await createTenant(h, { tier: 'launch' });
+    await setAiLimit(t, 1_000_000);
+    const now = h.clock.now();
+    const held = await holdAiTokens(h.ctx, { id: t.deploymentId, organization_id: t.organizationId }, {
+      model: 'gpt-4o-mini',
+      modelClass: 'standard',
+      promptTokens: 10,
+      outputPerChoice: 10,
+      choices: 1,
+      expiresAt: new Date(now.getTime() + 60_000),
+    });
+    // As a deduction batch settling the hold: its balance row first, then (below) the hold's row.
+    let sweep: Promise<number> | undefined;
+    const settled = db.transaction(async (tx) => {
+      await tx.query('SELECT 1 FROM credit_balances WHERE deployment_id = $1 FOR UPDATE', [t.deploymentId]);
+      sweep = expireAiHolds(db, new Date(now.getTime() + 61_000));
+      // The sweep is waiting for a lock before the batch goes on.
+      for (let i = 0; i < 500; i++) {
+        const waiting = await h.deps.db.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        );
+        if (waiting[0]!.n > 0) break;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      return tx.query("UPDATE ai_reservations SET status = 'settled', updated_at = $2 WHERE id = $1 AND status = 'held' RETURNING id", [held.id, now]);
+    });
+    expect(await settled).toHaveLength(1);
+    // The hold was settled under the sweep's feet: nothing left to expire.
+    expect(await sweep).toBe(0);
   });
 });
 
