@@ -2,7 +2,7 @@ import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:f
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
-import { inject } from 'vitest';
+import { expect, inject } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { ManualClock } from '../src/clock.js';
 import { type Config, testConfig } from '../src/config.js';
@@ -204,6 +204,17 @@ export function serviceHeaders(h: Harness): Record<string, string> {
 
 export function adminHeaders(h: Harness): Record<string, string> {
   return { 'x-admin-key': h.config.adminApiKey };
+}
+
+/** A deployment's AI token limit, set by the operator's override. */
+export async function setAiLimit(h: Harness, t: Pick<Tenant, 'deploymentId'>, limit: number): Promise<void> {
+  const res = await h.request({
+    method: 'PUT',
+    url: `/api/v1/admin/deployments/${t.deploymentId}/overrides`,
+    headers: adminHeaders(h),
+    payload: { ai_tokens_limit: limit },
+  });
+  expect(res.statusCode, res.body).toBe(200);
 }
 
 export interface SignedInUser {

@@ -2,7 +2,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StandIn, startOpenAiStandIn } from '../../../test/ai-stand-in/index.js';
 import { budgetFixtures } from '../../../test/budget-fixtures.js';
-import { adminHeaders, createHarness, createTenant, type Harness, json, type Tenant } from '../../../test/harness.js';
+import { createHarness, createTenant, type Harness, json, setAiLimit, type Tenant } from '../../../test/harness.js';
 import { creditsForTokens, expireAiHolds, holdAiTokens } from '../credits/index.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
 import { countChatPromptBound } from './prompt.js';
@@ -69,16 +69,6 @@ async function tokensUsed(t: Tenant): Promise<number> {
   return Number(rows[0]!.n);
 }
 
-async function setAiLimit(t: Tenant, limit: number) {
-  const res = await h.request({
-    method: 'PUT',
-    url: `/api/v1/admin/deployments/${t.deploymentId}/overrides`,
-    headers: adminHeaders(h),
-    payload: { ai_tokens_limit: limit },
-  });
-  expect(res.statusCode, res.body).toBe(200);
-}
-
 async function eventsOf(t: Tenant, type: string) {
   return h.deps.db.query<{ data: Record<string, unknown> }>('SELECT data FROM outbox_events WHERE organization_id = $1 AND type = $2 ORDER BY created_at, id', [
     t.organizationId,
@@ -127,7 +117,7 @@ describe('AI calls under a block budget', () => {
   it('credits past the token quota count in a credit budget; the balance refuses before the budget (AI_QUOTA_EXCEEDED)', async () => {
     const t = await createTenant(h, { tier: 'trial', purchased: 1000 });
     // No quota tokens: every token is paid from purchased credits.
-    await setAiLimit(t, 0);
+    await setAiLimit(h, t, 0);
     const perCall = creditsForTokens(holdOf(40), 'premium');
     const budgetId = await b.addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: 2 * perCall, window: 'hour' });
     await client(t).chat.completions.create({ model: 'gpt-4o-mini', messages, max_tokens: 40 });
@@ -147,7 +137,7 @@ describe('AI calls under a block budget', () => {
     expect(err.body).toMatchObject({ code: 'BUDGET_EXCEEDED', budget_id: budgetId });
     // A deployment with nothing left is refused by its balance first, whatever its budgets say.
     const poor = await createTenant(h, { tier: 'trial' });
-    await setAiLimit(poor, 0);
+    await setAiLimit(h, poor, 0);
     await b.addBudget({ organizationId: poor.organizationId, scope: 'organization', limitCredits: 1, window: 'hour' });
     const first = await chat(poor, { max_tokens: 40 });
     expect(first.body).toMatchObject({ code: 'AI_QUOTA_EXCEEDED' });

@@ -1,7 +1,7 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { replyText, type StandIn, startOpenAiStandIn, vectorOf } from '../../../test/ai-stand-in/index.js';
-import { adminHeaders, createHarness, createTenant, type Harness, json, type Tenant } from '../../../test/harness.js';
+import { createHarness, createTenant, type Harness, json, setAiLimit, type Tenant } from '../../../test/harness.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
 
 /**
@@ -53,16 +53,6 @@ async function expectNothingHeld(t: Tenant) {
   expect(await balance(t)).toMatchObject({ ai_tokens_reserved: 0, ai_credits_reserved: 0, reserved: 0 });
   const held = await h.deps.db.query("SELECT id FROM ai_reservations WHERE deployment_id = $1 AND status = 'held'", [t.deploymentId]);
   expect(held).toEqual([]);
-}
-
-async function setAiLimit(t: Tenant, limit: number) {
-  const res = await h.request({
-    method: 'PUT',
-    url: `/api/v1/admin/deployments/${t.deploymentId}/overrides`,
-    headers: adminHeaders(h),
-    payload: { ai_tokens_limit: limit },
-  });
-  expect(res.statusCode, res.body).toBe(200);
 }
 
 /** Bounded wait for something asynchronous (a disconnect reaching the stand-in, a settle after it). */
@@ -251,7 +241,7 @@ describe('the OpenAI SDK pointed at creditgate', () => {
 describe('past the quota', () => {
   it('tokens past the limit are paid from purchased credits at the model class\'s rate, with a ledger row', async () => {
     const t = await createTenant(h, { tier: 'trial', purchased: 5 });
-    await setAiLimit(t, 10);
+    await setAiLimit(h, t, 10);
     await client(t).chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hello there' }], max_tokens: 20 });
     const reported = last(standIn.usages);
     const over = reported.prompt_tokens + reported.completion_tokens - 10;
@@ -264,7 +254,7 @@ describe('past the quota', () => {
 
   it('with neither tokens nor credits left: 429 AI_QUOTA_EXCEEDED, x-should-retry: false, before any upstream call', async () => {
     const t = await createTenant(h, { tier: 'trial' });
-    await setAiLimit(t, 0);
+    await setAiLimit(h, t, 0);
     const before = standIn.requests.length;
     const err = await caught(client(t).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }));
     expect(err.status).toBe(429);

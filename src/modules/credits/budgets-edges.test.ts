@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StandIn, startOpenAiStandIn } from '../../../test/ai-stand-in/index.js';
 import { budgetFixtures } from '../../../test/budget-fixtures.js';
-import { adminHeaders, createHarness, createTenant, dbKind, grant, type Harness, isolatedDatabase, json, serviceHeaders, type Tenant } from '../../../test/harness.js';
+import { adminHeaders, createHarness, createTenant, dbKind, grant, type Harness, isolatedDatabase, json, serviceHeaders, setAiLimit, type Tenant } from '../../../test/harness.js';
 import type { Database } from '../../db/client.js';
 import { expireAiHolds, expireReservations, holdAiTokens, pruneEachBudgetWindows } from './index.js';
 import { findLedgerMismatches } from './ledger.js';
@@ -79,16 +79,6 @@ async function readBudget(t: Tenant, budgetId: string): Promise<Record<string, u
   return json(res);
 }
 
-async function setAiLimit(t: Tenant, limit: number) {
-  const res = await h.request({
-    method: 'PUT',
-    url: `/api/v1/admin/deployments/${t.deploymentId}/overrides`,
-    headers: adminHeaders(h),
-    payload: { ai_tokens_limit: limit },
-  });
-  expect(res.statusCode, res.body).toBe(200);
-}
-
 describe('a window kind that changes starts new windows', () => {
   it('hour changed to day at 00:20: a refund at 01:30 of a charge made at 01:10 gives the day window its room back', async () => {
     h.clock.set('2026-02-02T00:10:00.000Z');
@@ -138,7 +128,7 @@ describe('AI calls', () => {
   ] as const)('a call whose hold lapsed (the ai-holds worker gave it back) while the provider answered is still counted in its %s budget at the settle: %s', async (window, at, _what) => {
     h.clock.set(at);
     const t = await createTenant(h, { tier: 'launch' });
-    await setAiLimit(t, 1_000_000);
+    await setAiLimit(h, t, 1_000_000);
     const budgetId = await b.addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: null, limitAiTokens: 100_000, window });
     standIn.failNext({ kind: 'slow_first_byte', ms: 1500 });
     const call = chat(t);
@@ -167,7 +157,7 @@ describe('AI calls', () => {
   it('a credit budget lowered below what is spent refuses an AI call, even one the token quota pays for', async () => {
     h.clock.set('2026-02-05T12:00:00.000Z');
     const t = await richTenant();
-    await setAiLimit(t, 1_000_000);
+    await setAiLimit(h, t, 1_000_000);
     const budgetId = await createBudget(t, { scope: 'organization', limit_credits: 10, window: 'day' });
     for (let i = 0; i < 10; i++) expect(json(await serviceUsage(t)).success).toBe(true);
     await changeBudget(t, budgetId, { limit_credits: 5 });
@@ -183,7 +173,7 @@ describe.runIf(dbKind === 'postgres')('the ai-holds sweep beside a settle (Postg
   it('a sweep of a due hold waits for the balance row a batch holds, and the batch settles that hold: no deadlock', async () => {
     h.clock.set('2026-02-05T18:00:00.000Z');
     const t = await createTenant(h, { tier: 'launch' });
-    await setAiLimit(t, 1_000_000);
+    await setAiLimit(h, t, 1_000_000);
     const now = h.clock.now();
     const held = await holdAiTokens(h.ctx, { id: t.deploymentId, organization_id: t.organizationId }, {
       model: 'gpt-4o-mini',
