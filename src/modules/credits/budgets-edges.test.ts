@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StandIn, startOpenAiStandIn } from '../../../test/ai-stand-in/index.js';
 import { budgetFixtures } from '../../../test/budget-fixtures.js';
-import { adminHeaders, createHarness, createTenant, dbKind, grant, type Harness, isolatedDatabase, json, serviceHeaders, setAiLimit, type Tenant } from '../../../test/harness.js';
+import { adminHeaders, bearer, createHarness, createTenant, dbKind, grant, type Harness, isolatedDatabase, json, serviceHeaders, setAiLimit, type Tenant } from '../../../test/harness.js';
 import type { Database } from '../../db/client.js';
 import { expireAiHolds, expireReservations, holdAiTokens, pruneEachBudgetWindows } from './index.js';
 import { findLedgerMismatches } from './ledger.js';
@@ -30,23 +30,22 @@ const b = budgetFixtures(() => h);
 
 const serviceUsage = (t: Tenant, extra: Record<string, unknown> = {}) =>
   h.request({ method: 'POST', url: '/api/v1/mcp/usage', headers: serviceHeaders(h), payload: { deployment_id: t.deploymentId, tool_name: 'x', ...extra } });
-const bearer = (t: Tenant) => ({ authorization: `Bearer ${t.apiKey}` });
 const reserve = (t: Tenant, invocationId: string) =>
   h.request({
     method: 'POST',
     url: '/api/v1/mcp/stdio/check-entitlement',
-    headers: bearer(t),
+    headers: bearer(t.apiKey),
     payload: { tool_name: 'x', reserve: true, invocation_id: invocationId },
   });
 const release = (t: Tenant, invocationId: string) =>
-  h.request({ method: 'POST', url: `/api/v1/mcp/reservations/${invocationId}/release`, headers: bearer(t), payload: {} });
+  h.request({ method: 'POST', url: `/api/v1/mcp/reservations/${invocationId}/release`, headers: bearer(t.apiKey), payload: {} });
 const refund = (usageId: string) =>
   h.request({ method: 'POST', url: `/api/v1/mcp/usage/${usageId}/refund`, headers: serviceHeaders(h), payload: { reason: 'tool failed' } });
 const chat = (t: Tenant, body: Record<string, unknown> = {}) =>
   h.request({
     method: 'POST',
     url: '/api/v1/ai/chat/completions',
-    headers: { authorization: `Bearer ${t.apiKey}` },
+    headers: bearer(t.apiKey),
     payload: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'x' }], max_tokens: 20, ...body },
   });
 
@@ -250,7 +249,7 @@ describe('give-backs after the window rolled over, or after the budget went', ()
     const later = await createBudget(t, { scope: 'organization', limit_credits: 5, window: 'day' });
     expect(json(await serviceUsage(t)).success).toBe(true);
     expect(json(await release(t, 'orphan-1')).released_credits).toBe(1);
-    const spent = json(await h.request({ method: 'POST', url: '/api/v1/mcp/stdio/record-usage', headers: bearer(t), payload: { tool_name: 'x', invocation_id: 'orphan-2' } }));
+    const spent = json(await h.request({ method: 'POST', url: '/api/v1/mcp/stdio/record-usage', headers: bearer(t.apiKey), payload: { tool_name: 'x', invocation_id: 'orphan-2' } }));
     expect(spent.success).toBe(true);
     expect(json(await release(t, 'before-1')).released_credits).toBe(1);
     expect((await refund(spent.usage_id as string)).statusCode).toBe(200);
