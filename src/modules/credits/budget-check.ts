@@ -16,7 +16,7 @@ export async function budgetThatRefuses(
   at: Date,
   period: Window,
 ): Promise<{ id: string; resetsAt: Date } | null> {
-  const statement = budgetsStatement([charge.organizationId]);
+  const statement = budgetsStatement([charge.organizationId], at);
   const budgets = await db.query<BudgetWithPeriod>(statement.text, statement.params, statement.name);
   const keys = countersFor(
     budgets.filter((b) => b.mode === 'block'),

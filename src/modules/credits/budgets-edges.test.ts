@@ -260,3 +260,41 @@ describe('give-backs after the window rolled over, or after the budget went', ()
     expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
   });
 });
+
+describe('an organization budget of the period window, its primary not touched since its period ended', () => {
+  it('anchored on the 31st, untouched through a 30-day month: the first charge counts in the period the row rolls into, so a second cannot open another window', async () => {
+    // The deployment's periods: [Mar 31, Apr 30), [Apr 30, May 31), [May 31, Jun 30), [Jun 30, Jul 31)…
+    h.clock.set('2026-03-31T10:00:00.000Z');
+    const t = await richTenant();
+    const budgetId = await createBudget(t, { scope: 'organization', limit_credits: 1, window: 'period' });
+    // Nothing touches the row until July 30: its period ended on Apr 30. The monthly anniversaries of that
+    // end would put the first charge in [Jul 30, Aug 30), while the row rolls into [Jun 30, Jul 31), which
+    // every later charge reads: two windows for one period, each with its own limit.
+    h.clock.set('2026-07-30T12:00:00.000Z');
+    // A read before any charge shows the period the row will roll into.
+    expect(await readBudget(t, budgetId)).toMatchObject({ spent_credits: 0, window_start: '2026-06-30T10:00:00.000Z', resets_at: '2026-07-31T10:00:00.000Z' });
+    expect(json(await serviceUsage(t)).success).toBe(true);
+    expect(await readBudget(t, budgetId)).toMatchObject({ spent_credits: 1, window_start: '2026-06-30T10:00:00.000Z', resets_at: '2026-07-31T10:00:00.000Z' });
+    h.clock.set('2026-07-30T12:30:00.000Z');
+    expect(json(await serviceUsage(t))).toMatchObject({ success: false, error: 'budget_exceeded' });
+    const windows = await db.query<{ window_start: Date; window_end: Date; spent_credits: number }>(
+      'SELECT window_start, window_end, spent_credits FROM budget_windows WHERE budget_id = $1',
+      [budgetId],
+    );
+    expect(windows.map((w) => [w.window_start.toISOString(), w.window_end.toISOString(), Number(w.spent_credits)])).toEqual([
+      ['2026-06-30T10:00:00.000Z', '2026-07-31T10:00:00.000Z', 1],
+    ]);
+  });
+
+  it('an AI call on such a deployment is held in the period its row rolls into', async () => {
+    h.clock.set('2027-03-31T10:00:00.000Z');
+    const t = await richTenant();
+    await setAiLimit(h, t, 0);
+    const budgetId = await createBudget(t, { scope: 'deployment', deployment_id: t.deploymentId, limit_credits: 1000, window: 'period' });
+    h.clock.set('2027-07-30T12:00:00.000Z');
+    const res = await chat(t);
+    expect(res.statusCode, res.body).toBe(200);
+    const windows = await db.query<{ window_start: Date; window_end: Date }>('SELECT window_start, window_end FROM budget_windows WHERE budget_id = $1', [budgetId]);
+    expect(windows.map((w) => [w.window_start.toISOString(), w.window_end.toISOString()])).toEqual([['2027-06-30T10:00:00.000Z', '2027-07-31T10:00:00.000Z']]);
+  });
+});

@@ -1,9 +1,9 @@
-import { monthlyPeriod } from '../../clock.js';
 import type { Deps } from '../../context.js';
 import { forgetBalance } from './balance-cache.js';
 import { pgArray } from '../../db/arrays.js';
 import type { Queryable, Statement, Transaction } from '../../db/client.js';
 import { type BudgetCounter, type BudgetRow, type ChargeSubject, EACH, subjectOf, type Window, windowOf } from './budget-rules.js';
+import { type PeriodInputs, periodAt, subscriptionPeriodSql } from './terms.js';
 
 /**
  * The budgets' side of the money engine (docs/budgets.md): which budgets a batch's organizations have,
@@ -12,26 +12,68 @@ import { type BudgetCounter, type BudgetRow, type ChargeSubject, EACH, subjectOf
  * refund. The rule itself is credits/budget-rules.ts and credits/rules.ts.
  */
 
-/** A budget with its organization's primary deployment's credit period, for `period` windows. */
+/**
+ * A budget with its organization's primary deployment's credit period, for `period` windows, and what
+ * brings that period forward once it has ended (terms.ts periodAt): the primary's billing anchor and,
+ * read only then, the organization's subscription period.
+ */
 export interface BudgetWithPeriod extends BudgetRow {
   primary_period_start: Date | null;
   primary_period_end: Date | null;
+  primary_billing_anchor: Date | null;
+  primary_subscription_start: Date | null;
+  primary_subscription_end: Date | null;
 }
 
-/** The budgets of a batch's organizations: sent in the batch's first round trip (engine/plan.ts). */
-export function budgetsStatement(organizationIds: string[]): Statement {
+/**
+ * The budgets of a batch's organizations: sent in the batch's first round trip (engine/plan.ts). `latest`
+ * is the latest time a charge of the batch is made at: a primary period ended by then is brought forward
+ * (its subscription is looked up only for those).
+ */
+export function budgetsStatement(organizationIds: string[], latest: Date): Statement {
   return {
     text: `SELECT b.id, b.organization_id, b.scope, b.deployment_id, b.api_key_id, b.end_user_id, b.tool_name, b.limit_credits,
                   b.limit_ai_tokens, b.window_kind, b.mode, b.alert_thresholds, pb.period_start AS primary_period_start,
-                  pb.period_end AS primary_period_end
+                  pb.period_end AS primary_period_end, pd.billing_anchor AS primary_billing_anchor,
+                  sp.current_period_start AS primary_subscription_start, sp.current_period_end AS primary_subscription_end
            FROM budgets b
            LEFT JOIN deployments pd ON pd.organization_id = b.organization_id AND pd.is_primary
            LEFT JOIN credit_balances pb ON pb.deployment_id = pd.id
+           LEFT JOIN LATERAL (${subscriptionPeriodSql('b.organization_id')}) sp ON pb.period_end <= $2::timestamptz
            WHERE b.organization_id = ANY($1::uuid[])
            ORDER BY b.id`,
-    params: [pgArray(organizationIds)],
+    params: [pgArray(organizationIds), latest],
     name: 'credits_batch_budgets',
   };
+}
+
+/** periodAt's inputs for an organization's primary deployment, from a budget read with it. */
+function primaryInputs(b: BudgetWithPeriod): PeriodInputs | null {
+  if (!b.primary_billing_anchor) return null;
+  const start = b.primary_subscription_start;
+  const end = b.primary_subscription_end;
+  return { billing_anchor: b.primary_billing_anchor, subscription: start && end ? { current_period_start: start, current_period_end: end } : null };
+}
+
+/** periodAt's inputs of deployments whose balance rows are past their period (rare: read apart). */
+export async function periodInputsOf(q: Queryable, deploymentIds: readonly string[]): Promise<Map<string, PeriodInputs>> {
+  if (deploymentIds.length === 0) return new Map();
+  const rows = await q.query<{ id: string; billing_anchor: Date; current_period_start: Date | null; current_period_end: Date | null }>(
+    `SELECT d.id, d.billing_anchor, sp.current_period_start, sp.current_period_end
+     FROM deployments d LEFT JOIN LATERAL (${subscriptionPeriodSql('d.organization_id')}) sp ON true
+     WHERE d.id = ANY($1::uuid[])`,
+    [pgArray(deploymentIds)],
+    'credits_period_inputs',
+  );
+  return new Map(
+    rows.map((r) => [
+      r.id,
+      {
+        billing_anchor: r.billing_anchor,
+        subscription: r.current_period_start && r.current_period_end ? { current_period_start: r.current_period_start, current_period_end: r.current_period_end } : null,
+      },
+    ]),
+  );
 }
 
 /** A window row a charge falls in, before it is locked. */
@@ -69,7 +111,7 @@ export function countersFor(
     if (budget.window_kind === 'period' && budget.deployment_id === null && budget.scope !== 'deployment') {
       const start = budget.primary_period_start;
       const end = budget.primary_period_end;
-      if (start && end) own = end.getTime() > at.getTime() ? { start, end } : monthlyPeriod(end, at);
+      if (start && end) own = periodAt({ period_start: start, period_end: end }, at, primaryInputs(budget));
     }
     const window = windowOf(budget.window_kind, at, own);
     keys.push({ budget, subject, window });
@@ -246,20 +288,36 @@ export async function budgetStandings(
   const out = new Map<string, BudgetStanding>();
   if (budgets.length === 0) return out;
   const narrowed = [...new Set(budgets.flatMap((b) => (b.deployment_id ? [b.deployment_id] : [])))];
-  const periods = await db.query<{ deployment_id: string; is_primary: boolean; period_start: Date; period_end: Date }>(
-    `SELECT cb.deployment_id, d.is_primary, cb.period_start, cb.period_end
+  const periods = await db.query<{
+    deployment_id: string;
+    is_primary: boolean;
+    period_start: Date;
+    period_end: Date;
+    billing_anchor: Date;
+    current_period_start: Date | null;
+    current_period_end: Date | null;
+  }>(
+    `SELECT cb.deployment_id, d.is_primary, cb.period_start, cb.period_end, d.billing_anchor, sp.current_period_start, sp.current_period_end
      FROM credit_balances cb JOIN deployments d ON d.id = cb.deployment_id
+     LEFT JOIN LATERAL (${subscriptionPeriodSql('cb.organization_id')}) sp ON cb.period_end <= $3::timestamptz
      WHERE cb.organization_id = $1 AND (d.is_primary OR cb.deployment_id = ANY($2::uuid[]))`,
-    [organizationId, pgArray(narrowed)],
+    [organizationId, pgArray(narrowed), now],
     'credits_budget_standing_periods',
   );
   const primary = periods.find((p) => p.is_primary) ?? null;
-  const periodOf = new Map(
-    periods.map((p) => [p.deployment_id, p.period_end.getTime() > now.getTime() ? { start: p.period_start, end: p.period_end } : monthlyPeriod(p.period_end, now)]),
-  );
+  const subscriptionOf = (p: (typeof periods)[number]) =>
+    p.current_period_start && p.current_period_end ? { current_period_start: p.current_period_start, current_period_end: p.current_period_end } : null;
+  const periodOf = new Map(periods.map((p) => [p.deployment_id, periodAt(p, now, { billing_anchor: p.billing_anchor, subscription: subscriptionOf(p) })]));
   const windows = new Map<string, Window>();
   for (const budget of budgets) {
-    const withPeriod: BudgetWithPeriod = { ...budget, primary_period_start: primary?.period_start ?? null, primary_period_end: primary?.period_end ?? null };
+    const withPeriod: BudgetWithPeriod = {
+      ...budget,
+      primary_period_start: primary?.period_start ?? null,
+      primary_period_end: primary?.period_end ?? null,
+      primary_billing_anchor: primary?.billing_anchor ?? null,
+      primary_subscription_start: primary?.current_period_start ?? null,
+      primary_subscription_end: primary?.current_period_end ?? null,
+    };
     // With no balance row to follow (none should be missing), a period window falls back to the calendar month.
     const own = (budget.deployment_id ? periodOf.get(budget.deployment_id) : undefined) ?? windowOf('month', now, null);
     const charge: ChargeSubject = {

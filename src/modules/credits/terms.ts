@@ -16,7 +16,7 @@ export interface SubscriptionPeriod {
  * reset it again (credits/subscription-period.ts); without a subscription the monthly anniversary of
  * billing_anchor.
  */
-export function periodFor(d: DeploymentTerms, now: Date, subscription: SubscriptionPeriod | null = null): { start: Date; end: Date } {
+export function periodFor(d: Pick<DeploymentTerms, 'billing_anchor'>, now: Date, subscription: SubscriptionPeriod | null = null): { start: Date; end: Date } {
   const start = subscription?.current_period_start;
   const end = subscription?.current_period_end;
   if (start && end && start.getTime() <= now.getTime()) {
@@ -29,11 +29,32 @@ export function periodFor(d: DeploymentTerms, now: Date, subscription: Subscript
 /**
  * The subscription that sets an organization's periods: the one the organization names (the last one
  * Stripe reported in force, billing/subscriptions.ts), else the latest one that is not canceled.
+ * `organization` is the SQL of the organization's id (a parameter, or a column of an outer query).
  */
-export const SUBSCRIPTION_PERIOD_SQL = `SELECT s.current_period_start, s.current_period_end
+export const subscriptionPeriodSql = (organization: string) => `SELECT s.current_period_start, s.current_period_end
   FROM subscriptions s JOIN organizations o ON o.id = s.organization_id
-  WHERE s.organization_id = $1 AND s.status <> 'canceled' AND s.current_period_start IS NOT NULL
+  WHERE s.organization_id = ${organization} AND s.status <> 'canceled' AND s.current_period_start IS NOT NULL
   ORDER BY (s.stripe_subscription_id = o.stripe_subscription_id) DESC NULLS LAST, s.current_period_end DESC NULLS LAST LIMIT 1`;
+
+export const SUBSCRIPTION_PERIOD_SQL = subscriptionPeriodSql('$1');
+
+/** What brings a balance row's period forward once it has ended (periodFor's inputs). */
+export interface PeriodInputs {
+  billing_anchor: Date;
+  subscription: SubscriptionPeriod | null;
+}
+
+/**
+ * The credit period a balance row has at `at` (docs/metering.md, Periods): its own while that holds
+ * `at`; past its end, the one bringing the row up to date gives it (periodFor) — not the monthly
+ * anniversaries of the old end, which differ from it once a short month clamped the anchor's day (an
+ * anchor on the 31st ends a period on the 30th) or a subscription renewed on another day. Without the
+ * inputs (a row of no deployment), the anniversaries of its end.
+ */
+export function periodAt(row: { period_start: Date; period_end: Date }, at: Date, inputs: PeriodInputs | null): { start: Date; end: Date } {
+  if (row.period_end.getTime() > at.getTime()) return { start: row.period_start, end: row.period_end };
+  return inputs ? periodFor(inputs, at, inputs.subscription) : monthlyPeriod(row.period_end, at);
+}
 
 /** When a balance row must next be brought up to date: its period end, or an override expiring sooner. */
 export function syncBeforeFor(periodEnd: Date, terms: EffectiveTerms): Date {

@@ -1,9 +1,9 @@
 import { pgArray } from '../../../db/arrays.js';
 import type { Statement, Transaction } from '../../../db/client.js';
-import { monthlyPeriod } from '../../../clock.js';
 import { IDEMPOTENCY_WINDOW_MS, sweepReservations } from '../reservations.js';
 import type { BudgetCounter, Window } from '../budget-rules.js';
-import { type BudgetWithPeriod, budgetsStatement, type CounterKey, counterKey, countersFor, lockCounters } from '../budgets.js';
+import { type BudgetWithPeriod, budgetsStatement, type CounterKey, counterKey, countersFor, lockCounters, periodInputsOf } from '../budgets.js';
+import { type PeriodInputs, periodAt } from '../terms.js';
 import { applyInOrder, type Change, NOTHING_HELD, type Terms } from '../rules.js';
 import { type BalanceRow, syncBalance } from '../service.js';
 import { NotOptimistic, type OptimisticPlan, type RememberedBudgets, type RememberedWindow, type Written } from './remembered.js';
@@ -138,7 +138,10 @@ export async function applyBatch(
   //     Ops that count in budgets (an AI call's charge) read their organizations' budgets too.
   const organizations = [...new Set([...items.map((it) => it.organizationId), ...ops.flatMap((op) => (op.budgets?.charge ? [op.budgets.charge.organizationId] : []))])];
   const readBudgets = !remembered && organizations.length > 0;
-  if (readBudgets) statements.push(budgetsStatement(organizations));
+  if (readBudgets) {
+    const times = [...items.map((it) => it.now), ...ops.flatMap((op) => (op.budgets?.charge ? [op.budgets.charge.at] : []))];
+    statements.push(budgetsStatement(organizations, times.reduce(latest)));
+  }
   // Nothing to send (ops of one deployment alone): BEGIN then goes with the first op's statement.
   // Remembered rows: the claims are made by the writes themselves, and no existing row is settled.
   const answers = remembered
@@ -379,13 +382,17 @@ async function budgetCounters(
     }
   }
   // An op's charge: its deployment's row was locked, not brought up to date (the op does that): a
-  // period that has ended is brought forward by whole months, as for an organization's primary.
+  // period that has ended is the one the op's bringing up to date will give it (terms.ts periodAt).
+  const ended = ops.flatMap((op) => {
+    const row = rows.get(op.deploymentId);
+    return op.budgets?.charge && row && row.period_end.getTime() <= op.budgets.charge.at.getTime() ? [op.deploymentId] : [];
+  });
+  const inputs = remembered ? new Map<string, PeriodInputs>() : await periodInputsOf(tx, [...new Set(ended)]);
   const opKeys = ops.map((op) => {
     const charge = op.budgets?.charge;
     const row = rows.get(op.deploymentId);
     if (!charge || !row) return [];
-    const period: Window =
-      row.period_end.getTime() > charge.at.getTime() ? { start: row.period_start, end: row.period_end } : monthlyPeriod(row.period_end, charge.at);
+    const period: Window = periodAt(row, charge.at, inputs.get(op.deploymentId) ?? null);
     return countersFor(budgetsOf.get(charge.organizationId) ?? [], charge, charge.at, period, 'ai');
   });
   const releaseIds = [...releasing.values()].flat();
