@@ -32,19 +32,27 @@ export const TOOL_COST = [1, 3] as const;
 
 /** The operations that may run side by side in one step (they go through the group commit). */
 export type BatchOp =
-  | { kind: 'record'; dep: number; tool: 0 | 1; inv: string | null; stdio: boolean }
-  | { kind: 'reserve'; dep: number; tool: 0 | 1; inv: string }
+  | { kind: 'record'; dep: number; tool: 0 | 1; inv: string | null; stdio: boolean; user: string | null }
+  | { kind: 'reserve'; dep: number; tool: 0 | 1; inv: string; user: string | null }
   | { kind: 'release'; dep: number; inv: string };
 
+/**
+ * The end user of an operation with an invocation id follows from the id: the id's request hash holds the
+ * end user (docs/metering.md, Idempotency), and the model keeps invocations by id and tool only.
+ */
+export const userOf = (inv: string): string | null => ({ i0: 'u0', i1: 'u1', i2: 'u0' })[inv] ?? null;
+
 export const describeOp = (op: BatchOp): string =>
-  op.kind === 'release' ? `release(d${op.dep}, ${op.inv})` : `${op.kind}(d${op.dep}, cost ${TOOL_COST[op.tool]}, ${op.inv ?? 'no id'}${op.kind === 'record' && op.stdio ? ', stdio' : ''})`;
+  op.kind === 'release'
+    ? `release(d${op.dep}, ${op.inv})`
+    : `${op.kind}(d${op.dep}, cost ${TOOL_COST[op.tool]}, ${op.inv ?? 'no id'}${op.kind === 'record' && op.stdio ? ', stdio' : ''}${op.user ? `, ${op.user}` : ''})`;
 
 export function modelOp(w: World, op: BatchOp): M.Answer {
   const d = w.deps[op.dep]!;
   if (op.kind === 'release') return M.release(d, w.now, op.inv);
   const tool = `t${op.tool}`;
-  if (op.kind === 'reserve') return M.reserve(d, w.now, tool, TOOL_COST[op.tool], op.inv);
-  return M.record(d, w.now, tool, TOOL_COST[op.tool], op.inv);
+  if (op.kind === 'reserve') return M.reserve(d, w.now, tool, TOOL_COST[op.tool], op.inv, { stdio: false, user: op.user });
+  return M.record(d, w.now, tool, TOOL_COST[op.tool], op.inv, { stdio: op.stdio, user: op.user });
 }
 
 export interface RealAnswer {
@@ -67,10 +75,11 @@ export function realOp(r: Real, op: BatchOp): Promise<RealAnswer> {
   const id = op.inv === null ? {} : { invocation_id: op.inv };
   const tool_name = r.tools[op.tool];
   if (op.kind === 'reserve') {
-    return http(r, 'POST', '/api/v1/mcp/check-entitlement', service, { deployment_id: t.deploymentId, tool_name, reserve: true, ...id });
+    const user = op.user === null ? {} : { end_user_id: op.user };
+    return http(r, 'POST', '/api/v1/mcp/check-entitlement', service, { deployment_id: t.deploymentId, tool_name, reserve: true, ...id, ...user });
   }
-  if (op.stdio) return http(r, 'POST', '/api/v1/mcp/stdio/record-usage', bearer(t.apiKey), { tool_name, ...id });
-  return http(r, 'POST', '/api/v1/mcp/usage', service, { deployment_id: t.deploymentId, tool_name, ...id });
+  if (op.stdio) return http(r, 'POST', '/api/v1/mcp/stdio/record-usage', bearer(t.apiKey), { tool_name, ...id, ...(op.user === null ? {} : { end_user_id: op.user }) });
+  return http(r, 'POST', '/api/v1/mcp/usage', service, { deployment_id: t.deploymentId, tool_name, ...id, ...(op.user === null ? {} : { mcp_user_id: op.user }) });
 }
 
 /**
@@ -113,6 +122,8 @@ export function realRefund(r: Real, usageId: string, amount: number | undefined)
 const ctxOf = (r: Real, t: Tenant): Ctx => ({ ...r.h.ctx, actor: { type: 'deployment', deploymentId: t.deploymentId, organizationId: t.organizationId } });
 const depOf = (t: Tenant) => ({ id: t.deploymentId, organization_id: t.organizationId });
 const YEARS = 10 * 366 * 24 * 60 * 60_000;
+/** The model every AI call of the model test asks for: its tool, for budgets (docs/budgets.md, AI calls). */
+const AI_MODEL = 'gpt-4o-mini';
 
 async function refusal(p: Promise<RealAnswer>): Promise<RealAnswer> {
   try {
@@ -128,7 +139,7 @@ export function realAiHold(r: Real, dep: number, prompt: number, output: number,
   // The hold never lapses within a run: the sweep of AI holds is global, other suites' holds share the database.
   const expiresAt = new Date(r.h.clock.now().getTime() + YEARS);
   return refusal(
-    holdAiTokens(ctxOf(r, t), depOf(t), { model: 'gpt-4o-mini', modelClass: cls, promptTokens: prompt, outputPerChoice: output, choices: 1, expiresAt }).then(
+    holdAiTokens(ctxOf(r, t), depOf(t), { model: AI_MODEL, modelClass: cls, promptTokens: prompt, outputPerChoice: output, choices: 1, expiresAt }).then(
       (held) => ({ status: 200, replayed: false, id: held.id, body: { ...held } }),
     ),
   );
@@ -137,7 +148,7 @@ export function realAiHold(r: Real, dep: number, prompt: number, output: number,
 export async function realAiSettle(r: Real, dep: number, holdId: string, cls: M.ModelClass, tokens: number): Promise<RealAnswer> {
   const t = r.tenants[dep]!;
   const inputTokens = Math.floor(tokens / 2);
-  const result = await settleAiTokens(ctxOf(r, t), depOf(t), { model: 'gpt-4o-mini', modelClass: cls, holdId, inputTokens, outputTokens: tokens - inputTokens });
+  const result = await settleAiTokens(ctxOf(r, t), depOf(t), { model: AI_MODEL, modelClass: cls, holdId, inputTokens, outputTokens: tokens - inputTokens });
   return { status: 200, replayed: result.replayed, body: { ...result, usage_id: result.usageId } };
 }
 
@@ -209,6 +220,81 @@ export function modelRows(w: World): Row[] {
     usage_net: d.usages.reduce((n, u) => n + (u.success ? u.quantity - u.refunded : 0), 0),
     usage_short: d.usages.reduce((n, u) => n + u.short, 0),
   }));
+}
+
+// ---- Budgets (docs/budgets.md). ----
+
+/** The model's tool names ('t0', 't1', AI calls' 'ai') as the engine knows them. */
+const realTool = (r: Real, tool: string): string => (tool === M.AI_TOOL ? AI_MODEL : r.tools[Number(tool.slice(1))]!);
+const modelTool = (r: Real, name: string): string => (name === AI_MODEL ? M.AI_TOOL : `t${r.tools.indexOf(name)}`);
+
+/** The deployment's budgets, made through the operator's budgets API; the model's take the engine's ids. */
+export async function realCreateBudgets(r: Real, dep: number, budgets: M.BudgetModel[]): Promise<void> {
+  const t = r.tenants[dep]!;
+  const keys = await r.h.deps.db.query<{ id: string }>('SELECT id FROM api_keys WHERE organization_id = $1', [t.organizationId]);
+  if (keys.length !== 1) throw new Error(`the model's organization has ${keys.length} API keys, not one`);
+  for (const b of budgets) {
+    const res = await r.h.request({
+      method: 'POST',
+      url: `/api/v1/admin/organizations/${t.organizationId}/budgets`,
+      headers: adminHeaders(r.h),
+      payload: {
+        scope: b.scope,
+        ...(b.scope === 'deployment' ? { deployment_id: t.deploymentId } : {}),
+        ...(b.scope === 'tool' ? { tool_name: b.tool === '*' ? '*' : realTool(r, b.tool!) } : {}),
+        ...(b.scope === 'api_key' ? { api_key_id: keys[0]!.id } : {}),
+        ...(b.scope === 'end_user' ? { end_user_id: b.user } : {}),
+        ...(b.limit === null ? {} : { limit_credits: b.limit }),
+        ...(b.limitTokens === null ? {} : { limit_ai_tokens: b.limitTokens }),
+        window: b.window,
+        mode: b.block ? 'block' : 'alert',
+      },
+    });
+    if (res.statusCode !== 201) throw new Error(`budget not made: ${res.statusCode} ${res.body}`);
+    b.id = (res.json() as { id: string }).id;
+  }
+}
+
+export async function realSetBudgetLimit(r: Real, dep: number, budget: M.BudgetModel, limit: number): Promise<RealAnswer> {
+  const t = r.tenants[dep]!;
+  const res = await r.h.request({
+    method: 'PUT',
+    url: `/api/v1/admin/organizations/${t.organizationId}/budgets/${budget.id}`,
+    headers: adminHeaders(r.h),
+    payload: { limit_credits: limit },
+  });
+  return { status: res.statusCode, replayed: false, body: res.json() as Record<string, unknown> };
+}
+
+/** Every budget window with something counted: `d<deployment> b<budget> <subject> <start>` → `<credits>/<AI tokens>`. */
+export async function realWindows(r: Real, w: World): Promise<Record<string, string>> {
+  const rows = await r.h.deps.db.query<{ budget_id: string; subject: string; window_start: Date; spent_credits: number; spent_ai_tokens: number }>(
+    `SELECT w.budget_id, w.subject, w.window_start, w.spent_credits, w.spent_ai_tokens FROM budget_windows w JOIN budgets b ON b.id = w.budget_id
+     WHERE b.organization_id = ANY($1::uuid[]) AND (w.spent_credits <> 0 OR w.spent_ai_tokens <> 0)`,
+    [r.tenants.map((t) => t.organizationId)],
+  );
+  const out: Record<string, string> = {};
+  for (const row of rows) {
+    const dep = w.deps.findIndex((d) => d.budgets.some((b) => b.id === row.budget_id));
+    const budget = w.deps[dep]?.budgets.findIndex((b) => b.id === row.budget_id) ?? -1;
+    // A '*' budget's subject: the tool (named as the model names it) or the end user (as sent).
+    const tools = w.deps[dep]?.budgets[budget]?.scope === 'tool';
+    const subject = row.subject === '' || !tools ? row.subject : modelTool(r, row.subject);
+    out[`d${dep} b${budget} ${subject} ${row.window_start.toISOString()}`] = `${row.spent_credits}/${row.spent_ai_tokens}`;
+  }
+  return out;
+}
+
+export function modelWindows(w: World): Record<string, string> {
+  const out: Record<string, string> = {};
+  w.deps.forEach((d, dep) => {
+    for (const [key, spent] of d.windows) {
+      if (spent.credits === 0 && spent.tokens === 0) continue;
+      const [budget, subject, start] = key.split('|');
+      out[`d${dep} b${budget} ${subject} ${new Date(Number(start)).toISOString()}`] = `${spent.credits}/${spent.tokens}`;
+    }
+  });
+  return out;
 }
 
 /** ADR 0003's invariants 1 and 8 for this run's organizations: the finders find nothing. */

@@ -6,6 +6,9 @@ import { monthlyPeriod } from '../src/clock.js';
  * from the engine's code: docs/metering.md (buckets, deductions, reservations, idempotency, refunds),
  * docs/ai-proxy.md ("What a provider's over-report costs") and docs/adr/0003-credits-owns-money.md.
  * The monthly allocation is finite (a trial deployment with a monthly_credits override); no expiring grants.
+ * Budgets follow docs/budgets.md: each deployment is its own organization, with block or alert budgets of
+ * credits and/or AI tokens on the organization, the deployment or tools (one named tool, or each tool
+ * apart), per hour, day or credit period.
  * Every operation returns the answer the engine must give and changes the model in place.
  */
 
@@ -24,6 +27,48 @@ export interface Invocation {
   expiresAt: number;
   createdAt: number;
   answer?: RecordAnswer;
+  /** The budget windows a reservation was counted in. */
+  windows?: WindowRef[];
+}
+
+/** A budget of the deployment's organization (docs/budgets.md, A budget). */
+export interface BudgetModel {
+  /** The engine's id, filled in by the model test's setup. */
+  id: string | null;
+  /**
+   * `organization`, `deployment`: every charge (one deployment per organization); `api_key`: the charges
+   * its one API key authenticates (stdio records); `end_user`: those of `user` ('*': each end user apart);
+   * `tool`: those of `tool` ('*': each tool apart).
+   */
+  scope: 'organization' | 'deployment' | 'api_key' | 'end_user' | 'tool';
+  tool: string | null;
+  user: string | null;
+  /** Credits and AI tokens a window may count; at least one is set. */
+  limit: number | null;
+  limitTokens: number | null;
+  window: 'hour' | 'day' | 'week' | 'month' | 'period';
+  block: boolean;
+}
+
+/** Who a charge is made by and for: through the API key (stdio) or not, and its end user. */
+export interface ChargedBy {
+  stdio: boolean;
+  user: string | null;
+}
+const NOBODY: ChargedBy = { stdio: false, user: null };
+
+/** What a window has counted. */
+export interface Spent {
+  credits: number;
+  tokens: number;
+}
+
+/** A window a charge falls in: the budget (its index), the subject ('' or the tool of a '*' budget), [start, end). */
+export interface WindowRef {
+  budget: number;
+  subject: string;
+  start: number;
+  end: number;
 }
 
 export interface Usage {
@@ -37,6 +82,8 @@ export interface Usage {
   periodStart: number;
   invocationId: string | null;
   short: number;
+  /** The budget windows it was counted in (a refund gives back to those still in progress). */
+  windows: WindowRef[];
 }
 
 export interface AiHoldModel {
@@ -46,6 +93,9 @@ export interface AiHoldModel {
   credits: number;
   cls: ModelClass;
   usage?: Usage;
+  /** The budget windows the hold was counted in, and the AI tokens it counted there (prompt + output allowance). */
+  windows: WindowRef[];
+  budgetTokens: number;
 }
 
 export interface Deployment {
@@ -65,6 +115,9 @@ export interface Deployment {
   invocations: Map<string, Invocation>;
   usages: Usage[];
   holds: AiHoldModel[];
+  budgets: BudgetModel[];
+  /** What each budget window has counted, by windowKey. */
+  windows: Map<string, Spent>;
 }
 
 export interface RecordAnswer {
@@ -84,12 +137,12 @@ export type Answer = {
   anyOf?: Answer[];
 };
 
-export function newDeployment(anchor: Date, allocation: number, aiLimit: number): Deployment {
+export function newDeployment(anchor: Date, allocation: number, aiLimit: number, budgets: BudgetModel[] = []): Deployment {
   const p = monthlyPeriod(anchor, anchor);
   return {
     anchor, allocation, aiLimit, periodStart: p.start.getTime(), periodEnd: p.end.getTime(),
     used: 0, purchased: 0, reserved: 0, owed: 0, aiUsed: 0, aiOver: 0, aiTokensHeld: 0, aiCreditsHeld: 0,
-    invocations: new Map(), usages: [], holds: [],
+    invocations: new Map(), usages: [], holds: [], budgets, windows: new Map(),
   };
 }
 
@@ -98,7 +151,109 @@ export function cloneDeployment(d: Deployment): Deployment {
   const same = (u: Usage | null | undefined) => (u ? usages[d.usages.indexOf(u)]! : u);
   const invocations = new Map([...d.invocations].map(([k, v]) => [k, { ...v, ...(v.answer ? { answer: { ...v.answer, usage: same(v.answer.usage) ?? null } } : {}) }]));
   const holds = d.holds.map((h) => ({ ...h, ...(h.usage ? { usage: same(h.usage)! } : {}) }));
-  return { ...d, invocations, usages, holds };
+  return { ...d, invocations, usages, holds, budgets: d.budgets.map((b) => ({ ...b })), windows: new Map(d.windows) };
+}
+
+// ---- Budgets (docs/budgets.md). ----
+
+const HOUR = 60 * MINUTE;
+const DAY = 24 * HOUR;
+
+/** The UTC window of `kind` holding `now` (docs/budgets.md, Windows): weeks start on Monday, months are calendar months. */
+function calendarWindow(kind: 'hour' | 'day' | 'week' | 'month', now: number): { start: number; end: number } {
+  if (kind === 'month') {
+    const at = new Date(now);
+    return { start: Date.UTC(at.getUTCFullYear(), at.getUTCMonth(), 1), end: Date.UTC(at.getUTCFullYear(), at.getUTCMonth() + 1, 1) };
+  }
+  const day = now - (now % DAY);
+  if (kind === 'week') {
+    const start = day - ((new Date(day).getUTCDay() + 6) % 7) * DAY;
+    return { start, end: start + 7 * DAY };
+  }
+  const length = kind === 'hour' ? HOUR : DAY;
+  const start = now - (now % length);
+  return { start, end: start + length };
+}
+/** The tool an AI call is charged as: its model (docs/budgets.md, AI calls); the model test calls 'gpt-4o-mini'. */
+export const AI_TOOL = 'ai';
+
+export const windowKey = (w: WindowRef): string => `${w.budget}|${w.subject}|${w.start}`;
+const spentIn = (d: Deployment, w: WindowRef): Spent => d.windows.get(windowKey(w)) ?? { credits: 0, tokens: 0 };
+
+/**
+ * The windows a charge of `tool` at `now` falls in: every budget that holds for it, in the UTC hour or
+ * day holding `now`, or the deployment's credit period (touched by the charge first). A charge of credits
+ * alone (an MCP record or reservation) falls only under budgets with a credit limit; an AI call under all.
+ */
+export function chargeWindows(d: Deployment, now: number, tool: string, by: ChargedBy = NOBODY): WindowRef[] {
+  const refs: WindowRef[] = [];
+  d.budgets.forEach((b, budget) => {
+    if (tool !== AI_TOOL && b.limit === null) return;
+    let subject: string;
+    if (b.scope === 'organization' || b.scope === 'deployment') subject = '';
+    else if (b.scope === 'api_key') {
+      if (!by.stdio) return;
+      subject = '';
+    } else if (b.scope === 'end_user') {
+      if (by.user === null || (b.user !== '*' && b.user !== by.user)) return;
+      subject = b.user === '*' ? by.user : '';
+    } else if (b.tool === '*') subject = tool;
+    else if (b.tool === tool) subject = '';
+    else return;
+    if (b.window === 'period') {
+      refs.push({ budget, subject, start: d.periodStart, end: d.periodEnd });
+      return;
+    }
+    refs.push({ budget, subject, ...calendarWindow(b.window, now) });
+  });
+  return refs;
+}
+
+/**
+ * Whether a charge of `credits` (and `tokens`) would take a block budget's window past one of its limits.
+ * A credit limit lowered below what is spent refuses even 0 credits; AI tokens only a charge that has some.
+ */
+function crossesBudget(d: Deployment, windows: WindowRef[], credits: number, tokens = 0): boolean {
+  return windows.some((w) => {
+    const b = d.budgets[w.budget]!;
+    const spent = spentIn(d, w);
+    if (!b.block) return false;
+    if (b.limit !== null && credits > b.limit - spent.credits) return true;
+    return b.limitTokens !== null && tokens > 0 && tokens > b.limitTokens - spent.tokens;
+  });
+}
+
+/** What the block budgets leave room for (never below 0): credits and AI tokens, null where none limits that. */
+function budgetRoom(d: Deployment, windows: WindowRef[]): { credits: number | null; tokens: number | null } {
+  let credits: number | null = null;
+  let tokens: number | null = null;
+  for (const w of windows) {
+    const b = d.budgets[w.budget]!;
+    if (!b.block) continue;
+    const spent = spentIn(d, w);
+    if (b.limit !== null) credits = Math.min(credits ?? Number.POSITIVE_INFINITY, Math.max(0, b.limit - spent.credits));
+    if (b.limitTokens !== null) tokens = Math.min(tokens ?? Number.POSITIVE_INFINITY, Math.max(0, b.limitTokens - spent.tokens));
+  }
+  return { credits, tokens };
+}
+
+/**
+ * Counts `credits` and `tokens` (either may be negative) in the windows; a give-back (or a settle's
+ * correction) reaches only the windows still in progress at `now`. A count never goes below 0.
+ */
+function countIn(d: Deployment, windows: WindowRef[], credits: number, now: number | null = null, tokens = 0): void {
+  if (credits === 0 && tokens === 0) return;
+  for (const w of windows) {
+    if (now !== null && w.end <= now) continue;
+    const spent = spentIn(d, w);
+    d.windows.set(windowKey(w), { credits: Math.max(0, spent.credits + credits), tokens: Math.max(0, spent.tokens + tokens) });
+  }
+}
+
+/** A budget's credit limit set or changed (its window kind kept): the windows keep their counts. */
+export function setBudgetLimit(d: Deployment, budget: number, limit: number): Answer {
+  d.budgets[budget]!.limit = limit;
+  return { status: 200, body: { limit_credits: limit } };
 }
 
 export const monthlyLeft = (d: Deployment): number => Math.max(0, d.allocation - d.used);
@@ -140,15 +295,22 @@ export function expireReservations(d: Deployment, now: number): void {
     if (inv.status === 'reserved' && inv.expiresAt <= now) {
       inv.status = 'expired';
       d.reserved -= inv.amount;
+      countIn(d, inv.windows ?? [], -inv.amount, now);
     }
   }
 }
 
-function deduct(d: Deployment, cost: number, release: number, invocationId: string | null): RecordAnswer {
-  const ok = spendable(d) + release >= cost;
+/**
+ * A deduction: the balance first, then the block budgets of `windows` (docs/budgets.md, Enforcement). A
+ * reservation's spend (`held`, its windows) was judged and counted when held: its record inherits them.
+ */
+function deduct(d: Deployment, cost: number, release: number, invocationId: string | null, windows: WindowRef[], held: boolean): RecordAnswer {
+  const paid = spendable(d) + release >= cost;
+  const overBudget = paid && !held && crossesBudget(d, windows, cost);
+  const ok = paid && !overBudget;
   const usage: Usage = {
     id: null, success: ok, quantity: ok ? cost : 0, refunded: 0, monthlyTaken: 0, purchasedTaken: 0,
-    periodStart: d.periodStart, invocationId, short: 0,
+    periodStart: d.periodStart, invocationId, short: 0, windows: ok ? windows : [],
   };
   if (ok) {
     usage.monthlyTaken = Math.min(cost, monthlyLeft(d));
@@ -156,20 +318,22 @@ function deduct(d: Deployment, cost: number, release: number, invocationId: stri
     d.used += usage.monthlyTaken;
     d.purchased -= usage.purchasedTaken;
     d.reserved -= release;
+    if (!held) countIn(d, windows, cost);
   }
   d.usages.push(usage);
-  return { success: ok, credits_used: ok ? cost : 0, credits_remaining: available(d), error: ok ? null : 'insufficient_credits', usage };
+  const error = ok ? null : overBudget ? 'budget_exceeded' : 'insufficient_credits';
+  return { success: ok, credits_used: ok ? cost : 0, credits_remaining: available(d), error, usage };
 }
 
 const reused = (): Answer => ({ status: 422, body: { code: 'IDEMPOTENCY_KEY_REUSED' } });
 const fresh = (inv: Invocation | undefined, now: number): inv is Invocation => inv !== undefined && inv.createdAt > now - IDEMPOTENCY_MS;
 
 /** record-usage (docs/metering.md, The deduction and Idempotency). */
-export function record(d: Deployment, now: number, tool: string, cost: number, invocationId: string | null): Answer {
+export function record(d: Deployment, now: number, tool: string, cost: number, invocationId: string | null, by: ChargedBy = NOBODY): Answer {
   const wrap = (a: RecordAnswer, replayed = false): Answer => ({ status: 200, replayed, body: { ...a } });
   if (invocationId === null) {
     touch(d, now);
-    return wrap(deduct(d, cost, 0, null));
+    return wrap(deduct(d, cost, 0, null, chargeWindows(d, now, tool, by), false));
   }
   const inv = d.invocations.get(invocationId);
   if (fresh(inv, now)) {
@@ -179,7 +343,9 @@ export function record(d: Deployment, now: number, tool: string, cost: number, i
   touch(d, now);
   const held = fresh(inv, now) && inv.status === 'reserved';
   // A held reservation fixes the price and is spent by the record.
-  const answer = held ? deduct(d, inv.amount, inv.amount, invocationId) : deduct(d, cost, 0, invocationId);
+  const answer = held
+    ? deduct(d, inv.amount, inv.amount, invocationId, inv.windows ?? [], true)
+    : deduct(d, cost, 0, invocationId, chargeWindows(d, now, tool, by), false);
   const createdAt = fresh(inv, now) ? inv.createdAt : now;
   const base = { tool, amount: 0, expiresAt: 0, createdAt };
   if (answer.success) d.invocations.set(invocationId, { ...base, status: 'recorded', answer });
@@ -189,7 +355,7 @@ export function record(d: Deployment, now: number, tool: string, cost: number, i
 }
 
 /** check-entitlement with reserve: true. */
-export function reserve(d: Deployment, now: number, tool: string, cost: number, invocationId: string): Answer {
+export function reserve(d: Deployment, now: number, tool: string, cost: number, invocationId: string, by: ChargedBy = NOBODY): Answer {
   const inv = d.invocations.get(invocationId);
   if (fresh(inv, now)) {
     if (inv.tool !== tool || inv.status === 'recorded' || inv.status === 'refunded') return reused();
@@ -201,13 +367,16 @@ export function reserve(d: Deployment, now: number, tool: string, cost: number, 
   // A refused hold of an id seen before rolls its whole transaction back (the period's roll too).
   const before = { ...d };
   touch(d, now);
-  if (spendable(d) < cost) {
+  const windows = chargeWindows(d, now, tool, by);
+  const reason = spendable(d) < cost ? 'insufficient_credits' : crossesBudget(d, windows, cost) ? 'budget_exceeded' : null;
+  if (reason !== null) {
     if (inv) Object.assign(d, before);
-    return { status: 200, body: { allowed: false, reason: 'insufficient_credits', credit_cost: 0, credits_available: null } };
+    return { status: 200, body: { allowed: false, reason, credit_cost: 0, credits_available: null } };
   }
   d.reserved += cost;
+  countIn(d, windows, cost);
   const expiresAt = now + RESERVATION_MS;
-  d.invocations.set(invocationId, { status: 'reserved', tool, amount: cost, expiresAt, createdAt: now });
+  d.invocations.set(invocationId, { status: 'reserved', tool, amount: cost, expiresAt, createdAt: now, windows });
   return { status: 200, body: held(cost, available(d), invocationId, expiresAt) };
 }
 
@@ -222,6 +391,7 @@ export function release(d: Deployment, now: number, invocationId: string): Answe
   if (inv.status !== 'reserved') return releasedNothing(inv.status);
   touch(d, now);
   d.reserved -= inv.amount;
+  countIn(d, inv.windows ?? [], -inv.amount, now);
   inv.status = 'released';
   return { status: 200, body: { status: 'released', released_credits: inv.amount } };
 }
@@ -261,6 +431,7 @@ export function refund(d: Deployment, now: number, usage: Usage, amount: number 
   d.used -= monthlyBack;
   d.purchased += purchasedBack;
   payOwed(d, { monthly: monthlyBack, purchased: purchasedBack });
+  countIn(d, usage.windows, -amt, now);
   usage.refunded += amt;
   const inv = usage.invocationId === null ? undefined : d.invocations.get(usage.invocationId);
   if (inv && usage.refunded === usage.quantity && inv.status === 'recorded') inv.status = 'refunded';
@@ -284,15 +455,26 @@ export function aiHold(d: Deployment, now: number, prompt: number, output: numbe
   const capacity = free + tokensFor(purchasedFree(d), cls);
   const perChoice = Math.min(output, Math.floor(capacity - prompt));
   if (capacity < prompt || perChoice < (output > 0 ? 1 : 0)) return { status: 429, body: { code: 'AI_QUOTA_EXCEEDED' } };
-  const total = prompt + perChoice;
+  // Then the block budgets (docs/budgets.md, AI calls): the credits they leave cap what purchased credits
+  // may pay, the tokens they leave cap the call.
+  const windows = chargeWindows(d, now, AI_TOOL);
+  const room = budgetRoom(d, windows);
+  let withinBudgets = room.credits === null ? capacity : free + tokensFor(Math.min(purchasedFree(d), room.credits), cls);
+  if (room.tokens !== null) withinBudgets = Math.min(withinBudgets, room.tokens);
+  const allowed = Math.min(output, Math.floor(withinBudgets - prompt));
+  if (crossesBudget(d, windows, 0) || withinBudgets < prompt || allowed < (output > 0 ? 1 : 0)) {
+    return { status: 429, body: { code: 'BUDGET_EXCEEDED' } };
+  }
+  const total = prompt + allowed;
   const tokens = Math.min(total, free);
   const credits = creditsFor(total - tokens, cls);
   d.aiTokensHeld += tokens;
   d.aiCreditsHeld += credits;
   d.reserved += credits;
-  const hold: AiHoldModel = { id: null, status: 'held', tokens, credits, cls };
+  countIn(d, windows, credits, null, total);
+  const hold: AiHoldModel = { id: null, status: 'held', tokens, credits, cls, windows, budgetTokens: total };
   d.holds.push(hold);
-  return { status: 200, body: { outputPerChoice: perChoice, tokensHeld: tokens, creditsHeld: credits }, hold };
+  return { status: 200, body: { outputPerChoice: allowed, tokensHeld: tokens, creditsHeld: credits }, hold };
 }
 
 /** settleAiTokens: the hold goes back, every reported token counts, what cannot be paid is owed. */
@@ -318,20 +500,24 @@ export function aiSettle(d: Deployment, now: number, hold: AiHoldModel, tokens: 
   d.owed += due - charged;
   const usage: Usage = {
     id: null, success: true, quantity: charged, refunded: 0, monthlyTaken: 0, purchasedTaken: charged,
-    periodStart: d.periodStart, invocationId: null, short: due - charged,
+    periodStart: d.periodStart, invocationId: null, short: due - charged, windows: hold.windows,
   };
   d.usages.push(usage);
+  // The credits due (an over-report's included, past a limit) replace what the hold counted, in its
+  // windows still in progress; a hold given back before its settle counted nothing there any more.
+  countIn(d, hold.windows, due - (claimed ? hold.credits : 0), now, tokens - (claimed ? hold.budgetTokens : 0));
   hold.usage = usage;
   if (claimed) hold.status = 'settled';
   return { status: 200, body: { replayed: false, tokensOverLimit: over, creditsCharged: charged, creditsShort: due - charged, creditsOwed: d.owed } };
 }
 
 /** releaseAiHold: a hold given back untouched; nothing is added to a bucket, so nothing rolls or pays. */
-export function aiRelease(d: Deployment, hold: AiHoldModel): Answer {
+export function aiRelease(d: Deployment, now: number, hold: AiHoldModel): Answer {
   if (hold.status !== 'held') return { status: 200, body: { released: false } };
   hold.status = 'released';
   d.aiTokensHeld -= hold.tokens;
   d.aiCreditsHeld -= hold.credits;
   d.reserved -= hold.credits;
+  countIn(d, hold.windows, -hold.credits, now, -hold.budgetTokens);
   return { status: 200, body: { released: true } };
 }

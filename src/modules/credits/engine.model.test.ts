@@ -17,10 +17,15 @@ import {
   realAiRelease,
   realAiSettle,
   realChangePurchased,
+  realCreateBudgets,
   realOp,
   realRefund,
   realRows,
+  realSetBudgetLimit,
   realTouch,
+  realWindows,
+  modelWindows,
+  userOf,
   sameAnswer,
   type World,
 } from '../../../test/money-model-real.js';
@@ -31,9 +36,11 @@ import {
  * reservations and releases, operator grants and adjustments, refunds, AI holds settled above or below
  * what they held (credits owed) or released, clock moves across period ends and the idempotency window,
  * and steps of 2–5 records/reservations/releases sent at once through the group commit — and runs each on
- * the in-memory model (test/money-model.ts) and on the real engine. After every step the answers agree
- * (for a concurrent step: those of some serial order of its operations), the balance rows and the usage
- * totals equal the model's, and findLedgerMismatches and findOwedMismatches find nothing.
+ * the in-memory model (test/money-model.ts) and on the real engine. Each deployment may have budgets
+ * (docs/budgets.md: block or alert, on the deployment or on tools, per hour or day) whose limits change
+ * mid-run. After every step the answers agree (for a concurrent step: those of some serial order of its
+ * operations), the balance rows, the usage totals and every budget window's count equal the model's, and
+ * findLedgerMismatches and findOwedMismatches find nothing.
  *
  * MODEL_RUNS raises the runs (npm run test:model: 10×); a failure prints its seed and path: replay it with
  * MODEL_SEED=<seed> MODEL_PATH=<path> (and MODEL_REPLAY=<replayPath> for the shrunk command list).
@@ -63,6 +70,7 @@ type Cmd = fc.AsyncCommand<World, Real>;
 async function compareState(w: World, r: Real, step: string): Promise<void> {
   expect(r.h.clock.now().getTime(), step).toBe(w.now);
   expect(await realRows(r), `after ${step}`).toEqual(modelRows(w));
+  expect(await realWindows(r, w), `budget windows after ${step}`).toEqual(modelWindows(w));
   expect(await booksMismatches(r), `books after ${step}`).toEqual([]);
 }
 
@@ -70,7 +78,8 @@ async function compareState(w: World, r: Real, step: string): Promise<void> {
 const stats = new Map<string, number>();
 function count(step: string, a: M.Answer): void {
   const b = a.body;
-  const what = b.replayed || a.replayed ? 'replayed' : (b.code ?? (b.success === false || b.allowed === false ? 'refused' : 'ok'));
+  const refused = b.success === false || b.allowed === false ? `refused ${String(b.error ?? b.reason)}` : 'ok';
+  const what = b.replayed || a.replayed ? 'replayed' : (b.code ?? refused);
   const key = `${step.replace(/\(.*/, '')} ${a.status} ${String(what)}${Number(b.creditsShort) > 0 ? ' owed' : ''}${Number(b.credits_forfeited) > 0 ? ' forfeited' : ''}`;
   stats.set(key, (stats.get(key) ?? 0) + 1);
 }
@@ -100,9 +109,12 @@ function step(label: string, run: (w: World, r: Real) => Promise<void>, ok: (w: 
 const dep = fc.integer({ min: 0, max: 1 });
 const tool = fc.constantFrom<0 | 1>(0, 1);
 const inv = fc.constantFrom('i0', 'i1', 'i2', 'i3');
+const user = fc.constantFrom<string | null>('u0', 'u1', null);
 const batchOp: fc.Arbitrary<BatchOp> = fc.oneof(
-  fc.record({ kind: fc.constant('record' as const), dep, tool, inv: fc.option(inv, { nil: null }), stdio: fc.boolean() }),
-  fc.record({ kind: fc.constant('reserve' as const), dep, tool, inv }),
+  fc
+    .record({ kind: fc.constant('record' as const), dep, tool, inv: fc.option(inv, { nil: null }), stdio: fc.boolean(), user })
+    .map((op) => (op.inv === null ? op : { ...op, user: userOf(op.inv) })),
+  fc.record({ kind: fc.constant('reserve' as const), dep, tool, inv }).map((op) => ({ ...op, user: userOf(op.inv) })),
   fc.record({ kind: fc.constant('release' as const), dep, inv }),
 );
 const cls = fc.constantFrom<M.ModelClass>('standard', 'advanced', 'premium');
@@ -122,6 +134,7 @@ const together = fc.array(batchOp, { minLength: 2, maxLength: 5 }).map((ops) => 
     async (w, r) => {
       const answers = await Promise.all(ops.map((op) => realOp(r, op)));
       const rows = await realRows(r);
+      const windows = await realWindows(r, w);
       for (const order of permutations(ops.length)) {
         const trial: World = { now: w.now, deps: w.deps.map(M.cloneDeployment) };
         const expected: M.Answer[] = [];
@@ -141,7 +154,7 @@ const together = fc.array(batchOp, { minLength: 2, maxLength: 5 }).map((ops) => 
         // (metering/invocations.ts): an operation of the same step on that id may have changed it since.
         for (const l of late) expected[l.index] = { ...expected[l.index]!, anyOf: [...l.seen].map(M.releasedNothing) };
         if (!expected.every((e, i) => sameAnswer(w, e, answers[i]!))) continue;
-        if (!isDeepStrictEqual(modelRows(trial), rows)) continue;
+        if (!isDeepStrictEqual(modelRows(trial), rows) || !isDeepStrictEqual(modelWindows(trial), windows)) continue;
         expected.forEach((e, i) => {
           count(`together ${ops[i]!.kind}`, e);
           adoptIds(e, answers[i]!);
@@ -149,7 +162,11 @@ const together = fc.array(batchOp, { minLength: 2, maxLength: 5 }).map((ops) => 
         w.deps = trial.deps;
         return;
       }
-      expect({ answers, rows }, `no serial order of ${label} explains what the engine did`).toEqual({ answers: 'one of the serial orders', rows: modelRows(w) });
+      expect({ answers, rows, windows }, `no serial order of ${label} explains what the engine did`).toEqual({
+        answers: 'one of the serial orders',
+        rows: modelRows(w),
+        windows: modelWindows(w),
+      });
     },
   );
 });
@@ -205,9 +222,23 @@ const aiRelease = fc.record({ dep, pick: fc.nat() }).map(({ dep, pick }) =>
     `aiRelease(d${dep}, hold #${pick})`,
     async (w, r) => {
       const hold = holdOf(w, dep, pick);
-      expectAnswer(w, 'aiRelease', M.aiRelease(w.deps[dep]!, hold), await realAiRelease(r, dep, hold.id!));
+      expectAnswer(w, 'aiRelease', M.aiRelease(w.deps[dep]!, w.now, hold), await realAiRelease(r, dep, hold.id!));
     },
     hasHold(dep),
+  ),
+);
+
+/** A budget's credit limit changed mid-run (docs/budgets.md: its windows keep their counts; one lowered below them refuses). */
+const budgetLimit = fc.record({ dep, pick: fc.nat(), limit: fc.integer({ min: 1, max: 15 }) }).map(({ dep, pick, limit }) =>
+  step(
+    `budgetLimit(d${dep}, budget #${pick}, ${limit})`,
+    async (w, r) => {
+      const d = w.deps[dep]!;
+      const index = pick % d.budgets.length;
+      const expected = M.setBudgetLimit(d, index, limit);
+      expectAnswer(w, 'budgetLimit', expected, await realSetBudgetLimit(r, dep, d.budgets[index]!, limit));
+    },
+    (w) => w.deps[dep]!.budgets.length > 0,
   ),
 );
 
@@ -228,20 +259,50 @@ const touch = dep.map((d) =>
 );
 
 const commands = fc.commands(
-  [single, single, single, together, together, changePurchased, refund, refund, aiHold, aiHold, aiSettle, aiSettle, aiRelease, advance, advance, touch],
+  [single, single, single, together, together, changePurchased, refund, refund, aiHold, aiHold, aiSettle, aiSettle, aiRelease, advance, advance, touch, budgetLimit],
   { maxCommands: 40, size: 'max', ...(process.env.MODEL_REPLAY ? { replayPath: process.env.MODEL_REPLAY } : {}) },
 );
 
-/** Each run: two fresh trial deployments with a monthly allocation, an AI token quota and purchased credits. */
-const terms = fc.array(fc.record({ monthly: fc.integer({ min: 0, max: 12 }), aiLimit: fc.constantFrom(0, 300, 2000), purchased: fc.integer({ min: 0, max: 20 }) }), {
-  minLength: 2,
-  maxLength: 2,
-});
+/**
+ * Budgets of a deployment's organization: on the organization, the deployment, its API key, one end user
+ * or each apart, one tool (t0, or the AI calls' model) or each apart; of credits, AI tokens or both;
+ * small limits, so that runs reach them.
+ */
+const budget: fc.Arbitrary<M.BudgetModel> = fc
+  .record({
+    on: fc.constantFrom('organization', 'deployment', 'api_key', 'user:*', 'user:u0', '*', 't0', M.AI_TOOL),
+    credits: fc.option(fc.integer({ min: 1, max: 15 }), { nil: null, freq: 4 }),
+    tokens: fc.option(fc.integer({ min: 100, max: 4000 }), { nil: null, freq: 2 }),
+    window: fc.constantFrom<M.BudgetModel['window']>('hour', 'day', 'week', 'month', 'period'),
+    block: fc.constantFrom(true, true, true, false),
+  })
+  .map(({ on, credits, tokens, window, block }) => ({
+    id: null,
+    scope: on === 'organization' || on === 'deployment' || on === 'api_key' ? on : on.startsWith('user:') ? 'end_user' : 'tool',
+    tool: on === 'organization' || on === 'deployment' || on === 'api_key' || on.startsWith('user:') ? null : on,
+    user: on.startsWith('user:') ? on.slice(5) : null,
+    // At least one limit.
+    limit: credits === null && tokens === null ? 5 : credits,
+    limitTokens: tokens,
+    window,
+    block,
+  }));
 
-async function setup(chosen: Array<{ monthly: number; aiLimit: number; purchased: number }>): Promise<{ model: World; real: Real }> {
+/** Each run: two fresh trial deployments with a monthly allocation, an AI token quota, purchased credits and budgets. */
+const terms = fc.array(
+  fc.record({
+    monthly: fc.integer({ min: 0, max: 12 }),
+    aiLimit: fc.constantFrom(0, 300, 2000),
+    purchased: fc.integer({ min: 0, max: 20 }),
+    budgets: fc.array(budget, { maxLength: 3 }),
+  }),
+  { minLength: 2, maxLength: 2 },
+);
+
+async function setup(chosen: Array<{ monthly: number; aiLimit: number; purchased: number; budgets: M.BudgetModel[] }>): Promise<{ model: World; real: Real }> {
   const real: Real = { h, tenants: [], tools };
   const model: World = { now: h.clock.now().getTime(), deps: [] };
-  for (const { monthly, aiLimit, purchased } of chosen) {
+  for (const { monthly, aiLimit, purchased, budgets: chosenBudgets } of chosen) {
     const t = await createTenant(h, { tier: 'trial' });
     const res = await h.request({
       method: 'PUT',
@@ -251,8 +312,10 @@ async function setup(chosen: Array<{ monthly: number; aiLimit: number; purchased
     });
     expect(res.statusCode, res.body).toBe(200);
     real.tenants.push(t);
-    const d = M.newDeployment(h.clock.now(), monthly, aiLimit);
+    // fast-check may hand the same budget objects to another run: the model's are its own.
+    const d = M.newDeployment(h.clock.now(), monthly, aiLimit, chosenBudgets.map((b) => ({ ...b })));
     model.deps.push(d);
+    await realCreateBudgets(real, real.tenants.length - 1, d.budgets);
     if (purchased > 0) {
       M.changePurchased(d, model.now, purchased);
       expect((await realChangePurchased(real, real.tenants.length - 1, purchased)).status).toBe(200);
