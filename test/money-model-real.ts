@@ -52,7 +52,8 @@ export function modelOp(w: World, op: BatchOp): M.Answer {
   if (op.kind === 'release') return M.release(d, w.now, op.inv);
   const tool = `t${op.tool}`;
   if (op.kind === 'reserve') return M.reserve(d, w.now, tool, TOOL_COST[op.tool], op.inv, { stdio: false, user: op.user });
-  return M.record(d, w.now, tool, TOOL_COST[op.tool], op.inv, { stdio: op.stdio, user: op.user });
+  // A deployment the organization's API key does not charge (not the primary) records through the service route.
+  return M.record(d, w.now, tool, TOOL_COST[op.tool], op.inv, { stdio: op.stdio && d.keyed, user: op.user });
 }
 
 export interface RealAnswer {
@@ -78,7 +79,7 @@ export function realOp(r: Real, op: BatchOp): Promise<RealAnswer> {
     const user = op.user === null ? {} : { end_user_id: op.user };
     return http(r, 'POST', '/api/v1/mcp/check-entitlement', service, { deployment_id: t.deploymentId, tool_name, reserve: true, ...id, ...user });
   }
-  if (op.stdio) return http(r, 'POST', '/api/v1/mcp/stdio/record-usage', bearer(t.apiKey), { tool_name, ...id, ...(op.user === null ? {} : { end_user_id: op.user }) });
+  if (op.stdio && t.apiKey !== '') return http(r, 'POST', '/api/v1/mcp/stdio/record-usage', bearer(t.apiKey), { tool_name, ...id, ...(op.user === null ? {} : { end_user_id: op.user }) });
   return http(r, 'POST', '/api/v1/mcp/usage', service, { deployment_id: t.deploymentId, tool_name, ...id, ...(op.user === null ? {} : { mcp_user_id: op.user }) });
 }
 
@@ -229,6 +230,7 @@ const realTool = (r: Real, tool: string): string => (tool === M.AI_TOOL ? AI_MOD
 const modelTool = (r: Real, name: string): string => (name === AI_MODEL ? M.AI_TOOL : `t${r.tools.indexOf(name)}`);
 
 /** The deployment's budgets, made through the operator's budgets API; the model's take the engine's ids. */
+/** The budgets of the organization of deployment `dep`; those naming a deployment name it by its index. */
 export async function realCreateBudgets(r: Real, dep: number, budgets: M.BudgetModel[]): Promise<void> {
   const t = r.tenants[dep]!;
   const keys = await r.h.deps.db.query<{ id: string }>('SELECT id FROM api_keys WHERE organization_id = $1', [t.organizationId]);
@@ -240,7 +242,7 @@ export async function realCreateBudgets(r: Real, dep: number, budgets: M.BudgetM
       headers: adminHeaders(r.h),
       payload: {
         scope: b.scope,
-        ...(b.scope === 'deployment' ? { deployment_id: t.deploymentId } : {}),
+        ...(b.deployment === null ? {} : { deployment_id: r.tenants[b.deployment]!.deploymentId }),
         ...(b.scope === 'tool' ? { tool_name: b.tool === '*' ? '*' : realTool(r, b.tool!) } : {}),
         ...(b.scope === 'api_key' ? { api_key_id: keys[0]!.id } : {}),
         ...(b.scope === 'end_user' ? { end_user_id: b.user } : {}),
@@ -266,21 +268,24 @@ export async function realSetBudgetLimit(r: Real, dep: number, budget: M.BudgetM
   return { status: res.statusCode, replayed: false, body: res.json() as Record<string, unknown> };
 }
 
-/** Every budget window with something counted: `d<deployment> b<budget> <subject> <start>` → `<credits>/<AI tokens>`. */
+/**
+ * Every budget window with something counted: `o<organization> b<budget> <subject> <start>` →
+ * `<credits>/<AI tokens>`, the organization named by its first deployment's index.
+ */
 export async function realWindows(r: Real, w: World): Promise<Record<string, string>> {
   const rows = await r.h.deps.db.query<{ budget_id: string; subject: string; window_start: Date; spent_credits: number; spent_ai_tokens: number }>(
     `SELECT w.budget_id, w.subject, w.window_start, w.spent_credits, w.spent_ai_tokens FROM budget_windows w JOIN budgets b ON b.id = w.budget_id
      WHERE b.organization_id = ANY($1::uuid[]) AND (w.spent_credits <> 0 OR w.spent_ai_tokens <> 0)`,
-    [r.tenants.map((t) => t.organizationId)],
+    [[...new Set(r.tenants.map((t) => t.organizationId))]],
   );
   const out: Record<string, string> = {};
   for (const row of rows) {
-    const dep = w.deps.findIndex((d) => d.budgets.some((b) => b.id === row.budget_id));
-    const budget = w.deps[dep]?.budgets.findIndex((b) => b.id === row.budget_id) ?? -1;
+    const dep = w.deps.findIndex((d) => d.org.budgets.some((b) => b.id === row.budget_id));
+    const budget = w.deps[dep]?.org.budgets.findIndex((b) => b.id === row.budget_id) ?? -1;
     // A '*' budget's subject: the tool (named as the model names it) or the end user (as sent).
-    const tools = w.deps[dep]?.budgets[budget]?.scope === 'tool';
+    const tools = w.deps[dep]?.org.budgets[budget]?.scope === 'tool';
     const subject = row.subject === '' || !tools ? row.subject : modelTool(r, row.subject);
-    out[`d${dep} b${budget} ${subject} ${row.window_start.toISOString()}`] = `${row.spent_credits}/${row.spent_ai_tokens}`;
+    out[`o${dep} b${budget} ${subject} ${row.window_start.toISOString()}`] = `${row.spent_credits}/${row.spent_ai_tokens}`;
   }
   return out;
 }
@@ -288,10 +293,11 @@ export async function realWindows(r: Real, w: World): Promise<Record<string, str
 export function modelWindows(w: World): Record<string, string> {
   const out: Record<string, string> = {};
   w.deps.forEach((d, dep) => {
-    for (const [key, spent] of d.windows) {
+    if (w.deps.findIndex((x) => x.org === d.org) !== dep) return;
+    for (const [key, spent] of d.org.windows) {
       if (spent.credits === 0 && spent.tokens === 0) continue;
       const [budget, subject, start] = key.split('|');
-      out[`d${dep} b${budget} ${subject} ${new Date(Number(start)).toISOString()}`] = `${spent.credits}/${spent.tokens}`;
+      out[`o${dep} b${budget} ${subject} ${new Date(Number(start)).toISOString()}`] = `${spent.credits}/${spent.tokens}`;
     }
   });
   return out;

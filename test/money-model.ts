@@ -6,9 +6,9 @@ import { monthlyPeriod } from '../src/clock.js';
  * from the engine's code: docs/metering.md (buckets, deductions, reservations, idempotency, refunds),
  * docs/ai-proxy.md ("What a provider's over-report costs") and docs/adr/0003-credits-owns-money.md.
  * The monthly allocation is finite (a trial deployment with a monthly_credits override); no expiring grants.
- * Budgets follow docs/budgets.md: each deployment is its own organization, with block or alert budgets of
- * credits and/or AI tokens on the organization, the deployment or tools (one named tool, or each tool
- * apart), per hour, day or credit period.
+ * Budgets follow docs/budgets.md: the two deployments are in organizations of their own or in one, whose
+ * block or alert budgets of credits and/or AI tokens both share (on the organization, a deployment,
+ * the API key, end users or tools, optionally narrowed to one deployment, in every window kind).
  * Every operation returns the answer the engine must give and changes the model in place.
  */
 
@@ -35,6 +35,8 @@ export interface Invocation {
 export interface BudgetModel {
   /** The engine's id, filled in by the model test's setup. */
   id: string | null;
+  /** The deployment (its index) a `deployment` budget is on, or another budget is narrowed to; null: all. */
+  deployment: number | null;
   /**
    * `organization`, `deployment`: every charge (one deployment per organization); `api_key`: the charges
    * its one API key authenticates (stdio records); `end_user`: those of `user` ('*': each end user apart);
@@ -115,8 +117,16 @@ export interface Deployment {
   invocations: Map<string, Invocation>;
   usages: Usage[];
   holds: AiHoldModel[];
+  /** Its place in the world (budgets name deployments by it). */
+  index: number;
+  /** Whether the organization's API key charges it (the key's deployment is the primary). */
+  keyed: boolean;
+  org: Org;
+}
+
+/** An organization's budgets and what each window has counted (by windowKey): shared by its deployments. */
+export interface Org {
   budgets: BudgetModel[];
-  /** What each budget window has counted, by windowKey. */
   windows: Map<string, Spent>;
 }
 
@@ -137,21 +147,35 @@ export type Answer = {
   anyOf?: Answer[];
 };
 
-export function newDeployment(anchor: Date, allocation: number, aiLimit: number, budgets: BudgetModel[] = []): Deployment {
+export function newDeployment(
+  anchor: Date,
+  allocation: number,
+  aiLimit: number,
+  place: { index: number; keyed: boolean; org: Org } = { index: 0, keyed: true, org: { budgets: [], windows: new Map() } },
+): Deployment {
   const p = monthlyPeriod(anchor, anchor);
   return {
     anchor, allocation, aiLimit, periodStart: p.start.getTime(), periodEnd: p.end.getTime(),
     used: 0, purchased: 0, reserved: 0, owed: 0, aiUsed: 0, aiOver: 0, aiTokensHeld: 0, aiCreditsHeld: 0,
-    invocations: new Map(), usages: [], holds: [], budgets, windows: new Map(),
+    invocations: new Map(), usages: [], holds: [], ...place,
   };
 }
 
-export function cloneDeployment(d: Deployment): Deployment {
+/** Copies of the deployments, those of one organization sharing one copy of it. */
+export function cloneDeployments(deps: Deployment[]): Deployment[] {
+  const orgs = new Map<Org, Org>();
+  for (const d of deps) {
+    if (!orgs.has(d.org)) orgs.set(d.org, { budgets: d.org.budgets.map((b) => ({ ...b })), windows: new Map(d.org.windows) });
+  }
+  return deps.map((d) => ({ ...cloneDeployment(d), org: orgs.get(d.org)! }));
+}
+
+function cloneDeployment(d: Deployment): Deployment {
   const usages = d.usages.map((u) => ({ ...u }));
   const same = (u: Usage | null | undefined) => (u ? usages[d.usages.indexOf(u)]! : u);
   const invocations = new Map([...d.invocations].map(([k, v]) => [k, { ...v, ...(v.answer ? { answer: { ...v.answer, usage: same(v.answer.usage) ?? null } } : {}) }]));
   const holds = d.holds.map((h) => ({ ...h, ...(h.usage ? { usage: same(h.usage)! } : {}) }));
-  return { ...d, invocations, usages, holds, budgets: d.budgets.map((b) => ({ ...b })), windows: new Map(d.windows) };
+  return { ...d, invocations, usages, holds };
 }
 
 // ---- Budgets (docs/budgets.md). ----
@@ -178,21 +202,24 @@ function calendarWindow(kind: 'hour' | 'day' | 'week' | 'month', now: number): {
 export const AI_TOOL = 'ai';
 
 export const windowKey = (w: WindowRef): string => `${w.budget}|${w.subject}|${w.start}`;
-const spentIn = (d: Deployment, w: WindowRef): Spent => d.windows.get(windowKey(w)) ?? { credits: 0, tokens: 0 };
+const spentIn = (d: Deployment, w: WindowRef): Spent => d.org.windows.get(windowKey(w)) ?? { credits: 0, tokens: 0 };
 
 /**
  * The windows a charge of `tool` at `now` falls in: every budget that holds for it, in the UTC hour or
- * day holding `now`, or the deployment's credit period (touched by the charge first). A charge of credits
- * alone (an MCP record or reservation) falls only under budgets with a credit limit; an AI call under all.
+ * day holding `now`, or the deployment's credit period (touched by the charge first; the model's
+ * deployments share one anchor, so an organization budget's period, its primary's, is the same). A
+ * charge of credits alone (an MCP record or reservation) falls only under budgets with a credit limit;
+ * an AI call under all.
  */
 export function chargeWindows(d: Deployment, now: number, tool: string, by: ChargedBy = NOBODY): WindowRef[] {
   const refs: WindowRef[] = [];
-  d.budgets.forEach((b, budget) => {
+  d.org.budgets.forEach((b, budget) => {
     if (tool !== AI_TOOL && b.limit === null) return;
+    if (b.deployment !== null && b.deployment !== d.index) return;
     let subject: string;
     if (b.scope === 'organization' || b.scope === 'deployment') subject = '';
     else if (b.scope === 'api_key') {
-      if (!by.stdio) return;
+      if (!by.stdio || !d.keyed) return;
       subject = '';
     } else if (b.scope === 'end_user') {
       if (by.user === null || (b.user !== '*' && b.user !== by.user)) return;
@@ -215,7 +242,7 @@ export function chargeWindows(d: Deployment, now: number, tool: string, by: Char
  */
 function crossesBudget(d: Deployment, windows: WindowRef[], credits: number, tokens = 0): boolean {
   return windows.some((w) => {
-    const b = d.budgets[w.budget]!;
+    const b = d.org.budgets[w.budget]!;
     const spent = spentIn(d, w);
     if (!b.block) return false;
     if (b.limit !== null && credits > b.limit - spent.credits) return true;
@@ -228,7 +255,7 @@ function budgetRoom(d: Deployment, windows: WindowRef[]): { credits: number | nu
   let credits: number | null = null;
   let tokens: number | null = null;
   for (const w of windows) {
-    const b = d.budgets[w.budget]!;
+    const b = d.org.budgets[w.budget]!;
     if (!b.block) continue;
     const spent = spentIn(d, w);
     if (b.limit !== null) credits = Math.min(credits ?? Number.POSITIVE_INFINITY, Math.max(0, b.limit - spent.credits));
@@ -246,13 +273,13 @@ function countIn(d: Deployment, windows: WindowRef[], credits: number, now: numb
   for (const w of windows) {
     if (now !== null && w.end <= now) continue;
     const spent = spentIn(d, w);
-    d.windows.set(windowKey(w), { credits: Math.max(0, spent.credits + credits), tokens: Math.max(0, spent.tokens + tokens) });
+    d.org.windows.set(windowKey(w), { credits: Math.max(0, spent.credits + credits), tokens: Math.max(0, spent.tokens + tokens) });
   }
 }
 
 /** A budget's credit limit set or changed (its window kind kept): the windows keep their counts. */
 export function setBudgetLimit(d: Deployment, budget: number, limit: number): Answer {
-  d.budgets[budget]!.limit = limit;
+  d.org.budgets[budget]!.limit = limit;
   return { status: 200, body: { limit_credits: limit } };
 }
 
