@@ -54,7 +54,7 @@ const DAY = 24 * 60 * MINUTE;
 let h: Harness;
 let tools: [string, string];
 beforeAll(async () => {
-  h = await createHarness();
+  h = await createHarness(process.env.MODEL_LOG ? { logLevel: 'error' } : {});
   const advanced = unique('model-tool');
   const res = await h.request({ method: 'PUT', url: `/api/v1/admin/tool-actions/${advanced}`, headers: adminHeaders(h), payload: { action: 'task_advanced' } });
   expect(res.statusCode, res.body).toBe(200);
