@@ -3,7 +3,7 @@ import { forgetBalance } from './balance-cache.js';
 import { pgArray } from '../../db/arrays.js';
 import type { Queryable, Statement, Transaction } from '../../db/client.js';
 import { type BudgetCounter, type BudgetRow, type ChargeSubject, EACH, subjectOf, type Window, windowOf } from './budget-rules.js';
-import { type PeriodInputs, periodAt, subscriptionPeriodSql } from './terms.js';
+import { type PeriodInputs, periodAt, subscriptionPeriod, subscriptionPeriodSql } from './terms.js';
 
 /**
  * The budgets' side of the money engine (docs/budgets.md): which budgets a batch's organizations have,
@@ -39,7 +39,7 @@ export function budgetsStatement(organizationIds: string[], latest: Date): State
            FROM budgets b
            LEFT JOIN deployments pd ON pd.organization_id = b.organization_id AND pd.is_primary
            LEFT JOIN credit_balances pb ON pb.deployment_id = pd.id
-           LEFT JOIN LATERAL (${subscriptionPeriodSql('b.organization_id')}) sp ON pb.period_end <= $2::timestamptz
+           LEFT JOIN LATERAL (${subscriptionPeriodSql('b.organization_id', 'pb.period_end <= $2::timestamptz')}) sp ON true
            WHERE b.organization_id = ANY($1::uuid[])
            ORDER BY b.id`,
     params: [pgArray(organizationIds), latest],
@@ -50,9 +50,7 @@ export function budgetsStatement(organizationIds: string[], latest: Date): State
 /** periodAt's inputs for an organization's primary deployment, from a budget read with it. */
 function primaryInputs(b: BudgetWithPeriod): PeriodInputs | null {
   if (!b.primary_billing_anchor) return null;
-  const start = b.primary_subscription_start;
-  const end = b.primary_subscription_end;
-  return { billing_anchor: b.primary_billing_anchor, subscription: start && end ? { current_period_start: start, current_period_end: end } : null };
+  return { billing_anchor: b.primary_billing_anchor, subscription: subscriptionPeriod(b.primary_subscription_start, b.primary_subscription_end) };
 }
 
 /** periodAt's inputs of deployments whose balance rows are past their period (rare: read apart). */
@@ -68,10 +66,7 @@ export async function periodInputsOf(q: Queryable, deploymentIds: readonly strin
   return new Map(
     rows.map((r) => [
       r.id,
-      {
-        billing_anchor: r.billing_anchor,
-        subscription: r.current_period_start && r.current_period_end ? { current_period_start: r.current_period_start, current_period_end: r.current_period_end } : null,
-      },
+      { billing_anchor: r.billing_anchor, subscription: subscriptionPeriod(r.current_period_start, r.current_period_end) },
     ]),
   );
 }
@@ -299,15 +294,15 @@ export async function budgetStandings(
   }>(
     `SELECT cb.deployment_id, d.is_primary, cb.period_start, cb.period_end, d.billing_anchor, sp.current_period_start, sp.current_period_end
      FROM credit_balances cb JOIN deployments d ON d.id = cb.deployment_id
-     LEFT JOIN LATERAL (${subscriptionPeriodSql('cb.organization_id')}) sp ON cb.period_end <= $3::timestamptz
+     LEFT JOIN LATERAL (${subscriptionPeriodSql('cb.organization_id', 'cb.period_end <= $3::timestamptz')}) sp ON true
      WHERE cb.organization_id = $1 AND (d.is_primary OR cb.deployment_id = ANY($2::uuid[]))`,
     [organizationId, pgArray(narrowed), now],
     'credits_budget_standing_periods',
   );
   const primary = periods.find((p) => p.is_primary) ?? null;
-  const subscriptionOf = (p: (typeof periods)[number]) =>
-    p.current_period_start && p.current_period_end ? { current_period_start: p.current_period_start, current_period_end: p.current_period_end } : null;
-  const periodOf = new Map(periods.map((p) => [p.deployment_id, periodAt(p, now, { billing_anchor: p.billing_anchor, subscription: subscriptionOf(p) })]));
+  const periodOf = new Map(
+    periods.map((p) => [p.deployment_id, periodAt(p, now, { billing_anchor: p.billing_anchor, subscription: subscriptionPeriod(p.current_period_start, p.current_period_end) })]),
+  );
   const windows = new Map<string, Window>();
   for (const budget of budgets) {
     const withPeriod: BudgetWithPeriod = {

@@ -29,14 +29,20 @@ export function periodFor(d: Pick<DeploymentTerms, 'billing_anchor'>, now: Date,
 /**
  * The subscription that sets an organization's periods: the one the organization names (the last one
  * Stripe reported in force, billing/subscriptions.ts), else the latest one that is not canceled.
- * `organization` is the SQL of the organization's id (a parameter, or a column of an outer query).
+ * `organization` is the SQL of the organization's id (a parameter, or a column of an outer query);
+ * `only` a condition on the outer query alone, under which it is looked up at all (a lateral join then
+ * reads no subscription for the rows that fail it).
  */
-export const subscriptionPeriodSql = (organization: string) => `SELECT s.current_period_start, s.current_period_end
+export const subscriptionPeriodSql = (organization: string, only = 'true') => `SELECT s.current_period_start, s.current_period_end
   FROM subscriptions s JOIN organizations o ON o.id = s.organization_id
-  WHERE s.organization_id = ${organization} AND s.status <> 'canceled' AND s.current_period_start IS NOT NULL
+  WHERE ${only} AND s.organization_id = ${organization} AND s.status <> 'canceled' AND s.current_period_start IS NOT NULL
   ORDER BY (s.stripe_subscription_id = o.stripe_subscription_id) DESC NULLS LAST, s.current_period_end DESC NULLS LAST LIMIT 1`;
 
 export const SUBSCRIPTION_PERIOD_SQL = subscriptionPeriodSql('$1');
+
+/** A subscription period read as two nullable columns (a lateral join's). */
+export const subscriptionPeriod = (start: Date | null, end: Date | null): SubscriptionPeriod | null =>
+  start && end ? { current_period_start: start, current_period_end: end } : null;
 
 /** What brings a balance row's period forward once it has ended (periodFor's inputs). */
 export interface PeriodInputs {
