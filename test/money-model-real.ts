@@ -229,8 +229,10 @@ export function modelRows(w: World): Row[] {
 const realTool = (r: Real, tool: string): string => (tool === M.AI_TOOL ? AI_MODEL : r.tools[Number(tool.slice(1))]!);
 const modelTool = (r: Real, name: string): string => (name === AI_MODEL ? M.AI_TOOL : `t${r.tools.indexOf(name)}`);
 
-/** The deployment's budgets, made through the operator's budgets API; the model's take the engine's ids. */
-/** The budgets of the organization of deployment `dep`; those naming a deployment name it by its index. */
+/**
+ * The budgets of the organization of deployment `dep`, made through the operator's budgets API (those
+ * naming a deployment name it by its index); the model's take the engine's ids.
+ */
 export async function realCreateBudgets(r: Real, dep: number, budgets: M.BudgetModel[]): Promise<void> {
   const t = r.tenants[dep]!;
   const keys = await r.h.deps.db.query<{ id: string }>('SELECT id FROM api_keys WHERE organization_id = $1', [t.organizationId]);
