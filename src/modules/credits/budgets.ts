@@ -160,13 +160,16 @@ export async function lockCounters(
   }
   statements.push({
     // The rows are found by their keys through the key index, then read and locked by id in key order:
-    // written as one condition with OR, the planner read the whole table for every batch.
+    // written as one condition with OR, the planner read the whole table for every batch. The ids are
+    // found first, once (an ARRAY of a subquery): a row another transaction changes while this waits
+    // for its lock is rechecked against its new version, and a recheck of `id IN (subquery)` can fail
+    // whatever the row holds — the row was then locked but not returned (budget-windows-lock.test.ts).
     text: `SELECT w.id, w.budget_id, w.subject, w.window_start, w.window_end, w.spent_credits, w.spent_ai_tokens
            FROM budget_windows w
-           WHERE w.id IN (SELECT k.id FROM budget_windows k
-                            JOIN unnest($1::uuid[], $2::text[], $3::timestamptz[]) AS u(b, s, ws)
-                              ON k.budget_id = u.b AND k.subject = u.s AND k.window_start = u.ws
-                          UNION ALL SELECT unnest($4::uuid[]))
+           WHERE w.id = ANY(ARRAY(SELECT k.id FROM budget_windows k
+                                    JOIN unnest($1::uuid[], $2::text[], $3::timestamptz[]) AS u(b, s, ws)
+                                      ON k.budget_id = u.b AND k.subject = u.s AND k.window_start = u.ws
+                                  UNION ALL SELECT unnest($4::uuid[])))
            ORDER BY w.budget_id, w.subject, w.window_start
            FOR UPDATE OF w`,
     params: [
