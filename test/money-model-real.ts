@@ -34,7 +34,19 @@ export const TOOL_COST = [1, 3] as const;
 export type BatchOp =
   | { kind: 'record'; dep: number; tool: 0 | 1; inv: string | null; stdio: boolean; user: string | null }
   | { kind: 'reserve'; dep: number; tool: 0 | 1; inv: string; user: string | null }
-  | { kind: 'release'; dep: number; inv: string };
+  | { kind: 'release'; dep: number; inv: string }
+  /** A budget of the deployment's organization (the `pick`th, deleted ones too) changed or deleted (docs/budgets.md, Decided here). */
+  | { kind: 'budget'; dep: number; pick: number; change: BudgetChange };
+
+export type BudgetChange = { limit: number } | { window: M.BudgetModel['window'] } | 'delete';
+
+/** The budget a budget op names, if the organization has any: its index and the model's budget. */
+function pickedBudget(w: World, op: BatchOp & { kind: 'budget' }): { index: number; budget: M.BudgetModel } | null {
+  const budgets = w.deps[op.dep]!.org.budgets;
+  if (budgets.length === 0) return null;
+  const index = op.pick % budgets.length;
+  return { index, budget: budgets[index]! };
+}
 
 /**
  * The end user of an operation with an invocation id follows from the id: the id's request hash holds the
@@ -42,13 +54,25 @@ export type BatchOp =
  */
 export const userOf = (inv: string): string | null => ({ i0: 'u0', i1: 'u1', i2: 'u0' })[inv] ?? null;
 
+const describeChange = (c: BudgetChange): string => (c === 'delete' ? 'delete' : 'limit' in c ? `limit ${c.limit}` : `window ${c.window}`);
+
 export const describeOp = (op: BatchOp): string =>
-  op.kind === 'release'
+  op.kind === 'budget'
+    ? `budget(d${op.dep}, #${op.pick}, ${describeChange(op.change)})`
+    : op.kind === 'release'
     ? `release(d${op.dep}, ${op.inv})`
     : `${op.kind}(d${op.dep}, cost ${TOOL_COST[op.tool]}, ${op.inv ?? 'no id'}${op.kind === 'record' && op.stdio ? ', stdio' : ''}${op.user ? `, ${op.user}` : ''})`;
 
 export function modelOp(w: World, op: BatchOp): M.Answer {
   const d = w.deps[op.dep]!;
+  if (op.kind === 'budget') {
+    const picked = pickedBudget(w, op);
+    // No such budget (none made, or deleted): not found, nothing changed.
+    if (!picked || picked.budget.deleted) return { status: 404, body: { code: 'NOT_FOUND' } };
+    if (op.change === 'delete') return M.deleteBudget(d, picked.index);
+    if ('limit' in op.change) return M.setBudgetLimit(d, picked.index, op.change.limit);
+    return M.setBudgetWindow(d, picked.index, op.change.window);
+  }
   if (op.kind === 'release') return M.release(d, w.now, op.inv);
   const tool = `t${op.tool}`;
   if (op.kind === 'reserve') return M.reserve(d, w.now, tool, TOOL_COST[op.tool], op.inv, { stdio: false, user: op.user });
@@ -62,14 +86,27 @@ export interface RealAnswer {
   body: Record<string, unknown>;
 }
 
-async function http(r: Real, method: 'POST', url: string, headers: Record<string, string>, payload: Record<string, unknown>): Promise<RealAnswer> {
-  const res = await r.h.request({ method, url, headers, payload });
+async function http(
+  r: Real,
+  method: 'POST' | 'PUT' | 'DELETE',
+  url: string,
+  headers: Record<string, string>,
+  payload: Record<string, unknown> | undefined,
+): Promise<RealAnswer> {
+  const res = await r.h.request({ method, url, headers, ...(payload === undefined ? {} : { payload }) });
   return { status: res.statusCode, replayed: res.headers['idempotent-replayed'] === 'true', body: res.json() as Record<string, unknown> };
 }
 
-export function realOp(r: Real, op: BatchOp): Promise<RealAnswer> {
+/** The engine's side of `op`; `w` is the world before the step (the budgets' ids). */
+export function realOp(r: Real, op: BatchOp, w: World): Promise<RealAnswer> {
   const t = r.tenants[op.dep]!;
   const service = serviceHeaders(r.h);
+  if (op.kind === 'budget') {
+    const id = pickedBudget(w, op)?.budget.id ?? '00000000-0000-4000-8000-000000000000';
+    const url = `/api/v1/admin/organizations/${t.organizationId}/budgets/${id}`;
+    if (op.change === 'delete') return http(r, 'DELETE', url, adminHeaders(r.h), undefined);
+    return http(r, 'PUT', url, adminHeaders(r.h), 'limit' in op.change ? { limit_credits: op.change.limit } : { window: op.change.window });
+  }
   if (op.kind === 'release') {
     return http(r, 'POST', `/api/v1/mcp/reservations/${op.inv}/release`, service, { deployment_id: t.deploymentId });
   }
@@ -135,15 +172,24 @@ async function refusal(p: Promise<RealAnswer>): Promise<RealAnswer> {
   }
 }
 
-export function realAiHold(r: Real, dep: number, prompt: number, output: number, cls: M.ModelClass): Promise<RealAnswer & { id?: string }> {
+/**
+ * An AI hold, made by the organization's API key (`by.stdio`: only for the deployment it charges, its
+ * primary) and for an end user or none, as the AI proxy passes them (docs/budgets.md, AI calls).
+ */
+export async function realAiHold(r: Real, dep: number, prompt: number, output: number, cls: M.ModelClass, by: M.ChargedBy): Promise<RealAnswer & { id?: string }> {
   const t = r.tenants[dep]!;
+  const apiKeyId = by.stdio && t.apiKey !== '' ? await keyIdOf(r, t) : null;
   // The hold never lapses within a run: the sweep of AI holds is global, other suites' holds share the database.
   const expiresAt = new Date(r.h.clock.now().getTime() + YEARS);
-  return refusal(
-    holdAiTokens(ctxOf(r, t), depOf(t), { model: AI_MODEL, modelClass: cls, promptTokens: prompt, outputPerChoice: output, choices: 1, expiresAt }).then(
-      (held) => ({ status: 200, replayed: false, id: held.id, body: { ...held } }),
-    ),
-  );
+  const input = { model: AI_MODEL, modelClass: cls, promptTokens: prompt, outputPerChoice: output, choices: 1, expiresAt, charge: { apiKeyId, endUserId: by.user } };
+  return refusal(holdAiTokens(ctxOf(r, t), depOf(t), input).then((held) => ({ status: 200, replayed: false, id: held.id, body: { ...held } })));
+}
+
+/** The one API key of a tenant's organization. */
+async function keyIdOf(r: Real, t: Tenant): Promise<string> {
+  const keys = await r.h.deps.db.query<{ id: string }>('SELECT id FROM api_keys WHERE organization_id = $1', [t.organizationId]);
+  if (keys.length !== 1) throw new Error(`the model's organization has ${keys.length} API keys, not one`);
+  return keys[0]!.id;
 }
 
 export async function realAiSettle(r: Real, dep: number, holdId: string, cls: M.ModelClass, tokens: number): Promise<RealAnswer> {
@@ -235,8 +281,7 @@ const modelTool = (r: Real, name: string): string => (name === AI_MODEL ? M.AI_T
  */
 export async function realCreateBudgets(r: Real, dep: number, budgets: M.BudgetModel[]): Promise<void> {
   const t = r.tenants[dep]!;
-  const keys = await r.h.deps.db.query<{ id: string }>('SELECT id FROM api_keys WHERE organization_id = $1', [t.organizationId]);
-  if (keys.length !== 1) throw new Error(`the model's organization has ${keys.length} API keys, not one`);
+  const keyId = await keyIdOf(r, t);
   for (const b of budgets) {
     const res = await r.h.request({
       method: 'POST',
@@ -246,7 +291,7 @@ export async function realCreateBudgets(r: Real, dep: number, budgets: M.BudgetM
         scope: b.scope,
         ...(b.deployment === null ? {} : { deployment_id: r.tenants[b.deployment]!.deploymentId }),
         ...(b.scope === 'tool' ? { tool_name: b.tool === '*' ? '*' : realTool(r, b.tool!) } : {}),
-        ...(b.scope === 'api_key' ? { api_key_id: keys[0]!.id } : {}),
+        ...(b.scope === 'api_key' ? { api_key_id: keyId } : {}),
         ...(b.scope === 'end_user' ? { end_user_id: b.user } : {}),
         ...(b.limit === null ? {} : { limit_credits: b.limit }),
         ...(b.limitTokens === null ? {} : { limit_ai_tokens: b.limitTokens }),
@@ -257,17 +302,6 @@ export async function realCreateBudgets(r: Real, dep: number, budgets: M.BudgetM
     if (res.statusCode !== 201) throw new Error(`budget not made: ${res.statusCode} ${res.body}`);
     b.id = (res.json() as { id: string }).id;
   }
-}
-
-export async function realSetBudgetLimit(r: Real, dep: number, budget: M.BudgetModel, limit: number): Promise<RealAnswer> {
-  const t = r.tenants[dep]!;
-  const res = await r.h.request({
-    method: 'PUT',
-    url: `/api/v1/admin/organizations/${t.organizationId}/budgets/${budget.id}`,
-    headers: adminHeaders(r.h),
-    payload: { limit_credits: limit },
-  });
-  return { status: res.statusCode, replayed: false, body: res.json() as Record<string, unknown> };
 }
 
 /**

@@ -50,6 +50,10 @@ export interface BudgetModel {
   limitTokens: number | null;
   window: 'hour' | 'day' | 'week' | 'month' | 'period';
   block: boolean;
+  /** Deleted mid-run: it counts nothing more, and its windows are gone. */
+  deleted?: boolean;
+  /** How often its window kind changed: a window counted before a change is gone (WindowRef.gen). */
+  generation?: number;
 }
 
 /** Who a charge is made by and for: through the API key (stdio) or not, and its end user. */
@@ -71,6 +75,8 @@ export interface WindowRef {
   subject: string;
   start: number;
   end: number;
+  /** The budget's generation when the window was counted in. */
+  gen: number;
 }
 
 export interface Usage {
@@ -214,6 +220,7 @@ const spentIn = (d: Deployment, w: WindowRef): Spent => d.org.windows.get(window
 export function chargeWindows(d: Deployment, now: number, tool: string, by: ChargedBy = NOBODY): WindowRef[] {
   const refs: WindowRef[] = [];
   d.org.budgets.forEach((b, budget) => {
+    if (b.deleted) return;
     if (tool !== AI_TOOL && b.limit === null) return;
     if (b.deployment !== null && b.deployment !== d.index) return;
     let subject: string;
@@ -227,11 +234,12 @@ export function chargeWindows(d: Deployment, now: number, tool: string, by: Char
     } else if (b.tool === '*') subject = tool;
     else if (b.tool === tool) subject = '';
     else return;
+    const gen = b.generation ?? 0;
     if (b.window === 'period') {
-      refs.push({ budget, subject, start: d.periodStart, end: d.periodEnd });
+      refs.push({ budget, subject, start: d.periodStart, end: d.periodEnd, gen });
       return;
     }
-    refs.push({ budget, subject, ...calendarWindow(b.window, now) });
+    refs.push({ budget, subject, ...calendarWindow(b.window, now), gen });
   });
   return refs;
 }
@@ -272,6 +280,9 @@ function countIn(d: Deployment, windows: WindowRef[], credits: number, now: numb
   if (credits === 0 && tokens === 0) return;
   for (const w of windows) {
     if (now !== null && w.end <= now) continue;
+    // A window deleted with its budget, or by a change of its window kind, counts nothing any more.
+    const b = d.org.budgets[w.budget]!;
+    if (b.deleted || (b.generation ?? 0) !== w.gen) continue;
     const spent = spentIn(d, w);
     d.org.windows.set(windowKey(w), { credits: Math.max(0, spent.credits + credits), tokens: Math.max(0, spent.tokens + tokens) });
   }
@@ -281,6 +292,32 @@ function countIn(d: Deployment, windows: WindowRef[], credits: number, now: numb
 export function setBudgetLimit(d: Deployment, budget: number, limit: number): Answer {
   d.org.budgets[budget]!.limit = limit;
   return { status: 200, body: { limit_credits: limit } };
+}
+
+/** Forget every window of a budget (deleted, or its window kind changed). */
+function dropWindows(d: Deployment, budget: number): void {
+  for (const key of [...d.org.windows.keys()]) if (key.startsWith(`${budget}|`)) d.org.windows.delete(key);
+}
+
+/**
+ * A budget's window kind changed: the old kind's windows are deleted and new ones start from 0; holds
+ * counted in the old ones give nothing back to the new ones. The same kind again changes nothing.
+ */
+export function setBudgetWindow(d: Deployment, budget: number, window: BudgetModel['window']): Answer {
+  const b = d.org.budgets[budget]!;
+  if (b.window !== window) {
+    b.window = window;
+    b.generation = (b.generation ?? 0) + 1;
+    dropWindows(d, budget);
+  }
+  return { status: 200, body: { window } };
+}
+
+/** A budget deleted: its windows go with it. */
+export function deleteBudget(d: Deployment, budget: number): Answer {
+  d.org.budgets[budget]!.deleted = true;
+  dropWindows(d, budget);
+  return { status: 200, body: {} };
 }
 
 export const monthlyLeft = (d: Deployment): number => Math.max(0, d.allocation - d.used);
@@ -473,7 +510,7 @@ const tokensFor = (credits: number, cls: ModelClass) => (credits <= 0 ? 0 : Math
 const aiFree = (d: Deployment) => Math.max(0, d.aiLimit - (d.aiUsed - d.aiOver) - d.aiTokensHeld);
 
 /** holdAiTokens (docs/ai-proxy.md): quota tokens first, then purchased credits; nothing starts while credits are owed. */
-export function aiHold(d: Deployment, now: number, prompt: number, output: number, cls: ModelClass): Answer & { hold?: AiHoldModel } {
+export function aiHold(d: Deployment, now: number, prompt: number, output: number, cls: ModelClass, by: ChargedBy = NOBODY): Answer & { hold?: AiHoldModel } {
   touch(d, now);
   // Purchased credits freed since the debt began pay it first.
   if (d.owed > 0) payOwed(d, { monthly: 0, purchased: d.purchased });
@@ -484,7 +521,7 @@ export function aiHold(d: Deployment, now: number, prompt: number, output: numbe
   if (capacity < prompt || perChoice < (output > 0 ? 1 : 0)) return { status: 429, body: { code: 'AI_QUOTA_EXCEEDED' } };
   // Then the block budgets (docs/budgets.md, AI calls): the credits they leave cap what purchased credits
   // may pay, the tokens they leave cap the call.
-  const windows = chargeWindows(d, now, AI_TOOL);
+  const windows = chargeWindows(d, now, AI_TOOL, by);
   const room = budgetRoom(d, windows);
   let withinBudgets = room.credits === null ? capacity : free + tokensFor(Math.min(purchasedFree(d), room.credits), cls);
   if (room.tokens !== null) withinBudgets = Math.min(withinBudgets, room.tokens);

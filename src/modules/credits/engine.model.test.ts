@@ -7,6 +7,7 @@ import * as M from '../../../test/money-model.js';
 import {
   adoptIds,
   type BatchOp,
+  type BudgetChange,
   booksMismatches,
   describeOp,
   modelOp,
@@ -22,7 +23,6 @@ import {
   realOp,
   realRefund,
   realRows,
-  realSetBudgetLimit,
   realTouch,
   realWindows,
   modelWindows,
@@ -36,11 +36,12 @@ import {
  * sequences of operations on two deployments — record-usage with and without invocation ids (replays),
  * reservations and releases, operator grants and adjustments, refunds, AI holds settled above or below
  * what they held (credits owed) or released, clock moves across period ends and the idempotency window,
- * and steps of 2–5 records/reservations/releases sent at once through the group commit — and runs each on
- * the in-memory model (test/money-model.ts) and on the real engine. The two deployments are in
- * organizations of their own or in one, with budgets (docs/budgets.md: block or alert, of every scope and
- * window kind, credits and AI tokens) whose credit limits change mid-run. After every step the answers agree (for a concurrent step: those of some serial order of its
- * operations), the balance rows, the usage totals and every budget window's count equal the model's, and
+ * and steps of 2–5 records/reservations/releases/budget changes sent at once through the group commit —
+ * and runs each on the in-memory model (test/money-model.ts) and on the real engine. The two deployments
+ * are in organizations of their own or in one, with budgets (docs/budgets.md: block or alert, of every
+ * scope and window kind, credits and AI tokens) made, deleted and given other credit limits or window
+ * kinds mid-run. After every step the answers agree (for a concurrent step: those of some serial order
+ * of its operations), the balance rows, the usage totals and every budget window's count equal the model's, and
  * findLedgerMismatches and findOwedMismatches find nothing.
  *
  * MODEL_RUNS raises the runs (npm run test:model: 10×); a failure prints its seed and path: replay it with
@@ -111,19 +112,34 @@ const dep = fc.integer({ min: 0, max: 1 });
 const tool = fc.constantFrom<0 | 1>(0, 1);
 const inv = fc.constantFrom('i0', 'i1', 'i2', 'i3');
 const user = fc.constantFrom<string | null>('u0', 'u1', null);
+const windowKind = fc.constantFrom<M.BudgetModel['window']>('hour', 'day', 'week', 'month', 'period');
+/**
+ * A budget changed or deleted mid-run, alone or beside the charges of a step sent at once (docs/budgets.md:
+ * a limit keeps the windows' counts, and one lowered below them refuses; another window kind starts new
+ * windows; a deleted budget counts nothing more).
+ */
+const budgetChange: fc.Arbitrary<BudgetChange> = fc.oneof(
+  { arbitrary: fc.integer({ min: 1, max: 15 }).map((limit) => ({ limit })), weight: 3 },
+  { arbitrary: windowKind.map((window) => ({ window })), weight: 2 },
+  { arbitrary: fc.constant('delete' as const), weight: 1 },
+);
 const batchOp: fc.Arbitrary<BatchOp> = fc.oneof(
-  fc
-    .record({ kind: fc.constant('record' as const), dep, tool, inv: fc.option(inv, { nil: null }), stdio: fc.boolean(), user })
-    .map((op) => (op.inv === null ? op : { ...op, user: userOf(op.inv) })),
-  fc.record({ kind: fc.constant('reserve' as const), dep, tool, inv }).map((op) => ({ ...op, user: userOf(op.inv) })),
-  fc.record({ kind: fc.constant('release' as const), dep, inv }),
+  {
+    arbitrary: fc
+      .record({ kind: fc.constant('record' as const), dep, tool, inv: fc.option(inv, { nil: null }), stdio: fc.boolean(), user })
+      .map((op) => (op.inv === null ? op : { ...op, user: userOf(op.inv) })),
+    weight: 4,
+  },
+  { arbitrary: fc.record({ kind: fc.constant('reserve' as const), dep, tool, inv }).map((op) => ({ ...op, user: userOf(op.inv) })), weight: 4 },
+  { arbitrary: fc.record({ kind: fc.constant('release' as const), dep, inv }), weight: 4 },
+  { arbitrary: fc.record({ kind: fc.constant('budget' as const), dep, pick: fc.nat(), change: budgetChange }), weight: 1 },
 );
 const cls = fc.constantFrom<M.ModelClass>('standard', 'advanced', 'premium');
 
 const single = batchOp.map((op) =>
   step(describeOp(op), async (w, r) => {
-    const expected = modelOp(w, op);
-    expectAnswer(w, describeOp(op), expected, await realOp(r, op));
+    const real = await realOp(r, op, w);
+    expectAnswer(w, describeOp(op), modelOp(w, op), real);
   }),
 );
 
@@ -133,7 +149,7 @@ const together = fc.array(batchOp, { minLength: 2, maxLength: 5 }).map((ops) => 
   return step(
     label,
     async (w, r) => {
-      const answers = await Promise.all(ops.map((op) => realOp(r, op)));
+      const answers = await Promise.all(ops.map((op) => realOp(r, op, w)));
       const rows = await realRows(r);
       const windows = await realWindows(r, w);
       for (const order of permutations(ops.length)) {
@@ -192,10 +208,16 @@ const refund = fc.record({ dep, pick: fc.nat(), amount: fc.option(fc.integer({ m
   ),
 );
 
-const aiHold = fc.record({ dep, prompt: fc.integer({ min: 0, max: 1500 }), output: fc.integer({ min: 0, max: 2500 }), cls }).map(({ dep, prompt, output, cls }) =>
-  step(`aiHold(d${dep}, ${prompt}+${output} ${cls})`, async (w, r) => {
-    const expected = M.aiHold(w.deps[dep]!, w.now, prompt, output, cls);
-    const real = await realAiHold(r, dep, prompt, output, cls);
+/** An AI call's hold, made by the API key or not, for an end user or none (docs/budgets.md, AI calls). */
+const aiHold = fc
+  .record({ dep, prompt: fc.integer({ min: 0, max: 1500 }), output: fc.integer({ min: 0, max: 2500 }), cls, byKey: fc.boolean(), user })
+  .map(({ dep, prompt, output, cls, byKey, user }) =>
+  step(`aiHold(d${dep}, ${prompt}+${output} ${cls}${byKey ? ', by key' : ''}${user ? `, ${user}` : ''})`, async (w, r) => {
+    const d = w.deps[dep]!;
+    // The API key charges only the deployment it belongs to (the primary).
+    const by = { stdio: byKey && d.keyed, user };
+    const expected = M.aiHold(d, w.now, prompt, output, cls, by);
+    const real = await realAiHold(r, dep, prompt, output, cls, by);
     expectAnswer(w, 'aiHold', expected, real);
     if (expected.hold) expected.hold.id = real.id!;
   }),
@@ -229,20 +251,6 @@ const aiRelease = fc.record({ dep, pick: fc.nat() }).map(({ dep, pick }) =>
   ),
 );
 
-/** A budget's credit limit changed mid-run (docs/budgets.md: its windows keep their counts; one lowered below them refuses). */
-const budgetLimit = fc.record({ dep, pick: fc.nat(), limit: fc.integer({ min: 1, max: 15 }) }).map(({ dep, pick, limit }) =>
-  step(
-    `budgetLimit(d${dep}, budget #${pick}, ${limit})`,
-    async (w, r) => {
-      const d = w.deps[dep]!;
-      const index = pick % d.org.budgets.length;
-      const expected = M.setBudgetLimit(d, index, limit);
-      expectAnswer(w, 'budgetLimit', expected, await realSetBudgetLimit(r, dep, d.org.budgets[index]!, limit));
-    },
-    (w) => w.deps[dep]!.org.budgets.length > 0,
-  ),
-);
-
 /** Minutes (reservations lapse after 5), a day (the idempotency window), a month or two (period ends). */
 const advance = fc.constantFrom(MINUTE, 4 * MINUTE, 6 * MINUTE, 3 * 60 * MINUTE, 25 * 60 * MINUTE, 10 * DAY, 31 * DAY, 62 * DAY).map((ms) =>
   step(`advance(${ms / MINUTE} min)`, async (w, r) => {
@@ -257,11 +265,6 @@ const touch = dep.map((d) =>
     M.touch(w.deps[d]!, w.now);
     await realTouch(r, d);
   }),
-);
-
-const commands = fc.commands(
-  [single, single, single, together, together, changePurchased, refund, refund, aiHold, aiHold, aiSettle, aiSettle, aiRelease, advance, advance, touch, budgetLimit],
-  { maxCommands: 40, size: 'max', ...(process.env.MODEL_REPLAY ? { replayPath: process.env.MODEL_REPLAY } : {}) },
 );
 
 /**
@@ -291,6 +294,28 @@ const budget: fc.Arbitrary<ChosenBudget> = fc
     window,
     block,
   }));
+
+/**
+ * A budget made mid-run on a deployment's organization (up to six there): it counts the charges made
+ * from then on (docs/budgets.md, Decided here), not the holds made before it.
+ */
+const budgetMade = fc.record({ dep, chosen: budget }).map(({ dep, chosen }) =>
+  step(
+    `budgetMade(d${dep}, ${chosen.scope}${chosen.tool ? ` ${chosen.tool}` : ''}${chosen.user ? ` ${chosen.user}` : ''}${chosen.narrow ? ' narrowed' : ''}, ${chosen.limit ?? '-'} credits, ${chosen.limitTokens ?? '-'} tokens, ${chosen.window}${chosen.block ? '' : ', alert'})`,
+    async (w, r) => {
+      const { narrow, ...b } = chosen;
+      const made: M.BudgetModel = { ...b, deployment: narrow ? dep : null };
+      w.deps[dep]!.org.budgets.push(made);
+      await realCreateBudgets(r, dep, [made]);
+    },
+    (w) => w.deps[dep]!.org.budgets.length < 6,
+  ),
+);
+
+const commands = fc.commands(
+  [single, single, single, together, together, changePurchased, refund, refund, aiHold, aiHold, aiSettle, aiSettle, aiRelease, advance, advance, touch, budgetMade],
+  { maxCommands: 40, size: 'max', ...(process.env.MODEL_REPLAY ? { replayPath: process.env.MODEL_REPLAY } : {}) },
+);
 
 /**
  * Each run: two fresh trial deployments with a monthly allocation, an AI token quota, purchased credits
