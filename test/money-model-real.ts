@@ -38,7 +38,7 @@ export type BatchOp =
   /** A budget of the deployment's organization (the `pick`th, deleted ones too) changed or deleted (docs/budgets.md, Decided here). */
   | { kind: 'budget'; dep: number; pick: number; change: BudgetChange };
 
-export type BudgetChange = { limit: number } | { window: M.BudgetModel['window'] } | 'delete';
+export type BudgetChange = { limit: number } | { window: M.BudgetModel['window'] } | { block: boolean } | 'delete';
 
 /** The budget a budget op names, if the organization has any: its index and the model's budget. */
 function pickedBudget(w: World, op: BatchOp & { kind: 'budget' }): { index: number; budget: M.BudgetModel } | null {
@@ -54,7 +54,8 @@ function pickedBudget(w: World, op: BatchOp & { kind: 'budget' }): { index: numb
  */
 export const userOf = (inv: string): string | null => ({ i0: 'u0', i1: 'u1', i2: 'u0' })[inv] ?? null;
 
-const describeChange = (c: BudgetChange): string => (c === 'delete' ? 'delete' : 'limit' in c ? `limit ${c.limit}` : `window ${c.window}`);
+const describeChange = (c: BudgetChange): string =>
+  c === 'delete' ? 'delete' : 'limit' in c ? `limit ${c.limit}` : 'window' in c ? `window ${c.window}` : c.block ? 'block' : 'alert';
 
 export const describeOp = (op: BatchOp): string =>
   op.kind === 'budget'
@@ -71,6 +72,7 @@ export function modelOp(w: World, op: BatchOp): M.Answer {
     if (!picked || picked.budget.deleted) return { status: 404, body: { code: 'NOT_FOUND' } };
     if (op.change === 'delete') return M.deleteBudget(d, picked.index);
     if ('limit' in op.change) return M.setBudgetLimit(d, picked.index, op.change.limit);
+    if ('block' in op.change) return M.setBudgetMode(d, picked.index, op.change.block);
     return M.setBudgetWindow(d, picked.index, op.change.window);
   }
   if (op.kind === 'release') return M.release(d, w.now, op.inv);
@@ -105,7 +107,8 @@ export function realOp(r: Real, op: BatchOp, w: World): Promise<RealAnswer> {
     const id = pickedBudget(w, op)?.budget.id ?? '00000000-0000-4000-8000-000000000000';
     const url = `/api/v1/admin/organizations/${t.organizationId}/budgets/${id}`;
     if (op.change === 'delete') return http(r, 'DELETE', url, adminHeaders(r.h), undefined);
-    return http(r, 'PUT', url, adminHeaders(r.h), 'limit' in op.change ? { limit_credits: op.change.limit } : { window: op.change.window });
+    const body = 'limit' in op.change ? { limit_credits: op.change.limit } : 'block' in op.change ? { mode: op.change.block ? 'block' : 'alert' } : { window: op.change.window };
+    return http(r, 'PUT', url, adminHeaders(r.h), body);
   }
   if (op.kind === 'release') {
     return http(r, 'POST', `/api/v1/mcp/reservations/${op.inv}/release`, service, { deployment_id: t.deploymentId });

@@ -294,6 +294,12 @@ export function setBudgetLimit(d: Deployment, budget: number, limit: number): An
   return { status: 200, body: { limit_credits: limit } };
 }
 
+/** A budget's mode changed: `block` refuses from the next charge on, `alert` no more; the windows keep their counts. */
+export function setBudgetMode(d: Deployment, budget: number, block: boolean): Answer {
+  d.org.budgets[budget]!.block = block;
+  return { status: 200, body: { mode: block ? 'block' : 'alert' } };
+}
+
 /** Forget every window of a budget (deleted, or its window kind changed). */
 function dropWindows(d: Deployment, budget: number): void {
   for (const key of [...d.org.windows.keys()]) if (key.startsWith(`${budget}|`)) d.org.windows.delete(key);

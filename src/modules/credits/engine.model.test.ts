@@ -115,12 +115,13 @@ const user = fc.constantFrom<string | null>('u0', 'u1', null);
 const windowKind = fc.constantFrom<M.BudgetModel['window']>('hour', 'day', 'week', 'month', 'period');
 /**
  * A budget changed or deleted mid-run, alone or beside the charges of a step sent at once (docs/budgets.md:
- * a limit keeps the windows' counts, and one lowered below them refuses; another window kind starts new
- * windows; a deleted budget counts nothing more).
+ * a limit or mode keeps the windows' counts, and a limit lowered below them refuses; another window kind
+ * starts new windows; a deleted budget counts nothing more).
  */
 const budgetChange: fc.Arbitrary<BudgetChange> = fc.oneof(
   { arbitrary: fc.integer({ min: 1, max: 15 }).map((limit) => ({ limit })), weight: 3 },
   { arbitrary: windowKind.map((window) => ({ window })), weight: 2 },
+  { arbitrary: fc.boolean().map((block) => ({ block })), weight: 1 },
   { arbitrary: fc.constant('delete' as const), weight: 1 },
 );
 const batchOp: fc.Arbitrary<BatchOp> = fc.oneof(
