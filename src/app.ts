@@ -221,5 +221,6 @@ function createLimiter(config: Config, clock: Clock, app: FastifyInstance, metri
     },
     config.rateLimitTime,
     `${config.redisPrefix}rl:`,
+    config.redisCommandTimeoutMs,
   );
 }

@@ -122,6 +122,8 @@ export interface Config {
    * production; 'clock' (the app's clock) lets tests move time. Not an environment variable.
    */
   rateLimitTime: 'redis' | 'clock';
+  /** REDIS_COMMAND_TIMEOUT_MS: how long the rate limiter waits for Redis before it counts per instance (docs/limits.md). */
+  redisCommandTimeoutMs: number;
 }
 
 export interface CreditPack {
@@ -505,6 +507,7 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     aiModelClasses: modelClasses(env, 'AI_MODEL_CLASSES') ?? DEFAULT_MODEL_CLASSES,
     aiDefaultModelClass: modelClass(env, 'AI_DEFAULT_MODEL_CLASS'),
     rateLimitTime: 'redis',
+    redisCommandTimeoutMs: int(env, 'REDIS_COMMAND_TIMEOUT_MS', 250, 10, 60_000),
   };
   return { config, generated };
 }
@@ -595,6 +598,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     aiDefaultModelClass: 'premium',
     // Tests move the app's clock; the shared limiter follows it.
     rateLimitTime: 'clock',
+    redisCommandTimeoutMs: 250,
     ...overrides,
   };
 }

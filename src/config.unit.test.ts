@@ -50,6 +50,7 @@ describe('defaults', () => {
     expect(config.nodeEnv).toBe('development');
     expect(config.publicBaseUrl).toBe('http://127.0.0.1:8080');
     expect(config).toMatchObject({ metricsToken: undefined, metricsPort: undefined });
+    expect(config.redisCommandTimeoutMs).toBe(250);
   });
 
   it('empty strings count as unset', () => {
@@ -70,6 +71,7 @@ describe('defaults', () => {
         PUBLIC_BASE_URL: 'https://api.example.com/',
         METRICS_TOKEN: 'prometheus-scrape-token-0123456789',
         METRICS_PORT: '9464',
+        REDIS_COMMAND_TIMEOUT_MS: '2000',
       }),
     );
     expect(config).toMatchObject({
@@ -82,6 +84,7 @@ describe('defaults', () => {
       publicBaseUrl: 'https://api.example.com',
       metricsToken: 'prometheus-scrape-token-0123456789',
       metricsPort: 9464,
+      redisCommandTimeoutMs: 2000,
     });
     expect(loadConfig(env({ ...SECRETS, DATABASE_URL: 'memory://' })).config.databaseUrl).toBe('memory://');
     expect(loadConfig(env({ ...SECRETS, DATABASE_URL: 'postgresql://h/db' })).config.databaseUrl).toBe('postgresql://h/db');
@@ -114,6 +117,9 @@ describe('bad values stop the start with a ConfigError naming the variable', () 
     ['METRICS_PORT', '0'],
     ['METRICS_PORT', 'abc'],
     ['METRICS_PORT', '8080'],
+    ['REDIS_COMMAND_TIMEOUT_MS', '0'],
+    ['REDIS_COMMAND_TIMEOUT_MS', 'soon'],
+    ['REDIS_COMMAND_TIMEOUT_MS', '60001'],
   ];
   for (const [name, value] of cases) {
     it(`${name}=${value}`, () => {

@@ -30,8 +30,11 @@ beforeAll(async () => {
     },
   });
   // Same module-level redisPrefix for both: they count in the same keys, as instances of one service do.
-  a = await buildApp({ config: testConfig({ redisUrl: REDIS_URL, logLevel: 'warn' }), db, clock: h.clock, logStream });
-  b = await buildApp({ config: testConfig({ redisUrl: REDIS_URL, logLevel: 'warn' }), db, clock: h.clock, logStream });
+  // The shared window is what is shown here, not the fallback (test/redis-fault.test.ts): on a loaded
+  // machine a command can take longer than the default 250 ms, and the instance would count alone.
+  const config = () => testConfig({ redisUrl: REDIS_URL, logLevel: 'warn', redisCommandTimeoutMs: 5_000 });
+  a = await buildApp({ config: config(), db, clock: h.clock, logStream });
+  b = await buildApp({ config: config(), db, clock: h.clock, logStream });
   await Promise.all([a.ready(), b.ready()]);
   // ready() waits (bounded) for the limiter's Redis connection: the first request already counts in the shared window.
   const connected = (app: FastifyInstance) => app.deps.limiter instanceof RedisRateLimiter && app.deps.limiter.shared;

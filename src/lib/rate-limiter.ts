@@ -186,12 +186,14 @@ export class RedisRateLimiter implements RateLimiter {
     private readonly timeFrom: 'redis' | 'clock' = 'redis',
     /** Key prefix (REDIS_PREFIX + 'rl:'): instances that share limits share it. */
     private readonly prefix = 'cg:rl:',
+    /** How long a command may take before the request is counted per instance (REDIS_COMMAND_TIMEOUT_MS). */
+    commandTimeout = 250,
   ) {
     this.redis = new Redis(url, {
       // Fail fast instead of queueing while disconnected: a request must not wait for Redis.
       enableOfflineQueue: false,
       maxRetriesPerRequest: 0,
-      commandTimeout: 250,
+      commandTimeout,
       connectTimeout: 2_000,
       retryStrategy: (times) => Math.min(times * 100, 2_000),
       lazyConnect: false,
