@@ -66,7 +66,7 @@ describe('events and deliveries', () => {
       expect(got).toHaveLength(1);
       const r = got[0]!;
       expect(r.method).toBe('POST');
-      expect(r.path).toBe(new URL(hook.url).pathname);
+      expect(`${rx.url}${r.path}`).toBe(hook.url);
       // Body: exactly {id, type, created_at, data}, in that order.
       const raw = r.body.toString('utf8');
       const parsed = JSON.parse(raw) as Record<string, unknown>;
