@@ -134,6 +134,11 @@ export interface Deployment {
 export interface Org {
   budgets: BudgetModel[];
   windows: Map<string, Spent>;
+  /**
+   * The primary deployment's billing anchor: the `period` window of a budget not bound to one deployment
+   * is the primary's credit period (docs/budgets.md, Windows), also for a charge on the other deployment.
+   */
+  anchor: Date;
 }
 
 export interface RecordAnswer {
@@ -157,7 +162,7 @@ export function newDeployment(
   anchor: Date,
   allocation: number,
   aiLimit: number,
-  place: { index: number; keyed: boolean; org: Org } = { index: 0, keyed: true, org: { budgets: [], windows: new Map() } },
+  place: { index: number; keyed: boolean; org: Org } = { index: 0, keyed: true, org: { budgets: [], windows: new Map(), anchor } },
 ): Deployment {
   const p = monthlyPeriod(anchor, anchor);
   return {
@@ -171,7 +176,7 @@ export function newDeployment(
 export function cloneDeployments(deps: Deployment[]): Deployment[] {
   const orgs = new Map<Org, Org>();
   for (const d of deps) {
-    if (!orgs.has(d.org)) orgs.set(d.org, { budgets: d.org.budgets.map((b) => ({ ...b })), windows: new Map(d.org.windows) });
+    if (!orgs.has(d.org)) orgs.set(d.org, { budgets: d.org.budgets.map((b) => ({ ...b })), windows: new Map(d.org.windows), anchor: d.org.anchor });
   }
   return deps.map((d) => ({ ...cloneDeployment(d), org: orgs.get(d.org)! }));
 }
@@ -212,10 +217,10 @@ const spentIn = (d: Deployment, w: WindowRef): Spent => d.org.windows.get(window
 
 /**
  * The windows a charge of `tool` at `now` falls in: every budget that holds for it, in the UTC hour or
- * day holding `now`, or the deployment's credit period (touched by the charge first; the model's
- * deployments share one anchor, so an organization budget's period, its primary's, is the same). A
- * charge of credits alone (an MCP record or reservation) falls only under budgets with a credit limit;
- * an AI call under all.
+ * day holding `now`, or a credit period: the deployment's (touched by the charge first) for a budget
+ * bound to it (scope `deployment`, or narrowed to it), else the primary deployment's — the period its
+ * anchor gives at `now`, whether or not the primary's row has rolled into it yet. A charge of credits
+ * alone (an MCP record or reservation) falls only under budgets with a credit limit; an AI call under all.
  */
 export function chargeWindows(d: Deployment, now: number, tool: string, by: ChargedBy = NOBODY): WindowRef[] {
   const refs: WindowRef[] = [];
@@ -236,7 +241,11 @@ export function chargeWindows(d: Deployment, now: number, tool: string, by: Char
     else return;
     const gen = b.generation ?? 0;
     if (b.window === 'period') {
-      refs.push({ budget, subject, start: d.periodStart, end: d.periodEnd, gen });
+      if (b.deployment !== null || b.scope === 'deployment') refs.push({ budget, subject, start: d.periodStart, end: d.periodEnd, gen });
+      else {
+        const p = monthlyPeriod(d.org.anchor, new Date(now));
+        refs.push({ budget, subject, start: p.start.getTime(), end: p.end.getTime(), gen });
+      }
       return;
     }
     refs.push({ budget, subject, ...calendarWindow(b.window, now), gen });

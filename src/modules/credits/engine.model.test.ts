@@ -326,6 +326,9 @@ const commands = fc.commands(
 const terms = fc.record({
   // MODEL_SHARED_ORGANIZATION=0 keeps the two deployments in organizations of their own.
   sameOrganization: process.env.MODEL_SHARED_ORGANIZATION === '0' ? fc.constant(false) : fc.boolean(),
+  // The second deployment made this much later: its billing anchor, so its credit periods, differ from
+  // the first's (an organization-wide `period` budget follows the primary's, docs/budgets.md, Windows).
+  secondLater: fc.constantFrom(0, 11 * DAY + 5 * 60 * MINUTE),
   deployments: fc.array(
     fc.record({
       monthly: fc.integer({ min: 0, max: 12 }),
@@ -339,14 +342,19 @@ const terms = fc.record({
 
 interface Chosen {
   sameOrganization: boolean;
+  secondLater: number;
   deployments: Array<{ monthly: number; aiLimit: number; purchased: number; budgets: ChosenBudget[] }>;
 }
 
-async function setup({ sameOrganization, deployments }: Chosen): Promise<{ model: World; real: Real }> {
+async function setup({ sameOrganization, secondLater, deployments }: Chosen): Promise<{ model: World; real: Real }> {
   const real: Real = { h, tenants: [], tools };
   const model: World = { now: h.clock.now().getTime(), deps: [] };
   for (const [index, { monthly, aiLimit }] of deployments.entries()) {
     const shared = sameOrganization && index > 0;
+    if (index > 0 && secondLater > 0) {
+      await realAdvance(real, secondLater);
+      model.now = h.clock.now().getTime();
+    }
     let t: Tenant;
     if (shared) {
       const first = real.tenants[0]!;
@@ -364,7 +372,7 @@ async function setup({ sameOrganization, deployments }: Chosen): Promise<{ model
     });
     expect(res.statusCode, res.body).toBe(200);
     real.tenants.push(t);
-    const org = shared ? model.deps[0]!.org : { budgets: [], windows: new Map() };
+    const org = shared ? model.deps[0]!.org : { budgets: [], windows: new Map(), anchor: h.clock.now() };
     model.deps.push(M.newDeployment(h.clock.now(), monthly, aiLimit, { index, keyed: !shared, org }));
   }
   // The budgets, once both deployments exist (a budget may name either); fast-check may hand the same
