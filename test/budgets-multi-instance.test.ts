@@ -7,13 +7,14 @@ import { findLedgerMismatches } from '../src/modules/credits/ledger.js';
 import { countChatPromptBound } from '../src/modules/ai/prompt.js';
 import { type StandIn, startOpenAiStandIn } from './ai-stand-in/index.js';
 import { budgetFixtures } from './budget-fixtures.js';
-import { createHarness, createTenant, grant, type Harness, json, serviceHeaders, testDatabase } from './harness.js';
+import { adminHeaders, createHarness, createTenant, grant, type Harness, json, serviceHeaders, testDatabase } from './harness.js';
 import { usageFixtures } from './usage-fixtures.js';
 
 /**
  * A block budget across two instances on one database (docs/budgets.md, Enforcement): an organization
  * budget shared by two deployments is charged by batches of both instances at once — several batches in
- * flight per instance, on different deployments — and is never exceeded.
+ * flight per instance, on different deployments — and is never exceeded; a budget changed through one
+ * instance binds the other at once, whatever it remembers; its events are sent once across both.
  */
 let h: Harness;
 let a: FastifyInstance;
@@ -96,5 +97,84 @@ describe('AI holds under a block budget across two instances', () => {
       [t.organizationId],
     );
     expect((await budgets.windowsOf(budgetId)).map((w) => w.spent_ai_tokens)).toEqual([used[0]!.n]);
+  });
+});
+
+/** Batches an instance sent in one round trip on remembered rows, by outcome (committed or stale). */
+async function remembered(app: FastifyInstance, outcome: 'committed' | 'stale'): Promise<number> {
+  const { values } = await app.deps.metrics.deductionBatchRemembered.get();
+  return values.find((v) => v.labels.outcome === outcome)?.value ?? 0;
+}
+
+describe('a budget changed through one instance while the other remembers the rows', () => {
+  it('the other refuses at once past a lowered limit, charges when it is raised, and once the budget is deleted', async () => {
+    const t = await createTenant(h, { tier: 'launch' });
+    await grant(h, t.deploymentId, 1_000);
+    const budgetsUrl = `/api/v1/admin/organizations/${t.organizationId}/budgets`;
+    const made = await a.inject({ method: 'POST', url: budgetsUrl, headers: adminHeaders(h), payload: { scope: 'organization', limit_credits: 100, window: 'day' } });
+    expect(made.statusCode, made.body).toBe(201);
+    const budgetId = json<{ id: string }>(made).id;
+    let n = 0;
+    const recordOnB = async () =>
+      json(await b.inject({ method: 'POST', url: '/api/v1/mcp/usage', headers: serviceHeaders(h), payload: { deployment_id: t.deploymentId, tool_name: 'x', invocation_id: `changed-${n++}` } }));
+    const changeOnA = async (limit: number) => {
+      const res = await a.inject({ method: 'PUT', url: `${budgetsUrl}/${budgetId}`, headers: adminHeaders(h), payload: { limit_credits: limit } });
+      expect(res.statusCode, res.body).toBe(200);
+    };
+
+    const committed = await remembered(b, 'committed');
+    for (let i = 0; i < 5; i++) expect(await recordOnB()).toMatchObject({ success: true });
+    // b now charges this deployment in one round trip on the rows and window it remembers.
+    expect(await remembered(b, 'committed')).toBeGreaterThan(committed);
+
+    const stale = await remembered(b, 'stale');
+    await changeOnA(5);
+    expect(await recordOnB()).toMatchObject({ success: false, error: 'budget_exceeded' });
+    // What b remembered was refused as a whole (the change gave the balance row a new version).
+    expect(await remembered(b, 'stale')).toBe(stale + 1);
+    await changeOnA(6);
+    expect(await recordOnB()).toMatchObject({ success: true });
+    expect(await recordOnB()).toMatchObject({ success: false, error: 'budget_exceeded' });
+    expect((await budgets.windowsOf(budgetId)).map((w) => w.spent_credits)).toEqual([6]);
+
+    const deleted = await a.inject({ method: 'DELETE', url: `${budgetsUrl}/${budgetId}`, headers: adminHeaders(h) });
+    expect(deleted.statusCode, deleted.body).toBe(200);
+    expect(await recordOnB()).toMatchObject({ success: true });
+    const spent = await h.deps.db.query<{ n: number }>(
+      'SELECT COALESCE(SUM(quantity), 0)::int AS n FROM usage_records WHERE organization_id = $1 AND success',
+      [t.organizationId],
+    );
+    expect(spent[0]!.n).toBe(7);
+    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
+});
+
+describe('budget events across two instances', () => {
+  it('80 parallel records through both instances on two deployments: each threshold once, budget.exceeded once', async () => {
+    const t = await createTenant(h, { tier: 'launch' });
+    const second = await usage.addDeployment(t.organizationId);
+    for (const id of [t.deploymentId, second]) await grant(h, id, 1_000);
+    const budgetId = await budgets.addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: 10, window: 'day' });
+    const results = await Promise.all(
+      Array.from({ length: 80 }, (_, i) =>
+        (i % 2 === 0 ? a : b).inject({
+          method: 'POST',
+          url: '/api/v1/mcp/usage',
+          headers: serviceHeaders(h),
+          payload: { deployment_id: i % 4 < 2 ? t.deploymentId : second, tool_name: 'x', invocation_id: `events-${i}` },
+        }),
+      ),
+    );
+    expect(results.filter((r) => json(r).success === true)).toHaveLength(10);
+    const events = await h.deps.db.query<{ type: string; threshold: number; budget_id: string }>(
+      `SELECT type, (data->>'threshold')::int AS threshold, data->>'budget_id' AS budget_id FROM outbox_events
+       WHERE organization_id = $1 AND type LIKE 'budget.%' ORDER BY type, threshold`,
+      [t.organizationId],
+    );
+    expect(events).toEqual([
+      { type: 'budget.exceeded', threshold: 100, budget_id: budgetId },
+      { type: 'budget.threshold', threshold: 80, budget_id: budgetId },
+      { type: 'budget.threshold', threshold: 100, budget_id: budgetId },
+    ]);
   });
 });

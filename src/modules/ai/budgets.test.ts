@@ -145,6 +145,25 @@ describe('AI calls under a block budget', () => {
     await nothingHeld(t);
   });
 
+  it('Retry-After comes with a budget refusal only within the hour before the window resets', async () => {
+    // 10:00 UTC of the next day: a day window resets in 14 hours, an hour window in one.
+    const now = h.clock.now();
+    h.clock.set(new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() + 1, 10)));
+    for (const [window, retryAfter] of [
+      ['hour', '3600'],
+      ['day', undefined],
+    ] as const) {
+      const t = await createTenant(h, { tier: 'enterprise' });
+      // Room for the prompt but not one token of output: refused.
+      const budgetId = await b.addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: null, limitAiTokens: holdOf(0), window });
+      const refused = await chat(t, { max_tokens: 30 });
+      expect(refused.status).toBe(429);
+      expect(refused.body).toMatchObject({ code: 'BUDGET_EXCEEDED', budget_id: budgetId });
+      expect(refused.headers['x-should-retry']).toBe('false');
+      expect(refused.headers['retry-after'], window).toBe(retryAfter);
+    }
+  });
+
   it('a hold shrinks its allowance to the room a token budget leaves', async () => {
     const t = await createTenant(h, { tier: 'launch' });
     const prompt = holdOf(0);

@@ -171,6 +171,22 @@ describe('subjects', () => {
     ]);
   });
 
+  it('a tool budget for each tool ("*") counts every tool apart', async () => {
+    const t = await richTenant();
+    const budgetId = await b.addBudget({ organizationId: t.organizationId, scope: 'tool', toolName: '*', limitCredits: 2, window: 'day' });
+    for (const tool of ['search', 'search', 'fetch']) expect(json(await serviceUsage(t, { tool_name: tool })).success).toBe(true);
+    expect(json(await serviceUsage(t, { tool_name: 'search' }))).toMatchObject({ success: false, error: 'budget_exceeded' });
+    expect(json(await serviceUsage(t, { tool_name: 'fetch' })).success).toBe(true);
+    expect(json(await serviceUsage(t, { tool_name: 'fetch' })).error).toBe('budget_exceeded');
+    expect(json(await serviceUsage(t, { tool_name: 'other' })).success).toBe(true);
+    expect((await b.windowsOf(budgetId)).map((w) => [w.subject, w.spent_credits])).toEqual([
+      ['fetch', 2],
+      ['other', 1],
+      ['search', 2],
+    ]);
+    expect(await spentOf(t.deploymentId)).toBe(5);
+  });
+
   it('the stdio routes take the end user as end_user_id or X-End-User-Id: counted for it, holds included; both sent must agree', async () => {
     const t = await richTenant();
     const budgetId = await b.addBudget({ organizationId: t.organizationId, scope: 'end_user', endUserId: '*', limitCredits: 2, window: 'day' });

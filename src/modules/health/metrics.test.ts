@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { budgetFixtures } from '../../../test/budget-fixtures.js';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { adminHeaders, bearer, createHarness, createTenant, grant, type Harness, json, serviceHeaders } from '../../../test/harness.js';
 import { type Scrape, scrape } from '../../../test/metrics.js';
@@ -125,6 +126,19 @@ describe('what a scrape shows', () => {
     expect(delta(before, after, 'creditgate_deduction_refusals_total', { source: 'mcp', reason: 'sandbox_tier' })).toBe(1);
     expect(delta(before, after, 'creditgate_deductions_total')).toBe(0);
     expect(delta(before, after, 'creditgate_credits_deducted_total')).toBe(0);
+  });
+
+  it('a refusal by a block budget: reason budget_exceeded, nothing deducted', async () => {
+    const t = await tenantWith(100);
+    const tool = await toolFor('task_advanced'); // 3 credits
+    await budgetFixtures(() => h).addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: 3, window: 'day' });
+    const before = await scrape(h);
+    expect(json(await record(t.apiKey, tool))).toMatchObject({ success: true, credits_used: 3 });
+    expect(json(await record(t.apiKey, tool))).toMatchObject({ success: false, error: 'budget_exceeded' });
+    const after = await scrape(h);
+    expect(delta(before, after, 'creditgate_deduction_refusals_total', { source: 'mcp', reason: 'budget_exceeded' })).toBe(1);
+    expect(delta(before, after, 'creditgate_deductions_total', { source: 'mcp' })).toBe(1);
+    expect(delta(before, after, 'creditgate_credits_deducted_total', { source: 'mcp' })).toBe(3);
   });
 
   it('group-commit batch sizes, waits and durations', async () => {
