@@ -37,32 +37,47 @@ afterAll(async () => {
 const budgets = budgetFixtures(() => h);
 const usage = usageFixtures(() => h);
 
+/** An organization with a second deployment, both with credits to spare: only budgets refuse. */
+async function twoDeployments() {
+  const t = await createTenant(h, { tier: 'launch' });
+  const second = await usage.addDeployment(t.organizationId);
+  for (const id of [t.deploymentId, second]) await grant(h, id, 1_000);
+  return { t, second };
+}
+
+/** The organization's successful records add up to `credits`, and its books balance. */
+async function expectCharged(organizationId: string, credits: number) {
+  const spent = await h.deps.db.query<{ n: number }>(
+    'SELECT COALESCE(SUM(quantity), 0)::int AS n FROM usage_records WHERE organization_id = $1 AND success',
+    [organizationId],
+  );
+  expect(spent[0]!.n).toBe(credits);
+  expect(await findLedgerMismatches(h.deps.db, organizationId)).toEqual([]);
+}
+
+/** `n` service records at once, alternating the two instances, and the two deployments in pairs. */
+const recordsAcross = (deployments: [string, string], n: number, prefix: string) =>
+  Promise.all(
+    Array.from({ length: n }, (_, i) =>
+      (i % 2 === 0 ? a : b).inject({
+        method: 'POST',
+        url: '/api/v1/mcp/usage',
+        headers: serviceHeaders(h),
+        payload: { deployment_id: deployments[i % 4 < 2 ? 0 : 1], tool_name: 'x', invocation_id: `${prefix}-${i}` },
+      }),
+    ),
+  );
+
 describe('a block budget across two instances', () => {
   it('200 parallel records on two deployments through two instances against an organization budget of 50: exactly 50 charged', async () => {
-    const t = await createTenant(h, { tier: 'launch' });
-    const second = await usage.addDeployment(t.organizationId);
-    for (const id of [t.deploymentId, second]) await grant(h, id, 1_000);
+    const { t, second } = await twoDeployments();
     const budgetId = await budgets.addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: 50, window: 'day' });
-    const results = await Promise.all(
-      Array.from({ length: 200 }, (_, i) =>
-        (i % 2 === 0 ? a : b).inject({
-          method: 'POST',
-          url: '/api/v1/mcp/usage',
-          headers: serviceHeaders(h),
-          payload: { deployment_id: i % 4 < 2 ? t.deploymentId : second, tool_name: 'x', invocation_id: `both-${i}` },
-        }),
-      ),
-    );
+    const results = await recordsAcross([t.deploymentId, second], 200, 'both');
     expect(results.every((r) => r.statusCode === 200)).toBe(true);
     expect(results.filter((r) => json(r).success === true)).toHaveLength(50);
     expect(results.filter((r) => json(r).error === 'budget_exceeded')).toHaveLength(150);
     expect((await budgets.windowsOf(budgetId)).map((w) => w.spent_credits)).toEqual([50]);
-    const spent = await h.deps.db.query<{ n: number }>(
-      'SELECT COALESCE(SUM(quantity), 0)::int AS n FROM usage_records WHERE organization_id = $1 AND success',
-      [t.organizationId],
-    );
-    expect(spent[0]!.n).toBe(50);
-    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+    await expectCharged(t.organizationId, 50);
   });
 });
 
@@ -140,31 +155,15 @@ describe('a budget changed through one instance while the other remembers the ro
     const deleted = await a.inject({ method: 'DELETE', url: `${budgetsUrl}/${budgetId}`, headers: adminHeaders(h) });
     expect(deleted.statusCode, deleted.body).toBe(200);
     expect(await recordOnB()).toMatchObject({ success: true });
-    const spent = await h.deps.db.query<{ n: number }>(
-      'SELECT COALESCE(SUM(quantity), 0)::int AS n FROM usage_records WHERE organization_id = $1 AND success',
-      [t.organizationId],
-    );
-    expect(spent[0]!.n).toBe(7);
-    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+    await expectCharged(t.organizationId, 7);
   });
 });
 
 describe('budget events across two instances', () => {
   it('80 parallel records through both instances on two deployments: each threshold once, budget.exceeded once', async () => {
-    const t = await createTenant(h, { tier: 'launch' });
-    const second = await usage.addDeployment(t.organizationId);
-    for (const id of [t.deploymentId, second]) await grant(h, id, 1_000);
+    const { t, second } = await twoDeployments();
     const budgetId = await budgets.addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: 10, window: 'day' });
-    const results = await Promise.all(
-      Array.from({ length: 80 }, (_, i) =>
-        (i % 2 === 0 ? a : b).inject({
-          method: 'POST',
-          url: '/api/v1/mcp/usage',
-          headers: serviceHeaders(h),
-          payload: { deployment_id: i % 4 < 2 ? t.deploymentId : second, tool_name: 'x', invocation_id: `events-${i}` },
-        }),
-      ),
-    );
+    const results = await recordsAcross([t.deploymentId, second], 80, 'events');
     expect(results.filter((r) => json(r).success === true)).toHaveLength(10);
     const events = await h.deps.db.query<{ type: string; threshold: number; budget_id: string }>(
       `SELECT type, (data->>'threshold')::int AS threshold, data->>'budget_id' AS budget_id FROM outbox_events
