@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StandIn, startOpenAiStandIn } from '../../../test/ai-stand-in/index.js';
 import { budgetFixtures } from '../../../test/budget-fixtures.js';
 import { createHarness, createTenant, type Harness, json, setAiLimit, type Tenant } from '../../../test/harness.js';
+import { scrape } from '../../../test/metrics.js';
 import { creditsForTokens, expireAiHolds, holdAiTokens } from '../credits/index.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
 import { countChatPromptBound } from './prompt.js';
@@ -145,7 +146,7 @@ describe('AI calls under a block budget', () => {
     await nothingHeld(t);
   });
 
-  it('Retry-After comes with a budget refusal only within the hour before the window resets', async () => {
+  it('Retry-After comes with a budget refusal only within the hour before the window resets; the refusal is counted', async () => {
     // 10:00 UTC of the next day: a day window resets in 14 hours, an hour window in one.
     const now = h.clock.now();
     h.clock.set(new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() + 1, 10)));
@@ -156,7 +157,11 @@ describe('AI calls under a block budget', () => {
       const t = await createTenant(h, { tier: 'enterprise' });
       // Room for the prompt but not one token of output: refused.
       const budgetId = await b.addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: null, limitAiTokens: holdOf(0), window });
+      const before = await scrape(h);
       const refused = await chat(t, { max_tokens: 30 });
+      const after = await scrape(h);
+      const refusals = { source: 'ai', reason: 'budget_exceeded' };
+      expect(after.value('creditgate_deduction_refusals_total', refusals) - before.value('creditgate_deduction_refusals_total', refusals)).toBe(1);
       expect(refused.status).toBe(429);
       expect(refused.body).toMatchObject({ code: 'BUDGET_EXCEEDED', budget_id: budgetId });
       expect(refused.headers['x-should-retry']).toBe('false');

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { budgetFixtures } from '../../../test/budget-fixtures.js';
 import { createHarness, createTenant, type Harness, json, type Tenant } from '../../../test/harness.js';
+import { scrape } from '../../../test/metrics.js';
 import { type Receiver, startReceiver } from '../../../test/receiver.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
 
@@ -26,13 +27,17 @@ const send = (t: Tenant) =>
   h.request({ method: 'POST', url: '/api/v1/proxy/webhooks/send', headers: creds(t), payload: { url: rx.url, payload: { n: 1 } } });
 
 describe('the webhook proxy under a budget', () => {
-  it('the send past the budget is 403 BUDGET_EXCEEDED with budgetId and resetsAt (camelCase, like every proxy body), x-should-retry: false; nothing sent or charged', async () => {
+  it('the send past the budget is 403 BUDGET_EXCEEDED with budgetId and resetsAt (camelCase, like every proxy body), x-should-retry: false; nothing sent or charged; the refusal is counted', async () => {
     const t = await createTenant(h, { tier: 'launch' });
     const budgetId = await b.addBudget({ organizationId: t.organizationId, scope: 'deployment', deploymentId: t.deploymentId, limitCredits: 1, window: 'hour' });
     rx.script({ status: 200 });
     expect((await send(t)).statusCode).toBe(200);
     const received = rx.received.length;
+    const before = await scrape(h);
     const refused = await send(t);
+    const after = await scrape(h);
+    const refusals = { source: 'webhook', reason: 'budget_exceeded' };
+    expect(after.value('creditgate_deduction_refusals_total', refusals) - before.value('creditgate_deduction_refusals_total', refusals)).toBe(1);
     expect(refused.statusCode).toBe(403);
     expect(json(refused)).toMatchObject({ error: 'budget_exceeded', code: 'BUDGET_EXCEEDED', budgetId, resetsAt: expect.any(String) });
     expect(refused.headers['x-should-retry']).toBe('false');
