@@ -128,7 +128,7 @@ describe('what a scrape shows', () => {
     expect(delta(before, after, 'creditgate_credits_deducted_total')).toBe(0);
   });
 
-  it('a refusal by a block budget: reason budget_exceeded, nothing deducted', async () => {
+  it('a refusal by a block budget: reason budget_exceeded; the refused call deducts nothing', async () => {
     const t = await tenantWith(100);
     const tool = await toolFor('task_advanced'); // 3 credits
     await budgetFixtures(() => h).addBudget({ organizationId: t.organizationId, scope: 'organization', limitCredits: 3, window: 'day' });
