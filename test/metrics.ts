@@ -40,6 +40,10 @@ export function parseScrape(text: string): Scrape {
 }
 
 /** GET /metrics with `headers` (the operator key unless given); fails the test unless 200. */
+/** How much a counter or gauge moved between two scrapes, for the series whose labels include `labels`. */
+export const delta = (before: Scrape, after: Scrape, name: string, labels?: Record<string, string>): number =>
+  after.value(name, labels) - before.value(name, labels);
+
 export async function scrape(h: Harness, headers: Record<string, string> = adminHeaders(h)): Promise<Scrape> {
   const res = await h.request({ method: 'GET', url: '/metrics', headers });
   expect(res.statusCode, res.body).toBe(200);

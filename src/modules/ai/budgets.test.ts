@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StandIn, startOpenAiStandIn } from '../../../test/ai-stand-in/index.js';
 import { budgetFixtures } from '../../../test/budget-fixtures.js';
 import { createHarness, createTenant, type Harness, json, setAiLimit, type Tenant } from '../../../test/harness.js';
-import { scrape } from '../../../test/metrics.js';
+import { delta, scrape } from '../../../test/metrics.js';
 import { creditsForTokens, expireAiHolds, holdAiTokens } from '../credits/index.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
 import { countChatPromptBound } from './prompt.js';
@@ -160,8 +160,7 @@ describe('AI calls under a block budget', () => {
       const before = await scrape(h);
       const refused = await chat(t, { max_tokens: 30 });
       const after = await scrape(h);
-      const refusals = { source: 'ai', reason: 'budget_exceeded' };
-      expect(after.value('creditgate_deduction_refusals_total', refusals) - before.value('creditgate_deduction_refusals_total', refusals)).toBe(1);
+      expect(delta(before, after, 'creditgate_deduction_refusals_total', { source: 'ai', reason: 'budget_exceeded' })).toBe(1);
       expect(refused.status).toBe(429);
       expect(refused.body).toMatchObject({ code: 'BUDGET_EXCEEDED', budget_id: budgetId });
       expect(refused.headers['x-should-retry']).toBe('false');

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StandIn, startOpenAiStandIn } from '../../../test/ai-stand-in/index.js';
 import { bearer, createHarness, createTenant, type Harness, json, signUpWithOrganization, type Tenant } from '../../../test/harness.js';
-import { type Scrape, scrape } from '../../../test/metrics.js';
+import { delta, scrape } from '../../../test/metrics.js';
 import { type Receiver, startReceiver } from '../../../test/receiver.js';
 import { type StripeStandIn, startStripeStandIn } from '../../../test/stripe-stand-in/server.js';
 
@@ -40,7 +40,6 @@ afterAll(async () => {
 });
 
 const creds = (t: Tenant) => ({ 'x-deployment-id': t.deploymentId, 'x-deployment-secret': t.deploymentSecret });
-const delta = (before: Scrape, after: Scrape, name: string, labels: Record<string, string>) => after.value(name, labels) - before.value(name, labels);
 
 describe('webhook deliveries', () => {
   it('a proxy send: delivered or failed, and the credit it took', async () => {

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { budgetFixtures } from '../../../test/budget-fixtures.js';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
 import { adminHeaders, bearer, createHarness, createTenant, grant, type Harness, json, serviceHeaders } from '../../../test/harness.js';
-import { type Scrape, scrape } from '../../../test/metrics.js';
+import { delta, scrape } from '../../../test/metrics.js';
 
 /**
  * GET /metrics as a stock Prometheus reads it (docs/operations-metrics.md): the scraper's token, the
@@ -28,7 +28,6 @@ const record = (apiKey: string, toolName: string, invocationId?: string) =>
     headers: bearer(apiKey),
     payload: { tool_name: toolName, ...(invocationId ? { invocation_id: invocationId } : {}) },
   });
-const delta = (before: Scrape, after: Scrape, name: string, labels?: Record<string, string>) => after.value(name, labels) - before.value(name, labels);
 
 describe('who may scrape', () => {
   it('Bearer METRICS_TOKEN opens /metrics; a wrong token, none, or an API key is 401; X-Admin-Key still works', async () => {

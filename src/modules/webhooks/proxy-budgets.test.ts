@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { budgetFixtures } from '../../../test/budget-fixtures.js';
 import { createHarness, createTenant, type Harness, json, type Tenant } from '../../../test/harness.js';
-import { scrape } from '../../../test/metrics.js';
+import { delta, scrape } from '../../../test/metrics.js';
 import { type Receiver, startReceiver } from '../../../test/receiver.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
 
@@ -36,8 +36,7 @@ describe('the webhook proxy under a budget', () => {
     const before = await scrape(h);
     const refused = await send(t);
     const after = await scrape(h);
-    const refusals = { source: 'webhook', reason: 'budget_exceeded' };
-    expect(after.value('creditgate_deduction_refusals_total', refusals) - before.value('creditgate_deduction_refusals_total', refusals)).toBe(1);
+    expect(delta(before, after, 'creditgate_deduction_refusals_total', { source: 'webhook', reason: 'budget_exceeded' })).toBe(1);
     expect(refused.statusCode).toBe(403);
     expect(json(refused)).toMatchObject({ error: 'budget_exceeded', code: 'BUDGET_EXCEEDED', budgetId, resetsAt: expect.any(String) });
     expect(refused.headers['x-should-retry']).toBe('false');
