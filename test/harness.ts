@@ -52,6 +52,11 @@ export interface Harness {
   close(): Promise<void>;
 }
 
+const ownUrls = new WeakMap<Database, string>();
+
+/** The PostgreSQL URL of `db` (an isolatedDatabase's own, else the run's), for a child process that must open the same database. */
+export const postgresUrlOf = (db: Database): string => ownUrls.get(db) ?? inject('postgresUrl');
+
 /**
  * A database of its own for a test file that changes what every tenant of the shared one would see
  * (the partitions of usage_records), set up by `migrate` (all migrations by default). PostgreSQL: a new
@@ -71,6 +76,7 @@ export async function isolatedDatabase(migrate: (db: Database) => Promise<void> 
   await adminDb.query(`CREATE DATABASE ${name}`);
   url.pathname = `/${name}`;
   const db = await openDatabase({ databaseUrl: url.toString(), dataDir: '', poolSize: 10, ...testPgOptions });
+  ownUrls.set(db, url.toString());
   await migrate(db);
   const close = db.close.bind(db);
   db.close = async () => {
@@ -79,6 +85,35 @@ export async function isolatedDatabase(migrate: (db: Database) => Promise<void> 
     await adminDb.close();
   };
   return db;
+}
+
+/**
+ * createHarness for a test file that runs a pass of every tenant's rows (the webhook delivery worker, a job worker) at
+ * a clock it moves: on PostgreSQL, a database of its own. On the run's shared database such a pass, minutes
+ * or days ahead of other files' clocks, takes their rows in flight (a lease that has run out at its clock
+ * has not at theirs), so a delivery a file is sending goes out twice, or a reservation it holds expires.
+ * PGlite is one database per vitest worker, whose files run one after another: the shared one. close()
+ * also closes the file's own database.
+ */
+export async function createPassesHarness(overrides: Partial<Config> = {}, start?: string): Promise<Harness> {
+  const own = dbKind === 'postgres';
+  const db = own ? await isolatedDatabase() : await testDatabase();
+  try {
+    const h = await createHarness(overrides, start, db);
+    return {
+      ...h,
+      close: async () => {
+        try {
+          await h.close();
+        } finally {
+          if (own) await db.close();
+        }
+      },
+    };
+  } catch (err) {
+    if (own) await db.close();
+    throw err;
+  }
 }
 
 /**

@@ -1,12 +1,11 @@
 import type { ChildProcess } from 'node:child_process';
 import { createHmac } from 'node:crypto';
-import pg from 'pg';
-import { expect, inject } from 'vitest';
+import { expect } from 'vitest';
 import type { WebhookView as OrgWebhookView } from '../src/modules/webhooks/organization.js';
 import { appendEvent } from '../src/modules/events/outbox.js';
 import { deliverDue } from '../src/modules/webhooks/organization.js';
 import { WORKERS } from '../src/workers/catalog.js';
-import { bearer, createHarness, dbKind, type Harness, json, type SignedInUser, signUpWithOrganization } from './harness.js';
+import { bearer, createPassesHarness, type Harness, json, type SignedInUser, signUpWithOrganization } from './harness.js';
 import type { Received, Receiver } from './receiver.js';
 
 /**
@@ -42,46 +41,12 @@ export interface ErrorBody {
 }
 
 /**
- * The delivery worker (deliverDue) claims the due deliveries of every organization, and these files move their
- * clocks by hours and days: two of them driving it at once on the shared PostgreSQL database would deliver each
- * other's rows. They were one file, run in sequence; a session advisory lock, held from the harness's start to
- * its close, keeps them in sequence across vitest workers. PGlite is one database per worker, whose files
- * already run one after another.
+ * Real time as the start: Standard Webhooks receivers check the timestamp against their own clock. The
+ * delivery worker (deliverDue) claims the due deliveries of every organization and these files move their
+ * clocks by hours and days, so on PostgreSQL each has a database of its own (createPassesHarness).
  */
-async function holdSuiteLock(): Promise<() => Promise<void>> {
-  if (dbKind !== 'postgres') return async () => {};
-  const client = new pg.Client({ connectionString: inject('postgresUrl') });
-  await client.connect();
-  // A transaction's lock, held by keeping the transaction open: it also holds through a pooler in
-  // transaction mode (scripts/test-pgbouncer.ts), where a session's lock would stay with the server
-  // connection after this client ends.
-  await client.query('BEGIN');
-  await client.query(`SELECT pg_advisory_xact_lock(hashtext('creditgate tests'), hashtext('organization webhooks'))`);
-  return async () => {
-    await client.query('COMMIT').catch(() => {});
-    await client.end();
-  };
-}
-
-/** Real time as the start: Standard Webhooks receivers check the timestamp against their own clock. */
-export async function startWebhookHarness(): Promise<Harness> {
-  const release = await holdSuiteLock();
-  try {
-    const h = await createHarness({ webhookAllowPrivateNetworks: true, webhookAttemptTimeoutMs: 1000 }, new Date().toISOString());
-    return {
-      ...h,
-      close: async () => {
-        try {
-          await h.close();
-        } finally {
-          await release();
-        }
-      },
-    };
-  } catch (err) {
-    await release();
-    throw err;
-  }
+export function startWebhookHarness(): Promise<Harness> {
+  return createPassesHarness({ webhookAllowPrivateNetworks: true, webhookAttemptTimeoutMs: 1000 }, new Date().toISOString());
 }
 
 export const hooksUrl = (orgId: string) => `/organizations/${orgId}/webhooks`;

@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createHarness, createTenant, type Harness, json, serviceHeaders } from '../../test/harness.js';
+import { createPassesHarness, createTenant, type Harness, json, serviceHeaders } from '../../test/harness.js';
 import { startWorkers, WORKERS, type WorkerDefinition } from './catalog.js';
 
 let h: Harness;
 beforeAll(async () => {
-  h = await createHarness();
+  // The passes below move the clock by minutes and days over every tenant's rows: a database of its own.
+  h = await createPassesHarness();
 });
 afterAll(async () => {
   await h.close();
@@ -54,7 +55,7 @@ describe('background workers', () => {
     expect(await invocation(t.deploymentId, 'kept-a-week')).toEqual({ status: 'recorded' });
     h.clock.advance(24 * 3600_000 + 1000);
     while ((await worker('invocation-retention').run(h.deps)) > 0) {
-      // drain: other tests' old rows share this database
+      // drain: the earlier tests' rows are older still
     }
     expect(await invocation(t.deploymentId, 'kept-a-week')).toBeNull();
   });

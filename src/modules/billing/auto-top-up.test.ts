@@ -6,7 +6,7 @@ import { HOUR } from '../../clock.js';
 import { type Config, testConfig } from '../../config.js';
 import { runJobs } from '../../workers/jobs.js';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
-import { bearer, createHarness, serviceHeaders, type Harness, json, signUpAsMember, type Tenant, testDatabase } from '../../../test/harness.js';
+import { bearer, createHarness, createPassesHarness, serviceHeaders, type Harness, json, signUpAsMember, type Tenant } from '../../../test/harness.js';
 import { createApiKey } from '../api-keys/service.js';
 import { startPackStandIn } from '../../../test/billing-fixtures.js';
 import type { StripeStandIn } from '../../../test/stripe-stand-in/server.js';
@@ -28,7 +28,8 @@ const f = creditFixtures(() => h);
 beforeAll(async () => {
   const start = new Date('2026-03-01T10:00:00.000Z');
   ({ standIn, config: stripeConfig } = await startPackStandIn(() => h, start));
-  h = await createHarness(stripeConfig, start.toISOString());
+  // The worker's passes run an hour on and more: a database of its own (createPassesHarness).
+  h = await createPassesHarness(stripeConfig, start.toISOString());
 });
 afterAll(async () => {
   await h?.close();
@@ -143,7 +144,7 @@ describe('the setting', () => {
 
   it('enabling on an installation that receives no Stripe events is 409 naming stripe_webhook_secret', async () => {
     const t = await tenant(100);
-    const bare = await createHarness({ ...stripeConfig, stripeWebhookSecret: undefined });
+    const bare = await createHarness({ ...stripeConfig, stripeWebhookSecret: undefined }, undefined, h.deps.db);
     try {
       const res = await bare.request({
         method: 'PUT',
@@ -209,7 +210,7 @@ describe('a deduction crossing the line', () => {
   });
 
   it('50 concurrent deductions crossing the line through two instances: exactly one PaymentIntent', async () => {
-    const db = await testDatabase();
+    const db = h.deps.db;
     const a = await buildApp({ config: testConfig({ ...stripeConfig, deductBatchInFlight: 4 }), db, clock: h.clock });
     const b = await buildApp({ config: testConfig({ ...stripeConfig, deductBatchInFlight: 4 }), db, clock: h.clock });
     try {

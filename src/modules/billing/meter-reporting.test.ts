@@ -2,10 +2,10 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DAY } from '../../clock.js';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
-import { bearer, createHarness, createTenant, dbKind, grant, type Harness, json, serviceHeaders, type Tenant } from '../../../test/harness.js';
+import { bearer, createHarness, createPassesHarness, createTenant, dbKind, grant, type Harness, json, postgresUrlOf, serviceHeaders, type Tenant } from '../../../test/harness.js';
 import { accountAiTokens } from '../quotas/ai-tokens.js';
 import { type StripeStandIn, startStripeStandIn } from '../../../test/stripe-stand-in/server.js';
 import { WORKERS } from '../../workers/catalog.js';
@@ -83,7 +83,7 @@ beforeAll(async () => {
   const start = new Date('2026-03-01T10:00:00.000Z');
   standIn = await startStripeStandIn({ now: () => (h ? h.clock.now() : start) });
   proxy = await startProxy(standIn.url);
-  h = await createHarness({ stripeSecretKey: standIn.secretKey, stripeApiBase: proxy.url, stripeMeterEventName: EVENT_NAME }, start.toISOString());
+  h = await createPassesHarness({ stripeSecretKey: standIn.secretKey, stripeApiBase: proxy.url, stripeMeterEventName: EVENT_NAME }, start.toISOString());
 });
 afterAll(async () => {
   await h?.close();
@@ -155,7 +155,7 @@ describe('usage reaches the Stripe meter once', () => {
     await q(`UPDATE organizations SET stripe_customer_id = $2, subscription_status = 'active' WHERE id = $1`, [broke.organizationId, standIn.createCustomer().id]);
     expect((await record(broke)).success).toBe(false);
     const t = await subscribed();
-    const off = await createHarness({}, h.clock.now().toISOString());
+    const off = await createHarness({}, h.clock.now().toISOString(), h.deps.db);
     try {
       const res = await off.request({ method: 'POST', url: '/api/v1/mcp/stdio/record-usage', headers: bearer(t.apiKey), payload: { tool_name: 'x' } });
       expect(json(res)).toMatchObject({ success: true });
@@ -252,7 +252,7 @@ describe.runIf(dbKind === 'postgres')('a worker process killed mid-batch (Postgr
     proxy.stall(8, 5);
     const child: ChildProcess = spawn(
       process.execPath,
-      ['--import', 'tsx', childScript, inject('postgresUrl'), h.clock.now().toISOString(), proxy.url, standIn.secretKey, EVENT_NAME],
+      ['--import', 'tsx', childScript, postgresUrlOf(h.deps.db), h.clock.now().toISOString(), proxy.url, standIn.secretKey, EVENT_NAME],
       { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     let stderr = '';

@@ -3,7 +3,7 @@ import { addMonths, DAY } from '../../clock.js';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
 import {
   bearer,
-  createHarness,
+  createPassesHarness,
   createKeyOverHttp,
   createTenant,
   type Harness,
@@ -35,7 +35,7 @@ beforeAll(async () => {
   price.growth = standIn.createPrice({ productName: 'Growth', unitAmount: 19_900, interval: 'month' }).id;
   price.small = standIn.createPrice({ productName: '1,000 credits', unitAmount: 500 }).id;
   price.large = standIn.createPrice({ productName: '10,000 credits', unitAmount: 4000 }).id;
-  h = await createHarness(
+  h = await createPassesHarness(
     {
       stripeSecretKey: standIn.secretKey,
       stripeApiBase: standIn.url,

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addMonths, DAY } from '../../clock.js';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
-import { bearer, createHarness, createTenant, type Harness, json, type Tenant, unique } from '../../../test/harness.js';
+import { bearer, createHarness, createPassesHarness, createTenant, type Harness, json, type Tenant, unique } from '../../../test/harness.js';
 import { checkoutSessionObject, deliver, stripeConfig, stripeEvent, subscriptionObject } from '../../../test/stripe-events-fixtures.js';
 import { WORKERS } from '../../workers/catalog.js';
 import { recordPackCheckout } from '../credits/purchases.js';
@@ -14,7 +14,7 @@ import { handleStoredEvent } from './stripe-events.js';
 let h: Harness;
 const f = creditFixtures(() => h);
 beforeAll(async () => {
-  h = await createHarness(stripeConfig, '2026-03-01T10:00:00.000Z');
+  h = await createPassesHarness(stripeConfig, '2026-03-01T10:00:00.000Z');
 });
 afterAll(async () => {
   await h.close();
@@ -318,7 +318,7 @@ describe('signatures and bodies (docs/billing.md, Inbound events: 400, nothing s
   });
 
   it('without STRIPE_WEBHOOK_SECRET the route answers 503 BILLING_NOT_CONFIGURED', async () => {
-    const bare = await createHarness();
+    const bare = await createHarness({}, undefined, h.deps.db);
     try {
       const now = bare.clock.now();
       const res = await deliver(bare, stripeEvent('invoice.created', { id: unique('in'), object: 'invoice' }, now));
@@ -337,7 +337,7 @@ describe('credit packs: granted once, refunds take back only what is unspent (do
     await q('UPDATE organizations SET stripe_customer_id = $2 WHERE id = $1', [t.organizationId, customer]);
     const session = checkoutSessionObject({ customer, organizationId: t.organizationId, deploymentId: t.deploymentId, pack: 'small', credits: 1000, paymentIntent: unique('pi') });
     await storeSale(t, session);
-    const other = await createHarness(stripeConfig, h.clock.now().toISOString());
+    const other = await createHarness(stripeConfig, h.clock.now().toISOString(), h.deps.db);
     try {
       const completed = stripeEvent('checkout.session.completed', session, h.clock.now());
       const succeeded = stripeEvent('checkout.session.async_payment_succeeded', session, h.clock.now());

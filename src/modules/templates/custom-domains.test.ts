@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DnsStandIn, startDnsStandIn } from '../../../test/dns-stand-in.js';
-import { bearer, createHarness, createKeyOverHttp, type Harness, json, signUpWithOrganization } from '../../../test/harness.js';
+import { bearer, createHarness, createKeyOverHttp, createPassesHarness, type Harness, json, signUpWithOrganization } from '../../../test/harness.js';
 import { expectEnvelopeError, slugOf, templateFixtures } from '../../../test/template-fixtures.js';
 import { WORKERS } from '../../workers/catalog.js';
 import type { TemplateView } from './catalog.js';
@@ -22,12 +22,13 @@ beforeAll(async () => {
   // A short lookup bound (test-only config, not an environment variable) keeps the timeout case quick.
   // A second: an answering stand-in on a loaded machine is never mistaken for a silent one.
   const dnsConfig = { dnsServers: [dns.server], dnsTimeoutMs: 1000 };
-  h = await createHarness({ ...dnsConfig, templateReservedSubdomains: ['shop'] });
-  lapseH = await createHarness(dnsConfig, '2024-01-01T00:00:00.000Z');
+  h = await createPassesHarness({ ...dnsConfig, templateReservedSubdomains: ['shop'] });
+  lapseH = await createHarness(dnsConfig, '2024-01-01T00:00:00.000Z', h.deps.db);
   template = await f.createTemplate();
 });
 afterAll(async () => {
-  await Promise.all([h.close(), lapseH.close()]);
+  await lapseH?.close();
+  await h?.close();
   await dns.close();
 });
 
@@ -134,7 +135,7 @@ describe('reserved subdomains', () => {
     const o = await owner('reserved-later');
     const d = await f.createDeployment(o.accessToken, o.organizationId, template.id);
     const key = await createKeyOverHttp(h, bearer(o.accessToken), o.organizationId, { scopes: ['read', 'write'] });
-    const later = await createHarness({ templateReservedSubdomains: [d.subdomain] });
+    const later = await createHarness({ templateReservedSubdomains: [d.subdomain] }, undefined, h.deps.db);
     try {
       const res = await later.request({ method: 'PUT', url: one(o, d.id), headers: { 'x-api-key': key.key }, payload: { name: 'Still mine' } });
       expect(res.statusCode, res.body).toBe(200);

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { bearer, createHarness, createKeyOverHttp, type Harness, json, signUpWithOrganization } from '../../../test/harness.js';
+import { bearer, createHarness, createKeyOverHttp, createPassesHarness, type Harness, json, signUpWithOrganization } from '../../../test/harness.js';
 import { type DnsStandIn, startDnsStandIn } from '../../../test/dns-stand-in.js';
 import { type ProvisionerStandIn, startProvisioner } from '../../../test/provisioner-stand-in.js';
 import { expectEnvelopeError, templateFixtures } from '../../../test/template-fixtures.js';
@@ -29,7 +29,7 @@ const orgs = new Set<string>();
 beforeAll(async () => {
   provisioner = await startProvisioner(SECRET);
   dns = await startDnsStandIn();
-  builtIn = await createHarness({ templateBaseDomain: 'apps.example.test' }, START);
+  builtIn = await createPassesHarness({ templateBaseDomain: 'apps.example.test' }, START);
   external = await createHarness(
     {
       webhookAllowPrivateNetworks: true,
@@ -39,12 +39,15 @@ beforeAll(async () => {
       dnsServers: [dns.server],
     },
     START,
+    builtIn.deps.db,
   );
   // The guard refuses loopback unless WEBHOOK_ALLOW_PRIVATE_NETWORKS is on.
-  guarded = await createHarness({ templateProvisionerUrl: `${provisioner.url}/provision`, templateProvisionerSecret: SECRET }, START);
+  guarded = await createHarness({ templateProvisionerUrl: `${provisioner.url}/provision`, templateProvisionerSecret: SECRET }, START, builtIn.deps.db);
 });
 afterAll(async () => {
-  await Promise.all([builtIn.close(), external.close(), guarded.close()]);
+  // builtIn's database is the file's own on PostgreSQL: closed last.
+  await Promise.all([external?.close(), guarded?.close()]);
+  await builtIn?.close();
   await Promise.all([provisioner.close(), dns.close()]);
 });
 afterEach(async () => {

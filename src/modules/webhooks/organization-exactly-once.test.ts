@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
-import { dbKind, type Harness, testDatabase } from '../../../test/harness.js';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { dbKind, type Harness, postgresUrlOf } from '../../../test/harness.js';
 import { eventually, type Owner, startWebhookHarness, type WebhookView, webhookFixtures } from '../../../test/organization-webhook-fixtures.js';
 import { type Receiver, startReceiver } from '../../../test/receiver.js';
 import { CLAIM_SQL, LEASE_MS } from '../../../test/webhook-worker-child.js';
@@ -62,7 +62,7 @@ describe('exactly once with concurrent and dying workers', () => {
   describe('two instances on one database', () => {
     let b: FastifyInstance;
     beforeAll(async () => {
-      b = await buildApp({ config: h.config, db: await testDatabase(), clock: h.clock });
+      b = await buildApp({ config: h.config, db: h.deps.db, clock: h.clock });
       await b.ready();
     });
     afterAll(async () => {
@@ -125,7 +125,7 @@ describe('exactly once with concurrent and dying workers', () => {
     const root = fileURLToPath(new URL('../../../', import.meta.url));
 
     async function spawnWorker(mode: 'lease' | 'lock'): Promise<{ proc: ChildProcess; claimed: string[] }> {
-      const proc = spawn(process.execPath, ['--import', 'tsx', child, inject('postgresUrl'), h.clock.now().toISOString(), '100', mode], {
+      const proc = spawn(process.execPath, ['--import', 'tsx', child, postgresUrlOf(h.deps.db), h.clock.now().toISOString(), '100', mode], {
         cwd: root,
         stdio: ['ignore', 'pipe', 'pipe'],
       });

@@ -1,6 +1,6 @@
 import { Webhook } from 'standardwebhooks';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { bearer, type Harness, json, signUpAsMember, testDatabase } from '../../../test/harness.js';
+import { bearer, type Harness, json, signUpAsMember } from '../../../test/harness.js';
 import { type DeliveryRow, eventually, expectError, headerSet, hooksUrl, naiveSignature, startWebhookHarness, type WebhookView, webhookFixtures } from '../../../test/organization-webhook-fixtures.js';
 import { type Receiver, startReceiver } from '../../../test/receiver.js';
 import { buildApp } from '../../app.js';
@@ -139,7 +139,7 @@ describe('manual retry and test send', () => {
     const o = await owner();
     const hook = await createHook(o);
     rx.script({ status: 200, delayMs: 300 });
-    const base = await testDatabase();
+    const base = h.deps.db;
     let workerPass: Promise<number> | null = null;
     const racing = new Proxy(base, {
       get(target, prop) {

@@ -1,7 +1,7 @@
 import { createHmac } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { bearer, createHarness, createKeyOverHttp, type Harness, json, signUpAsMember, signUpWithOrganization } from '../../../test/harness.js';
+import { bearer, createKeyOverHttp, createPassesHarness, type Harness, json, signUpAsMember, signUpWithOrganization } from '../../../test/harness.js';
 import { type Receiver, startReceiver } from '../../../test/receiver.js';
 import { deliverDue, type DeliveryView, TEST_EVENT_TYPE } from './organization.js';
 
@@ -15,7 +15,8 @@ let rx: Receiver;
 
 beforeAll(async () => {
   // Real time as the start: the Standard Webhooks library checks the timestamp against its own clock.
-  h = await createHarness({ webhookAllowPrivateNetworks: true, webhookAttemptTimeoutMs: 1000 }, new Date().toISOString());
+  // The delivery worker runs here with the clock moved on: a database of its own (createPassesHarness).
+  h = await createPassesHarness({ webhookAllowPrivateNetworks: true, webhookAttemptTimeoutMs: 1000 }, new Date().toISOString());
   rx = await startReceiver();
 });
 afterAll(async () => {

@@ -1,0 +1,44 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+/**
+ * A test file that runs a pass over every tenant's rows (a worker of src/workers/catalog.ts, the webhook
+ * delivery worker, a job queue) does it on a database of its own on PostgreSQL (CONTRIBUTING.md,
+ * createPassesHarness): on the run's shared database such a pass at a moved clock takes other files' rows
+ * in flight. The browser tests run on PGlite only, whose database is one per vitest worker.
+ */
+const ROOT = join(import.meta.dirname, '..');
+
+function testFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const path = join(dir, e.name);
+    if (e.isDirectory()) return e.name === 'node_modules' ? [] : testFiles(path);
+    return e.name.endsWith('.test.ts') && !e.name.endsWith('.unit.test.ts') && !e.name.endsWith('.browser.test.ts') ? [path] : [];
+  });
+}
+
+/** Calls that pass over every tenant's rows: the catalog's workers, the delivery worker, an unscoped job queue. */
+const PASS = /\bWORKERS\b|\bdeliverDue\(|\brunJobs\((?![^)]*\bparams:)/;
+/** Harnesses on a database of their own (startWebhookHarness is createPassesHarness with the webhook settings). */
+const OWN = /\b(?:createPassesHarness|isolatedDatabase|startWebhookHarness)\(/;
+
+function unguardedPassFiles(files: string[]): string[] {
+  return files.filter((file) => {
+    const text = readFileSync(file, 'utf8');
+    return PASS.test(text) && !OWN.test(text);
+  });
+}
+
+describe('test files that run worker passes', () => {
+  const files = [...testFiles(join(ROOT, 'src')), ...testFiles(join(ROOT, 'test'))];
+
+  it('each runs them on a database of its own', () => {
+    expect(unguardedPassFiles(files).map((f) => relative(ROOT, f))).toEqual([]);
+  });
+
+  it('the scan finds the files that run passes (a rule that finds nothing proves nothing)', () => {
+    const passing = files.filter((f) => PASS.test(readFileSync(f, 'utf8'))).map((f) => relative(ROOT, f));
+    expect(passing).toEqual(expect.arrayContaining(['src/workers/catalog.test.ts', 'src/modules/webhooks/test-send.test.ts', 'src/modules/billing/auto-top-up.test.ts']));
+  });
+});
