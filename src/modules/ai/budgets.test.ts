@@ -2,7 +2,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StandIn, startOpenAiStandIn } from '../../../test/ai-stand-in/index.js';
 import { budgetFixtures } from '../../../test/budget-fixtures.js';
-import { createHarness, createTenant, type Harness, json, setAiLimit, type Tenant } from '../../../test/harness.js';
+import { createPassesHarness, createTenant, type Harness, json, setAiLimit, type Tenant } from '../../../test/harness.js';
 import { delta, scrape } from '../../../test/metrics.js';
 import { creditsForTokens, expireAiHolds, holdAiTokens } from '../credits/index.js';
 import { findLedgerMismatches } from '../credits/ledger.js';
@@ -21,7 +21,8 @@ let base: string;
 beforeAll(async () => {
   standIn = await startOpenAiStandIn({ apiKey: 'sk-upstream' });
   // Enough upstream connections for the 50 calls held open at the provider at once.
-  h = await createHarness({ aiBaseUrl: standIn.url, aiApiKey: 'sk-upstream', aiModels: ['gpt-4o-mini', 'gpt-4o'], aiMaxConnections: 64 });
+  // expireAiHolds below sweeps every tenant's holds a minute on: a database of its own (createPassesHarness).
+  h = await createPassesHarness({ aiBaseUrl: standIn.url, aiApiKey: 'sk-upstream', aiModels: ['gpt-4o-mini', 'gpt-4o'], aiMaxConnections: 64 });
   await h.app.listen({ port: 0, host: '127.0.0.1' });
   base = `http://127.0.0.1:${(h.app.server.address() as { port: number }).port}`;
 });

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
-import { createHarness, createTenant, type Harness, type Tenant } from '../../../test/harness.js';
+import { createPassesHarness, createTenant, type Harness, type Tenant } from '../../../test/harness.js';
 import type { Ctx } from '../../context.js';
 import { AppError } from '../../errors.js';
 import { type AiHoldInput, expireAiHolds, holdAiTokens, releaseAiHold, settleAiTokens } from './ai-usage.js';
@@ -17,7 +17,8 @@ import { reserveInvocation } from './invocations.js';
 let h: Harness;
 
 beforeAll(async () => {
-  h = await createHarness();
+  // expireAiHolds below sweeps every tenant's holds: a database of its own (createPassesHarness).
+  h = await createPassesHarness();
 });
 afterAll(async () => {
   await h.close();

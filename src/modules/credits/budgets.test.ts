@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { budgetFixtures } from '../../../test/budget-fixtures.js';
-import { bearer, createHarness, createTenant, grant, type Harness, json, serviceHeaders, setTier, signUpWithOrganization, type Tenant } from '../../../test/harness.js';
+import { bearer, createPassesHarness, createTenant, grant, type Harness, json, serviceHeaders, setTier, signUpWithOrganization, type Tenant } from '../../../test/harness.js';
 import { dispatchPending } from '../events/outbox.js';
 import { budgetStandings, pruneEachBudgetWindows } from './budgets.js';
 import { findLedgerMismatches } from './ledger.js';
@@ -15,7 +15,8 @@ import { expireReservations } from './reservations.js';
 let h: Harness;
 beforeAll(async () => {
   // An organization webhook on loopback receives the budget events (never delivered here: no worker runs).
-  h = await createHarness({ webhookAllowPrivateNetworks: true });
+  // pruneEachBudgetWindows below prunes every tenant's windows days on: a database of its own (createPassesHarness).
+  h = await createPassesHarness({ webhookAllowPrivateNetworks: true });
 });
 afterAll(async () => {
   await h.close();
@@ -352,7 +353,6 @@ describe('holds, releases, expiries and refunds', () => {
     // r3 and r5 lapse: the sweep gives their credits back to the window.
     h.clock.advance(6 * 60 * 1000);
 
-    // This deployment's sweep: the shared database holds other files' reservations, at their own clocks.
     expect(await expireReservations(h.deps.db, h.clock.now(), t.deploymentId)).toBe(2);
     expect((await b.windowsOf(budgetId)).map((w) => w.spent_credits)).toEqual([1]);
     expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
