@@ -111,8 +111,10 @@ describe('console members page', () => {
     expect(await row.getByRole('button', { name: 'Change role' }).isDisabled()).toBe(true);
     await row.getByRole('combobox', { name: `Role of ${adminUser.user.email}` }).selectOption('admin');
     await row.getByRole('button', { name: 'Change role' }).click();
+    // The button is disabled while the change is in flight too: the saved role is what says it is done.
+    await expect.poll(async () => (await membersOf(orgId, ownerToken)).find((m) => m.user_id === adminUser.user.id)?.role).toBe('admin');
+    // Saved, the select shows the member's role: nothing left to apply.
     await expect.poll(() => row.getByRole('button', { name: 'Change role' }).isDisabled()).toBe(true);
-    expect((await membersOf(orgId, ownerToken)).find((m) => m.user_id === adminUser.user.id)?.role).toBe('admin');
 
     // The admin, in its own browser: the owner's row has no role select and no remove button (owners only act on owners).
     const adminPage = await s.newPage();
