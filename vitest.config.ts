@@ -19,6 +19,7 @@ const SPAWNING = [
   'test/openapi-generator.unit.test.ts',
   'test/openapi-lint.unit.test.ts',
   'src/db/data-dir-permissions.unit.test.ts',
+  'test/serve-node-flags.unit.test.ts',
 ];
 
 export default defineConfig({

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { type AdminApi, adminApi, baseUrl } from './cli/admin-api.js';
 import { addAutoTopUpCommands } from './cli/auto-top-up.js';
+import { applyServeV8Flags } from './node-flags.js';
 import { addBudgetCommands } from './cli/budgets.js';
 import { addDeploymentCommands } from './cli/deployments.js';
 import { addTemplateCommands } from './cli/templates.js';
@@ -82,6 +83,7 @@ function buildProgram(): Command {
     .command('serve')
     .description('start the service (also what npm start and creditgate without a command do)')
     .action(async () => {
+      applyServeV8Flags();
       const { serve } = await import('./main.js');
       await serve();
     });

@@ -5,6 +5,7 @@ import { EXIT } from './cli/exit-codes.js';
 import { type Config, ConfigError, type LoadedConfig, loadConfig } from './config.js';
 import { type Database, DataDirLockedError, openDatabase } from './db/client.js';
 import { runMigrations } from './db/migrate.js';
+import { v8FlagsSetAtStart } from './node-flags.js';
 import { type RunningWorkers, startWorkers } from './workers/catalog.js';
 
 /** The configuration, or exit 2 with a message naming the variable (docs/cli.md, exit codes). */
@@ -169,6 +170,7 @@ export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<Fasti
       ? 'in-memory PGlite'
       : 'PostgreSQL'
     : `embedded PGlite in ${config.dataDir}`;
-  app.log.info(`creditgate listening on ${address} (${storage}); API docs at /docs`);
+  const flags = v8FlagsSetAtStart();
+  app.log.info(`creditgate listening on ${address} (${storage}); API docs at /docs${flags.length > 0 ? `; V8 flags set at start: ${flags.join(' ')}` : ''}`);
   return app;
 }

@@ -93,6 +93,8 @@ describe('embedded quick start', () => {
     const env = { DATA_DIR: dataDir, CREDITGATE_URL: base };
     expect(server.output()).toMatch(/ADMIN_API_KEY=/);
     expect(server.output()).toMatch(/embedded PGlite/);
+    // Started without the start script's Node flags, serve set them itself (src/node-flags.ts).
+    expect(server.output()).toMatch(/V8 flags set at start: --heap-growing-percent=50/);
 
     const second = await run(['serve'], { DATA_DIR: dataDir, PORT: '0' });
     expect(second.code).toBe(3);
