@@ -9,7 +9,8 @@ browserTimeouts();
 
 /**
  * An accessibility check of every console page with axe-core (docs/console.md, Tests): no serious or critical
- * violation of WCAG 2.x A/AA rules. The context bypasses the page's CSP only so that axe's script can
+ * violation of WCAG 2.x A/AA rules, in the light theme at a desktop width (layout.browser.test.ts audits
+ * the phone width and the dark theme). The context bypasses the page's CSP only so that axe's script can
  * be injected; the pages are otherwise exactly as served.
  */
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
@@ -45,7 +46,7 @@ async function audit(page: Page): Promise<Array<{ id: string; impact: string | n
 }
 
 /**
- * Sixteen page audits, each a page load and a full axe run: 23 s alone on this machine, and longer than
+ * Eighteen page audits, each a page load and a full axe run: 23 s alone on this machine, and longer than
  * the suite's 30 s per test in one CI run (Node 24, loaded machine), so this test has a bound of its own.
  */
 const AUDIT_ALL_PAGES_TIMEOUT_MS = 180_000;
@@ -85,6 +86,12 @@ describe('console accessibility (axe-core)', () => {
       await page.goto(path);
       found[path] = await audit(page);
     }
+    // The overview's chart as a table.
+    await page.goto(orgPagePaths(owner.organizationId)[0]!);
+    await page.locator('[data-testid="usage-chart"][data-rendered="true"]').waitFor();
+    await page.getByText('Show as a table').click();
+    await page.getByRole('columnheader', { name: 'summarize' }).waitFor();
+    found['overview, table shown'] = await audit(page);
 
     // The operator view, unlocked.
     await outside.goto('/console/operator');
@@ -100,6 +107,9 @@ describe('console accessibility (axe-core)', () => {
     await outside.getByRole('button', { name: 'Costs and tools' }).click();
     await outside.getByRole('heading', { name: /cost/i }).first().waitFor();
     found['/console/operator (costs and tools)'] = await audit(outside);
+    await outside.getByRole('button', { name: 'Mailbox' }).click();
+    await outside.getByRole('heading', { name: /mailbox/i }).first().waitFor();
+    found['/console/operator (mailbox)'] = await audit(outside);
 
     const failing = Object.fromEntries(Object.entries(found).filter(([, v]) => (v as unknown[]).length > 0));
     expect(failing).toEqual({});
