@@ -19,6 +19,7 @@ import { updateDeployment } from '../src/modules/deployments/service.js';
 import type { Tier } from '../src/lib/tiers.js';
 import { createOrganization } from '../src/modules/organizations/service.js';
 import { createUser } from '../src/modules/users/service.js';
+import { dispatchPending } from '../src/modules/events/outbox.js';
 
 export type TestDbKind = 'pglite' | 'postgres';
 export const dbKind = (process.env.CG_TEST_DB ?? 'pglite') as TestDbKind;
@@ -369,4 +370,19 @@ export async function joinByInvitation(
 /** The same secret with its last character changed (never equal to the original, whatever it ends with). */
 export function mistyped(secret: string): string {
   return `${secret.slice(0, -1)}${secret.endsWith('0') ? '1' : '0'}`;
+}
+
+/**
+ * Fan out every pending outbox event (src/modules/events/outbox.ts dispatchPending) at `now`, pass after
+ * pass until one finds nothing: the worker's database may hold events earlier files left pending, older
+ * than the test's own, which one pass of a fixed batch would take first. Returns how many were taken.
+ */
+export async function dispatchAllPending(db: Database, now: Date): Promise<number> {
+  let taken = 0;
+  for (let pass = 0; pass < 100; pass++) {
+    const n = await dispatchPending(db, now, 100);
+    if (n === 0) return taken;
+    taken += n;
+  }
+  throw new Error('dispatchPending kept finding events after 100 passes');
 }

@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { budgetFixtures } from '../../../test/budget-fixtures.js';
-import { bearer, createPassesHarness, createTenant, grant, type Harness, json, serviceHeaders, setTier, signUpWithOrganization, type Tenant } from '../../../test/harness.js';
-import { dispatchPending } from '../events/outbox.js';
+import { bearer, createPassesHarness, createTenant, dispatchAllPending, grant, type Harness, json, serviceHeaders, setTier, signUpWithOrganization, type Tenant } from '../../../test/harness.js';
 import { budgetStandings, pruneEachBudgetWindows } from './budgets.js';
 import { findLedgerMismatches } from './ledger.js';
 import { expireReservations } from './reservations.js';
@@ -297,7 +296,7 @@ describe('the cap on a "*" budget\'s events', () => {
     expect(hook.statusCode, hook.body).toBe(201);
     const budgetId = await b.addBudget({ organizationId: t.organizationId, scope: 'end_user', endUserId: '*', limitCredits: 1, window: 'day', mode: 'alert' });
     const deliveries = async () => {
-      await dispatchPending(h.deps.db, h.clock.now(), 1000);
+      await dispatchAllPending(h.deps.db, h.clock.now());
       return h.deps.db.query<{ payload: { data: { end_user_id: string; truncated?: boolean } } }>(
         "SELECT payload FROM webhook_deliveries WHERE organization_id = $1 AND event_type = 'budget.threshold' ORDER BY created_at, id",
         [t.organizationId],

@@ -4,6 +4,7 @@ import {
   bearer,
   createHarness,
   createKeyOverHttp,
+  dispatchAllPending,
   type Harness,
   joinByInvitation,
   json,
@@ -13,7 +14,6 @@ import {
 import { Ajv } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { EVENT_DATA } from '../../http/openapi-events.js';
-import { dispatchPending } from '../events/outbox.js';
 import { startReceiver } from '../../../test/receiver.js';
 import { EVENT_TYPES, TEST_EVENT_TYPE } from './organization.js';
 
@@ -170,14 +170,14 @@ describe('organization events', () => {
       await h.request({ method: 'POST', url: '/api/v1/mcp/stdio/record-usage', headers: bearer(key.key), payload: { tool_name: 'search' } });
     }
     // The batched deduction writes the event in its one write statement; the dispatcher fans it out.
-    await dispatchPending(h.deps.db, h.clock.now(), 100);
+    await dispatchAllPending(h.deps.db, h.clock.now());
     const after = await deliveriesOf(webhookId);
     expect(after.map((d) => d.payload.data)).toEqual([
       expect.objectContaining({ deployment_id: owner.deploymentId, quota: 'monthly_credits', threshold: 80, used: 80, limit: 100 }),
     ]);
     for (const d of after) expectDocumented(d.payload);
     // Dispatched once: another pass finds nothing new for it.
-    await dispatchPending(h.deps.db, h.clock.now(), 100);
+    await dispatchAllPending(h.deps.db, h.clock.now());
     expect(await deliveriesOf(webhookId)).toHaveLength(1);
   });
 });
