@@ -1,4 +1,5 @@
 import Fastify, { type FastifyInstance } from 'fastify';
+import { buildSerializer } from './http/serializers.js';
 import type { Clock } from './clock.js';
 import type { Config } from './config.js';
 import type { Deps } from './context.js';
@@ -108,6 +109,8 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
         ? (_address: string, hop: number) => hop < (config.trustProxy as number)
         : config.trustProxy,
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false } },
+    // Response serializers built once per schema in a process (http/serializers.ts).
+    schemaController: { compilersFactory: { buildSerializer } },
   });
   const bus =
     options.bus ??
