@@ -20,11 +20,11 @@ function testFiles(dir: string): string[] {
 
 /**
  * Calls that pass over every tenant's rows: the catalog's workers and the functions they run, the delivery
- * worker, an unscoped job queue. expireReservations with a deployment (its third argument) is scoped;
+ * worker, the event dispatcher (and the harness's loop of it), an unscoped job queue. expireReservations with a deployment (its third argument) is scoped;
  * `M.expireReservations` is the money model's (test/money-model.ts), not the database's.
  */
 const PASS =
-  /\bWORKERS\b|\bdeliverDue\(|\brunJobs\((?![^)]*\bparams:)|(?<![.\w])(?:pruneInvocations|expireAiHolds|pruneAiHolds|pruneEachBudgetWindows|backfillRollupsStep|deleteExpiredUsage|pruneStripeEvents|askDueAutoTopUps|lapseDomainClaims)\(|(?<![.\w])expireReservations\([^,()]+,[^,()]+(?:\([^)]*\))?\)/;
+  /\bWORKERS\b|\bdeliverDue\(|\brunJobs\((?![^)]*\bparams:)|(?<![.\w])(?:dispatchPending|dispatchAllPending|pruneInvocations|expireAiHolds|pruneAiHolds|pruneEachBudgetWindows|backfillRollupsStep|deleteExpiredUsage|pruneStripeEvents|askDueAutoTopUps|lapseDomainClaims)\(|(?<![.\w])expireReservations\([^,()]+,[^,()]+(?:\([^)]*\))?\)/;
 /** Harnesses on a database of their own (startWebhookHarness is createPassesHarness with the webhook settings). */
 const OWN = /\b(?:createPassesHarness|isolatedDatabase|databaseBefore|startWebhookHarness)\(/;
 
@@ -51,10 +51,13 @@ describe('test files that run worker passes', () => {
         'src/modules/billing/auto-top-up.test.ts',
         'src/modules/credits/ai-usage.test.ts',
         'src/modules/credits/budgets-edges.test.ts',
+        'src/modules/webhooks/organization-delivery.test.ts',
       ]),
     );
     // A sweep scoped to one deployment is not a pass over every tenant's rows.
     expect(PASS.test('expireReservations(h.deps.db, h.clock.now(), t.deploymentId)')).toBe(false);
     expect(PASS.test('M.expireReservations(d, w.now)')).toBe(false);
+    // The event dispatcher fans out every organization's pending events.
+    expect(PASS.test('await dispatchAllPending(h.deps.db, h.clock.now())')).toBe(true);
   });
 });

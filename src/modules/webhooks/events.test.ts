@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   adminHeaders,
   bearer,
-  createHarness,
+  createPassesHarness,
   createKeyOverHttp,
   dispatchAllPending,
   type Harness,
@@ -44,7 +44,8 @@ function expectDocumented(payload: Delivery['payload']): void {
 let h: Harness;
 
 beforeAll(async () => {
-  h = await createHarness({ webhookAllowPrivateNetworks: true });
+  // The dispatcher below fans out every organization's pending events: a database of its own (createPassesHarness).
+  h = await createPassesHarness({ webhookAllowPrivateNetworks: true });
 });
 afterAll(async () => {
   await h.close();
