@@ -40,6 +40,9 @@ export default defineConfig({
         extends: true,
         test: {
           name: 'unit',
+          // Pure functions, no module state to reset between files (no vi.mock, no stubbed globals): the
+          // files of a worker share its module graph, as the database projects do. 25 s → 10 s here.
+          isolate: false,
           include: ['src/**/*.unit.test.ts', 'test/**/*.unit.test.ts', 'packages/*/test/**/*.unit.test.ts', 'console/src/**/*.unit.test.ts'],
           exclude: [...SPAWNING, '**/node_modules/**'],
         },
