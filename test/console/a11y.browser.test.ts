@@ -1,8 +1,6 @@
-import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { adminHeaders, serviceHeaders, signUpWithOrganization } from '../harness.js';
+import { audit, visit } from './axe.js';
 import { type ConsoleService, orgPagePaths, startConsoleService, browserTimeouts } from './browser.js';
 
 browserTimeouts();
@@ -11,10 +9,9 @@ browserTimeouts();
  * An accessibility check of every console page with axe-core (docs/console.md, Tests): no serious or critical
  * violation of WCAG 2.x A/AA rules, in the light theme at a desktop width (layout.browser.test.ts audits
  * the phone width and the dark theme). The context bypasses the page's CSP only so that axe's script can
- * be injected; the pages are otherwise exactly as served.
+ * be injected; the pages are otherwise exactly as served. After the first page of each context, the
+ * pages are reached in the console (axe.ts, visit).
  */
-const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
-
 let s: ConsoleService;
 beforeAll(async () => {
   s = await startConsoleService();
@@ -23,31 +20,9 @@ afterAll(async () => {
   await s?.close();
 });
 
-interface Violation {
-  id: string;
-  impact: string | null;
-  help: string;
-  nodes: Array<{ target: string[]; failureSummary?: string }>;
-}
-
-/** Wait until the page settled (a heading, nothing loading), run axe, return serious and critical violations. */
-async function audit(page: Page): Promise<Array<{ id: string; impact: string | null; help: string; targets: string[] }>> {
-  await page.locator('h1').first().waitFor();
-  await expect.poll(() => page.locator('[aria-busy="true"]').count()).toBe(0);
-  await page.evaluate(AXE_SOURCE);
-  const violations = await page.evaluate(async () => {
-    const axe = (window as unknown as { axe: { run(context: Document, options: object): Promise<{ violations: Violation[] }> } }).axe;
-    const result = await axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice'] }, resultTypes: ['violations'] });
-    return result.violations;
-  });
-  return violations
-    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
-    .map((v) => ({ id: v.id, impact: v.impact, help: v.help, targets: v.nodes.map((n) => n.target.join(' ')) }));
-}
-
 /**
- * Eighteen page audits, each a page load and a full axe run: 23 s alone on this machine, and longer than
- * the suite's 30 s per test in one CI run (Node 24, loaded machine), so this test has a bound of its own.
+ * Twenty-two page audits, each a full axe run: longer than the suite's 30 s per test in one CI run
+ * (Node 24, loaded machine, each audit a page load then), so this test has a bound of its own.
  */
 const AUDIT_ALL_PAGES_TIMEOUT_MS = 180_000;
 
@@ -72,7 +47,7 @@ describe('console accessibility (axe-core)', () => {
     // Signed out: sign-in, sign-up, an invitation, the locked operator view.
     await anonymous.clearCookies();
     for (const path of ['/console/', '/console/signup', `/console/invitations/${token}`, '/console/operator']) {
-      await outside.goto(path);
+      await visit(outside, path);
       found[path] = await audit(outside);
     }
 
@@ -83,11 +58,11 @@ describe('console accessibility (axe-core)', () => {
     await page.getByRole('button', { name: 'Sign in' }).click();
     await page.waitForURL(/\/console\/orgs\//);
     for (const path of orgPagePaths(owner.organizationId)) {
-      await page.goto(path);
+      await visit(page, path);
       found[path] = await audit(page);
     }
     // The overview's chart as a table.
-    await page.goto(orgPagePaths(owner.organizationId)[0]!);
+    await visit(page, orgPagePaths(owner.organizationId)[0]!);
     await page.locator('[data-testid="usage-chart"][data-rendered="true"]').waitFor();
     await page.getByText('Show as a table').click();
     await page.getByRole('columnheader', { name: 'summarize' }).waitFor();

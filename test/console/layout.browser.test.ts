@@ -1,7 +1,7 @@
 import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { adminHeaders, bearer, type SignedInUser, serviceHeaders, signUp, unique } from '../harness.js';
-import { audit, COLOUR_RULES, type Finding, settled } from './axe.js';
+import { audit, COLOUR_RULES, type Finding, settled, visit } from './axe.js';
 import { browserTimeouts, type ConsoleService, orgPagePaths, signInInBrowser, startConsoleService } from './browser.js';
 
 browserTimeouts();
@@ -78,24 +78,24 @@ async function contexts(options: { bypassCSP?: boolean } = {}): Promise<{ page: 
   return { page, outside, anonymous };
 }
 
-/** The operator page unlocked, then each of its views in turn (`visit` after each is on screen). */
-async function operatorViews(page: Page, visit: (view: string) => Promise<void>): Promise<void> {
+/** The operator page unlocked, then each of its views in turn (`onView` after each is on screen). */
+async function operatorViews(page: Page, onView: (view: string) => Promise<void>): Promise<void> {
   await page.goto('/console/operator');
   await page.getByLabel('Operator key').fill(s.h.config.adminApiKey);
   await page.getByRole('button', { name: 'Unlock' }).click();
   await page.getByLabel('Operator key').waitFor({ state: 'detached' });
-  await visit('operator: organizations');
+  await onView('operator: organizations');
   await page.getByLabel('Search').fill(owner.email);
   await page.getByRole('button', { name: 'Search', exact: true }).click();
   await page.getByTestId('organization-results').getByRole('button').first().click();
   await page.getByRole('heading', { name: 'Deployments' }).waitFor();
-  await visit('operator: an organization open');
+  await onView('operator: an organization open');
   await page.getByRole('button', { name: 'Costs and tools' }).click();
   await page.getByRole('heading', { name: /cost/i }).first().waitFor();
-  await visit('operator: costs and tools');
+  await onView('operator: costs and tools');
   await page.getByRole('button', { name: 'Mailbox' }).click();
   await page.getByRole('heading', { name: /mailbox/i }).first().waitFor();
-  await visit('operator: mailbox');
+  await onView('operator: mailbox');
 }
 
 interface Sideways {
@@ -142,12 +142,14 @@ describe('console layout', () => {
     for (const size of [PHONE, DESKTOP]) {
       await page.setViewportSize(size);
       await outside.setViewportSize(size);
+      // Each size starts from a page load; the pages after it are reached in the console (visit).
+      await page.goto(orgPages()[0]!);
       for (const path of orgPages()) {
-        await page.goto(path);
+        await visit(page, path);
         await checkSideways(page, `${path} @${size.width}`, found);
       }
       // The overview with its chart drawn, then with "Show as a table" open.
-      await page.goto(orgPages()[0]!);
+      await visit(page, orgPages()[0]!);
       await page.locator('[data-testid="usage-chart"][data-rendered="true"]').waitFor();
       await checkSideways(page, `overview, chart @${size.width}`, found);
       const chart = await page.getByTestId('usage-chart').evaluate((el) => ({ chart: el.getBoundingClientRect().width, canvas: el.querySelector('canvas')?.getBoundingClientRect().width ?? 0 }));
@@ -157,8 +159,9 @@ describe('console layout', () => {
       await page.getByRole('columnheader', { name: 'translate_to_every_language' }).waitFor();
       await checkSideways(page, `overview, table shown @${size.width}`, found);
 
+      await outside.goto('about:blank');
       for (const path of signedOutPages()) {
-        await outside.goto(path);
+        await visit(outside, path);
         await checkSideways(outside, `${path} (signed out) @${size.width}`, found);
       }
       await operatorViews(outside, (view) => checkSideways(outside, `${view} @${size.width}`, found));
@@ -260,11 +263,14 @@ describe('console themes', () => {
         const violations = await audit(p, rules);
         if (violations.length > 0) found[`${name} (${colorScheme}, ${size.width} px)`] = violations;
       };
+      // Each pass starts from a page load (no menu or table left open); the pages after it are reached
+      // in the console (visit), axe staying injected.
+      await page.goto(orgPages()[0]!);
       for (const path of orgPages()) {
-        await page.goto(path);
+        await visit(page, path);
         await record(page, path);
       }
-      await page.goto(orgPages()[0]!);
+      await visit(page, orgPages()[0]!);
       await page.locator('[data-testid="usage-chart"][data-rendered="true"]').waitFor();
       await page.getByText('Show as a table').click();
       await record(page, 'overview, table shown');
@@ -272,8 +278,9 @@ describe('console themes', () => {
         await page.getByRole('button', { name: 'Menu' }).click();
         await record(page, 'overview, menu open');
       }
+      await outside.goto('about:blank');
       for (const path of signedOutPages()) {
-        await outside.goto(path);
+        await visit(outside, path);
         await record(outside, `${path} (signed out)`);
       }
       await operatorViews(outside, (view) => record(outside, view));
