@@ -32,6 +32,22 @@ export function browserTimeouts(): void {
 
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 
+/**
+ * One Chromium per vitest worker: the browser files of a worker run one after another in one process
+ * (`isolate: false`), each in contexts of its own (cookies, storage), which its `close()` closes. A
+ * launch and the first page cost about a second and a half of CPU, once per file before. The browser
+ * ends with the worker (Playwright closes what it launched when its process exits); one that crashed
+ * or was closed is launched again.
+ */
+let launched: Promise<Browser> | undefined;
+
+async function workerBrowser(): Promise<Browser> {
+  const current = await launched?.catch(() => undefined);
+  if (current?.isConnected()) return current;
+  launched = chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage'] });
+  return launched;
+}
+
 export interface ConsoleService {
   h: Harness;
   baseUrl: string;
@@ -56,7 +72,7 @@ export async function startConsoleService(overrides: Partial<Config> = {}, port 
   const h = await createHarness(overrides, new Date().toISOString());
   await h.app.listen({ port, host: '127.0.0.1' });
   const baseUrl = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;
-  const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage'] });
+  const browser = await workerBrowser();
   const contexts: BrowserContext[] = [];
   return {
     h,
@@ -74,8 +90,8 @@ export async function startConsoleService(overrides: Partial<Config> = {}, port 
       return { context, page };
     },
     async close() {
-      for (const c of contexts) await c.close().catch(() => undefined);
-      await browser.close();
+      // Every context of the file, also those it made on `browser` itself; the browser stays for the next file.
+      for (const c of [...contexts, ...browser.contexts()]) await c.close().catch(() => undefined);
       await h.close();
     },
   };
