@@ -20,8 +20,9 @@ function testFiles(dir: string): string[] {
 
 /**
  * Calls that pass over every tenant's rows: the catalog's workers and the functions they run, the delivery
- * worker, the event dispatcher (and the harness's loop of it), an unscoped job queue. expireReservations with a deployment (its third argument) is scoped;
- * `M.expireReservations` is the money model's (test/money-model.ts), not the database's.
+ * worker, the event dispatcher (and the harness's loop of it), an unscoped job queue. expireReservations
+ * with a deployment (its third argument) is scoped; `M.expireReservations` is the money model's
+ * (test/money-model.ts), not the database's.
  */
 const PASS =
   /\bWORKERS\b|\bdeliverDue\(|\brunJobs\((?![^)]*\bparams:)|(?<![.\w])(?:dispatchPending|dispatchAllPending|pruneInvocations|expireAiHolds|pruneAiHolds|pruneEachBudgetWindows|backfillRollupsStep|deleteExpiredUsage|pruneStripeEvents|askDueAutoTopUps|lapseDomainClaims)\(|(?<![.\w])expireReservations\([^,()]+,[^,()]+(?:\([^)]*\))?\)/;
