@@ -35,6 +35,10 @@ export default defineConfig({
     maxWorkers: 2,
     testTimeout: 30_000,
     hookTimeout: 60_000,
+    // expect.poll's own default is 1 s. A console page loaded in a fresh browser context takes 0.7–0.8 s
+    // to show its rows on this machine with its cores busy, so 1 s failed under CI's load; a poll that
+    // waits for what never comes still fails, later.
+    expect: { poll: { timeout: 15_000 } },
     projects: [
       {
         extends: true,
