@@ -80,7 +80,7 @@ describe('auto delivery', () => {
     await kit.standIn.idle();
     expect(kit.standIn.deliveries().map((d) => d.status)).toEqual([503]);
     kit.respond(200);
-    await vi.waitFor(() => expect(kit!.standIn.queue()).toEqual([]), { timeout: 2000, interval: 5 });
+    await vi.waitFor(() => expect(kit!.standIn.queue()).toEqual([]), { timeout: 15_000, interval: 5 });
     expect(types(kit.received)).toEqual(['checkout.session.completed', 'checkout.session.completed']);
     expect(kit.standIn.deliveries().map((d) => d.status)).toEqual([503, 200]);
   });

@@ -65,7 +65,7 @@ describe('BalanceReads', () => {
     const held = heldDatabase();
     const reads = new BalanceReads(held.db);
     const first = reads.read(tenants[0]!.deploymentId);
-    await vi.waitFor(() => expect(held.sent).toHaveLength(1));
+    await vi.waitFor(() => expect(held.sent).toHaveLength(1), { timeout: 15_000 });
     const later = tenants.slice(1).map((t) => reads.read(t.deploymentId));
     await new Promise((resolve) => setImmediate(resolve));
     expect(held.sent).toHaveLength(1); // nothing more is sent while the first is under way
