@@ -1,12 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ERROR_MESSAGES } from '../../console/src/api-errors.js';
 import { envelopeErrorBody, ERROR_STATUS, ServiceUnavailableError } from '../../src/errors.js';
 import { bearer, signUpAsMember, signUpWithOrganization } from '../harness.js';
 import { type Receiver, startReceiver } from '../receiver.js';
+import { audit } from './axe.js';
 import { browserTimeouts, type ConsoleService, signInInBrowser, startConsoleService } from './browser.js';
 
 browserTimeouts();
@@ -153,17 +152,9 @@ describe('console loading and error states', () => {
   });
 });
 
-const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
-
-/** axe over the page as it is (as test/console/a11y.browser.test.ts): the serious and critical violations. */
+/** The shared audit (test/console/axe.ts), as one line per violation: its rule and where. */
 async function axeViolations(page: Page): Promise<string[]> {
-  await page.evaluate(AXE_SOURCE);
-  const violations = await page.evaluate(async () => {
-    const axe = (window as unknown as { axe: { run(context: Document, options: object): Promise<{ violations: Array<{ id: string; impact: string | null; nodes: Array<{ target: string[] }> }> }> } }).axe;
-    const result = await axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice'] }, resultTypes: ['violations'] });
-    return result.violations;
-  });
-  return violations.filter((v) => v.impact === 'serious' || v.impact === 'critical').map((v) => `${v.id}: ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`);
+  return (await audit(page)).map((f) => `${f.id}: ${f.targets.join(', ')}`);
 }
 
 describe('console outcomes and controls', () => {
