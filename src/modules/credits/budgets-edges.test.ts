@@ -259,6 +259,23 @@ describe('give-backs after the window rolled over, or after the budget went', ()
     expect(Number(balance[0]!.reserved)).toBe(0);
     expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
   });
+
+  it('an id reserved again after its hold lapsed is held anew in the budget window, so its record is not refused', async () => {
+    h.clock.set('2026-02-07T10:00:00.000Z');
+    const t = await richTenant();
+    const budgetId = await createBudget(t, { scope: 'organization', limit_credits: 1, window: 'day' });
+    expect(json(await reserve(t, 'again-1')).allowed).toBe(true);
+    h.clock.advance(6 * 60 * 1000);
+    // Not swept yet: the lapsed hold gives its room back and the id takes it again, in one transaction.
+    const again = json<{ allowed: boolean; reservation_expires_at: string }>(await reserve(t, 'again-1'));
+    expect(again.allowed).toBe(true);
+    expect(new Date(again.reservation_expires_at).getTime()).toBe(h.clock.now().getTime() + 5 * 60 * 1000);
+    expect((await b.windowsOf(budgetId)).map((w) => w.spent_credits)).toEqual([1]);
+    expect(json(await reserve(t, 'again-2'))).toMatchObject({ allowed: false, reason: 'budget_exceeded', payment_required: { budget_id: budgetId } });
+    expect(json(await serviceUsage(t, { invocation_id: 'again-1' }))).toMatchObject({ success: true, credits_used: 1 });
+    expect((await b.windowsOf(budgetId)).map((w) => w.spent_credits)).toEqual([1]);
+    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
 });
 
 describe('an organization budget of the period window, its primary not touched since its period ended', () => {
@@ -297,4 +314,5 @@ describe('an organization budget of the period window, its primary not touched s
     const windows = await db.query<{ window_start: Date; window_end: Date }>('SELECT window_start, window_end FROM budget_windows WHERE budget_id = $1', [budgetId]);
     expect(windows.map((w) => [w.window_start.toISOString(), w.window_end.toISOString()])).toEqual([['2027-06-30T10:00:00.000Z', '2027-07-31T10:00:00.000Z']]);
   });
+
 });

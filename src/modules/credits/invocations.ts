@@ -104,9 +104,9 @@ class Denied extends Error {
 
 /**
  * Hold `cost` credits for an invocation for 5 minutes (check-entitlement with reserve:true). A fresh
- * reservation of the same id answers what it holds; a recorded one is 422; an old or finished one
- * starts over. The hold goes through the money engine under the balance row's lock, so reservations
- * never promise more than the balance.
+ * reservation of the same id answers what it holds while the hold runs; a recorded one is 422; a
+ * lapsed, old or finished one starts over. The hold goes through the money engine under the balance
+ * row's lock, so reservations never promise more than the balance.
  */
 export async function reserveInvocation(
   ctx: Ctx,
@@ -152,7 +152,10 @@ export async function reserveInvocation(
         const existing = await lockInvocation(tx, deploymentId, invocationId);
         const fresh = existing.created_at.getTime() > now.getTime() - IDEMPOTENCY_WINDOW_MS;
         if (fresh && existing.tool_name !== toolName) throw reusedInvocation();
-        if (fresh && existing.status === 'reserved') {
+        // A hold still running is answered as it stands; one past its 5 minutes holds nothing any more
+        // (the sweep gives it back when it comes): it is released below and a new hold is taken.
+        const holding = existing.status === 'reserved' && existing.reservation_expires_at!.getTime() > now.getTime();
+        if (fresh && holding) {
           const balance = viewBalance(await syncBalance(tx, deploymentId, now, actorLabel(ctx.actor)));
           return { held: true, amount: existing.reserved_amount, available: balance.available, expiresAt: existing.reservation_expires_at! };
         }

@@ -193,6 +193,36 @@ describe('reservations (check with reserve: true)', () => {
     expect(await balanceOf(t.deploymentId)).toMatchObject({ reserved: 3 });
   });
 
+  it('reserving an id again after its hold lapsed holds anew, or is refused: never the lapsed hold answered', async () => {
+    const t = await tenantWith(3);
+    const reserve = (invocationId: string) => serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: invocationId });
+    expect(json(await reserve('lapse-again')).allowed).toBe(true);
+    h.clock.advance(5 * MINUTE + SECOND);
+    // Not yet swept: the lapsed hold is released and a new one of 5 minutes taken, in one transaction.
+    const again = json(await reserve('lapse-again'));
+    expect(again).toMatchObject({ allowed: true, credit_cost: 3, invocation_id: 'lapse-again' });
+    expect(new Date(again.reservation_expires_at as string).getTime()).toBe(h.clock.now().getTime() + 5 * MINUTE);
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 0, purchased_balance: 0, reserved: 3 });
+    // The new hold is real: no one else gets its credits, and the record of the id spends it.
+    expect(json(await reserve('someone-else'))).toMatchObject({ allowed: false, reason: 'insufficient_credits' });
+    expect(json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced, invocation_id: 'lapse-again' }))).toMatchObject({
+      success: true,
+      credits_used: 3,
+    });
+    expect(await balanceOf(t.deploymentId)).toEqual({ monthly_used: 3, purchased_balance: 0, reserved: 0 });
+    await expectLedgerConsistent(t);
+
+    // The credits of a lapsed hold were taken by another call meanwhile: the id's new hold is refused.
+    const u = await tenantWith(3);
+    const reserveU = (invocationId: string) => serviceCheck({ deployment_id: u.deploymentId, tool_name: advanced, reserve: true, invocation_id: invocationId });
+    expect(json(await reserveU('taken')).allowed).toBe(true);
+    h.clock.advance(5 * MINUTE + SECOND);
+    expect(json(await serviceUsage({ deployment_id: u.deploymentId, tool_name: advanced }))).toMatchObject({ success: true, credits_used: 3 });
+    expect(json(await reserveU('taken'))).toMatchObject({ allowed: false, reason: 'insufficient_credits' });
+    expect(await balanceOf(u.deploymentId)).toEqual({ monthly_used: 3, purchased_balance: 0, reserved: 0 });
+    await expectLedgerConsistent(u);
+  });
+
   it('recording a reserved id with another tool → 422, and the hold stays for the right record', async () => {
     const t = await tenantWith(5);
     await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: 'mismatch' });
