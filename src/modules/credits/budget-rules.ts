@@ -54,7 +54,9 @@ export function subjectOf(budget: BudgetRow, charge: ChargeSubject): string | nu
     case 'api_key':
       return charge.apiKeyId !== null && budget.api_key_id === charge.apiKeyId ? '' : null;
     case 'end_user':
-      if (charge.endUserId === null) return null;
+      // An empty id (service usage's mcp_user_id of "") names no one, as the AI proxy's user of "":
+      // counted as a charge without end user, never in the '' row a "*" budget keeps for its events.
+      if (charge.endUserId === null || charge.endUserId === '') return null;
       if (budget.end_user_id === EACH) return charge.endUserId;
       return budget.end_user_id === charge.endUserId ? '' : null;
     case 'tool':

@@ -220,6 +220,20 @@ describe('subjects', () => {
     expect(usage[0]!.n).toBe(1);
   });
 
+  it("service usage's mcp_user_id of \"\" names no one: no end-user budget counts it, and its window's event row stays empty", async () => {
+    const t = await richTenant();
+    const each = await b.addBudget({ organizationId: t.organizationId, scope: 'end_user', endUserId: '*', limitCredits: 1, window: 'day' });
+    // As a charge with no end user (and as the AI proxy's user of ""): not counted in the "*" budget.
+    for (let i = 0; i < 3; i++) expect(json(await serviceUsage(t, { mcp_user_id: '' })).success).toBe(true);
+    expect(json(await serviceUsage(t, { mcp_user_id: 'gina' })).success).toBe(true);
+    expect(json(await serviceUsage(t, { mcp_user_id: 'gina' })).error).toBe('budget_exceeded');
+    // The '' row of a "*" budget is its event cap's (docs/budgets.md), never a charge's.
+    expect((await b.windowsOf(each)).filter((w) => w.spent_credits > 0).map((w) => [w.subject, w.spent_credits])).toEqual([['gina', 1]]);
+    // The usage records keep the id as it was sent.
+    const sent = await h.deps.db.query<{ n: number }>("SELECT count(*)::int AS n FROM usage_records WHERE deployment_id = $1 AND mcp_user_id = ''", [t.deploymentId]);
+    expect(sent[0]!.n).toBe(3);
+  });
+
   it('a tool budget narrowed to a deployment, and an api_key budget, hold only for their own charges', async () => {
     const t = await richTenant();
     await b.addBudget({ organizationId: t.organizationId, scope: 'tool', toolName: 'search', deploymentId: t.deploymentId, limitCredits: 1, window: 'day' });
