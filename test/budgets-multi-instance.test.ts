@@ -3,11 +3,12 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { testConfig } from '../src/config.js';
+import { BUDGETS_LOCK, budgetsChanged } from '../src/modules/credits/budgets.js';
 import { findLedgerMismatches } from '../src/modules/credits/ledger.js';
 import { countChatPromptBound } from '../src/modules/ai/prompt.js';
 import { type StandIn, startOpenAiStandIn } from './ai-stand-in/index.js';
 import { budgetFixtures } from './budget-fixtures.js';
-import { adminHeaders, createHarness, createTenant, grant, type Harness, json, serviceHeaders, testDatabase } from './harness.js';
+import { adminHeaders, createHarness, createTenant, dbKind, grant, type Harness, json, serviceHeaders, testDatabase } from './harness.js';
 import { usageFixtures } from './usage-fixtures.js';
 
 /**
@@ -156,6 +157,42 @@ describe('a budget changed through one instance while the other remembers the ro
     expect(deleted.statusCode, deleted.body).toBe(200);
     expect(await recordOnB()).toMatchObject({ success: true });
     await expectCharged(t.organizationId, 7);
+  });
+});
+
+/** Openings of a balance row of `organizationId` waiting for a change of its budgets (credits/budgets.ts BUDGETS_LOCK). */
+async function openingsWaiting(organizationId: string): Promise<number> {
+  const rows = await h.deps.db.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM pg_locks
+     WHERE locktype = 'advisory' AND classid = $1::oid AND objsubid = 2 AND NOT granted
+       AND objid::text::bigint = (hashtext($2)::bigint + 4294967296) % 4294967296`,
+    [BUDGETS_LOCK, organizationId],
+  );
+  return rows[0]!.n;
+}
+
+// Two transactions at once: the embedded database has one connection, on which the second would wait for the first.
+describe.runIf(dbKind === 'postgres')("a deployment opened while its organization's budgets change", () => {
+  it('waits for the change to commit, so neither instance counts on its row with the budgets from before', async () => {
+    const t = await createTenant(h, { tier: 'launch' });
+    let opening: Promise<string> | undefined;
+    await h.deps.db.transaction(async (tx) => {
+      // As the budgets API does: the organization's rows get their new version first, then the budget.
+      await budgetsChanged(tx, t.organizationId);
+      opening = usage.addDeployment(t.organizationId);
+      // The new deployment's balance row is not opened (and no instance can count on it) until this commits.
+      await expect.poll(() => openingsWaiting(t.organizationId)).toBe(1);
+      await tx.query(
+        `INSERT INTO budgets (organization_id, scope, limit_credits, window_kind, mode, created_at, updated_at)
+         VALUES ($1, 'organization', 3, 'day', 'block', $2, $2)`,
+        [t.organizationId, h.clock.now()],
+      );
+    });
+    const second = await opening!;
+    await grant(h, second, 1_000);
+    // Through both instances, in two rounds (the second on rows each remembers): the limit holds.
+    for (const round of ['first', 'second']) await recordsAcross([second, second], 6, `opened-${round}`);
+    await expectCharged(t.organizationId, 3);
   });
 });
 

@@ -229,6 +229,25 @@ export async function giveBack(tx: Queryable, windowIds: readonly string[] | nul
 }
 
 /**
+ * Namespace of the two-key advisory lock (organization) between a change of its budgets and the opening
+ * of a balance row: another than the invitations' (members/invitation-caps.ts), and two keys, so never
+ * the migrator's one-key lock.
+ */
+export const BUDGETS_LOCK = 1_231_002;
+
+/**
+ * Opening a balance row of `organizationId` (a new deployment): wait for a change of its budgets in
+ * progress, and keep the next one from starting until this transaction ends. Without it a row opened
+ * while a change runs would get no new version from it (`budgetsChanged` bumps the rows it finds),
+ * and an instance that counted on it before the change committed would keep the budgets from before
+ * for as long as it remembers the row (docs/budgets.md, Batches on remembered rows). Shared: openings
+ * do not wait for each other.
+ */
+export async function awaitBudgetChanges(tx: Queryable, organizationId: string): Promise<void> {
+  await tx.query(`SELECT pg_advisory_xact_lock_shared(${BUDGETS_LOCK}, hashtext($1))`, [organizationId], 'credits_budgets_lock_shared');
+}
+
+/**
  * A budget of `organizationId` is about to be created, changed or deleted: every balance row of the
  * organization gets a new row version, so a batch computed on remembered rows (engine/remembered.ts),
  * which reads no budgets but counts with those the row was remembered with, is refused and takes the
@@ -239,6 +258,8 @@ export async function giveBack(tx: Queryable, windowIds: readonly string[] | nul
  * cycle.
  */
 export async function budgetsChanged(tx: Queryable, organizationId: string): Promise<void> {
+  // A balance row opened meanwhile would miss the new version: openBalance waits for this lock.
+  await tx.query(`SELECT pg_advisory_xact_lock(${BUDGETS_LOCK}, hashtext($1))`, [organizationId], 'credits_budgets_lock');
   await tx.query(
     `UPDATE credit_balances SET updated_at = updated_at, has_budgets = true
      WHERE deployment_id IN (SELECT deployment_id FROM credit_balances WHERE organization_id = $1 ORDER BY deployment_id FOR UPDATE)`,

@@ -2,6 +2,7 @@ import type { Queryable } from '../../db/client.js';
 import { ValidationError } from '../../errors.js';
 import { emitEvent } from '../events/outbox.js';
 import { expireDueLots } from './grants.js';
+import { awaitBudgetChanges } from './budgets.js';
 import { appendLedger } from './ledger.js';
 import { type Added, payOwed } from './owed.js';
 import {
@@ -88,6 +89,7 @@ export async function openBalance(
   const subscription = await tx.query<SubscriptionPeriod>(SUBSCRIPTION_PERIOD_SQL, [input.organizationId]);
   const period = periodFor(input.terms, input.now, subscription[0] ?? null);
   const allocation = terms.monthlyCredits;
+  await awaitBudgetChanges(tx, input.organizationId);
   await tx.query(
     // A deployment of an organization that has budgets starts marked (credits/budgets.ts budgetsChanged);
     // one of an organization with auto top-up on starts with its line, due (credits/auto-top-ups.ts).
