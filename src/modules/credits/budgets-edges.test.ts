@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StandIn, startOpenAiStandIn } from '../../../test/ai-stand-in/index.js';
 import { budgetFixtures } from '../../../test/budget-fixtures.js';
-import { adminHeaders, bearer, createHarness, createTenant, dbKind, grant, type Harness, isolatedDatabase, json, serviceHeaders, setAiLimit, type Tenant } from '../../../test/harness.js';
+import { adminHeaders, bearer, createHarness, createTenant, dbKind, grant, type Harness, isolatedDatabase, json, serviceHeaders, setAiLimit, type Tenant, unique } from '../../../test/harness.js';
 import type { Database } from '../../db/client.js';
 import { expireAiHolds, expireReservations, holdAiTokens, pruneEachBudgetWindows } from './index.js';
+import { followSubscriptionPeriod } from './subscription-period.js';
 import { findLedgerMismatches } from './ledger.js';
 
 /**
@@ -314,5 +315,75 @@ describe('an organization budget of the period window, its primary not touched s
     const windows = await db.query<{ window_start: Date; window_end: Date }>('SELECT window_start, window_end FROM budget_windows WHERE budget_id = $1', [budgetId]);
     expect(windows.map((w) => [w.window_start.toISOString(), w.window_end.toISOString()])).toEqual([['2027-06-30T10:00:00.000Z', '2027-07-31T10:00:00.000Z']]);
   });
+});
 
+describe("a subscription period whose end moves: its budgets' period windows end with it", () => {
+  /** The subscription reports its period (as billing/subscriptions.ts does on Stripe's events): the row, then the balance. */
+  async function report(t: Tenant, subscription: string, start: string, end: string): Promise<void> {
+    await h.deps.db.transaction(async (tx) => {
+      await tx.query(
+        `INSERT INTO subscriptions (organization_id, stripe_subscription_id, stripe_customer_id, status, current_period_start, current_period_end)
+         VALUES ($1, $2, $3, 'active', $4, $5)
+         ON CONFLICT (stripe_subscription_id) DO UPDATE SET current_period_start = EXCLUDED.current_period_start, current_period_end = EXCLUDED.current_period_end`,
+        [t.organizationId, subscription, `cus_${subscription}`, start, end],
+      );
+      await followSubscriptionPeriod(tx, { deploymentId: t.deploymentId, start: new Date(start), end: new Date(end), now: h.clock.now(), actor: 'stripe' });
+    });
+  }
+  const windowsOfBudget = async (budgetId: string) =>
+    (
+      await db.query<{ subject: string; window_start: Date; window_end: Date; spent_credits: number }>(
+        'SELECT subject, window_start, window_end, spent_credits FROM budget_windows WHERE budget_id = $1 AND spent_credits > 0 ORDER BY window_start',
+        [budgetId],
+      )
+    ).map((w) => [w.subject, w.window_start.toISOString(), w.window_end.toISOString(), Number(w.spent_credits)]);
+
+  it('a renewal reported after the row rolled onto its own guess: the "*" window is not pruned at the guessed end', async () => {
+    h.clock.set('2029-01-31T00:00:00.000Z');
+    const t = await richTenant();
+    const sub = unique('sub');
+    await report(t, sub, '2029-01-31T00:00:00.000Z', '2029-02-28T00:00:00.000Z');
+    const budgetId = await createBudget(t, { scope: 'tool', tool_name: '*', limit_credits: 5, window: 'period' });
+    const deploymentBudget = await createBudget(t, { scope: 'deployment', deployment_id: t.deploymentId, limit_credits: 100, window: 'period' });
+    // A second past the unreported end: the row rolls onto the monthly anniversary of that end, Mar 28.
+    h.clock.set('2029-02-28T00:00:01.000Z');
+    for (let i = 0; i < 5; i++) expect(json(await serviceUsage(t)).success).toBe(true);
+    expect(await windowsOfBudget(budgetId)).toEqual([['x', '2029-02-28T00:00:00.000Z', '2029-03-28T00:00:00.000Z', 5]]);
+    // Stripe's renewal: the same start, the end on the 31st (the subscription's anchor).
+    h.clock.set('2029-02-28T00:00:05.000Z');
+    await report(t, sub, '2029-02-28T00:00:00.000Z', '2029-03-31T00:00:00.000Z');
+    expect(await windowsOfBudget(budgetId)).toEqual([['x', '2029-02-28T00:00:00.000Z', '2029-03-31T00:00:00.000Z', 5]]);
+    expect(await windowsOfBudget(deploymentBudget)).toEqual([['', '2029-02-28T00:00:00.000Z', '2029-03-31T00:00:00.000Z', 5]]);
+    // Past the guessed end, still in the period: the window stays, with what it counted.
+    h.clock.set('2029-03-29T00:00:00.000Z');
+    await pruneEachBudgetWindows(h.deps.db, h.clock.now());
+    expect(json(await serviceUsage(t))).toMatchObject({ success: false, error: 'budget_exceeded' });
+    expect(await windowsOfBudget(budgetId)).toEqual([['x', '2029-02-28T00:00:00.000Z', '2029-03-31T00:00:00.000Z', 5]]);
+  });
+
+  it("a trial extended: an end user's window keeps its count past the old end, and a refund then gives its room back", async () => {
+    h.clock.set('2029-05-15T12:00:00.000Z');
+    const t = await richTenant();
+    const sub = unique('sub');
+    await report(t, sub, '2029-05-10T00:00:00.000Z', '2029-06-10T00:00:00.000Z');
+    const budgetId = await createBudget(t, { scope: 'end_user', end_user_id: '*', limit_credits: 5, window: 'period' });
+    const charged: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const res = json<{ success: boolean; usage_id: string }>(await serviceUsage(t, { mcp_user_id: 'dave' }));
+      expect(res.success).toBe(true);
+      charged.push(res.usage_id);
+    }
+    // The trial is extended by a month: the same period start, a later end.
+    h.clock.set('2029-05-20T00:00:00.000Z');
+    await report(t, sub, '2029-05-10T00:00:00.000Z', '2029-07-10T00:00:00.000Z');
+    h.clock.set('2029-06-20T00:00:00.000Z');
+    await pruneEachBudgetWindows(h.deps.db, h.clock.now());
+    expect(json(await serviceUsage(t, { mcp_user_id: 'dave' }))).toMatchObject({ success: false, error: 'budget_exceeded' });
+    expect(await windowsOfBudget(budgetId)).toEqual([['dave', '2029-05-15T12:00:00.000Z', '2029-07-10T00:00:00.000Z', 5]]);
+    // The window is in progress: a refund gives its room back, and the room is spent once.
+    expect((await refund(charged[0]!)).statusCode).toBe(200);
+    expect(json(await serviceUsage(t, { mcp_user_id: 'dave' })).success).toBe(true);
+    expect(json(await serviceUsage(t, { mcp_user_id: 'dave' }))).toMatchObject({ success: false, error: 'budget_exceeded' });
+    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
 });

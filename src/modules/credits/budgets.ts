@@ -229,6 +229,26 @@ export async function giveBack(tx: Queryable, windowIds: readonly string[] | nul
 }
 
 /**
+ * A deployment's credit period that began at `start` now ends at `end` (a subscription's period moved
+ * its end: a trial extended, a renewal reported after the row had rolled onto its own guess). The
+ * `period` windows that period is the window of (docs/budgets.md, Windows) end there too: those of the
+ * budgets narrowed to the deployment and, for the primary, the organization-wide ones. A window row's
+ * end is what the retention worker prunes by and what a give-back checks; left at the old end, a
+ * window still in progress could be pruned and counted again from zero. Call it after the balance
+ * row's update: windows are locked after balance rows, as every batch locks them.
+ */
+export async function periodEndMoved(tx: Queryable, deploymentId: string, start: Date, end: Date): Promise<void> {
+  await tx.query(
+    `UPDATE budget_windows w SET window_end = $3
+     FROM budgets b JOIN deployments d ON d.organization_id = b.organization_id
+     WHERE d.id = $1 AND w.budget_id = b.id AND b.window_kind = 'period' AND w.window_start = $2 AND w.window_end <> $3
+       AND (b.deployment_id = d.id OR (b.deployment_id IS NULL AND b.scope <> 'deployment' AND d.is_primary))`,
+    [deploymentId, start, end],
+    'credits_budget_period_end_moved',
+  );
+}
+
+/**
  * Namespace of the two-key advisory lock (organization) between a change of its budgets and the opening
  * of a balance row: another than the invitations' (members/invitation-caps.ts), and two keys, so never
  * the migrator's one-key lock.

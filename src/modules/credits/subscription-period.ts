@@ -1,4 +1,5 @@
 import type { Queryable } from '../../db/client.js';
+import { periodEndMoved } from './budgets.js';
 import { syncBalance } from './service.js';
 
 /**
@@ -29,5 +30,6 @@ export async function followSubscriptionPeriod(
       deploymentId,
       end,
     ]);
+    await periodEndMoved(tx, deploymentId, row.period_start, end);
   }
 }
