@@ -215,6 +215,35 @@ describe('subscriptions through Checkout and the API', () => {
     expect(await tierOf(t.deploymentId)).toBe('growth');
   });
 
+  it('two Checkouts opened before either was paid: ending the dearer subscription brings back the tier of the one still paid for', async () => {
+    const owner = await signUpWithOrganization(h);
+    const key = await createKeyOverHttp(h, bearer(owner.accessToken), owner.organizationId, { scopes: ['read', 'write', 'admin'] });
+    const auth = { 'x-api-key': key.key };
+    const open = async (tier: string) => {
+      const res = await post('/billing/subscription', auth, { tier });
+      expect(res.statusCode, res.body).toBe(200);
+      return json<{ data: { checkout_session_id: string } }>(res).data.checkout_session_id;
+    };
+    const [launch, growth] = [await open('launch'), await open('growth')];
+    standIn.completeCheckout(launch);
+    await flushAll();
+    h.clock.advance(1000);
+    const dear = standIn.completeCheckout(growth).subscription as string;
+    await flushAll();
+    expect(await tierOf(owner.deploymentId)).toBe('growth');
+    // Growth ends (cancelled in the portal, say): launch is still paid for, and only launch.
+    h.clock.advance(1000);
+    standIn.cancelSubscription(dear);
+    await flushAll();
+    expect(await tierOf(owner.deploymentId)).toBe('launch');
+    const [org] = await q<{ stripe_subscription_id: string; subscription_status: string; plan: string }>(
+      'SELECT stripe_subscription_id, subscription_status, plan FROM organizations WHERE id = $1',
+      [owner.organizationId],
+    );
+    expect(org).toMatchObject({ subscription_status: 'active', plan: 'pro' });
+    expect(org!.stripe_subscription_id).not.toBe(dear);
+  });
+
   it('the portal answers a Stripe Billing Portal URL', async () => {
     const t = await createTenant(h, { tier: 'launch' });
     const res = await post('/api/v1/proxy/billing/portal', deploymentHeaders(t), { return_url: 'https://app.example.com/account' });

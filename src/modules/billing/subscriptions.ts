@@ -121,34 +121,46 @@ export async function applySubscription(
   const target: Tier | null = inForce ? (priceTier ?? null) : ctx.config.newOrgTier;
   // Another subscription of the organization still in force keeps the organization's tier (a
   // replacement that was created before the old one was deleted, say).
-  const other = await tx.query<{ stripe_subscription_id: string }>(
-    `SELECT stripe_subscription_id FROM subscriptions
+  const other = await tx.query<SubscriptionRow & { stripe_subscription_id: string; stripe_customer_id: string }>(
+    `SELECT * FROM subscriptions
      WHERE organization_id = $1 AND stripe_subscription_id <> $2 AND status IN ('active', 'past_due')
      ORDER BY updated_at DESC LIMIT 1`,
     [organizationId, state.id],
   );
-  const governs = inForce || other.length === 0;
+  // What governs the organization: this subscription when it is in force, or when none is; else the
+  // other one in force, as it was last applied. Two can overlap (two Checkouts opened before either was
+  // paid): the end of one in force must bring back the tier of the other, not leave its own.
+  const still = other[0];
+  const governing =
+    inForce || !still
+      ? { id: state.id, customer: state.customer, status: state.status, start: state.periodStart, end: state.periodEnd, target }
+      : {
+          id: still.stripe_subscription_id,
+          customer: still.stripe_customer_id,
+          status: still.status as SubscriptionStatus,
+          start: still.current_period_start,
+          end: still.current_period_end,
+          target: (still.stripe_price_id ? ctx.config.stripePriceTiers[still.stripe_price_id] : undefined) ?? null,
+        };
   const changes: Record<string, unknown> = {};
-  let tier: Tier | null = null;
-  if (governs) {
-    const primary = await tx.query<DeploymentRow>('SELECT * FROM deployments WHERE organization_id = $1 AND is_primary FOR UPDATE', [organizationId]);
-    const deployment = primary[0];
-    tier = target ?? (deployment?.tier as Tier | undefined) ?? ctx.config.newOrgTier;
-    await tx.query(
-      `UPDATE organizations SET subscription_status = $2, stripe_subscription_id = $3, plan = $4,
-         stripe_customer_id = COALESCE(stripe_customer_id, $5), updated_at = $6
-       WHERE id = $1`,
-      [organizationId, ORGANIZATION_STATUS[state.status], state.id, PLAN_OF_TIER[tier], state.customer, now],
-    );
-    if (deployment && deployment.tier !== tier) {
-      await changeTier(tx, ctx, deployment, tier);
-      changes.tier = { from: deployment.tier, to: tier };
-    }
-    if (inForce && state.periodStart && state.periodEnd) {
-      const deployments = await tx.query<{ id: string }>("SELECT id FROM deployments WHERE organization_id = $1 AND status = 'active'", [organizationId]);
-      for (const d of deployments) {
-        await followSubscriptionPeriod(tx, { deploymentId: d.id, start: state.periodStart, end: state.periodEnd, now, actor: 'stripe' });
-      }
+  const primary = await tx.query<DeploymentRow>('SELECT * FROM deployments WHERE organization_id = $1 AND is_primary FOR UPDATE', [organizationId]);
+  const deployment = primary[0];
+  const tier: Tier = governing.target ?? (deployment?.tier as Tier | undefined) ?? ctx.config.newOrgTier;
+  await tx.query(
+    `UPDATE organizations SET subscription_status = $2, stripe_subscription_id = $3, plan = $4,
+       stripe_customer_id = COALESCE(stripe_customer_id, $5), updated_at = $6
+     WHERE id = $1`,
+    [organizationId, ORGANIZATION_STATUS[governing.status], governing.id, PLAN_OF_TIER[tier], governing.customer, now],
+  );
+  if (deployment && deployment.tier !== tier) {
+    await changeTier(tx, ctx, deployment, tier);
+    changes.tier = { from: deployment.tier, to: tier };
+  }
+  const governingInForce = governing.status === 'active' || governing.status === 'past_due';
+  if (governingInForce && governing.start && governing.end) {
+    const deployments = await tx.query<{ id: string }>("SELECT id FROM deployments WHERE organization_id = $1 AND status = 'active'", [organizationId]);
+    for (const d of deployments) {
+      await followSubscriptionPeriod(tx, { deploymentId: d.id, start: governing.start, end: governing.end, now, actor: 'stripe' });
     }
   }
   if (inForce && state.priceId && !priceTier) changes.unknown_price = state.priceId;
@@ -179,5 +191,5 @@ export async function applySubscription(
       metadata: { status: state.status, price_id: state.priceId, ...changes },
     });
   }
-  return { organizationId, tierChanged: changes.tier !== undefined, planChanged: governs };
+  return { organizationId, tierChanged: changes.tier !== undefined, planChanged: true };
 }
