@@ -24,12 +24,17 @@ let standIn: StripeStandIn;
 let stripe: Stripe;
 const f = creditFixtures(() => h);
 const price: Record<string, string> = {};
+const unreachable = new Set<string>();
 
 beforeAll(async () => {
   const start = new Date('2026-03-01T10:00:00.000Z');
   standIn = await startStripeStandIn({
     now: () => (h ? h.clock.now() : start),
-    deliver: async (payload, headers) => ({ status: (await h.request({ method: 'POST', url: '/webhooks/stripe', headers, payload })).statusCode }),
+    // An event type in `unreachable` finds the endpoint down (503): Stripe keeps it and delivers it again later.
+    deliver: async (payload, headers) =>
+      [...unreachable].some((type) => payload.includes(`"type": "${type}"`))
+        ? { status: 503 }
+        : { status: (await h.request({ method: 'POST', url: '/webhooks/stripe', headers, payload })).statusCode },
   });
   price.launch = standIn.createPrice({ productName: 'Launch', unitAmount: 4900, interval: 'month' }).id;
   price.growth = standIn.createPrice({ productName: 'Growth', unitAmount: 19_900, interval: 'month' }).id;
@@ -242,6 +247,43 @@ describe('subscriptions through Checkout and the API', () => {
     );
     expect(org).toMatchObject({ subscription_status: 'active', plan: 'pro' });
     expect(org!.stripe_subscription_id).not.toBe(dear);
+  });
+
+  it("a failed renewal's event delivered only after the invoice was paid leaves the subscription active", async () => {
+    const owner = await signUpWithOrganization(h);
+    const key = await createKeyOverHttp(h, bearer(owner.accessToken), owner.organizationId, { scopes: ['read', 'write', 'admin'] });
+    const auth = { 'x-api-key': key.key };
+    const first = await post('/billing/subscription', auth, { tier: 'launch' });
+    expect(first.statusCode, first.body).toBe(200);
+    const subscription = standIn.completeCheckout(json<{ data: { checkout_session_id: string } }>(first).data.checkout_session_id).subscription as string;
+    await flushAll();
+    h.clock.advance(31 * DAY);
+    standIn.failRenewal(subscription);
+    const failed = standIn.events('invoice.payment_failed').at(-1)!;
+    // Its first delivery does not get through; the card is then updated and the invoice paid.
+    unreachable.add('invoice.payment_failed');
+    h.clock.advance(60_000);
+    await standIn.flush();
+    standIn.payInvoice((failed.data.object as { id: string }).id);
+    await standIn.flush();
+    unreachable.clear();
+    const status = async () =>
+      (await q<{ status: string; subscription_status: string }>(
+        'SELECT s.status, o.subscription_status FROM subscriptions s JOIN organizations o ON o.id = s.organization_id WHERE s.stripe_subscription_id = $1',
+        [subscription],
+      ))[0];
+    expect(await status()).toEqual({ status: 'active', subscription_status: 'active' });
+    // Stripe's retry of the failed payment's event, an hour later.
+    h.clock.advance(3_600_000);
+    const [retry] = await standIn.deliverEvent(failed.id);
+    expect(retry!.ok, retry!.error).toBe(true);
+    expect(await status()).toEqual({ status: 'active', subscription_status: 'active' });
+    const change = await post('/billing/subscription', auth, { tier: 'growth' });
+    expect(change.statusCode, change.body).toBe(200);
+    // The stand-in's own retry of that event, still queued: delivered once more, applied no more.
+    await flushAll();
+    expect(standIn.queue()).toEqual([]);
+    expect(await status()).toEqual({ status: 'active', subscription_status: 'active' });
   });
 
   it('the portal answers a Stripe Billing Portal URL', async () => {

@@ -88,7 +88,8 @@ const INVOICE_RANK = `CASE $1::text WHEN 'draft' THEN 0 WHEN 'open' THEN 1 ELSE 
 /**
  * `invoice.created|finalized|paid|payment_failed|voided`: stored for /billing/invoices. A status never
  * moves back (draft → open → paid/void/uncollectible), so an older event arriving late changes
- * nothing. `invoice.payment_failed` of a subscription in force makes it (and the organization) past_due.
+ * nothing. `invoice.payment_failed` of a subscription in force makes it (and the organization) past_due,
+ * unless the invoice is stored as paid or void already (the event arrived late).
  */
 export async function handleInvoice(tx: Queryable, ctx: Ctx, type: string, invoice: Stripe.Invoice): Promise<EventOutcome> {
   const customer = stripeId(invoice.customer);
@@ -96,14 +97,15 @@ export async function handleInvoice(tx: Queryable, ctx: Ctx, type: string, invoi
   if (!organizationId || !invoice.id) return { ignored: `no organization for customer ${customer ?? '(none)'}` };
   const now = ctx.clock.now();
   const { raw: _raw, ...stored } = invoice as Stripe.Invoice & { raw?: unknown };
-  await tx.query(
+  const applied = await tx.query(
     `INSERT INTO invoices (organization_id, stripe_invoice_id, status, amount_due, amount_paid, currency, hosted_invoice_url,
        period_start, period_end, raw, created_at)
      VALUES ($2, $3, $1, $4, $5, $6, $7, $8, $9, $10, $11)
      ON CONFLICT (stripe_invoice_id) DO UPDATE SET status = EXCLUDED.status, amount_due = EXCLUDED.amount_due,
        amount_paid = EXCLUDED.amount_paid, hosted_invoice_url = COALESCE(EXCLUDED.hosted_invoice_url, invoices.hosted_invoice_url), raw = EXCLUDED.raw
      WHERE invoices.organization_id = EXCLUDED.organization_id
-       AND ${INVOICE_RANK} >= CASE invoices.status WHEN 'draft' THEN 0 WHEN 'open' THEN 1 ELSE 2 END`,
+       AND ${INVOICE_RANK} >= CASE invoices.status WHEN 'draft' THEN 0 WHEN 'open' THEN 1 ELSE 2 END
+     RETURNING status`,
     [
       typeof invoice.status === 'string' ? invoice.status.slice(0, 40) : null,
       organizationId,
@@ -118,7 +120,9 @@ export async function handleInvoice(tx: Queryable, ctx: Ctx, type: string, invoi
       toDate(invoice.created) ?? now,
     ],
   );
-  if (type === 'invoice.payment_failed') {
+  // A failed payment of an invoice stored as paid (or void) since is old news (Stripe redelivering an
+  // event whose first delivery failed): the subscription is not made past_due again.
+  if (type === 'invoice.payment_failed' && applied.length > 0) {
     const subscription = stripeId(invoice.parent?.subscription_details?.subscription ?? null);
     if (subscription) {
       const rows = await tx.query<{ id: string }>(
