@@ -13,6 +13,8 @@ import {
 } from '../../../test/harness.js';
 import { type StripeStandIn, startStripeStandIn } from '../../../test/stripe-stand-in/server.js';
 import { Stripe } from './stripe-client.js';
+import { applyFromApi } from './subscribe.js';
+import { applySubscription, SubscriptionMovedError, subscriptionState, subscriptionVersion } from './subscriptions.js';
 import { WORKERS } from '../../workers/catalog.js';
 
 /**
@@ -284,6 +286,38 @@ describe('subscriptions through Checkout and the API', () => {
     await flushAll();
     expect(standIn.queue()).toEqual([]);
     expect(await status()).toEqual({ status: 'active', subscription_status: 'active' });
+  });
+
+  it('a state read back before a newer one was applied is refused, not applied over it', async () => {
+    const owner = await signUpWithOrganization(h);
+    const key = await createKeyOverHttp(h, bearer(owner.accessToken), owner.organizationId, { scopes: ['read', 'write', 'admin'] });
+    const auth = { 'x-api-key': key.key };
+    const first = await post('/billing/subscription', auth, { tier: 'growth' });
+    expect(first.statusCode, first.body).toBe(200);
+    const subscription = standIn.completeCheckout(json<{ data: { checkout_session_id: string } }>(first).data.checkout_session_id).subscription as string;
+    await flushAll();
+    // An event's handling reads the row's version, then the subscription from Stripe (growth)...
+    const seenVersion = await subscriptionVersion(h.deps.db, subscription);
+    const readObject = await stripe.subscriptions.retrieve(subscription);
+    const read = subscriptionState(readObject);
+    expect(read.priceId).toBe(price.growth);
+    // ...while the owner moves to launch, applied at once.
+    h.clock.advance(1000);
+    const change = await post('/billing/subscription', auth, { tier: 'launch' });
+    expect(change.statusCode, change.body).toBe(200);
+    await flushAll();
+    expect(await tierOf(owner.deploymentId)).toBe('launch');
+    // The state read first comes to its transaction last: refused (its event is tried again, read again).
+    await expect(
+      h.deps.db.transaction((tx) => applySubscription(tx, h.ctx, { state: read, eventAt: h.clock.now(), readBack: true, seenVersion })),
+    ).rejects.toThrow(SubscriptionMovedError);
+    expect(await tierOf(owner.deploymentId)).toBe('launch');
+    // The API's path (a plan change applies Stripe's answer) meets the same: it reads the subscription again.
+    await applyFromApi(h.ctx, readObject, seenVersion);
+    expect(await tierOf(owner.deploymentId)).toBe('launch');
+    expect((await q<{ stripe_price_id: string }>('SELECT stripe_price_id FROM subscriptions WHERE stripe_subscription_id = $1', [subscription]))[0]).toEqual({
+      stripe_price_id: price.launch,
+    });
   });
 
   it('the portal answers a Stripe Billing Portal URL', async () => {

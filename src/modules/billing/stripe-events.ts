@@ -9,7 +9,7 @@ import { storedPackSale } from '../credits/index.js';
 import { handleChargeRefunded, handleCheckoutSession, handleInvoice } from './stripe-handlers.js';
 import { deploymentOfPaymentIntent, handlePaymentIntentCanceled, handlePaymentIntentFailed, handlePaymentIntentSucceeded, takeLinesOff } from './auto-top-up.js';
 import { type EventOutcome, stripeId } from './stripe-objects.js';
-import { applySubscription, subscriptionState } from './subscriptions.js';
+import { applySubscription, subscriptionState, subscriptionVersion } from './subscriptions.js';
 import { type JobPolicy, type JobQueue, retryAt, runJobs } from '../../workers/jobs.js';
 
 /**
@@ -99,7 +99,10 @@ export async function handleStoredEvent(deps: Deps, id: string): Promise<void> {
   if (!stored) return;
   const ctx = systemCtx(deps);
   try {
-    // The API read happens before the transaction, so no lock waits on the network.
+    // The API read happens before the transaction, so no lock waits on the network; the row's version
+    // read before it lets the transaction see whether another state was applied meanwhile.
+    const subscriptionId = stored.type.startsWith('customer.subscription.') ? (stored.payload.data.object as { id?: unknown }).id : undefined;
+    const seenVersion = typeof subscriptionId === 'string' ? await subscriptionVersion(deps.db, subscriptionId) : undefined;
     const readBack = await readBackSubscription(deps, stored);
     // A pack's grant or take-back changes a balance: it runs in a deduction batch's transaction and
     // commits with it (credits/batcher.ts); every other event in a transaction of its own.
@@ -109,7 +112,7 @@ export async function handleStoredEvent(deps: Deps, id: string): Promise<void> {
     const outcome = await inTransaction(async (tx) => {
       const locked = await tx.query<{ status: string }>('SELECT status FROM stripe_events WHERE id = $1 FOR UPDATE', [id]);
       if (locked[0]?.status !== 'pending') return null;
-      const result = await actOn(tx, ctx, stored, readBack);
+      const result = await actOn(tx, ctx, stored, readBack, readBack ? seenVersion : undefined);
       await tx.query(
         `UPDATE stripe_events SET status = $2, processed_at = $3, organization_id = $4, last_error = $5, attempts = attempts + 1,
            next_attempt_at = NULL WHERE id = $1`,
@@ -165,7 +168,13 @@ async function balanceChangedBy(deps: Deps, stored: StoredEvent): Promise<string
   }
 }
 
-async function actOn(tx: Queryable, ctx: Ctx, stored: StoredEvent, readBack: Stripe.Subscription | null): Promise<EventOutcome> {
+async function actOn(
+  tx: Queryable,
+  ctx: Ctx,
+  stored: StoredEvent,
+  readBack: Stripe.Subscription | null,
+  seenVersion: string | null | undefined,
+): Promise<EventOutcome> {
   const object = stored.payload.data.object as unknown;
   switch (stored.type) {
     case 'customer.subscription.created':
@@ -175,6 +184,7 @@ async function actOn(tx: Queryable, ctx: Ctx, stored: StoredEvent, readBack: Str
         state: subscriptionState(readBack ?? (object as Stripe.Subscription)),
         eventAt: stored.created_at,
         readBack: readBack !== null,
+        seenVersion,
       });
     case 'checkout.session.completed':
     case 'checkout.session.async_payment_succeeded':

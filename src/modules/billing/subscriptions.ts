@@ -61,6 +61,22 @@ export function subscriptionState(s: Stripe.Subscription): SubscriptionState {
   };
 }
 
+/** A subscription's row changed while its state was read back from Stripe (applySubscription). */
+export class SubscriptionMovedError extends Error {
+  constructor(subscriptionId: string) {
+    super(`subscription ${subscriptionId} changed while it was read back; read again at the next try`);
+  }
+}
+
+/**
+ * The version (`xmin`) of a subscription's row, or null when it has none: read before the read-back,
+ * handed to applySubscription, which applies the state read only if the row is still at it.
+ */
+export async function subscriptionVersion(q: Queryable, subscriptionId: string): Promise<string | null> {
+  const rows = await q.query<{ version: string }>('SELECT xmin::text AS version FROM subscriptions WHERE stripe_subscription_id = $1', [subscriptionId]);
+  return rows[0]?.version ?? null;
+}
+
 interface SubscriptionRow {
   id: string;
   organization_id: string;
@@ -82,7 +98,7 @@ interface SubscriptionRow {
 export async function applySubscription(
   tx: Queryable,
   ctx: Ctx,
-  input: { state: SubscriptionState; eventAt: Date; readBack: boolean },
+  input: { state: SubscriptionState; eventAt: Date; readBack: boolean; seenVersion?: string | null },
 ): Promise<EventOutcome> {
   const { state, eventAt } = input;
   const now = ctx.clock.now();
@@ -91,8 +107,16 @@ export async function applySubscription(
   // One subscription event at a time per organization, whichever instance received it.
   // NO KEY UPDATE: foreign-key checks of concurrent money writes (their events) take KEY SHARE on this row.
   await tx.query('SELECT id FROM organizations WHERE id = $1 FOR NO KEY UPDATE', [organizationId]);
-  const existing = await tx.query<SubscriptionRow>('SELECT * FROM subscriptions WHERE stripe_subscription_id = $1 FOR UPDATE', [state.id]);
+  const existing = await tx.query<SubscriptionRow & { version: string }>(
+    'SELECT *, xmin::text AS version FROM subscriptions WHERE stripe_subscription_id = $1 FOR UPDATE',
+    [state.id],
+  );
   const before = existing[0];
+  if (input.seenVersion !== undefined && (before?.version ?? null) !== input.seenVersion) {
+    // Another state was applied between the read-back and this lock: the state read may be older than
+    // it. The event stays pending, and its next try reads the subscription again.
+    throw new SubscriptionMovedError(state.id);
+  }
   if (before && before.organization_id !== organizationId) {
     return { ignored: `subscription ${state.id} belongs to another organization than its customer's` };
   }
