@@ -7,8 +7,7 @@ import { ValidationError } from '../errors.js';
  * user" in a budget and is no one's id.
  */
 export function endUserOf(request: FastifyRequest, bodyId: string | null | undefined, field: string): string | null {
-  const raw = request.headers['x-end-user-id'];
-  const header = Array.isArray(raw) ? raw[0] : raw;
+  const header = endUserHeader(request);
   if (header !== undefined && (header.length < 1 || header.length > 200 || header === '*')) {
     throw new ValidationError('X-End-User-Id must be 1 to 200 characters and not "*"', [{ field: 'X-End-User-Id', message: 'must be 1 to 200 characters and not "*"' }]);
   }
@@ -20,3 +19,18 @@ export function endUserOf(request: FastifyRequest, bodyId: string | null | undef
   return bodyId ?? header ?? null;
 }
 
+
+/**
+ * The `X-End-User-Id` header as its sender wrote it. Node reads a header's bytes as latin1, while
+ * clients send text as UTF-8: "José" arrives as "JosÃ©", another end user than the body's "José".
+ * Bytes that are valid UTF-8 are read as UTF-8; any others stay as read (latin1, as before).
+ */
+export function endUserHeader(request: Pick<FastifyRequest, 'headers'>): string | undefined {
+  const raw = request.headers['x-end-user-id'];
+  const header = Array.isArray(raw) ? raw[0] : raw;
+  // ASCII (one byte a character) reads the same either way.
+  if (header === undefined || Buffer.byteLength(header, 'utf8') === header.length) return header;
+  const bytes = Buffer.from(header, 'latin1');
+  const text = bytes.toString('utf8');
+  return Buffer.from(text, 'utf8').equals(bytes) ? text : header;
+}

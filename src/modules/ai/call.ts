@@ -4,6 +4,7 @@ import type { ModelClass } from '../../config.js';
 import type { Ctx } from '../../context.js';
 import { type AiCharge, type AiHold, type AiUsageResult, type DeploymentTerms, effectiveTerms, holdAiTokens, loadBalance, releaseAiHold, settleAiTokens } from '../credits/index.js';
 import { topUpUrl } from '../billing/top-up-link.js';
+import { endUserHeader } from '../../http/end-user.js';
 import { invalidRequest } from './prompt.js';
 import type { ReportedUsage } from './sse.js';
 import type { AiUpstream } from './upstream.js';
@@ -55,8 +56,7 @@ export interface CallPlan {
 export function chargeOf(call: Pick<ChatCall, 'ctx' | 'request'>, body: Record<string, unknown>): AiCharge {
   const actor = call.ctx.actor;
   const apiKeyId = actor.type === 'api_key' ? actor.apiKeyId : null;
-  const raw = call.request.headers['x-end-user-id'];
-  const header = Array.isArray(raw) ? raw[0] : raw;
+  const header = endUserHeader(call.request);
   if (header !== undefined && (header.length < 1 || header.length > 200 || header === '*')) {
     throw invalidRequest('X-End-User-Id', 'must be 1 to 200 characters and not "*"');
   }

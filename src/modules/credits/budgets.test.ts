@@ -216,6 +216,15 @@ describe('subjects', () => {
     expect(differ.statusCode).toBe(400);
     expect(json(differ)).toMatchObject({ code: 'INVALID_REQUEST', fields: [expect.objectContaining({ field: 'end_user_id' })] });
     expect((await stdioRecord(t, { end_user_id: '*' })).statusCode).toBe(400);
+    // A UTF-8 id in the header (as Node reads its bytes: latin1) is the same end user as in the body.
+    const utf8 = await h.request({
+      method: 'POST',
+      url: '/api/v1/mcp/stdio/record-usage',
+      headers: { ...bearer(t.apiKey), 'x-end-user-id': Buffer.from('José', 'utf8').toString('latin1') },
+      payload: { tool_name: 'x', end_user_id: 'José' },
+    });
+    expect(utf8.statusCode, utf8.body).toBe(200);
+    expect((await b.windowsOf(budgetId)).find((w) => w.subject === 'José')?.spent_credits).toBe(1);
     const usage = await h.deps.db.query<{ n: number }>('SELECT count(*)::int AS n FROM usage_records WHERE deployment_id = $1 AND mcp_user_id = $2', [t.deploymentId, 'erin']);
     expect(usage[0]!.n).toBe(1);
   });
