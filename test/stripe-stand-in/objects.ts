@@ -386,6 +386,21 @@ export interface RefundObject {
   status: 'succeeded';
 }
 
+export interface DisputeObject {
+  id: string;
+  object: 'dispute';
+  amount: number;
+  charge: string;
+  created: number;
+  currency: string;
+  is_charge_refundable: boolean;
+  livemode: boolean;
+  metadata: Metadata;
+  payment_intent: string | null;
+  reason: string;
+  status: 'needs_response' | 'won' | 'lost';
+}
+
 export interface MeterEventObject {
   object: 'billing.meter_event';
   created: number;

@@ -1,6 +1,6 @@
 import { newId, randomToken } from './clock.js';
 import { findOrThrow, invalidParam, invalidRequest, StripeApiError } from './errors.js';
-import type { ChargeObject, Metadata, PaymentIntentObject, PaymentMethodObject, RefundObject } from './objects.js';
+import type { ChargeObject, DisputeObject, Metadata, PaymentIntentObject, PaymentMethodObject, RefundObject } from './objects.js';
 import { cardBehaviour } from './payment-methods.js';
 import { type StandInContext, changedFields, snapshot } from './state.js';
 
@@ -259,4 +259,45 @@ function chargeToRefund(ctx: StandInContext, input: RefundInput): ChargeObject {
     throw invalidRequest('This payment has no succeeded charge to refund.', 'charge_not_refundable');
   }
   return charge;
+}
+
+/**
+ * The cardholder disputes a succeeded charge (a chargeback): `charge.dispute.created`, then
+ * `charge.dispute.funds_withdrawn`, as Stripe sends them for cards, whose funds leave at once. The
+ * amount defaults to what is not refunded.
+ */
+export function disputeCharge(ctx: StandInContext, paymentIntentId: string, input: { amount?: number; reason?: string } = {}): DisputeObject {
+  const charge = chargeToRefund(ctx, { paymentIntent: paymentIntentId });
+  if (charge.disputed) throw invalidRequest(`Charge ${charge.id} is already disputed.`);
+  const amount = input.amount ?? charge.amount - charge.amount_refunded;
+  const dispute: DisputeObject = {
+    id: newId('dp_'),
+    object: 'dispute',
+    amount,
+    charge: charge.id,
+    created: ctx.clock.seconds(),
+    currency: charge.currency,
+    is_charge_refundable: false,
+    livemode: false,
+    metadata: {},
+    payment_intent: charge.payment_intent,
+    reason: input.reason ?? 'fraudulent',
+    status: 'needs_response',
+  };
+  ctx.state.disputes.set(dispute.id, dispute);
+  charge.disputed = true;
+  ctx.emit('charge.dispute.created', dispute);
+  ctx.emit('charge.dispute.funds_withdrawn', dispute);
+  return snapshot(dispute);
+}
+
+/** The dispute is decided: `charge.dispute.closed`; when won, `charge.dispute.funds_reinstated` before it. */
+export function closeDispute(ctx: StandInContext, disputeId: string, outcome: 'won' | 'lost'): DisputeObject {
+  const dispute = findOrThrow(ctx.state.disputes, disputeId, 'dispute', 'dispute');
+  if (dispute.status !== 'needs_response') throw invalidRequest(`Dispute ${disputeId} is already closed.`);
+  const before = snapshot(dispute);
+  dispute.status = outcome;
+  if (outcome === 'won') ctx.emit('charge.dispute.funds_reinstated', dispute, changedFields(before, dispute));
+  ctx.emit('charge.dispute.closed', dispute, changedFields(before, dispute));
+  return snapshot(dispute);
 }

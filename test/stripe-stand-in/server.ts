@@ -12,6 +12,7 @@ import { createFaults, createIdempotencyStore, sendJson } from './http.js';
 import type {
   CheckoutSessionObject,
   CustomerObject,
+  DisputeObject,
   InvoiceObject,
   CardBehaviour,
   MeterEventObject,
@@ -21,6 +22,7 @@ import type {
   SubscriptionObject,
 } from './objects.js';
 import { type SaveCardOptions, saveCard, setCardBehaviour } from './payment-methods.js';
+import { closeDispute, disputeCharge } from './payments.js';
 import { createState, type StandInContext, type StandInStateView, snapshot } from './state.js';
 import { cancelSubscription, payInvoice, renewSubscription, updateSubscription } from './subscriptions.js';
 
@@ -85,6 +87,10 @@ export interface StripeStandIn {
   failRenewal(subscriptionId: string): SubscriptionObject;
   /** An open invoice is paid (a retry that works); a `past_due` subscription becomes `active`. */
   payInvoice(invoiceId: string): InvoiceObject;
+  /** The cardholder disputes the payment's charge: the dispute's created and funds_withdrawn events. */
+  disputePayment(paymentIntentId: string, options?: { amount?: number }): DisputeObject;
+  /** The dispute is decided: won (funds reinstated) or lost. */
+  closeDispute(disputeId: string, outcome: 'won' | 'lost'): DisputeObject;
   /** What the billing portal's cancel button does: now, or at the period end. */
   cancelSubscription(subscriptionId: string, options?: { atPeriodEnd?: boolean }): SubscriptionObject;
   /** Stored meter events, one per identifier, in arrival order. */
@@ -171,6 +177,8 @@ function controls(ctx: StandInContext, delivery: Delivery, faults: ReturnType<ty
     advanceSubscription: (id) => renewSubscription(ctx, id, 'paid'),
     failRenewal: (id) => renewSubscription(ctx, id, 'failed'),
     payInvoice: (id) => payInvoice(ctx, id),
+    disputePayment: (id, opts) => disputeCharge(ctx, id, opts),
+    closeDispute: (id, outcome) => closeDispute(ctx, id, outcome),
     cancelSubscription: (id, opts) => (opts?.atPeriodEnd ? updateSubscription(ctx, id, { cancelAtPeriodEnd: true }) : cancelSubscription(ctx, id)),
     meterEvents: () => snapshot([...state.meterEvents.values()]),
     events: (type) => snapshot(type ? state.events.filter((e) => e.type === type) : state.events),

@@ -13,6 +13,7 @@ import type {
   PriceObject,
   ProductObject,
   RefundObject,
+  DisputeObject,
   SetupIntentObject,
   StripeEventObject,
   SubscriptionObject,
@@ -46,6 +47,7 @@ export interface StandInState {
   paymentIntents: Map<string, PaymentIntentObject>;
   charges: Map<string, ChargeObject>;
   refunds: Map<string, RefundObject>;
+  disputes: Map<string, DisputeObject>;
   paymentMethods: Map<string, PaymentMethodObject>;
   /** By PaymentMethod id: how the card answers a payment (not part of the wire object). */
   cardBehaviours: Map<string, { payment_method: string; behaviour: CardBehaviour }>;
@@ -73,6 +75,7 @@ export function createState(): StandInState {
     paymentIntents: new Map(),
     charges: new Map(),
     refunds: new Map(),
+    disputes: new Map(),
     paymentMethods: new Map(),
     cardBehaviours: new Map(),
     setupIntents: new Map(),

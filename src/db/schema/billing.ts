@@ -109,6 +109,15 @@ export const creditPurchases = pgTable(
     ledgerId: bigint('ledger_id', { mode: 'number' }),
     refundShare: bigint('refund_share', { mode: 'number' }).notNull().default(0),
     creditsTakenBack: bigint('credits_taken_back', { mode: 'number' }).notNull().default(0),
+    /**
+     * A dispute (chargeback) of the payment, one at most per charge (docs/billing.md, "Disputes"): its id,
+     * the credits its amount covers, those taken back when its funds were withdrawn, and whether the
+     * funds came back (the dispute won: what was taken back is given back).
+     */
+    disputeId: text('dispute_id'),
+    disputeShare: bigint('dispute_share', { mode: 'number' }).notNull().default(0),
+    disputeTakenBack: bigint('dispute_taken_back', { mode: 'number' }).notNull().default(0),
+    disputeReinstated: boolean('dispute_reinstated').notNull().default(false),
     createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
   },
   (t) => [
@@ -119,6 +128,11 @@ export const creditPurchases = pgTable(
     check('credit_purchases_one_source', sql`(${t.stripeCheckoutSessionId} IS NULL) <> (${t.autoTopUpId} IS NULL)`),
     uniqueIndex('credit_purchases_auto_top_up_key').on(t.autoTopUpId),
     check('credit_purchases_refund_bound', sql`${t.creditsTakenBack} >= 0 AND ${t.creditsTakenBack} <= ${t.refundShare} AND ${t.refundShare} <= ${t.credits}`),
+    check(
+      'credit_purchases_dispute_bound',
+      sql`${t.disputeTakenBack} >= 0 AND ${t.disputeTakenBack} <= ${t.disputeShare}
+        AND ${t.refundShare} + CASE WHEN ${t.disputeReinstated} THEN 0 ELSE ${t.disputeShare} END <= ${t.credits}`,
+    ),
   ],
 );
 

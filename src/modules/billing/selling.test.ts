@@ -108,6 +108,50 @@ describe('credit packs through Checkout', () => {
     await f.expectLedgerConsistent(t);
   });
 
+  it('a chargeback takes back the disputed share; a dispute won gives it back, once; one lost after a refund takes the rest', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    const buy = async () => {
+      const res = await post('/api/v1/credits/purchase', deploymentHeaders(t), { pack: 'small' });
+      expect(res.statusCode, res.body).toBe(200);
+      const session = json<{ checkout_session_id: string }>(res).checkout_session_id;
+      standIn.completeCheckout(session);
+      await flushAll();
+      return standIn.state.checkoutSessions.get(session)!.payment_intent as string;
+    };
+    const first = await buy();
+    expect(await purchased(t)).toBe(1000);
+    // The cardholder disputes the whole payment: the funds leave, and the pack's credits with them.
+    const dispute = standIn.disputePayment(first);
+    await flushAll();
+    expect(await purchased(t)).toBe(0);
+    const withdrawn = standIn.events('charge.dispute.funds_withdrawn').find((e) => (e.data.object as { id: string }).id === dispute.id)!;
+    expect((await q<{ status: string }>('SELECT status FROM stripe_events WHERE id = $1', [withdrawn.id]))[0]).toEqual({ status: 'processed' });
+    // Delivered again, three times at once: nothing more.
+    await standIn.deliverEvent(withdrawn.id, { times: 3, concurrently: true });
+    expect(await purchased(t)).toBe(0);
+    // The dispute is won: the funds come back, and so do the credits; a repeat gives nothing more.
+    standIn.closeDispute(dispute.id, 'won');
+    await flushAll();
+    expect(await purchased(t)).toBe(1000);
+    const reinstated = standIn.events('charge.dispute.funds_reinstated').find((e) => (e.data.object as { id: string }).id === dispute.id)!;
+    await standIn.deliverEvent(reinstated.id, { times: 2 });
+    expect(await purchased(t)).toBe(1000);
+
+    // A second pack, half refunded, then the rest disputed and lost: nothing of it stays.
+    const second = await buy();
+    expect(await purchased(t)).toBe(2000);
+    await stripe.refunds.create({ payment_intent: second, amount: 250 });
+    await flushAll();
+    expect(await purchased(t)).toBe(1500);
+    const lost = standIn.disputePayment(second);
+    expect(lost.amount).toBe(250);
+    await flushAll();
+    standIn.closeDispute(lost.id, 'lost');
+    await flushAll();
+    expect(await purchased(t)).toBe(1000);
+    await f.expectLedgerConsistent(t);
+  });
+
   it('an async payment grants when it settles, and not when it fails', async () => {
     const t = await createTenant(h, { tier: 'trial' });
     const ok = json<{ checkout_session_id: string }>(await post('/api/v1/credits/purchase', deploymentHeaders(t), { pack: 'small' }));

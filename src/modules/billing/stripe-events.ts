@@ -6,7 +6,7 @@ import { findInputFault } from '../../http/input-guard.js';
 import { tierCachesChanged } from '../deployments/service.js';
 import { stripeClient, verifyStripeEvent } from './stripe-client.js';
 import { storedPackSale } from '../credits/index.js';
-import { handleChargeRefunded, handleCheckoutSession, handleInvoice } from './stripe-handlers.js';
+import { handleChargeRefunded, handleCheckoutSession, handleDispute, handleInvoice } from './stripe-handlers.js';
 import { deploymentOfPaymentIntent, handlePaymentIntentCanceled, handlePaymentIntentFailed, handlePaymentIntentSucceeded, takeLinesOff } from './auto-top-up.js';
 import { type EventOutcome, stripeId } from './stripe-objects.js';
 import { applySubscription, subscriptionState, subscriptionVersion } from './subscriptions.js';
@@ -154,8 +154,10 @@ async function balanceChangedBy(deps: Deps, stored: StoredEvent): Promise<string
     case 'payment_intent.canceled':
       // A stored auto top-up's deployment (billing/auto-top-up.ts); any other PaymentIntent changes no balance.
       return deploymentOfPaymentIntent(deps.db, object);
-    case 'charge.refunded': {
-      const paymentIntent = stripeId((object as Stripe.Charge).payment_intent);
+    case 'charge.refunded':
+    case 'charge.dispute.funds_withdrawn':
+    case 'charge.dispute.funds_reinstated': {
+      const paymentIntent = stripeId((object as Stripe.Charge | Stripe.Dispute).payment_intent);
       if (!paymentIntent) return null;
       const rows = await deps.db.query<{ deployment_id: string }>(
         'SELECT deployment_id FROM credit_purchases WHERE stripe_payment_intent_id = $1',
@@ -191,6 +193,9 @@ async function actOn(
       return handleCheckoutSession(tx, ctx, object as Stripe.Checkout.Session);
     case 'charge.refunded':
       return handleChargeRefunded(tx, ctx, object as Stripe.Charge);
+    case 'charge.dispute.funds_withdrawn':
+    case 'charge.dispute.funds_reinstated':
+      return handleDispute(tx, ctx, stored.type, object as Stripe.Dispute);
     case 'payment_intent.succeeded':
       return handlePaymentIntentSucceeded(tx, ctx, object as Stripe.PaymentIntent);
     case 'payment_intent.payment_failed':

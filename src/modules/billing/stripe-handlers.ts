@@ -1,7 +1,7 @@
 import type Stripe from 'stripe';
 import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
-import { grantPack, storedPackSale, takeBackRefund } from '../credits/index.js';
+import { grantPack, reinstateDispute, storedPackSale, takeBackDispute, takeBackRefund } from '../credits/index.js';
 import { emitEvent } from '../events/outbox.js';
 import { type EventOutcome, organizationOfCustomer, stripeId, toDate, wholeNumber } from './stripe-objects.js';
 
@@ -81,6 +81,29 @@ export async function handleChargeRefunded(tx: Queryable, ctx: Ctx, charge: Stri
     return { ignored: 'not the charge of a credit pack' };
   }
   return { organizationId: result.organizationId! };
+}
+
+/**
+ * `charge.dispute.funds_withdrawn` and `charge.dispute.funds_reinstated` (docs/billing.md, "Disputes"): a
+ * chargeback's funds left, and the disputed share of a pack's (or auto top-up's) credits is taken back
+ * as far as unspent; the dispute won and its funds came back, and what it took is given back. Other
+ * dispute events change no balance.
+ */
+export async function handleDispute(tx: Queryable, ctx: Ctx, type: string, dispute: Stripe.Dispute): Promise<EventOutcome> {
+  const paymentIntent = stripeId(dispute.payment_intent);
+  if (!paymentIntent || typeof dispute.id !== 'string') return { ignored: 'dispute without a payment intent' };
+  const now = ctx.clock.now();
+  if (type === 'charge.dispute.funds_withdrawn') {
+    const amount = wholeNumber(dispute.amount);
+    if (amount === null || amount < 0) return { ignored: 'dispute without a whole amount' };
+    const result = await takeBackDispute(tx, { paymentIntentId: paymentIntent, disputeId: dispute.id, amount, now });
+    return result.found ? { organizationId: result.organizationId! } : { ignored: 'not the payment of a granted credit pack' };
+  }
+  if (type === 'charge.dispute.funds_reinstated') {
+    const result = await reinstateDispute(tx, { paymentIntentId: paymentIntent, disputeId: dispute.id, now });
+    return result.found ? { organizationId: result.organizationId! } : { ignored: 'not the payment of a credit pack' };
+  }
+  return { ignored: `${type} changes no balance` };
 }
 
 const INVOICE_RANK = `CASE $1::text WHEN 'draft' THEN 0 WHEN 'open' THEN 1 ELSE 2 END`;

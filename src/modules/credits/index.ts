@@ -40,7 +40,7 @@ export {
 } from './ai-usage.js';
 
 // Purchased credits, grants, refunds and the period's terms.
-export { grantPack, recordPackCheckout, storedPackSale, takeBackRefund } from './purchases.js';
+export { grantPack, recordPackCheckout, reinstateDispute, storedPackSale, takeBackDispute, takeBackRefund } from './purchases.js';
 export {
   adoptPaymentIntent,
   askAutoTopUp,

@@ -46,6 +46,10 @@ interface PurchaseRow {
   granted_at: Date | null;
   refund_share: number;
   credits_taken_back: number;
+  dispute_id: string | null;
+  dispute_share: number;
+  dispute_taken_back: number;
+  dispute_reinstated: boolean;
 }
 
 /** The stored sale of a Checkout Session this installation made, or null (the session is not ours to grant). */
@@ -115,7 +119,12 @@ export async function takeBackRefund(
   );
   const row = rows[0];
   if (!row) return { found: false, takenBack: 0, shortfall: 0 };
-  const share = input.amount <= 0 ? row.credits : Math.min(row.credits, Math.floor((row.credits * Math.min(input.amountRefunded, input.amount)) / input.amount));
+  // What a dispute still holds is not refundable again (Stripe refunds no disputed amount).
+  const refundable = row.credits - (row.dispute_reinstated ? 0 : row.dispute_share);
+  const share = Math.min(
+    refundable,
+    input.amount <= 0 ? row.credits : Math.floor((row.credits * Math.min(input.amountRefunded, input.amount)) / input.amount),
+  );
   const due = share - row.refund_share;
   if (due <= 0) return { found: true, organizationId: row.organization_id, takenBack: 0, shortfall: 0 };
   const balance = await syncBalance(tx, row.deployment_id, input.now, 'stripe');
@@ -135,4 +144,64 @@ export async function takeBackRefund(
   }
   await tx.query('UPDATE credit_purchases SET refund_share = $2, credits_taken_back = credits_taken_back + $3 WHERE id = $1', [row.id, share, take]);
   return { found: true, organizationId: row.organization_id, takenBack: take, shortfall: due - take };
+}
+
+/** A purchase's credits taken back or given back outside a deduction (no auto top-up is asked for on it). */
+async function movePurchased(tx: Queryable, deploymentId: string, amount: number, reason: string, now: Date): Promise<void> {
+  await tx.query("SELECT set_config('creditgate.no_auto_top_up', 'on', true)");
+  await changePurchased(tx, { deploymentId, amount, reason, actor: 'stripe', now });
+  await tx.query("SELECT set_config('creditgate.no_auto_top_up', 'off', true)");
+}
+
+/**
+ * The funds of a pack's payment were withdrawn by a dispute (a chargeback, docs/billing.md "Disputes"):
+ * the disputed share of its credits is taken back as far as unspent, as a refund's is. A charge has one
+ * dispute at most, so a purchase settles one; a repeat of the event, or another event of the same
+ * dispute, changes nothing.
+ */
+export async function takeBackDispute(
+  tx: Queryable,
+  input: { paymentIntentId: string; disputeId: string; amount: number; now: Date },
+): Promise<{ found: boolean; organizationId?: string; takenBack: number }> {
+  const rows = await tx.query<PurchaseRow>(
+    'SELECT * FROM credit_purchases WHERE stripe_payment_intent_id = $1 AND granted_at IS NOT NULL FOR UPDATE',
+    [input.paymentIntentId],
+  );
+  const row = rows[0];
+  if (!row) return { found: false, takenBack: 0 };
+  if (row.dispute_id !== null) return { found: true, organizationId: row.organization_id, takenBack: 0 };
+  const paid = row.amount_total ?? 0;
+  const open = row.credits - row.refund_share;
+  const share = paid <= 0 ? open : Math.min(open, Math.floor((row.credits * Math.min(input.amount, paid)) / paid));
+  const balance = await syncBalance(tx, row.deployment_id, input.now, 'stripe');
+  const take = Math.max(0, Math.min(share, purchasedFloor(balance)));
+  if (take > 0) {
+    const what = row.stripe_checkout_session_id ? 'credit pack' : 'auto top-up';
+    await movePurchased(tx, row.deployment_id, -take, `dispute ${input.disputeId} of ${what} ${row.pack}: ${take} of ${share} credits unspent`, input.now);
+  }
+  await tx.query('UPDATE credit_purchases SET dispute_id = $2, dispute_share = $3, dispute_taken_back = $4 WHERE id = $1', [
+    row.id,
+    input.disputeId,
+    share,
+    take,
+  ]);
+  return { found: true, organizationId: row.organization_id, takenBack: take };
+}
+
+/**
+ * The dispute was decided for the seller and its funds came back: what it took back is given back,
+ * once. A dispute this purchase did not settle changes nothing.
+ */
+export async function reinstateDispute(
+  tx: Queryable,
+  input: { paymentIntentId: string; disputeId: string; now: Date },
+): Promise<{ found: boolean; organizationId?: string; givenBack: number }> {
+  const rows = await tx.query<PurchaseRow>('SELECT * FROM credit_purchases WHERE stripe_payment_intent_id = $1 FOR UPDATE', [input.paymentIntentId]);
+  const row = rows[0];
+  if (!row) return { found: false, givenBack: 0 };
+  if (row.dispute_id !== input.disputeId || row.dispute_reinstated) return { found: true, organizationId: row.organization_id, givenBack: 0 };
+  const give = row.dispute_taken_back;
+  if (give > 0) await movePurchased(tx, row.deployment_id, give, `dispute ${input.disputeId} won: ${give} credits given back`, input.now);
+  await tx.query('UPDATE credit_purchases SET dispute_reinstated = true WHERE id = $1', [row.id]);
+  return { found: true, organizationId: row.organization_id, givenBack: give };
 }
