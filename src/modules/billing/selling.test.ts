@@ -149,6 +149,15 @@ describe('credit packs through Checkout', () => {
     standIn.closeDispute(lost.id, 'lost');
     await flushAll();
     expect(await purchased(t)).toBe(1000);
+
+    // A third, disputed and won, its events delivered newest first: the late withdrawal takes nothing.
+    const third = await buy();
+    expect(await purchased(t)).toBe(2000);
+    const won = standIn.disputePayment(third);
+    standIn.closeDispute(won.id, 'won');
+    const results = await standIn.flush({ order: 'reverse' });
+    expect(results.every((r) => r.ok)).toBe(true);
+    expect(await purchased(t)).toBe(2000);
     await f.expectLedgerConsistent(t);
   });
 

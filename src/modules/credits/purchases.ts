@@ -190,7 +190,9 @@ export async function takeBackDispute(
 
 /**
  * The dispute was decided for the seller and its funds came back: what it took back is given back,
- * once. A dispute this purchase did not settle changes nothing.
+ * once. Arriving before its funds_withdrawn (Stripe does not keep events in order), it is noted as
+ * settled and reinstated, so the withdrawal arriving late takes nothing. Another dispute than the one
+ * this purchase settled changes nothing.
  */
 export async function reinstateDispute(
   tx: Queryable,
@@ -199,6 +201,10 @@ export async function reinstateDispute(
   const rows = await tx.query<PurchaseRow>('SELECT * FROM credit_purchases WHERE stripe_payment_intent_id = $1 FOR UPDATE', [input.paymentIntentId]);
   const row = rows[0];
   if (!row) return { found: false, givenBack: 0 };
+  if (row.dispute_id === null) {
+    await tx.query('UPDATE credit_purchases SET dispute_id = $2, dispute_reinstated = true WHERE id = $1', [row.id, input.disputeId]);
+    return { found: true, organizationId: row.organization_id, givenBack: 0 };
+  }
   if (row.dispute_id !== input.disputeId || row.dispute_reinstated) return { found: true, organizationId: row.organization_id, givenBack: 0 };
   const give = row.dispute_taken_back;
   if (give > 0) await movePurchased(tx, row.deployment_id, give, `dispute ${input.disputeId} won: ${give} credits given back`, input.now);
