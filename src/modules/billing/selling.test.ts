@@ -74,6 +74,23 @@ async function flushAll(): Promise<void> {
   for (const r of results) expect(r.ok, `${r.type}: ${r.status} ${r.error ?? ''}`).toBe(true);
 }
 
+/** An owner with an organization, and the headers of an API key of theirs that may manage billing. */
+async function ownerWithKey() {
+  const owner = await signUpWithOrganization(h);
+  const key = await createKeyOverHttp(h, bearer(owner.accessToken), owner.organizationId, { scopes: ['read', 'write', 'admin'] });
+  return { owner, auth: { 'x-api-key': key.key } };
+}
+
+/** ...subscribed to `tier` through Checkout, its events delivered. */
+async function subscribedOwner(tier: string) {
+  const { owner, auth } = await ownerWithKey();
+  const first = await post('/billing/subscription', auth, { tier });
+  expect(first.statusCode, first.body).toBe(200);
+  const subscription = standIn.completeCheckout(json<{ data: { checkout_session_id: string } }>(first).data.checkout_session_id).subscription as string;
+  await flushAll();
+  return { owner, auth, subscription };
+}
+
 describe('credit packs through Checkout', () => {
   it('purchase → pay → the pack is granted once; a refund takes back the refunded share', async () => {
     const t = await createTenant(h, { tier: 'trial' });
@@ -276,9 +293,7 @@ describe('subscriptions through Checkout and the API', () => {
   });
 
   it('two Checkouts opened before either was paid: ending the dearer subscription brings back the tier of the one still paid for', async () => {
-    const owner = await signUpWithOrganization(h);
-    const key = await createKeyOverHttp(h, bearer(owner.accessToken), owner.organizationId, { scopes: ['read', 'write', 'admin'] });
-    const auth = { 'x-api-key': key.key };
+    const { owner, auth } = await ownerWithKey();
     const open = async (tier: string) => {
       const res = await post('/billing/subscription', auth, { tier });
       expect(res.statusCode, res.body).toBe(200);
@@ -305,13 +320,7 @@ describe('subscriptions through Checkout and the API', () => {
   });
 
   it("a failed renewal's event delivered only after the invoice was paid leaves the subscription active", async () => {
-    const owner = await signUpWithOrganization(h);
-    const key = await createKeyOverHttp(h, bearer(owner.accessToken), owner.organizationId, { scopes: ['read', 'write', 'admin'] });
-    const auth = { 'x-api-key': key.key };
-    const first = await post('/billing/subscription', auth, { tier: 'launch' });
-    expect(first.statusCode, first.body).toBe(200);
-    const subscription = standIn.completeCheckout(json<{ data: { checkout_session_id: string } }>(first).data.checkout_session_id).subscription as string;
-    await flushAll();
+    const { auth, subscription } = await subscribedOwner('launch');
     h.clock.advance(31 * DAY);
     standIn.failRenewal(subscription);
     const failed = standIn.events('invoice.payment_failed').at(-1)!;
@@ -342,13 +351,7 @@ describe('subscriptions through Checkout and the API', () => {
   });
 
   it('a state read back before a newer one was applied is refused, not applied over it', async () => {
-    const owner = await signUpWithOrganization(h);
-    const key = await createKeyOverHttp(h, bearer(owner.accessToken), owner.organizationId, { scopes: ['read', 'write', 'admin'] });
-    const auth = { 'x-api-key': key.key };
-    const first = await post('/billing/subscription', auth, { tier: 'growth' });
-    expect(first.statusCode, first.body).toBe(200);
-    const subscription = standIn.completeCheckout(json<{ data: { checkout_session_id: string } }>(first).data.checkout_session_id).subscription as string;
-    await flushAll();
+    const { owner, auth, subscription } = await subscribedOwner('growth');
     // An event's handling reads the row's version, then the subscription from Stripe (growth)...
     const seenVersion = await subscriptionVersion(h.deps.db, subscription);
     const readObject = await stripe.subscriptions.retrieve(subscription);

@@ -130,23 +130,18 @@ export async function takeBackRefund(
   const balance = await syncBalance(tx, row.deployment_id, input.now, 'stripe');
   const take = Math.min(due, purchasedFloor(balance));
   if (take > 0) {
-    // Not a deduction: the auto top-up trigger asks for nothing on it (migration 0027), so refunding a
-    // top-up does not buy the next one at once (docs/billing.md, "Auto top-up").
-    await tx.query("SELECT set_config('creditgate.no_auto_top_up', 'on', true)");
-    await changePurchased(tx, {
-      deploymentId: row.deployment_id,
-      amount: -take,
-      reason: `refund of ${row.stripe_checkout_session_id ? 'credit pack' : 'auto top-up'} ${row.pack} (${row.stripe_checkout_session_id ?? input.paymentIntentId}): ${take} of ${due} credits unspent`,
-      actor: 'stripe',
-      now: input.now,
-    });
-    await tx.query("SELECT set_config('creditgate.no_auto_top_up', 'off', true)");
+    const what = `${row.stripe_checkout_session_id ? 'credit pack' : 'auto top-up'} ${row.pack} (${row.stripe_checkout_session_id ?? input.paymentIntentId})`;
+    await movePurchased(tx, row.deployment_id, -take, `refund of ${what}: ${take} of ${due} credits unspent`, input.now);
   }
   await tx.query('UPDATE credit_purchases SET refund_share = $2, credits_taken_back = credits_taken_back + $3 WHERE id = $1', [row.id, share, take]);
   return { found: true, organizationId: row.organization_id, takenBack: take, shortfall: due - take };
 }
 
-/** A purchase's credits taken back or given back outside a deduction (no auto top-up is asked for on it). */
+/**
+ * A purchase's credits taken back or given back. Not a deduction: the auto top-up trigger asks for
+ * nothing on it (migration 0027), so refunding a top-up does not buy the next one at once
+ * (docs/billing.md, "Auto top-up").
+ */
 async function movePurchased(tx: Queryable, deploymentId: string, amount: number, reason: string, now: Date): Promise<void> {
   await tx.query("SELECT set_config('creditgate.no_auto_top_up', 'on', true)");
   await changePurchased(tx, { deploymentId, amount, reason, actor: 'stripe', now });
