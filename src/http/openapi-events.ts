@@ -65,7 +65,14 @@ export const EVENT_DATA: Record<string, { summary: string; data: TSchema }> = {
       status: Type.String({ description: 'Stripe status', examples: ['active', 'past_due', 'canceled'] }),
       previous_status: Nullable(Type.String({ description: 'Status before the change; null for a new subscription' })),
       price_id: Type.Optional(Nullable(Type.String({ description: 'Stripe price' }))),
-      tier: Type.Optional(Nullable(Type.String({ description: 'The deployment tier the price sells' }))),
+      tier: Type.Optional(
+        Nullable(
+          Type.String({
+            description:
+              "The primary deployment's tier after the change: what the subscription in force sells (this one, or another still in force), else the tier of a new organization",
+          }),
+        ),
+      ),
       current_period_start: Type.Optional(Nullable(Time('Billing period start'))),
       current_period_end: Type.Optional(Nullable(Time('Billing period end'))),
       cancel_at_period_end: Type.Optional(Type.Boolean()),
