@@ -93,7 +93,21 @@ function isCount(v: unknown): v is number {
   return typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= MAX_REPORTED_TOKENS;
 }
 
-/** The text a chat chunk or completion carries (content, refusals, reasoning, tool-call arguments). */
+/**
+ * What a tool call carries that the model wrote: every string in it but its id, type and the tool's
+ * name — a function call's `arguments`, a custom tool call's `input`, and whatever a later kind of
+ * call carries. Counting only `function.arguments` let a custom tool call's input go uncounted: a
+ * stream of it was neither capped at the allowance nor charged when the provider sent no usage.
+ */
+function toolCallText(value: unknown): string {
+  if (typeof value === 'string') return value;
+  if (!value || typeof value !== 'object') return '';
+  let text = '';
+  for (const [k, v] of Object.entries(value)) if (k !== 'id' && k !== 'type' && k !== 'name') text += toolCallText(v);
+  return text;
+}
+
+/** The text a chat chunk or completion carries (content, refusals, reasoning, what tool calls carry). */
 export function textOfChoices(choices: unknown, key: 'delta' | 'message'): string {
   if (!Array.isArray(choices)) return '';
   let text = '';
@@ -103,13 +117,7 @@ export function textOfChoices(choices: unknown, key: 'delta' | 'message'): strin
     for (const field of ['content', 'refusal', 'reasoning_content', 'reasoning']) {
       if (typeof part[field] === 'string') text += part[field];
     }
-    const calls = part.tool_calls;
-    if (Array.isArray(calls)) {
-      for (const call of calls) {
-        const args = (call as { function?: { arguments?: unknown } } | null)?.function?.arguments;
-        if (typeof args === 'string') text += args;
-      }
-    }
+    if (Array.isArray(part.tool_calls)) for (const call of part.tool_calls) text += toolCallText(call);
     const fn = (part.function_call as { arguments?: unknown } | undefined)?.arguments;
     if (typeof fn === 'string') text += fn;
   }

@@ -49,6 +49,10 @@ describe('readUsage and textOfChoices', () => {
       null,
     ];
     expect(textOfChoices(choices, 'delta')).toBe('arno{"x":1}');
+    // A custom tool call's input counts as output too; ids, types and the tool's name do not.
+    const custom = [{ delta: { tool_calls: [{ index: 0, id: 'call_1', type: 'custom', custom: { name: 'run', input: 'ls -la' } }] } }];
+    expect(textOfChoices(custom, 'delta')).toBe('ls -la');
+    expect(textOfChoices([{ message: { tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{}' } }] } }], 'message')).toBe('{}');
     expect(textOfChoices([{ message: { content: 'whole' } }], 'message')).toBe('whole');
     expect(textOfChoices('nope', 'delta')).toBe('');
   });
