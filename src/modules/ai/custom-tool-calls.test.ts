@@ -38,12 +38,15 @@ beforeAll(async () => {
       }
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       res.write(chunk({ role: 'assistant', tool_calls: [{ index: 0, id: 't1', type: 'custom', custom: { name: 'run', input: '' } }] }));
+      const piece = chunk({ tool_calls: [{ index: 0, custom: { input: WORD.repeat(5) } }] });
       const pieces = mode === 'cut' ? 200 : 20_000;
       for (let i = 0; i < pieces && !res.destroyed; i++) {
-        if (!res.write(chunk({ tool_calls: [{ index: 0, custom: { input: WORD.repeat(5) } }] }))) await new Promise((r) => res.once('drain', r));
+        if (!res.write(piece)) await new Promise((r) => res.once('drain', r));
       }
       if (mode === 'cut') {
-        res.destroy();
+        // The connection closes once what was written has left: destroying it at once drops what is
+        // still buffered (on Node 22 that was all of it), and the client would see nothing.
+        res.write(piece, () => res.destroy());
         return;
       }
       if (!res.destroyed) res.end(`${chunk({}, 'tool_calls')}data: [DONE]\n\n`);
