@@ -100,9 +100,10 @@ export async function handleStoredEvent(deps: Deps, id: string): Promise<void> {
   const ctx = systemCtx(deps);
   try {
     // The API read happens before the transaction, so no lock waits on the network; the row's version
-    // read before it lets the transaction see whether another state was applied meanwhile.
+    // read before it lets the transaction see whether another state was applied meanwhile (without a
+    // secret key there is no read-back, and no version to read).
     const subscriptionId = stored.type.startsWith('customer.subscription.') ? (stored.payload.data.object as { id?: unknown }).id : undefined;
-    const seenVersion = typeof subscriptionId === 'string' ? await subscriptionVersion(deps.db, subscriptionId) : undefined;
+    const seenVersion = typeof subscriptionId === 'string' && stripeClient(deps) ? await subscriptionVersion(deps.db, subscriptionId) : undefined;
     const readBack = await readBackSubscription(deps, stored);
     // A pack's grant or take-back changes a balance: it runs in a deduction batch's transaction and
     // commits with it (credits/batcher.ts); every other event in a transaction of its own.
