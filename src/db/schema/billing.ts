@@ -76,6 +76,11 @@ export const stripeEvents = pgTable(
     index('stripe_events_due_idx')
       .on(t.nextAttemptAt)
       .where(sql`${t.status} = 'pending'`),
+    // Dispute events that came before their purchase's grant, by payment intent: the grant hands them
+    // back to the worker (billing/stripe-handlers.ts, docs/billing.md "Disputes").
+    index('stripe_events_early_disputes_idx')
+      .using('btree', sql`(${t.payload} -> 'data' -> 'object' ->> 'payment_intent')`)
+      .where(sql`${t.type} IN ('charge.dispute.funds_withdrawn', 'charge.dispute.funds_reinstated') AND ${t.status} = 'ignored'`),
     check('stripe_events_status', sql`${t.status} IN ('pending', 'processed', 'ignored')`),
   ],
 );

@@ -323,6 +323,23 @@ describe('after the grant', () => {
     await f.expectLedgerConsistent(t);
   });
 
+  it('a chargeback whose event comes before the top-up’s succeeded event takes the credits back once they are granted', async () => {
+    const t = await tenant(60);
+    await enable(t);
+    await record(t, 11);
+    await runWorker();
+    const [ask] = await asks(t);
+    standIn.disputePayment(ask!.stripe_payment_intent_id!);
+    // Newest first: the dispute's funds_withdrawn, then payment_intent.succeeded.
+    const results = await standIn.flush({ order: 'reverse' });
+    expect(results.map((r) => r.type)).toEqual(expect.arrayContaining(['charge.dispute.funds_withdrawn', 'payment_intent.succeeded']));
+    expect(results.every((r) => r.ok)).toBe(true);
+    expect((await f.balanceOf(t.deploymentId)).purchased_balance).toBe(1000);
+    await retryStripeEvents(h.deps, 20);
+    expect((await f.balanceOf(t.deploymentId)).purchased_balance).toBe(0);
+    await f.expectLedgerConsistent(t);
+  });
+
   it('a deployment made after auto top-up was enabled starts with the line', async () => {
     const t = await tenant(60);
     await enable(t, { below_credits: 40 });

@@ -178,6 +178,38 @@ describe('credit packs through Checkout', () => {
     await f.expectLedgerConsistent(t);
   });
 
+  it('a dispute that comes before its pack is granted is settled when the grant lands', async () => {
+    const t = await createTenant(h, { tier: 'trial' });
+    const res = await post('/api/v1/credits/purchase', deploymentHeaders(t), { pack: 'small' });
+    expect(res.statusCode, res.body).toBe(200);
+    const session = json<{ checkout_session_id: string }>(res).checkout_session_id;
+    // The endpoint is down for the completion (Stripe keeps trying for days); the chargeback's event gets through.
+    unreachable.add('checkout.session.completed');
+    standIn.completeCheckout(session);
+    await standIn.flush();
+    const paymentIntent = standIn.state.checkoutSessions.get(session)!.payment_intent as string;
+    const dispute = standIn.disputePayment(paymentIntent);
+    const early = await standIn.flush();
+    expect(early.filter((r) => r.type.startsWith('charge.dispute.')).every((r) => r.ok)).toBe(true);
+    const withdrawn = standIn.events('charge.dispute.funds_withdrawn').find((e) => (e.data.object as { id: string }).id === dispute.id)!;
+    const eventStatus = async () => (await q<{ status: string }>('SELECT status FROM stripe_events WHERE id = $1', [withdrawn.id]))[0]?.status;
+    expect(await eventStatus()).toBe('ignored');
+    expect(await purchased(t)).toBe(0);
+    // The completion gets through at last: the pack is granted, and the dispute takes it back.
+    unreachable.clear();
+    h.clock.advance(3 * 3_600_000);
+    await flushAll();
+    await runWorker('stripe-events');
+    expect(await eventStatus()).toBe('processed');
+    expect(await purchased(t)).toBe(0);
+    // Won: the credits come back, once.
+    standIn.closeDispute(dispute.id, 'won');
+    await flushAll();
+    await runWorker('stripe-events');
+    expect(await purchased(t)).toBe(1000);
+    await f.expectLedgerConsistent(t);
+  });
+
   it('an async payment grants when it settles, and not when it fails', async () => {
     const t = await createTenant(h, { tier: 'trial' });
     const ok = json<{ checkout_session_id: string }>(await post('/api/v1/credits/purchase', deploymentHeaders(t), { pack: 'small' }));

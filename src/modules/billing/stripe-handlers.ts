@@ -52,14 +52,18 @@ export async function handleCheckoutSession(tx: Queryable, ctx: Ctx, session: St
   if (customer !== null && known !== null && known !== customer) {
     return { organizationId, ignored: 'the session names another customer than the organization’s: nothing granted', refused: true };
   }
+  const paymentIntentId = stripeId(session.payment_intent);
   const result = await grantPack(tx, {
     checkoutSessionId: session.id,
-    paymentIntentId: stripeId(session.payment_intent),
+    paymentIntentId,
     amountTotal: wholeNumber(session.amount_total),
     currency: typeof session.currency === 'string' ? session.currency.slice(0, 10) : null,
     now: ctx.clock.now(),
   });
-  if (result.granted) return { organizationId };
+  if (result.granted) {
+    if (paymentIntentId) await handBackEarlyDisputes(tx, paymentIntentId, ctx.clock.now());
+    return { organizationId };
+  }
   if (result.reason === 'amount or currency differs') {
     return { organizationId, ignored: `amount ${String(session.amount_total).slice(0, 40)} ${String(session.currency).slice(0, 10)} is not the stored sale's: nothing granted`, refused: true };
   }
@@ -97,13 +101,31 @@ export async function handleDispute(tx: Queryable, ctx: Ctx, type: string, dispu
     const amount = wholeNumber(dispute.amount);
     if (amount === null || amount < 0) return { ignored: 'dispute without a whole amount' };
     const result = await takeBackDispute(tx, { paymentIntentId: paymentIntent, disputeId: dispute.id, amount, now });
-    return result.found ? { organizationId: result.organizationId! } : { ignored: 'not the payment of a granted credit pack' };
+    return result.found ? { organizationId: result.organizationId! } : { ignored: NO_GRANTED_PURCHASE };
   }
   if (type === 'charge.dispute.funds_reinstated') {
     const result = await reinstateDispute(tx, { paymentIntentId: paymentIntent, disputeId: dispute.id, now });
-    return result.found ? { organizationId: result.organizationId! } : { ignored: 'not the payment of a credit pack' };
+    return result.found ? { organizationId: result.organizationId! } : { ignored: NO_GRANTED_PURCHASE };
   }
   return { ignored: `${type} changes no balance` };
+}
+
+/** Why a dispute event changed nothing: no granted purchase has its payment, yet (or ever: not ours). */
+const NO_GRANTED_PURCHASE = 'no granted credit pack or auto top-up has this payment (yet)';
+
+/**
+ * A purchase was just granted: the dispute events of its payment that came before the grant (Stripe
+ * does not keep events in order, and a `checkout.session.completed` can wait days for an endpoint that
+ * was down) are pending again, so the worker settles them now (docs/billing.md, "Disputes"). Ignored
+ * for good, the pack would keep the credits of funds the dispute took.
+ */
+export async function handBackEarlyDisputes(tx: Queryable, paymentIntentId: string, now: Date): Promise<void> {
+  await tx.query(
+    `UPDATE stripe_events SET status = 'pending', next_attempt_at = $2, processed_at = NULL, last_error = NULL
+     WHERE (payload -> 'data' -> 'object' ->> 'payment_intent') = $1
+       AND type IN ('charge.dispute.funds_withdrawn', 'charge.dispute.funds_reinstated') AND status = 'ignored' AND last_error = $3`,
+    [paymentIntentId, now, NO_GRANTED_PURCHASE],
+  );
 }
 
 const INVOICE_RANK = `CASE $1::text WHEN 'draft' THEN 0 WHEN 'open' THEN 1 ELSE 2 END`;

@@ -1,0 +1,2 @@
+-- Dispute events that came before their purchase's grant, found by payment intent when the grant lands (docs/billing.md, Disputes).
+CREATE INDEX "stripe_events_early_disputes_idx" ON "stripe_events" USING btree (("payload" -> 'data' -> 'object' ->> 'payment_intent')) WHERE "stripe_events"."type" IN ('charge.dispute.funds_withdrawn', 'charge.dispute.funds_reinstated') AND "stripe_events"."status" = 'ignored';
