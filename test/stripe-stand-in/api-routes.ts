@@ -1,5 +1,5 @@
 import { createCustomer, createPrice, createProduct, updateCustomer } from './catalog.js';
-import { type CheckoutInput, createCheckoutSession, createPortalSession, withLineItems } from './checkout.js';
+import { type CheckoutInput, createCheckoutSession, createPortalSession, expireCheckout, listCheckoutSessions, withLineItems } from './checkout.js';
 import { findOrThrow, invalidParam, invalidRequest } from './errors.js';
 import {
   type Allowed,
@@ -214,6 +214,24 @@ export const API_ROUTES: readonly ApiRoute[] = [
       expand: 'hash',
     },
     handle: (ctx, form) => createCheckoutSession(ctx, checkoutParams(form)),
+  },
+  {
+    method: 'GET',
+    pattern: /^\/v1\/checkout\/sessions$/,
+    allowed: { customer: true, status: true, limit: true, starting_after: true, expand: 'hash' },
+    handle: (ctx, form) =>
+      listCheckoutSessions(ctx, {
+        customer: text(form, 'customer'),
+        status: oneOf(form, 'status', ['open', 'complete', 'expired'] as const),
+        limit: integer(form, 'limit'),
+        startingAfter: text(form, 'starting_after'),
+      }),
+  },
+  {
+    method: 'POST',
+    pattern: /^\/v1\/checkout\/sessions\/([^/]+)\/expire$/,
+    allowed: RETRIEVE,
+    handle: (ctx, _form, id) => expireCheckout(ctx, id),
   },
   {
     method: 'GET',

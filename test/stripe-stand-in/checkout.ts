@@ -231,6 +231,32 @@ export function settleAsyncPayment(ctx: StandInContext, id: string): CheckoutSes
   return snapshot(session);
 }
 
+export interface CheckoutSessionListInput {
+  customer?: string;
+  status?: 'open' | 'complete' | 'expired';
+  /** 1 to 100, default 10. */
+  limit?: number;
+  startingAfter?: string;
+}
+
+/** `GET /v1/checkout/sessions`: newest first, by customer and status; a session past its expiry is expired first. */
+export function listCheckoutSessions(ctx: StandInContext, input: CheckoutSessionListInput): Omit<ListObject<CheckoutSessionObject>, 'total_count'> {
+  const limit = input.limit ?? 10;
+  if (limit < 1 || limit > 100) throw invalidParam('limit', 'Invalid integer: limit must be between 1 and 100');
+  for (const session of ctx.state.checkoutSessions.values()) {
+    if (session.status === 'open' && ctx.clock.seconds() >= session.expires_at) expireCheckout(ctx, session.id);
+  }
+  let sessions = [...ctx.state.checkoutSessions.values()]
+    .filter((s) => (input.customer === undefined || s.customer === input.customer) && (input.status === undefined || s.status === input.status))
+    .reverse();
+  if (input.startingAfter !== undefined) {
+    const at = sessions.findIndex((s) => s.id === input.startingAfter);
+    if (at < 0) throw invalidParam('starting_after', `No such checkout.session: '${input.startingAfter}'`, 'resource_missing');
+    sessions = sessions.slice(at + 1);
+  }
+  return { object: 'list', data: snapshot(sessions.slice(0, limit)), has_more: sessions.length > limit, url: '/v1/checkout/sessions' };
+}
+
 /** The customer walked away and the session timed out: `checkout.session.expired`. */
 export function expireCheckout(ctx: StandInContext, id: string): CheckoutSessionObject {
   const session = findOrThrow(ctx.state.checkoutSessions, id, 'checkout.session');

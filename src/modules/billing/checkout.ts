@@ -122,13 +122,74 @@ export async function subscriptionCheckout(ctx: Ctx, organizationId: string, pri
         success_url: success,
         cancel_url: cancel,
         client_reference_id: organizationId,
-        metadata: { organization_id: organizationId },
+        metadata: { organization_id: organizationId, creditgate_price: priceId },
         subscription_data: { metadata: { organization_id: organizationId } },
       },
       idempotencyKey ? { idempotencyKey: `creditgate-subscribe-${organizationId}-${sha256Hex(idempotencyKey)}` } : undefined,
     ),
   );
-  return answerOf(session);
+  return answerOf(await keepOneSubscriptionCheckout(ctx, stripe, customer, session, priceId));
+}
+
+/**
+ * Only one subscription Checkout of an organization can be paid (docs/billing.md, Subscriptions): two
+ * open could both be paid, and the organization would pay two subscriptions for one tier. Once the new
+ * session exists, the customer's sessions are read:
+ * - one paid whose subscription this installation has not stored yet (its events are on their way):
+ *   the organization has just subscribed, so the new session is expired and the request is 409;
+ * - of the open ones (the new one among them), the newest by creation time, then id, stays open and
+ *   every other is expired. Each request of several at once expires by the same order, so one stays
+ *   open whichever listed first. When the one that stays is another request's, the answer is that
+ *   session if it sells the same price, else 409.
+ * A session that cannot be expired is read again: expired meanwhile needs nothing, paid meanwhile is
+ * the first case. Any other failure is the request's (502/503), and a retry finishes the work.
+ */
+async function keepOneSubscriptionCheckout(
+  ctx: Ctx,
+  stripe: Stripe,
+  customer: string,
+  made: Stripe.Checkout.Session,
+  priceId: string,
+): Promise<Stripe.Checkout.Session> {
+  const listed = await callStripe('to list the Checkout Sessions', () => stripe.checkout.sessions.list({ customer, limit: 100 }));
+  const others = listed.data.filter((s) => s.mode === 'subscription' && s.id !== made.id);
+  const justPaid = async (sessions: Stripe.Checkout.Session[]) => {
+    const ids = sessions
+      .filter((s) => s.status === 'complete')
+      .map((s) => (typeof s.subscription === 'string' ? s.subscription : s.subscription?.id))
+      .filter((id): id is string => typeof id === 'string');
+    if (ids.length === 0) return false;
+    const stored = await ctx.db.query<{ stripe_subscription_id: string }>(
+      'SELECT stripe_subscription_id FROM subscriptions WHERE stripe_subscription_id = ANY($1::text[])',
+      [ids],
+    );
+    return stored.length < new Set(ids).size;
+  };
+  const expire = (s: Stripe.Checkout.Session) =>
+    callStripe('to expire a Checkout Session', async () => {
+      try {
+        return await stripe.checkout.sessions.expire(s.id);
+      } catch (error) {
+        const now = await stripe.checkout.sessions.retrieve(s.id);
+        if (now.status === 'open') throw error;
+        return now;
+      }
+    });
+  const refuse = async (): Promise<never> => {
+    await expire(made);
+    throw new AppError('CONFLICT', 'A subscription Checkout of this organization was just paid: its subscription is being set up');
+  };
+  if (await justPaid(others)) await refuse();
+  const open = [made, ...others.filter((s) => s.status === 'open')];
+  const newer = (a: Stripe.Checkout.Session, b: Stripe.Checkout.Session) => a.created > b.created || (a.created === b.created && a.id > b.id);
+  const kept = open.reduce((a, b) => (newer(b, a) ? b : a));
+  for (const s of open) {
+    if (s.id === kept.id) continue;
+    if (await justPaid([await expire(s)])) await refuse();
+  }
+  if (kept.id === made.id) return made;
+  if (kept.metadata?.creditgate_price === priceId) return kept;
+  throw new AppError('CONFLICT', 'Another subscription Checkout of this organization was opened at the same time, for another plan: use that one, or ask again');
 }
 
 /**

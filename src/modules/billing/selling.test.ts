@@ -324,14 +324,22 @@ describe('subscriptions through Checkout and the API', () => {
     expect(await tierOf(t.deploymentId)).toBe('growth');
   });
 
-  it('two Checkouts opened before either was paid: ending the dearer subscription brings back the tier of the one still paid for', async () => {
+  it('two subscriptions in force (the second made outside creditgate): ending the dearer one brings back the tier of the one still paid for', async () => {
     const { owner, auth } = await ownerWithKey();
-    const open = async (tier: string) => {
-      const res = await post('/billing/subscription', auth, { tier });
-      expect(res.statusCode, res.body).toBe(200);
-      return json<{ data: { checkout_session_id: string } }>(res).data.checkout_session_id;
-    };
-    const [launch, growth] = [await open('launch'), await open('growth')];
+    const opened = await post('/billing/subscription', auth, { tier: 'launch' });
+    expect(opened.statusCode, opened.body).toBe(200);
+    const launch = json<{ data: { checkout_session_id: string } }>(opened).data.checkout_session_id;
+    // Someone with the Stripe account's key opens a second Checkout for the same customer, as a
+    // Dashboard user or another integration could: creditgate's own refuses that (the test below).
+    const growth = (
+      await stripe.checkout.sessions.create({
+        mode: 'subscription',
+        customer: (await customerOf(owner.organizationId))!,
+        line_items: [{ price: price.growth!, quantity: 1 }],
+        success_url: 'https://app.example.com/ok',
+        subscription_data: { metadata: { organization_id: owner.organizationId } },
+      })
+    ).id;
     standIn.completeCheckout(launch);
     await flushAll();
     h.clock.advance(1000);
@@ -349,6 +357,59 @@ describe('subscriptions through Checkout and the API', () => {
     );
     expect(org).toMatchObject({ subscription_status: 'active', plan: 'pro' });
     expect(org!.stripe_subscription_id).not.toBe(dear);
+  });
+
+  it('a second subscription Checkout expires the first: only the newest can be paid; two at once leave one open', async () => {
+    const { owner, auth } = await ownerWithKey();
+    const open = async (tier: string) => {
+      const res = await post('/billing/subscription', auth, { tier });
+      expect(res.statusCode, res.body).toBe(200);
+      return json<{ data: { checkout_session_id: string } }>(res).data.checkout_session_id;
+    };
+    const openSessions = async () => {
+      const customer = await customerOf(owner.organizationId);
+      return [...standIn.state.checkoutSessions.values()].filter((s) => s.customer === customer && s.mode === 'subscription' && s.status === 'open');
+    };
+    const launch = await open('launch');
+    h.clock.advance(1000);
+    const growth = await open('growth');
+    expect(standIn.state.checkoutSessions.get(launch)!.status).toBe('expired');
+    expect(() => standIn.completeCheckout(launch)).toThrow(/expired/);
+    expect((await openSessions()).map((s) => s.id)).toEqual([growth]);
+    // The same plan asked again within the same second (Stripe's `created` is in seconds): the answer
+    // is the one session left open, whichever of the two it is.
+    h.clock.advance(1000);
+    const twice = [await open('launch'), await open('launch')];
+    expect((await openSessions()).map((s) => s.id)).toEqual([twice[1]]);
+    // Two plans at once (two clicks): one stays open, whichever; each answer is a session or 409 (an
+    // answer given before the other request made its session may name one expired since).
+    const both = await Promise.all(['launch', 'growth'].map((tier) => post('/billing/subscription', auth, { tier })));
+    for (const res of both) {
+      if (res.statusCode !== 200) expect(json(res)).toMatchObject({ success: false, error: { code: 'CONFLICT' } });
+    }
+    expect(both.some((res) => res.statusCode === 200)).toBe(true);
+    const left = await openSessions();
+    expect(left).toHaveLength(1);
+    standIn.completeCheckout(left[0]!.id);
+    await flushAll();
+    const subscriptions = await q<{ status: string }>('SELECT status FROM subscriptions WHERE organization_id = $1', [owner.organizationId]);
+    expect(subscriptions).toEqual([{ status: 'active' }]);
+  });
+
+  it('a Checkout paid whose events have not arrived yet: another is 409 and leaves nothing open to pay', async () => {
+    const { owner, auth } = await ownerWithKey();
+    const first = await post('/billing/subscription', auth, { tier: 'launch' });
+    expect(first.statusCode, first.body).toBe(200);
+    standIn.completeCheckout(json<{ data: { checkout_session_id: string } }>(first).data.checkout_session_id);
+    // The customer comes back before Stripe's events did, and asks again.
+    h.clock.advance(1000);
+    const again = await post('/billing/subscription', auth, { tier: 'growth' });
+    expect(again.statusCode, again.body).toBe(409);
+    expect(json(again)).toMatchObject({ success: false, error: { code: 'CONFLICT' } });
+    const customer = await customerOf(owner.organizationId);
+    expect([...standIn.state.checkoutSessions.values()].filter((s) => s.customer === customer && s.status === 'open')).toEqual([]);
+    await flushAll();
+    expect(await tierOf(owner.deploymentId)).toBe('launch');
   });
 
   it("a failed renewal's event delivered only after the invoice was paid leaves the subscription active", async () => {
