@@ -210,6 +210,49 @@ describe('credit packs through Checkout', () => {
     await f.expectLedgerConsistent(t);
   });
 
+  it('credits held while a refund or a chargeback is handled are taken back too: released, they are gone; a record of the hold is refused', async () => {
+    await f.admin('PUT', '/api/v1/admin/credit-costs/selling_hold_1000', { credits: 1000 });
+    const tool = await f.toolFor('selling_hold_1000');
+    const buyAndHold = async () => {
+      const t = await f.tenantWith(0);
+      const res = await post('/api/v1/credits/purchase', deploymentHeaders(t), { pack: 'small' });
+      expect(res.statusCode, res.body).toBe(200);
+      const session = json<{ checkout_session_id: string }>(res).checkout_session_id;
+      standIn.completeCheckout(session);
+      await flushAll();
+      expect(await purchased(t)).toBe(1000);
+      // The whole pack held by a reservation, which costs nothing until recorded.
+      const invocation = `hold-${session}`;
+      const held = await post('/api/v1/mcp/stdio/check-entitlement', bearer(t.apiKey), { tool_name: tool, reserve: true, invocation_id: invocation });
+      expect(json<{ allowed: boolean }>(held).allowed, held.body).toBe(true);
+      return { t, invocation, paymentIntent: standIn.state.checkoutSessions.get(session)!.payment_intent as string };
+    };
+    const release = (t: Tenant, invocation: string) =>
+      post(`/api/v1/mcp/reservations/${invocation}/release`, bearer(t.apiKey), {});
+
+    // Refunded in full while held: the credits leave now, and releasing the hold brings none back.
+    const refunded = await buyAndHold();
+    await stripe.refunds.create({ payment_intent: refunded.paymentIntent });
+    await flushAll();
+    expect(await purchased(refunded.t)).toBe(0);
+    expect((await release(refunded.t, refunded.invocation)).statusCode).toBe(200);
+    expect(await f.balanceOf(refunded.t.deploymentId)).toEqual({ monthly_used: 0, purchased_balance: 0, reserved: 0 });
+    await f.expectLedgerConsistent(refunded.t);
+
+    // Charged back and lost while held: the same; the record that would spend the hold is refused.
+    const disputed = await buyAndHold();
+    const dispute = standIn.disputePayment(disputed.paymentIntent);
+    await flushAll();
+    standIn.closeDispute(dispute.id, 'lost');
+    await flushAll();
+    expect(await purchased(disputed.t)).toBe(0);
+    const spent = await post('/api/v1/mcp/stdio/record-usage', bearer(disputed.t.apiKey), { tool_name: tool, invocation_id: disputed.invocation });
+    expect(json<{ success: boolean; error: string }>(spent)).toMatchObject({ success: false, error: 'insufficient_credits' });
+    expect((await release(disputed.t, disputed.invocation)).statusCode).toBe(200);
+    expect(await f.balanceOf(disputed.t.deploymentId)).toEqual({ monthly_used: 0, purchased_balance: 0, reserved: 0 });
+    await f.expectLedgerConsistent(disputed.t);
+  });
+
   it('an async payment grants when it settles, and not when it fails', async () => {
     const t = await createTenant(h, { tier: 'trial' });
     const ok = json<{ checkout_session_id: string }>(await post('/api/v1/credits/purchase', deploymentHeaders(t), { pack: 'small' }));

@@ -1,5 +1,5 @@
 import type { Queryable } from '../../db/client.js';
-import { changePurchased, purchasedFloor, syncBalance } from './service.js';
+import { changePurchased, syncBalance } from './service.js';
 
 /**
  * Credit packs sold through Stripe Checkout (docs/billing.md, "Credit packs"), the money side. What a
@@ -105,7 +105,7 @@ export async function grantPack(
 
 /**
  * Stripe refunded (part of) a pack's payment: take back the refunded share of its credits as far as
- * they are unspent — never below zero, never what open reservations hold — as an `adjust` row.
+ * they are unspent (held ones included: `unspent`), never below zero, as an `adjust` row.
  * `amountRefunded` is Stripe's running total, so a repeated or reordered `charge.refunded` settles
  * nothing twice. What was already spent is not taken back (it stays `refund_share − credits_taken_back`).
  */
@@ -128,7 +128,7 @@ export async function takeBackRefund(
   const due = share - row.refund_share;
   if (due <= 0) return { found: true, organizationId: row.organization_id, takenBack: 0, shortfall: 0 };
   const balance = await syncBalance(tx, row.deployment_id, input.now, 'stripe');
-  const take = Math.min(due, purchasedFloor(balance));
+  const take = Math.min(due, unspent(balance));
   if (take > 0) {
     const what = `${row.stripe_checkout_session_id ? 'credit pack' : 'auto top-up'} ${row.pack} (${row.stripe_checkout_session_id ?? input.paymentIntentId})`;
     await movePurchased(tx, row.deployment_id, -take, `refund of ${what}: ${take} of ${due} credits unspent`, input.now);
@@ -138,13 +138,22 @@ export async function takeBackRefund(
 }
 
 /**
+ * What a take-back can take: the purchased credits not spent, held ones included. Were held credits
+ * spared, a tenant could hold its whole balance (a reservation costs nothing) while the refund or
+ * chargeback is handled, release the hold and keep credits whose money went back. The holds that
+ * counted on them are left without them: a record that would spend one is refused as any deduction
+ * past the balance, and an AI call's settle charges what is left and owes the rest (credits/owed.ts).
+ */
+const unspent = (balance: { purchased_balance: number }) => Math.max(0, balance.purchased_balance);
+
+/**
  * A purchase's credits taken back or given back. Not a deduction: the auto top-up trigger asks for
  * nothing on it (migration 0027), so refunding a top-up does not buy the next one at once
  * (docs/billing.md, "Auto top-up").
  */
 async function movePurchased(tx: Queryable, deploymentId: string, amount: number, reason: string, now: Date): Promise<void> {
   await tx.query("SELECT set_config('creditgate.no_auto_top_up', 'on', true)");
-  await changePurchased(tx, { deploymentId, amount, reason, actor: 'stripe', now });
+  await changePurchased(tx, { deploymentId, amount, reason, actor: 'stripe', now, takesHeld: true });
   await tx.query("SELECT set_config('creditgate.no_auto_top_up', 'off', true)");
 }
 
@@ -169,7 +178,7 @@ export async function takeBackDispute(
   const open = row.credits - row.refund_share;
   const share = paid <= 0 ? open : Math.min(open, Math.floor((row.credits * Math.min(input.amount, paid)) / paid));
   const balance = await syncBalance(tx, row.deployment_id, input.now, 'stripe');
-  const take = Math.max(0, Math.min(share, purchasedFloor(balance)));
+  const take = Math.max(0, Math.min(share, unspent(balance)));
   if (take > 0) {
     const what = row.stripe_checkout_session_id ? 'credit pack' : 'auto top-up';
     await movePurchased(tx, row.deployment_id, -take, `dispute ${input.disputeId} of ${what} ${row.pack}: ${take} of ${share} credits unspent`, input.now);

@@ -246,6 +246,11 @@ export async function changePurchased(
     expiresAt?: Date | null;
     /** More fields for the `credits.purchased` event (the pack and Checkout Session of a sale). */
     eventData?: Record<string, unknown>;
+    /**
+     * A take-back of credits whose money went back (a refund, a chargeback): it may take what open
+     * holds counted on, leaving them without it (credits/purchases.ts, `unspent`).
+     */
+    takesHeld?: boolean;
   },
 ): Promise<BalanceRow & { ledgerId: number }> {
   const current = await syncBalance(tx, input.deploymentId, input.now, input.actor);
@@ -255,8 +260,9 @@ export async function changePurchased(
     ]);
   }
   if (input.amount < 0) {
-    // Reservations were promised their credits (docs/metering.md, Reservations): an adjustment may not take them away.
-    const floor = purchasedFloor(current);
+    // Reservations were promised their credits (docs/metering.md, Reservations): an adjustment may not
+    // take them away; a take-back of money that went back may, never below zero (the CHECK holds that).
+    const floor = input.takesHeld ? current.purchased_balance : purchasedFloor(current);
     if (-input.amount > floor) {
       throw new ValidationError(
         `An adjustment of ${input.amount} would take purchased credits below zero or below what open reservations hold ` +
