@@ -6,8 +6,8 @@ import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
 import { isUuid } from '../../lib/ids.js';
-import { permissionsOf, takeBackExcess } from '../organizations/powers.js';
-import { authorize, type Role } from '../organizations/rbac.js';
+import { heldBy, permissionsOf, takeBackExcess } from '../organizations/powers.js';
+import { type Authorization, authorize, type Role } from '../organizations/rbac.js';
 
 export interface MemberRow {
   id: string;
@@ -98,6 +98,23 @@ async function lockMember(tx: Queryable, organizationId: string, userId: string)
 
 const lastOwner = () => new AppError('CONFLICT', 'The last owner cannot be removed or demoted; make another member owner first');
 const ownerOnly = () => new AppError('FORBIDDEN', 'Only an owner can make, change or remove an owner');
+const aboveCaller = () => new AppError('FORBIDDEN', 'You can change or remove only members whose role is not above yours, and give no role above yours');
+
+const RANK: Record<Role, number> = { viewer: 0, member: 1, admin: 2, owner: 3 };
+
+/**
+ * The role a caller acts with in a membership change: a user's own; an API key's creator's (a key
+ * never holds more than its creator); a key the operator made acts as an admin. Read without a lock:
+ * a demotion of the caller that commits meanwhile orders after this change, as if it came first (a
+ * lock here, taken after the target's, could deadlock two members changing each other).
+ */
+async function actingRole(tx: Queryable, organizationId: string, caller: Authorization): Promise<Role> {
+  const userId = caller.userId ?? caller.keyCreator?.userId ?? null;
+  if (userId === null) return 'admin';
+  const held = await heldBy(tx, organizationId, userId);
+  if (held.role === null) throw new NotFoundError('Organization');
+  return held.role;
+}
 
 export type Overrides = Partial<Record<string, boolean | null>>;
 
@@ -162,6 +179,10 @@ export async function updateMember(ctx: Ctx, organizationId: string, userId: str
     const resultingRole = input.role ?? target.role;
     if ((target.role === 'owner' || resultingRole === 'owner') && !callerIsOwner) throw ownerOnly();
     if (target.role === 'owner' && resultingRole !== 'owner' && owners.length <= 1) throw lastOwner();
+    // Nobody raises anyone (themself included) above their own role, or changes someone above it
+    // (docs/accounts.md, Powers): a grant of members.update is not a way to become admin.
+    const acting = await actingRole(tx, organizationId, caller);
+    if (RANK[target.role] > RANK[acting] || RANK[resultingRole] > RANK[acting]) throw aboveCaller();
     if (resultingRole !== target.role) {
       await tx.query('UPDATE organization_members SET role = $3 WHERE organization_id = $1 AND user_id = $2', [organizationId, userId, resultingRole]);
       // An owner holds everything: denials kept from an earlier role would only confuse.
@@ -170,8 +191,13 @@ export async function updateMember(ctx: Ctx, organizationId: string, userId: str
       }
     }
     if (input.permissions) {
-      // An API key acts as an admin would: it can grant what the admin role has, never more.
-      const held = await permissionsOf(tx, organizationId, caller.userId, caller.role ?? 'admin');
+      // An API key grants what an admin could (a key is nobody's owner), and of that only what its
+      // creator holds; one the operator made, what the admin role has.
+      let held = await permissionsOf(tx, organizationId, caller.userId, caller.role ?? 'admin');
+      if (caller.keyCreator) {
+        const creator = await permissionsOf(tx, organizationId, caller.keyCreator.userId, caller.keyCreator.role);
+        held = new Set([...held].filter((p) => creator.has(p)));
+      }
       await applyOverrides(tx, { organizationId, userId, overrides: input.permissions, resultingRole, held });
     }
     // Keys and invitations the member made must not outlive the powers taken away here.
@@ -199,7 +225,8 @@ export async function updateMember(ctx: Ctx, organizationId: string, userId: str
  */
 export async function removeMember(ctx: Ctx, organizationId: string, userId: string): Promise<void> {
   const isSelf = ctx.actor.type === 'user' && ctx.actor.userId === userId;
-  const callerUserId = isSelf ? userId : (await authorize(ctx, organizationId, 'members.remove')).userId;
+  const caller = isSelf ? null : await authorize(ctx, organizationId, 'members.remove');
+  const callerUserId = isSelf ? userId : caller!.userId;
   if (!isUuid(organizationId) || !isUuid(userId)) throw new NotFoundError('Member');
   await ctx.db.transaction(async (tx) => {
     if (isSelf) {
@@ -212,6 +239,7 @@ export async function removeMember(ctx: Ctx, organizationId: string, userId: str
       if (!isSelf && !(callerUserId !== null && owners.includes(callerUserId))) throw ownerOnly();
       if (owners.length <= 1) throw lastOwner();
     }
+    if (caller && RANK[target.role] > RANK[await actingRole(tx, organizationId, caller)]) throw aboveCaller();
     await tx.query('DELETE FROM user_permissions WHERE organization_id = $1 AND user_id = $2', [organizationId, userId]);
     await tx.query('DELETE FROM organization_members WHERE organization_id = $1 AND user_id = $2', [organizationId, userId]);
     // resolve-deployment must not keep answering with an organization the user left.

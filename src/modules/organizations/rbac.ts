@@ -40,13 +40,23 @@ export interface Authorization {
   /** The caller's role, or null for an API key. */
   role: Role | null;
   userId: string | null;
+  /** An API key's: the member it acts for (its creator, with their role now); null for a key the operator made. */
+  keyCreator?: { userId: string; role: Role } | null;
 }
+
+/** Whether a member holds `permission` now: their override, else their role's grant (parameters: $1 org, $2 user, $3 permission; `m` the membership). */
+const HOLDS = `COALESCE(
+  (SELECT up.granted FROM user_permissions up JOIN permissions p ON p.id = up.permission_id
+   WHERE up.organization_id = $1 AND up.user_id = m.user_id AND p.name = $3),
+  EXISTS (SELECT 1 FROM role_permissions rp JOIN roles r ON r.id = rp.role_id JOIN permissions p ON p.id = rp.permission_id
+          WHERE r.name = m.role AND p.name = $3))`;
 
 /**
  * The one authorization check (docs/accounts.md, Roles and permissions): a user needs a membership whose role grants the permission
  * (or a per-user override granting it, and no override denying it); an API key needs its own
- * organization and the scope the permission asks for. Another organization is "not found", so ids
- * cannot be probed; a member without the permission gets 403 FORBIDDEN.
+ * organization, the scope the permission asks for, and — made by a member — that member holding the
+ * permission now: a key never holds more than its creator (docs/accounts.md, Powers). Another
+ * organization is "not found", so ids cannot be probed; a member without the permission gets 403 FORBIDDEN.
  */
 export async function authorize(ctx: Ctx, organizationId: string, permission: Permission): Promise<Authorization> {
   if (!isUuid(organizationId)) throw new NotFoundError('Organization');
@@ -54,12 +64,23 @@ export async function authorize(ctx: Ctx, organizationId: string, permission: Pe
     if (ctx.actor.organizationId !== organizationId) throw new NotFoundError('Organization');
     // docs/accounts.md, Organizations: deleting is owner only, and a key is nobody's owner.
     if (permission === 'organization.delete') throw new AppError('FORBIDDEN', 'Only an owner, signed in, can delete the organization');
-    const rows = await ctx.db.query<{ scopes: string[] }>('SELECT scopes FROM api_keys WHERE id = $1', [ctx.actor.apiKeyId]);
+    const rows = await ctx.db.query<{ scopes: string[]; created_by: string | null; role: Role | null; holds: boolean | null }>(
+      `SELECT k.scopes, k.created_by, m.role, CASE WHEN m.user_id IS NULL THEN NULL ELSE ${HOLDS} END AS holds
+       FROM api_keys k LEFT JOIN organization_members m ON m.organization_id = k.organization_id AND m.user_id = k.created_by
+       WHERE k.id = $2 AND k.organization_id = $1`,
+      [organizationId, ctx.actor.apiKeyId, permission],
+      'authorize_key',
+    );
+    const key = rows[0];
     const needed = scopeFor(permission);
-    if (!rows[0]?.scopes.includes(needed)) {
+    if (!key?.scopes.includes(needed)) {
       throw new AppError('FORBIDDEN', `This API key lacks the "${needed}" scope needed for ${permission}`);
     }
-    return { role: null, userId: null };
+    if (key.created_by === null) return { role: null, userId: null, keyCreator: null };
+    if (key.role === null || !key.holds) {
+      throw new AppError('FORBIDDEN', `This API key acts for a member who does not hold ${permission}: a key never holds more than its creator`);
+    }
+    return { role: null, userId: null, keyCreator: { userId: key.created_by, role: key.role } };
   }
   if (ctx.actor.type !== 'user') throw new AppError('FORBIDDEN', 'Not allowed');
   const rows = await ctx.db.query<{ role: Role; by_role: boolean; override: boolean | null }>(
