@@ -154,6 +154,20 @@ describe('failed authentication on /api/v1 is throttled per client IP', () => {
   });
 });
 
+describe('a percent-encoded path is the path the router takes', () => {
+  it('failures under /%61pi/v1 count and are throttled like those under /api/v1, in the flat shape', async () => {
+    nextMinute();
+    const ip = '203.0.113.50';
+    const guess = (path: string) => h.request({ method: 'GET', url: path, headers: { 'x-admin-key': 'guess-guess-guess-guess-guess' }, remoteAddress: ip });
+    const first = await guess('/%61pi/v1/admin/deployments');
+    expect(first.statusCode).toBe(401);
+    expect(first.json()).toMatchObject({ code: 'UNAUTHORIZED' });
+    for (let i = 1; i < FAILED_AUTH_LIMIT; i++) expect((await guess(i % 2 ? '/%61pi/v1/admin/deployments' : '/api/%76%31/admin/deployments')).statusCode).toBe(401);
+    expectThrottled(await guess('/%61pi/v1/admin/deployments'));
+    expectThrottled(await guess('/api/v1/admin/deployments'));
+  });
+});
+
 describe('the OpenAPI document', () => {
   it('lists 429 on every /api/v1 route, the operator API included', async () => {
     const doc = json<{ paths: Record<string, Record<string, { responses: Record<string, unknown> }>> }>(

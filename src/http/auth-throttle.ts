@@ -3,7 +3,7 @@ import { MINUTE } from '../clock.js';
 import { AppError, flatErrorBody } from '../errors.js';
 import { type Decision, hashedSubject, retryAfterSeconds, type WindowSpec } from '../lib/rate-limiter.js';
 import { rateLimitHeaders } from './rate-limit.js';
-import { isIntegrationApi } from './route-prefixes.js';
+import { isIntegrationApi, requestPath } from './route-prefixes.js';
 
 /**
  * Failed authentication on /api/v1 is throttled per client IP (docs/limits.md, "Failed authentication").
@@ -43,7 +43,7 @@ function throttledAnswer(reply: FastifyReply, decision: Decision): string {
 export function registerFailedAuthCounting(app: FastifyInstance): void {
   // Callback style: every answer passes here, and only a 401 has anything to wait for.
   app.addHook('onSend', (request: FastifyRequest, reply, payload, done) => {
-    if (reply.statusCode !== 401 || !isIntegrationApi(request.url)) {
+    if (reply.statusCode !== 401 || !isIntegrationApi(requestPath(request))) {
       done(null, payload);
       return;
     }

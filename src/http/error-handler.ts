@@ -1,7 +1,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Clock } from '../clock.js';
 import { isConnectionError } from '../db/client.js';
-import { usesFlatShape } from './route-prefixes.js';
+import { requestPath, usesFlatShape } from './route-prefixes.js';
 import { type AjvError, fieldErrorsOf } from './validation-messages.js';
 import {
   AppError,
@@ -93,9 +93,9 @@ export function sendError(reply: FastifyReply, request: FastifyRequest, appError
   const openAi =
     appError instanceof OpenAiShapedError ||
     (appError.code === 'VALIDATION_ERROR' && (request.routeOptions.config as { errorShape?: string } | undefined)?.errorShape === 'openai');
-  const body = openAi ? openAiErrorBody(appError) : usesFlatShape(request.url) ? flatErrorBody(appError) : envelopeErrorBody(appError, clock.now());
+  const body = openAi ? openAiErrorBody(appError) : usesFlatShape(requestPath(request)) ? flatErrorBody(appError) : envelopeErrorBody(appError, clock.now());
   if (appError.code === 'INTERNAL_ERROR') {
-    if (usesFlatShape(request.url)) body.request_id = request.id;
+    if (usesFlatShape(requestPath(request))) body.request_id = request.id;
     else (body.details as Record<string, unknown>).request_id = request.id;
   }
   // Error bodies are written here and nowhere else; they bypass the routes' success serializers.

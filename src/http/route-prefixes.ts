@@ -36,3 +36,21 @@ export function isApiPath(url: string): boolean {
 export function usesFlatShape(url: string): boolean {
   return isIntegrationApi(url) || url === '/api/v1' || url.startsWith('/webhooks/');
 }
+
+/**
+ * The path a request's decisions are taken on: its route's pattern when one matched, else its URL's
+ * path decoded. The router decodes before it matches, so `/%61pi/v1/…` reaches an /api/v1 route: a
+ * decision on the raw URL would treat it as outside the integration API (its failed authentications
+ * uncounted, its errors in the other shape).
+ */
+export function requestPath(request: { url: string; routeOptions?: { url?: string | undefined } }): string {
+  const route = request.routeOptions?.url;
+  if (route) return route;
+  const q = request.url.indexOf('?');
+  const path = q === -1 ? request.url : request.url.slice(0, q);
+  try {
+    return decodeURIComponent(path);
+  } catch {
+    return path;
+  }
+}
