@@ -129,6 +129,26 @@ describe('the link in the AI proxy\'s refusals for credits', () => {
 });
 
 describe('the top-up page', () => {
+  it('loading the page again and again reads no price from Stripe while the catalog holds it; a failed read is 503 and not retried at once', async () => {
+    const t = await brokeTenant();
+    const path = pathOf(await topUpUrlOf(t));
+    expect((await h.request({ method: 'GET', url: path })).statusCode).toBe(200);
+    // Both packs' next reads from Stripe would fail: fifty loads make none.
+    standIn.failNext(2, { status: 500, path: /^\/v1\/prices\// });
+    const loads = await Promise.all(Array.from({ length: 50 }, () => h.request({ method: 'GET', url: path })));
+    expect(loads.map((r) => r.statusCode)).toEqual(loads.map(() => 200));
+    // Past the catalog's five minutes the prices are read again, and those reads fail.
+    h.clock.advance(6 * MINUTE);
+    const fresh = pathOf(await topUpUrlOf(t));
+    const failed = await h.request({ method: 'GET', url: fresh });
+    expect(failed.statusCode, failed.body).toBe(503);
+    expect(failed.headers['retry-after']).toBe('5');
+    // The failure is remembered for a while: Stripe (which would answer now) is not asked again at once.
+    expect((await h.request({ method: 'GET', url: fresh })).statusCode).toBe(503);
+    h.clock.advance(31_000);
+    expect((await h.request({ method: 'GET', url: fresh })).statusCode).toBe(200);
+  });
+
   it('shows the packs and their prices, nothing of the organization, with no-referrer and no-store', async () => {
     const t = await brokeTenant();
     const url = await topUpUrlOf(t);

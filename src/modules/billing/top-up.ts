@@ -5,7 +5,8 @@ import { AppError } from '../../errors.js';
 import { ctxOf } from '../../http/auth.js';
 import { hashedSubject, retryAfterSeconds } from '../../lib/rate-limiter.js';
 import type { DeploymentRow } from '../deployments/service.js';
-import { callStripe, packCheckout } from './checkout.js';
+import { pricedCatalog } from './account-selling.js';
+import { packCheckout } from './checkout.js';
 import { requireStripe } from './stripe-client.js';
 import { billingAvailable, readTopUpToken } from './top-up-link.js';
 
@@ -61,16 +62,22 @@ function formatPrice(amount: number, currency: string): string {
   }
 }
 
+/**
+ * The packs with their prices, read through the selling catalog's price cache (billing/account-selling.ts):
+ * the page takes no token of the caller's, so loading it again and again must not become calls to
+ * Stripe (each load read every pack's price, as fast as anyone holding a link asked).
+ */
 async function packList(ctx: Ctx): Promise<Array<{ pack: string; credits: number; price: string }>> {
-  const stripe = requireStripe(ctx);
-  const packs = Object.entries(ctx.config.creditPacks);
-  return Promise.all(
-    packs.map(async ([pack, p]) => {
-      const price = await callStripe('to read a price', () => stripe.prices.retrieve(p.priceId));
-      const amount = price.unit_amount;
-      return { pack, credits: p.credits, price: typeof amount === 'number' ? formatPrice(amount, price.currency) : '' };
-    }),
-  );
+  requireStripe(ctx);
+  const catalog = await pricedCatalog(ctx);
+  if (!catalog.prices_read) {
+    throw new AppError('SERVICE_UNAVAILABLE', 'Stripe is not reachable (to read a price); try again shortly', {}, { 'retry-after': '5' });
+  }
+  return catalog.packs.map((p) => ({
+    pack: p.pack,
+    credits: p.credits,
+    price: p.unit_amount !== null && p.currency !== null ? formatPrice(p.unit_amount, p.currency) : '',
+  }));
 }
 
 function page(packs: Array<{ pack: string; credits: number; price: string }>): string {
