@@ -60,9 +60,12 @@ describe('GET /api/users/me', () => {
       expect(data.user).toMatchObject({ id: u.userId, email: u.email });
     }
     expect(json(await me({ 'x-api-key': key.key }))).not.toHaveProperty('data.organizations');
-    // The creator leaves: the key no longer speaks for them.
+    // The creator is no member any more (a removal also revokes the key; here only the membership goes):
+    // the key holds nothing its creator does not, so it is refused.
     await h.deps.db.query('DELETE FROM organization_members WHERE organization_id = $1 AND user_id = $2', [u.organizationId, u.userId]);
-    expect(json<{ data: { user: unknown } }>(await me({ 'x-api-key': key.key })).data.user).toBeNull();
+    const gone = await me({ 'x-api-key': key.key });
+    expect(gone.statusCode, gone.body).toBe(403);
+    expect(json(gone)).toMatchObject({ success: false, error: { code: 'FORBIDDEN' } });
   });
 
   it('a key made by the operator has no user; a key without read scope gets 403; revoked or absent is 401', async () => {
