@@ -88,6 +88,42 @@ describe('the first to prove a domain gets it, not the first to claim it', () =>
     expect(await verify(victim, mine.id)).toEqual({ status: 200, data: { verified: true } });
   });
 
+  it('a claim made while the tier had custom domains is not verified once it has lost them (403), its record published or not', async () => {
+    const o = await owner('downgraded');
+    const d = await f.createDeployment(o.accessToken, o.organizationId, template.id, { custom_domain: domainOf('downgraded') });
+    publish(d);
+    const off = await h.request({
+      method: 'PUT',
+      url: `/api/v1/admin/deployments/${o.deploymentId}/flags`,
+      headers: { 'x-admin-key': h.config.adminApiKey },
+      payload: { custom_domain: false },
+    });
+    expect(off.statusCode, off.body).toBe(200);
+    expectEnvelopeError(await f.verifyDomain(bearer(o.accessToken), o.organizationId, d.id), 403, 'FEATURE_NOT_AVAILABLE');
+    expect(await read(o, d.id)).toMatchObject({ custom_domain_status: 'pending_verification', custom_domain_verified_at: null });
+  });
+
+  it('a suspended primary deployment has the flag off: no claim and no verification while suspended', async () => {
+    const o = await owner('suspended');
+    const d = await f.createDeployment(o.accessToken, o.organizationId, template.id, { custom_domain: domainOf('suspended') });
+    publish(d);
+    const suspend = (status: string) =>
+      h.request({ method: 'PUT', url: `/api/v1/admin/deployments/${o.deploymentId}`, headers: { 'x-admin-key': h.config.adminApiKey }, payload: { status } });
+    expect((await suspend('suspended')).statusCode).toBe(200);
+    expectEnvelopeError(await f.verifyDomain(bearer(o.accessToken), o.organizationId, d.id), 403, 'FEATURE_NOT_AVAILABLE');
+    const claim = await f.postDeployment(o.accessToken, o.organizationId, {
+      template_id: template.id,
+      name: 'x',
+      subdomain: slugOf('suspended-claim'),
+      custom_domain: domainOf('suspended-claim'),
+    });
+    expectEnvelopeError(claim, 403, 'FEATURE_NOT_AVAILABLE');
+    expect(await read(o, d.id)).toMatchObject({ custom_domain_status: 'pending_verification' });
+    // Active again: the claim verifies.
+    expect((await suspend('active')).statusCode).toBe(200);
+    expect(await verify(o, d.id)).toEqual({ status: 200, data: { verified: true } });
+  });
+
   it('a DNS server that stays silent is dns_timeout, SERVFAIL is dns_error, and neither verifies; no domain to verify is 409', async () => {
     const o = await owner('dns-fail');
     const d = await f.createDeployment(o.accessToken, o.organizationId, template.id, { custom_domain: domainOf('flaky') });

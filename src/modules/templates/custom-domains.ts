@@ -4,7 +4,7 @@ import { AppError } from '../../errors.js';
 import { limitAttempt } from '../../lib/rate-limiter.js';
 import { writeAudit } from '../audit/service.js';
 import { authorize } from '../organizations/rbac.js';
-import { auditTransition, getScoped, type TemplateDeploymentRow } from './deployments.js';
+import { assertCustomDomainAllowed, auditTransition, getScoped, type TemplateDeploymentRow } from './deployments.js';
 import { challengeOf, type LookupResult, lookupChallenge } from './dns-challenge.js';
 import { CLAIM_TTL_MS, domainTaken } from './domain-claims.js';
 
@@ -35,6 +35,8 @@ export async function verifyCustomDomain(ctx: Ctx, organizationId: string, id: s
     throw new AppError('CONFLICT', 'This template deployment has no custom domain to verify: set custom_domain first');
   }
   if (row.custom_domain_status === 'verified') return { verified: true };
+  // A claim made while the tier had custom domains is not verified after the tier lost them.
+  await assertCustomDomainAllowed(ctx, organizationId);
   const result = await lookupChallenge(ctx.config, challengeOf(row.custom_domain, row.custom_domain_challenge));
   if (!result.verified) return result;
   await markVerified(ctx, row);

@@ -110,14 +110,19 @@ export async function getScoped(db: Queryable, organizationId: string, id: strin
   return rows[0];
 }
 
-/** docs/templates.md, Custom domains: a custom domain needs the `custom_domain` flag of the organization's primary deployment. */
-async function assertCustomDomainAllowed(ctx: Ctx, organizationId: string): Promise<void> {
-  const rows = await ctx.db.query<{ tier: string; flag_overrides: unknown }>(
-    'SELECT tier, flag_overrides FROM deployments WHERE organization_id = $1 AND is_primary',
+/**
+ * docs/templates.md, Custom domains: a custom domain needs the `custom_domain` flag of the organization's
+ * primary deployment, as its entitlement snapshot shows it: a suspended deployment has every flag off.
+ */
+export async function assertCustomDomainAllowed(ctx: Ctx, organizationId: string): Promise<void> {
+  const rows = await ctx.db.query<{ tier: string; flag_overrides: unknown; status: string }>(
+    'SELECT tier, flag_overrides, status FROM deployments WHERE organization_id = $1 AND is_primary',
     [organizationId],
   );
   const primary = rows[0];
-  if (!primary || !effectiveFlags(primary.tier, primary.flag_overrides).custom_domain) throw featureDisabled(ctx, 'custom_domain');
+  if (primary?.status !== 'active' || !effectiveFlags(primary.tier, primary.flag_overrides).custom_domain) {
+    throw featureDisabled(ctx, 'custom_domain');
+  }
 }
 
 /** Unique violations and a template deleted meanwhile, as the caller's errors. */
