@@ -131,6 +131,8 @@ const ADDRESSES: Array<[string, 'refused' | 'allowed']> = [
   ['100.64.0.1', 'refused'], // CGNAT
   ['100.100.100.200', 'refused'], // Alibaba metadata, inside CGNAT
   ['169.254.169.254', 'refused'], // cloud metadata
+  ['168.63.129.16', 'refused'], // Azure's host endpoint (WireServer)
+  ['::ffff:168.63.129.16', 'refused'],
   ['fd00:ec2::254', 'refused'], // AWS metadata over IPv6
   ['fc00::1', 'refused'],
   ['fe80::1', 'refused'],

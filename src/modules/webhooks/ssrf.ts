@@ -38,6 +38,7 @@ const PINNED = [
   '100.64.0.0/10', // CGNAT (Alibaba's metadata service 100.100.100.200 is in it)
   '198.18.0.0/15', // benchmarking (RFC 2544)
   '169.254.169.254/32', // cloud metadata (AWS, GCP, Azure, OpenStack)
+  '168.63.129.16/32', // Azure's host endpoint (WireServer: goal state, extension settings), a public address in form
   'fd00:ec2::254/128', // AWS metadata over IPv6
   '::/96', // IPv4-compatible, deprecated; also :: and ::1
   '::ffff:0:0:0/96', // IPv4-translated (RFC 2765, RFC 6145)
