@@ -9,7 +9,7 @@ import { createHarness, createTenant, type Tenant } from '../../../test/harness.
  * replayed through the official `openai` SDK against the stand-in, with the AI settings a deployment
  * gets when it sets none. (The output allowance, streams and reported usage: allowance.test.ts.)
  */
-const MODELS = ['gpt-4o-mini', 'gpt-4o', 'o3', 'llava'];
+const MODELS = ['gpt-4o-mini', 'gpt-4o', 'o3', 'llava', 'gpt-4o-mini-search-preview'];
 let standIn: StandIn;
 let p: ProxyApp;
 
@@ -68,6 +68,34 @@ describe('fields: only the reference\'s, plus AI_EXTRA_FIELDS', () => {
     const audioOut = await post(t, '/api/v1/ai/chat/completions', { model: 'gpt-4o-mini', messages: hi, modalities: ['text', 'audio'] });
     expect(audioOut).toMatchObject({ status: 400, body: { param: 'modalities' } });
     await expectUntouched(t, before);
+  });
+
+  it('a model that searches on every call is 400 without AI_MODELS, whatever its spelling; web_search_options in AI_EXTRA_FIELDS lets it through', async () => {
+    const t = await tenant(100_000);
+    const before = standIn.requests.length;
+    for (const model of ['gpt-4o-mini-search-preview', 'openai/GPT-4o-search-preview-2025-03-11', 'gpt-5-search-api', 'openai/gpt-4o-mini:online']) {
+      const res = await post(t, '/api/v1/ai/chat/completions', { model, messages: hi, max_tokens: 5 });
+      expect(res.status, model).toBe(400);
+      expect(res.body, model).toMatchObject({ error: { code: 'INVALID_REQUEST', param: 'model', message: expect.stringContaining('searches the web') } });
+    }
+    const responses = await post(t, '/api/v1/ai/responses', { model: 'gpt-4o-mini-search-preview', input: 'latest news?', max_output_tokens: 16 });
+    expect(responses).toMatchObject({ status: 400, body: { error: { param: 'model' } } });
+    await expectUntouched(t, before);
+    // Names that only look alike go through.
+    expect((await post(t, '/api/v1/ai/chat/completions', { model: 'gpt-4o-mini', messages: hi, max_tokens: 2 })).status).toBe(200);
+    const extra = await createHarness({ aiBaseUrl: standIn.url, aiApiKey: 'sk-upstream', aiExtraFields: ['web_search_options'] });
+    try {
+      const other = await createTenant(extra, { tier: 'trial' });
+      const res = await extra.request({
+        method: 'POST',
+        url: '/api/v1/ai/chat/completions',
+        headers: { authorization: `Bearer ${other.apiKey}` },
+        payload: { model: 'gpt-4o-mini-search-preview', messages: hi, max_tokens: 2 },
+      });
+      expect(res.statusCode, res.body).toBe(200);
+    } finally {
+      await extra.close();
+    }
   });
 
   it('a field an operator lists in AI_EXTRA_FIELDS is forwarded', async () => {

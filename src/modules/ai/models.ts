@@ -51,3 +51,14 @@ export function isReasoningModel(config: Pick<Config, 'aiReasoningModels'>, mode
 export function offeredModels(config: Pick<Config, 'aiModels' | 'aiModelClasses' | 'aiDefaultModel'>): string[] {
   return config.aiModels.length > 0 ? config.aiModels : [...new Set([config.aiDefaultModel, ...Object.keys(config.aiModelClasses)])];
 }
+
+/**
+ * A model that searches the web on every call: OpenAI's `…-search-…` models (`gpt-4o-search-preview`),
+ * OpenRouter's `:online` variants. Each call bills a search fee on top of its tokens, which no token
+ * bound covers, and the name alone would take the class of the model it extends (docs/ai-proxy.md,
+ * Model classes). Decided on the raw name for the tag (normaliseModel drops `:online`) and on the
+ * normalised one for the rest.
+ */
+export function isSearchModel(raw: string): boolean {
+  return /:online$/i.test(raw.trim()) || /(^|-)search(-|$)/.test(normaliseModel(raw));
+}

@@ -5,7 +5,7 @@ import { AppError, ValidationError } from '../../errors.js';
 import { assertAiEnabled, modelClassOf } from '../quotas/ai-tokens.js';
 import { askedAllowance, checkFields, upstreamChatBody } from './bounds.js';
 import { type CallHold, type CallPlan, type ChatCall, chargeOf, hold, release, settle, settleQuietly } from './call.js';
-import { isReasoningModel } from './models.js';
+import { isReasoningModel, isSearchModel } from './models.js';
 import { countChatPromptBound } from './prompt.js';
 import { type ReportedUsage, readUsage, textOfChoices } from './sse.js';
 import { streamChat, streamText } from './stream.js';
@@ -39,8 +39,14 @@ function badRequest(field: string, message: string): ValidationError {
 
 /** 400 for a model outside AI_MODELS when that list is set (docs/ai-proxy.md: `AI_MODELS` restricts and lists models). */
 export function checkModel(ctx: Ctx, model: string): void {
-  if (ctx.config.aiModels.length > 0 && !ctx.config.aiModels.includes(model)) {
-    throw badRequest('model', `is not one of the models this server offers (${ctx.config.aiModels.join(', ')})`);
+  if (ctx.config.aiModels.length > 0) {
+    if (!ctx.config.aiModels.includes(model)) throw badRequest('model', `is not one of the models this server offers (${ctx.config.aiModels.join(', ')})`);
+    return;
+  }
+  // Any model goes upstream without AI_MODELS: one that searches on every call only when the operator
+  // took on search fees, as for web_search_options (docs/ai-proxy.md, Bounds).
+  if (isSearchModel(model) && !ctx.config.aiExtraFields.includes('web_search_options')) {
+    throw badRequest('model', 'searches the web on every call, a fee per search this server does not bill (list it in AI_MODELS, or "web_search_options" in AI_EXTRA_FIELDS)');
   }
 }
 
