@@ -2,6 +2,7 @@ import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
+import { disableWebhooksOf } from '../webhooks/organization.js';
 import type { Role } from './rbac.js';
 
 /**
@@ -100,6 +101,8 @@ export async function takeBackExcess(tx: Queryable, ctx: Ctx, organizationId: st
       at: now,
     });
   }
+  // Webhooks they made send the organization's events to a receiver they chose: off once they may not manage them.
+  if (!held.permissions.has('webhooks.manage')) await disableWebhooksOf(tx, ctx, organizationId, userId);
   // Invitations act for their inviter (docs/accounts.md, "Invitations act for a member"): those whose
   // role the member can no longer invite with, and every one sent with a key revoked just now, go.
   await withdrawInvitations(tx, ctx, organizationId, {

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Ctx, Deps } from '../../context.js';
+import type { Queryable } from '../../db/client.js';
 import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { type KeysetPosition, pageOf } from '../../http/envelope.js';
 import { decryptSecret, encryptSecret } from '../../lib/crypto-box.js';
@@ -468,25 +469,52 @@ async function finish(
 
 /** Turn a webhook off and tell the organization's owners by mail (outbox), in one transaction. */
 async function disable(deps: Pick<Deps, 'db' | 'clock' | 'config'>, webhook: WebhookRow, reason: string): Promise<void> {
+  await deps.db.transaction((tx) => disableIn(tx, deps, webhook, reason));
+}
+
+/** In the caller's transaction: off (if it was on), its pending deliveries failed, a mail to each owner. True when it was on. */
+async function disableIn(tx: Queryable, deps: Pick<Deps, 'clock' | 'config'>, webhook: WebhookRow, reason: string): Promise<boolean> {
   const now = deps.clock.now();
-  await deps.db.transaction(async (tx) => {
-    const changed = await tx.query(
-      'UPDATE webhooks SET is_active = false, disabled_reason = $2, updated_at = $3 WHERE id = $1 AND is_active RETURNING id',
-      [webhook.id, reason, now],
-    );
-    if (changed.length === 0) return;
-    await tx.query(
-      `UPDATE webhook_deliveries SET status = 'failed', error = 'webhook disabled', next_retry_at = NULL, updated_at = $2
-       WHERE webhook_id = $1 AND status = 'pending'`,
-      [webhook.id, now],
-    );
-    const owners = await tx.query<{ email: string }>(
-      `SELECT u.email FROM organization_members m JOIN users u ON u.id = m.user_id WHERE m.organization_id = $1 AND m.role = 'owner'`,
-      [webhook.organization_id],
-    );
-    const mail = renderMail('webhook_disabled', { publicBaseUrl: deps.config.publicBaseUrl, webhook: { url: webhook.url, reason } });
-    for (const owner of owners) {
-      await enqueueMail(tx, now, { to: owner.email, template: 'webhook_disabled', organizationId: webhook.organization_id, ...mail });
-    }
-  });
+  const changed = await tx.query(
+    'UPDATE webhooks SET is_active = false, disabled_reason = $2, updated_at = $3 WHERE id = $1 AND is_active RETURNING id',
+    [webhook.id, reason, now],
+  );
+  if (changed.length === 0) return false;
+  await tx.query(
+    `UPDATE webhook_deliveries SET status = 'failed', error = 'webhook disabled', next_retry_at = NULL, updated_at = $2
+     WHERE webhook_id = $1 AND status = 'pending'`,
+    [webhook.id, now],
+  );
+  const owners = await tx.query<{ email: string }>(
+    `SELECT u.email FROM organization_members m JOIN users u ON u.id = m.user_id WHERE m.organization_id = $1 AND m.role = 'owner'`,
+    [webhook.organization_id],
+  );
+  const mail = renderMail('webhook_disabled', { publicBaseUrl: deps.config.publicBaseUrl, webhook: { url: webhook.url, reason } });
+  for (const owner of owners) {
+    await enqueueMail(tx, now, { to: owner.email, template: 'webhook_disabled', organizationId: webhook.organization_id, ...mail });
+  }
+  return true;
+}
+
+/**
+ * A member who no longer holds `webhooks.manage` (removed, demoted, denied it): the webhooks they made
+ * are turned off in the change's transaction, as their keys are revoked (docs/accounts.md, Powers) —
+ * else a removed admin's receiver would go on getting the organization's events. Each gets an audit
+ * row (`disable`, reason `creator_lost_power`) and the owners the usual mail; an admin may turn it on again.
+ */
+export async function disableWebhooksOf(tx: Queryable, ctx: Ctx, organizationId: string, userId: string): Promise<void> {
+  const made = await tx.query<WebhookRow>(
+    'SELECT * FROM webhooks WHERE organization_id = $1 AND created_by = $2 AND is_active ORDER BY id FOR UPDATE',
+    [organizationId, userId],
+  );
+  for (const webhook of made) {
+    if (!(await disableIn(tx, ctx, webhook, 'its creator no longer manages webhooks in this organization'))) continue;
+    await writeAudit(tx, ctx, {
+      organizationId,
+      action: 'disable',
+      resourceType: 'webhook',
+      resourceId: webhook.id,
+      metadata: { reason: 'creator_lost_power', created_by: userId, url: webhook.url },
+    });
+  }
 }
