@@ -6,7 +6,7 @@ import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
 import { isUuid } from '../../lib/ids.js';
-import { heldBy, permissionsOf, takeBackExcess } from '../organizations/powers.js';
+import { permissionsOf, takeBackExcess } from '../organizations/powers.js';
 import { type Authorization, authorize, type Role } from '../organizations/rbac.js';
 
 export interface MemberRow {
@@ -103,18 +103,11 @@ const aboveCaller = () => new AppError('FORBIDDEN', 'You can change or remove on
 const RANK: Record<Role, number> = { viewer: 0, member: 1, admin: 2, owner: 3 };
 
 /**
- * The role a caller acts with in a membership change: a user's own; an API key's creator's (a key
- * never holds more than its creator); a key the operator made acts as an admin. Read without a lock:
- * a demotion of the caller that commits meanwhile orders after this change, as if it came first (a
- * lock here, taken after the target's, could deadlock two members changing each other).
+ * The role a caller acts with in a membership change, as `authorize` read it: a user's own; an API
+ * key's creator's (a key never holds more than its creator); a key the operator made acts as an admin.
+ * A demotion of the caller that commits after that read orders after this change, as if it came first.
  */
-async function actingRole(tx: Queryable, organizationId: string, caller: Authorization): Promise<Role> {
-  const userId = caller.userId ?? caller.keyCreator?.userId ?? null;
-  if (userId === null) return 'admin';
-  const held = await heldBy(tx, organizationId, userId);
-  if (held.role === null) throw new NotFoundError('Organization');
-  return held.role;
-}
+const actingRole = (caller: Authorization): Role => caller.role ?? caller.keyCreator?.role ?? 'admin';
 
 export type Overrides = Partial<Record<string, boolean | null>>;
 
@@ -181,7 +174,7 @@ export async function updateMember(ctx: Ctx, organizationId: string, userId: str
     if (target.role === 'owner' && resultingRole !== 'owner' && owners.length <= 1) throw lastOwner();
     // Nobody raises anyone (themself included) above their own role, or changes someone above it
     // (docs/accounts.md, Powers): a grant of members.update is not a way to become admin.
-    const acting = await actingRole(tx, organizationId, caller);
+    const acting = actingRole(caller);
     if (RANK[target.role] > RANK[acting] || RANK[resultingRole] > RANK[acting]) throw aboveCaller();
     if (resultingRole !== target.role) {
       await tx.query('UPDATE organization_members SET role = $3 WHERE organization_id = $1 AND user_id = $2', [organizationId, userId, resultingRole]);
@@ -239,7 +232,7 @@ export async function removeMember(ctx: Ctx, organizationId: string, userId: str
       if (!isSelf && !(callerUserId !== null && owners.includes(callerUserId))) throw ownerOnly();
       if (owners.length <= 1) throw lastOwner();
     }
-    if (caller && RANK[target.role] > RANK[await actingRole(tx, organizationId, caller)]) throw aboveCaller();
+    if (caller && RANK[target.role] > RANK[actingRole(caller)]) throw aboveCaller();
     await tx.query('DELETE FROM user_permissions WHERE organization_id = $1 AND user_id = $2', [organizationId, userId]);
     await tx.query('DELETE FROM organization_members WHERE organization_id = $1 AND user_id = $2', [organizationId, userId]);
     // resolve-deployment must not keep answering with an organization the user left.

@@ -44,7 +44,7 @@ export interface Authorization {
   keyCreator?: { userId: string; role: Role } | null;
 }
 
-/** Whether a member holds `permission` now: their override, else their role's grant (parameters: $1 org, $2 user, $3 permission; `m` the membership). */
+/** Whether the member `m` holds `permission` now: their override, else their role's grant ($1 the organization, $3 the permission). */
 const HOLDS = `COALESCE(
   (SELECT up.granted FROM user_permissions up JOIN permissions p ON p.id = up.permission_id
    WHERE up.organization_id = $1 AND up.user_id = m.user_id AND p.name = $3),
@@ -83,12 +83,8 @@ export async function authorize(ctx: Ctx, organizationId: string, permission: Pe
     return { role: null, userId: null, keyCreator: { userId: key.created_by, role: key.role } };
   }
   if (ctx.actor.type !== 'user') throw new AppError('FORBIDDEN', 'Not allowed');
-  const rows = await ctx.db.query<{ role: Role; by_role: boolean; override: boolean | null }>(
-    `SELECT m.role,
-            EXISTS (SELECT 1 FROM role_permissions rp JOIN roles r ON r.id = rp.role_id JOIN permissions p ON p.id = rp.permission_id
-                    WHERE r.name = m.role AND p.name = $3) AS by_role,
-            (SELECT up.granted FROM user_permissions up JOIN permissions p ON p.id = up.permission_id
-             WHERE up.organization_id = m.organization_id AND up.user_id = m.user_id AND p.name = $3) AS override
+  const rows = await ctx.db.query<{ role: Role; holds: boolean }>(
+    `SELECT m.role, ${HOLDS} AS holds
      FROM organization_members m JOIN organizations o ON o.id = m.organization_id AND o.deleted_at IS NULL
      WHERE m.organization_id = $1 AND m.user_id = $2`,
     [organizationId, ctx.actor.userId, permission],
@@ -96,7 +92,6 @@ export async function authorize(ctx: Ctx, organizationId: string, permission: Pe
   );
   const row = rows[0];
   if (!row) throw new NotFoundError('Organization');
-  const allowed = row.override ?? row.by_role;
-  if (!allowed) throw new AppError('FORBIDDEN', `Your role (${row.role}) does not allow ${permission}`);
+  if (!row.holds) throw new AppError('FORBIDDEN', `Your role (${row.role}) does not allow ${permission}`);
   return { role: row.role, userId: ctx.actor.userId };
 }
