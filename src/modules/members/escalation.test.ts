@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bearer, createHarness, type Harness, joinByInvitation, signUpWithOrganization } from '../../../test/harness.js';
+import { bearer, createHarness, type Harness, joinByInvitation } from '../../../test/harness.js';
+import { memberFixtures } from '../../../test/member-fixtures.js';
 
 /**
  * Nobody acts above their own role, and a key never holds more than its creator (docs/accounts.md,
@@ -17,8 +18,7 @@ afterAll(async () => {
 });
 
 type Headers = Record<string, string>;
-const setMember = (headers: Headers, orgId: string, userId: string, payload: Record<string, unknown>) =>
-  h.request({ method: 'PUT', url: `/organizations/${orgId}/users/${userId}`, headers, payload });
+const { setMember, orgWith } = memberFixtures(() => h);
 const makeKey = async (headers: Headers, orgId: string, scopes: string[]) => {
   const res = await h.request({ method: 'POST', url: `/organizations/${orgId}/api-keys`, headers, payload: { name: 'mine', scopes } });
   expect(res.statusCode, res.body).toBe(201);
@@ -29,12 +29,6 @@ const roleOf = async (orgId: string, userId: string) =>
   (await h.deps.db.query<{ role: string }>('SELECT role FROM organization_members WHERE organization_id = $1 AND user_id = $2', [orgId, userId]))[0]
     ?.role;
 
-async function orgWith(role: 'admin' | 'member' | 'viewer') {
-  const owner = await signUpWithOrganization(h);
-  const ob = bearer(owner.accessToken);
-  const user = await joinByInvitation(h, ob, owner.organizationId, role);
-  return { owner, ob, user, ub: bearer(user.accessToken), orgId: owner.organizationId };
-}
 
 describe('role changes stay at or below the caller', () => {
   it('a member granted members.update and members.remove cannot make themself admin, nor demote or remove an admin; below them they can', async () => {

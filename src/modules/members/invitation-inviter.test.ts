@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { adminHeaders, bearer, createHarness, type Harness, joinByInvitation, json, signUp, signUpWithOrganization } from '../../../test/harness.js';
+import { memberFixtures } from '../../../test/member-fixtures.js';
 import { MINUTE } from '../../clock.js';
 
 /**
@@ -23,8 +24,7 @@ const invite = (headers: Headers, orgId: string, email: string, role: string, pa
 const tokenOf = (res: { json(): unknown }) => (res.json() as { data: { token: string } }).data.token;
 const lookUp = (token: string) => h.request({ method: 'GET', url: `/invitations/${token}` });
 const accept = (token: string, headers: Headers) => h.request({ method: 'POST', url: `/invitations/${token}/accept`, headers });
-const setMember = (headers: Headers, orgId: string, userId: string, payload: Record<string, unknown>) =>
-  h.request({ method: 'PUT', url: `/organizations/${orgId}/users/${userId}`, headers, payload });
+const { setMember } = memberFixtures(() => h);
 
 async function orgWithAdmin() {
   const owner = await signUpWithOrganization(h);

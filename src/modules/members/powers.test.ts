@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bearer, createHarness, type Harness, joinByInvitation, json, signUp, signUpWithOrganization } from '../../../test/harness.js';
+import { bearer, createHarness, type Harness, json, signUp } from '../../../test/harness.js';
+import { memberFixtures } from '../../../test/member-fixtures.js';
 
 /**
  * A key never holds more than its creator (docs/accounts.md, Powers), written as the attacks a security review found: a member
@@ -18,19 +19,13 @@ afterAll(async () => {
 type Headers = Record<string, string>;
 const makeKey = (headers: Headers, orgId: string, scopes: string[]) =>
   h.request({ method: 'POST', url: `/organizations/${orgId}/api-keys`, headers, payload: { name: 'mine', scopes } });
-const setMember = (headers: Headers, orgId: string, userId: string, payload: Record<string, unknown>) =>
-  h.request({ method: 'PUT', url: `/organizations/${orgId}/users/${userId}`, headers, payload });
 const removeMember = (headers: Headers, orgId: string, userId: string) =>
   h.request({ method: 'DELETE', url: `/organizations/${orgId}/users/${userId}`, headers });
 const readAudit = (headers: Headers, orgId: string) => h.request({ method: 'GET', url: `/organizations/${orgId}/audit-logs`, headers });
 const keyOf = (res: { json(): unknown }) => (res.json() as { data: { key: string; id: string } }).data;
 const codeOf = (res: { json(): unknown }) => (res.json() as { error: { code: string } }).error.code;
 
-async function orgWith(role: 'admin' | 'member') {
-  const owner = await signUpWithOrganization(h);
-  const user = await joinByInvitation(h, bearer(owner.accessToken), owner.organizationId, role);
-  return { owner, ob: bearer(owner.accessToken), user, ub: bearer(user.accessToken), orgId: owner.organizationId };
-}
+const { setMember, orgWith } = memberFixtures(() => h);
 
 async function revokedEvents(orgId: string): Promise<string[]> {
   const rows = await h.deps.db.query<{ data: { api_key_id: string } }>(
