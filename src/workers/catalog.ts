@@ -5,7 +5,7 @@ import { METER_QUEUE } from '../modules/billing/meter-events.js';
 import { pruneStripeEvents, STRIPE_EVENTS_QUEUE } from '../modules/billing/stripe-events.js';
 import { askDueAutoTopUps, backfillRollupsStep, deleteExpiredUsage, ensureUsagePartitions, expireAiHolds, expireReservations, pruneAiHolds, pruneEachBudgetWindows, pruneInvocations } from '../modules/credits/index.js';
 import { EVENTS_QUEUE } from '../modules/events/outbox.js';
-import { lapseDomainClaims } from '../modules/templates/custom-domains.js';
+import { lapseDomainClaims, releaseUnentitledDomains } from '../modules/templates/custom-domains.js';
 import { PROVISION_QUEUE } from '../modules/templates/provision.js';
 import { DELIVERY_QUEUE } from '../modules/webhooks/organization.js';
 import { type JobQueue, runJobs } from './jobs.js';
@@ -129,6 +129,14 @@ export const WORKERS: WorkerDefinition[] = [
     batchSize: 100,
     intervalMs: 60_000,
     run: (deps) => lapseDomainClaims(deps, 100),
+  },
+  {
+    // Verified custom domains of organizations that lost the custom_domain flag are released (docs/templates.md, Custom domains).
+    name: 'custom-domain-entitlement',
+    table: 'template_deployments',
+    batchSize: 100,
+    intervalMs: 60_000,
+    run: (deps) => releaseUnentitledDomains(deps, 100),
   },
 ];
 

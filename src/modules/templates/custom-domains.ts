@@ -1,7 +1,9 @@
 import { type Ctx, type Deps, systemCtx } from '../../context.js';
+import { pgArray } from '../../db/arrays.js';
 import type { Queryable } from '../../db/client.js';
 import { AppError } from '../../errors.js';
 import { limitAttempt } from '../../lib/rate-limiter.js';
+import { TIER_TABLE, TIERS } from '../../lib/tiers.js';
 import { writeAudit } from '../audit/service.js';
 import { authorize } from '../organizations/rbac.js';
 import { assertCustomDomainAllowed, auditTransition, getScoped, type TemplateDeploymentRow } from './deployments.js';
@@ -140,6 +142,52 @@ export async function lapseDomainClaims(deps: Deps, batch: number): Promise<numb
         resourceId: row.id,
         metadata: { custom_domain: row.released, reason: 'not_verified_within_7_days' },
       });
+    }
+    return rows.length;
+  });
+}
+
+/** The tiers whose flags include custom domains (the tier table, docs/entitlements.md). */
+const DOMAIN_TIERS = TIERS.filter((t) => TIER_TABLE[t].flags.custom_domain);
+
+/**
+ * The custom-domain-entitlement worker (src/workers/catalog.ts): a verified domain of an organization
+ * whose primary deployment no longer has the `custom_domain` flag (a lower tier, the operator's
+ * override, a suspension) is released, as a claim another deployment verified is, and an active
+ * deployment is provisioned again without it (docs/templates.md, Custom domains). The flag is read as
+ * `effectiveFlags` reads it: an override that is a boolean, else the tier's.
+ */
+export async function releaseUnentitledDomains(deps: Deps, batch: number): Promise<number> {
+  const ctx = systemCtx(deps);
+  const now = deps.clock.now();
+  return deps.db.transaction(async (tx) => {
+    const rows = await tx.query<TemplateDeploymentRow & { released: string }>(
+      `WITH due AS (
+         SELECT td.id, td.custom_domain AS released FROM template_deployments td
+         WHERE td.custom_domain_status = 'verified'
+           AND NOT EXISTS (
+             SELECT 1 FROM deployments p
+             WHERE p.organization_id = td.organization_id AND p.is_primary AND p.status = 'active'
+               AND CASE WHEN jsonb_typeof(p.flag_overrides -> 'custom_domain') = 'boolean'
+                        THEN (p.flag_overrides ->> 'custom_domain')::boolean
+                        ELSE p.tier = ANY($1::text[]) END)
+         ORDER BY td.id LIMIT $2 FOR UPDATE OF td SKIP LOCKED
+       )
+       UPDATE template_deployments d SET custom_domain = NULL, custom_domain_status = 'lapsed', custom_domain_challenge = NULL,
+         custom_domain_claimed_at = NULL, custom_domain_verified_at = NULL, updated_at = $3
+       FROM due WHERE d.id = due.id RETURNING d.*, due.released`,
+      [pgArray(DOMAIN_TIERS), batch, now],
+      'templates_release_unentitled_domains',
+    );
+    for (const row of rows) {
+      await writeAudit(tx, ctx, {
+        organizationId: row.organization_id,
+        action: 'custom_domain_released',
+        resourceType: 'template_deployment',
+        resourceId: row.id,
+        metadata: { custom_domain: row.released, reason: 'feature_not_available' },
+      });
+      await reprovisionIfActive(tx, ctx, row.id, 'custom_domain_released');
     }
     return rows.length;
   });

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { bearer, createHarness, createKeyOverHttp, createPassesHarness, type Harness, json, signUpWithOrganization } from '../../../test/harness.js';
+import { bearer, createHarness, createKeyOverHttp, createPassesHarness, type Harness, json, setTierOverHttp, signUpWithOrganization } from '../../../test/harness.js';
 import { type DnsStandIn, startDnsStandIn } from '../../../test/dns-stand-in.js';
 import { type ProvisionerStandIn, startProvisioner } from '../../../test/provisioner-stand-in.js';
 import { expectEnvelopeError, templateFixtures } from '../../../test/template-fixtures.js';
@@ -267,5 +267,54 @@ describe('custom domains and the provisioner', () => {
     expect(await read(o, d.id)).toMatchObject({ status: 'active' });
     expect(provisioner.requestsFor(d.id).map((r) => r.body.data.deployment.custom_domain)).toEqual([null, domain]);
     expect(await transitions(d.id)).toEqual(['pending>deploying', 'deploying>active', 'active>deploying', 'deploying>active']);
+  });
+
+  it('a verified domain of an organization that lost the custom_domain flag (override off, a tier without it, suspended) is released and provisioned away; one that keeps it stays', async () => {
+    const release = WORKERS.find((w) => w.name === 'custom-domain-entitlement')!;
+    const operator = (deploymentId: string, path: string, payload: Record<string, unknown>) =>
+      h.request({ method: 'PUT', url: `/api/v1/admin/deployments/${deploymentId}${path}`, headers: { 'x-admin-key': h.config.adminApiKey }, payload });
+    /** An organization whose template deployment is active and serves its verified domain, by the flag override or by its tier. */
+    const serving = async (by: 'override' | 'tier') => {
+      const { o, template } = await setUp(external);
+      if (by === 'override') await f.enableCustomDomain(o.deploymentId);
+      else await setTierOverHttp(h, o.deploymentId, 'launch');
+      const domain = `${randomBytes(6).toString('hex')}.example.com`;
+      const d = await f.createDeployment(o.accessToken, o.organizationId, template.id, { custom_domain: domain });
+      dns.set(d.custom_domain_challenge!.name, { txt: [[d.custom_domain_challenge!.value]] });
+      expect((await f.verifyDomain(o.headers, o.organizationId, d.id)).statusCode).toBe(200);
+      await pass(h);
+      expect(await read(o, d.id)).toMatchObject({ status: 'active', custom_domain: domain, custom_domain_status: 'verified' });
+      expect(provisioner.requestsFor(d.id).at(-1)!.body.data.deployment.custom_domain).toBe(domain);
+      return { o, d, domain };
+    };
+    const cases = [
+      { lost: 'flag override off', by: 'override' as const, lose: (id: string) => operator(id, '/flags', { custom_domain: false }) },
+      { lost: 'a tier without it', by: 'tier' as const, lose: (id: string) => operator(id, '', { tier: 'trial' }) },
+      { lost: 'suspended', by: 'override' as const, lose: (id: string) => operator(id, '', { status: 'suspended' }) },
+    ];
+    const kept = await serving('tier');
+    for (const c of cases) {
+      const { o, d, domain } = await serving(c.by);
+      h.clock.advance(1000);
+      // Still entitled: nothing is released.
+      await release.run(h.deps);
+      expect(await read(o, d.id), c.lost).toMatchObject({ status: 'active', custom_domain: domain, custom_domain_status: 'verified' });
+
+      expect((await c.lose(o.deploymentId)).statusCode, c.lost).toBe(200);
+      await release.run(h.deps);
+      const after = await h.deps.db.query<{ status: string; custom_domain: string | null; custom_domain_status: string }>(
+        'SELECT status, custom_domain, custom_domain_status FROM template_deployments WHERE id = $1',
+        [d.id],
+      );
+      expect(after, c.lost).toEqual([{ status: 'deploying', custom_domain: null, custom_domain_status: 'lapsed' }]);
+      const audit = (await f.auditRows(d.id)).find((r) => r.action === 'custom_domain_released');
+      expect(audit, c.lost).toMatchObject({ actor: 'system', organization_id: o.organizationId, metadata: { custom_domain: domain, reason: 'feature_not_available' } });
+      h.clock.advance(1000);
+      await pass(h);
+      // The provisioner is told: the deployment is provisioned again without the domain.
+      expect(provisioner.requestsFor(d.id).at(-1)!.body.data.deployment.custom_domain, c.lost).toBeNull();
+      expect((await transitions(d.id)).slice(-2), c.lost).toEqual(['active>deploying', 'deploying>active']);
+    }
+    expect(await read(kept.o, kept.d.id)).toMatchObject({ status: 'active', custom_domain: kept.domain, custom_domain_status: 'verified' });
   });
 });
