@@ -251,6 +251,18 @@ describe('only the platform refunds (docs/decisions.md, Refund auth: a tenant re
       t.deploymentId,
     ]);
     expect(audit).toEqual([{ actor: 'operator' }]);
+    // The audit log says the operator moved credits back, once (the replay moved nothing).
+    const rows = await h.deps.db.query<{ actor: string; organization_id: string; metadata: Record<string, unknown> }>(
+      "SELECT actor, organization_id, metadata FROM audit_logs WHERE resource_type = 'usage' AND resource_id = $1 AND action = 'refund'",
+      [usageId],
+    );
+    expect(rows).toEqual([
+      {
+        actor: 'operator',
+        organization_id: t.organizationId,
+        metadata: { deployment_id: t.deploymentId, amount: 3, forfeited: 2, reason: 'goodwill', refund_id: json(first).refund_id },
+      },
+    ]);
     expect((await operatorRefund(usageId, { reason: 'x' }, { 'x-admin-key': 'wrong' })).statusCode).toBe(401);
     await expectLedgerConsistent(t);
   });

@@ -3,6 +3,7 @@ import { type Ctx, actorLabel } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { isUuid } from '../../lib/ids.js';
+import { writeAudit } from '../audit/service.js';
 import { giveBack } from './budgets.js';
 import { appendLedger } from './ledger.js';
 import { payOwed } from './owed.js';
@@ -170,6 +171,15 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
       );
       refundId = rows[0]!.id;
     }
+    // A refund moves credits: audited in its organization with who made it (operator, service or
+    // system), as every operator call is (docs/operator.md); a replay moves nothing and writes none.
+    await writeAudit(tx, ctx, {
+      organizationId: usage.organization_id,
+      action: 'refund',
+      resourceType: 'usage',
+      resourceId: usage.id,
+      metadata: { deployment_id: usage.deployment_id, amount, forfeited, reason: input.reason, refund_id: refundId },
+    });
     if (usage.invocation_id && total === usage.quantity) {
       await tx.query(
         `UPDATE invocations SET status = 'refunded', updated_at = $3 WHERE deployment_id = $1 AND invocation_id = $2 AND status = 'recorded'`,
