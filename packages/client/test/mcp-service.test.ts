@@ -7,7 +7,8 @@ import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import type { CallToolResult, JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as z from 'zod';
-import { createTenant, type Tenant } from '../../../test/harness.js';
+import { budgetFixtures } from '../../../test/budget-fixtures.js';
+import { createTenant, signUpAsMember, type Tenant } from '../../../test/harness.js';
 import { type LiveService, type Relay, startLiveService, startRelay } from './support.js';
 
 let live: LiveService;
@@ -78,6 +79,8 @@ async function usageRows(tenant: Tenant) {
   );
 }
 
+const budgets = budgetFixtures(() => live.h);
+
 const denial = (result: unknown) => (result as CallToolResult)._meta?.['io.creditgate/denial'] as { reason: string } | undefined;
 
 describe('withMetering in service mode (service key, user from authInfo)', () => {
@@ -124,6 +127,29 @@ describe('withMetering in service mode (service key, user from authInfo)', () =>
     expect(denial(await c.client.callTool({ name: 'search', arguments: { q: 'x' } }))).toMatchObject({ reason: 'sandbox_tier' });
     expect(await usageRows(sandbox)).toEqual([]);
     await c.close();
+  });
+
+  it('an end-user budget stops one heavy end user before the tool runs (the hold names the user); another end user still runs', async () => {
+    const tenant = await createTenant(live.h, { tier: 'launch' });
+    const other = await signUpAsMember(live.h, tenant.organizationId, 'member');
+    // Each end user of the organization: 2 credits a day (search costs 1).
+    await budgets.addBudget({ organizationId: tenant.organizationId, scope: 'end_user', endUserId: '*', limitCredits: 2, window: 'day' });
+    let runs = 0;
+    toolHook = () => runs++;
+    try {
+      const c = await connect({ userId: tenant.userId });
+      const answers = [];
+      for (let i = 0; i < 4; i++) answers.push(await c.client.callTool({ name: 'search', arguments: { q: `q${i}` } }));
+      expect(runs).toBe(2);
+      expect(answers.map((a) => denial(a)?.reason ?? 'ran')).toEqual(['ran', 'ran', 'budget_exceeded', 'budget_exceeded']);
+      c.transport.authInfo = asUser(other.userId);
+      expect((await c.client.callTool({ name: 'search', arguments: { q: 'theirs' } })).isError).toBeFalsy();
+      expect(runs).toBe(3);
+      expect((await usageRows(tenant)).map((r) => r.mcp_user_id)).toEqual([tenant.userId, tenant.userId, other.userId]);
+      await c.close();
+    } finally {
+      toolHook = undefined;
+    }
   });
 
   it("one user's idempotency key cannot replay another user's paid call", async () => {

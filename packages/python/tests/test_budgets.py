@@ -7,7 +7,7 @@ import unittest
 import uuid
 from typing import Any, Callable
 
-from _support import BASE_URL, StandIn, admin, balance, create_tenant, deployment, json_reply, live, stdio, Sleeps, Tenant
+from _support import BASE_URL, StandIn, admin, balance, create_tenant, deployment, json_reply, live, service, stdio, Sleeps, Tenant
 
 from creditgate import KEEP, BudgetRefusal, Client, CreditgateError, MeteringDenied, budget_refusal, metered
 
@@ -142,6 +142,24 @@ class BudgetRefusalTest(unittest.TestCase):
         self.assertEqual(c.stdio.check_entitlement("search", end_user_id="alice")["reason"], "budget_exceeded")
         self.assertTrue(c.stdio.check_entitlement("search", end_user_id="bob")["allowed"])
         self.assertEqual(c.stdio.check_entitlement("search", end_user_id="alice")["reason"], "budget_exceeded")
+
+    def test_metered_in_service_mode_names_the_end_user_so_end_user_budgets_stop_one_before_it_runs(self) -> None:
+        t = managing()
+        stdio(t).budgets.create(t.organization_id, scope="end_user", end_user_id="*", limit_credits=2, window="day")
+        runs: list[str] = []
+
+        @metered(service(), user_id=lambda args: args.get("user"))
+        def search(user: str, q: str) -> str:
+            runs.append(f"{user}:{q}")
+            return q
+
+        search(t.user_id, "a")
+        search(t.user_id, "b")
+        with self.assertRaises(MeteringDenied) as caught:
+            search(t.user_id, "c")
+        self.assertEqual(caught.exception.reason, "budget_exceeded")
+        self.assertEqual(runs, [f"{t.user_id}:a", f"{t.user_id}:b"])
+        self.assertEqual((balance(t)["monthly_used"], balance(t)["reserved"]), (2, 0))
 
     def test_metered_raises_a_budget_denial_naming_the_budget(self) -> None:
         t = managing()

@@ -260,7 +260,10 @@ export class Meter {
   private check(toolName: string, invocationId: string, target: Target) {
     const reservation = this.reserve ? { reserve: true, invocation_id: invocationId } : {};
     if (this.mode === 'service') {
-      return this.client.service.checkEntitlement({ deployment_id: target.deploymentId!, tool_name: toolName, ...reservation });
+      // The user is the call's end user: the check (and its hold, whose windows the record inherits) is
+      // counted by end-user budgets as the record's mcp_user_id is (docs/budgets.md).
+      const endUser = target.userId !== undefined && target.userId !== '*' && target.userId.length <= 200 ? { end_user_id: target.userId } : {};
+      return this.client.service.checkEntitlement({ deployment_id: target.deploymentId!, tool_name: toolName, ...endUser, ...reservation });
     }
     return this.client.stdio.checkEntitlement({ tool_name: toolName, ...reservation });
   }

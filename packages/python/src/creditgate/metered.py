@@ -300,6 +300,10 @@ class MeteredCall:
     def _send_check(self) -> Union[StdioCheckResult, ServiceCheckResult]:
         reservation: dict[str, Any] = {"reserve": True, "invocation_id": self.invocation_id} if self._reserve else {}
         if self.mode == "service":
+            # The user is the call's end user: the check (and its hold, whose windows the record
+            # inherits) is counted by end-user budgets as the record's mcp_user_id is (docs/budgets.md).
+            if self.user_id and self.user_id != "*" and len(self.user_id) <= 200:
+                reservation["end_user_id"] = self.user_id
             return self.client.service.check_entitlement(cast(str, self.deployment_id), self.tool_name, **reservation)
         return self.client.stdio.check_entitlement(self.tool_name, **reservation)
 
