@@ -25,7 +25,7 @@ export interface Connected {
   client: Client;
   meter: Meter;
   events: MeteringEvent[];
-  runs: { search: number; broken: number; refusing: number };
+  runs: { search: number; broken: number; refusing: number; report: number };
   close(): Promise<void>;
 }
 
@@ -43,13 +43,22 @@ export async function connect(live: LiveService, tenant: Tenant, options: { base
     logger: { warn: () => {}, error: () => {} },
     onEvent: (event) => events.push(event),
   });
-  const runs = { search: 0, broken: 0, refusing: 0 };
+  const runs = { search: 0, broken: 0, refusing: 0, report: 0 };
   server.registerTool('search', { description: 'Search', inputSchema: { q: z.string() } }, async ({ q }) => {
     runs.search++;
     hooks.tool?.();
     await hooks.gate;
     return { content: [{ type: 'text', text: `results for ${q}` }] };
   });
+  // Arguments a schema turns into objects that are not plain: a Date, and (when sent) a Set.
+  server.registerTool(
+    'report',
+    { description: 'Report of a day', inputSchema: { day: z.coerce.date(), tags: z.array(z.string()).optional().transform((t) => (t ? new Set(t) : undefined)) } },
+    async ({ day }) => {
+      runs.report++;
+      return { content: [{ type: 'text', text: `report of ${day.toISOString().slice(0, 10)}` }] };
+    },
+  );
   server.registerTool('broken', { description: 'Always throws' }, async () => {
     runs.broken++;
     throw new Error('upstream exploded');

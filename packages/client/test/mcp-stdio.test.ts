@@ -109,6 +109,24 @@ describe('withMetering in stdio mode (organization API key)', () => {
     await c.close();
   });
 
+  it('an idempotency key cannot buy a call whose parsed arguments are not plain objects (a Date, a Set) with other values', async () => {
+    const tenant = await createTenant(live.h, { tier: 'launch' });
+    const c = await connect(live, tenant);
+    const key = { 'io.creditgate/idempotency-key': 'report-1' };
+    const report = (args: Record<string, unknown>) => c.client.callTool({ name: 'report', arguments: args, _meta: key });
+    expect(text(await report({ day: '2026-01-01' }))).toBe('report of 2026-01-01');
+    expect(text(await report({ day: '2026-02-01' }))).toBe('report of 2026-02-01');
+    // The same day again is a retry of a paid call: it deducts nothing more.
+    expect(text(await report({ day: '2026-01-01' }))).toBe('report of 2026-01-01');
+    expect(await balanceOf(live, tenant)).toMatchObject({ used: 2, reserved: 0 });
+    // A Set has no JSON form to name the call by: each call is a new one, charged.
+    await report({ day: '2026-03-01', tags: ['a'] });
+    await report({ day: '2026-03-01', tags: ['b'] });
+    expect(c.runs.report).toBe(5);
+    expect(await balanceOf(live, tenant)).toMatchObject({ used: 4, reserved: 0 });
+    await c.close();
+  });
+
   it('a call cancelled by the client while the tool runs is released, not recorded', async () => {
     const tenant = await createTenant(live.h, { tier: 'launch' });
     const server = new McpServer({ name: 'cancel-server', version: '1.0.0' });
