@@ -3,7 +3,7 @@
  * MCP client over the in-memory transport, against a live creditgate; plus readings of what the
  * service recorded.
  */
-import { type Meter, type MeteringEvent, withMetering } from '@creditgate/client/mcp';
+import { type Meter, type MeteringEvent, type MeteringOptions, withMetering } from '@creditgate/client/mcp';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
@@ -30,7 +30,11 @@ export interface Connected {
 }
 
 /** A real McpServer with metered tools, connected to a real MCP client over the in-memory transport. */
-export async function connect(live: LiveService, tenant: Tenant, options: { baseUrl?: string; outbox?: string | false; onOutage?: 'fail_closed' | 'fail_open' } = {}): Promise<Connected> {
+export async function connect(
+  live: LiveService,
+  tenant: Tenant,
+  options: { baseUrl?: string; outbox?: string | false; onOutage?: 'fail_closed' | 'fail_open'; metadata?: MeteringOptions['metadata'] } = {},
+): Promise<Connected> {
   const server = new McpServer({ name: 'test-server', version: '1.0.0' });
   const events: MeteringEvent[] = [];
   const meter = withMetering(server, {
@@ -42,6 +46,7 @@ export async function connect(live: LiveService, tenant: Tenant, options: { base
     outboxIntervalMs: 60_000,
     logger: { warn: () => {}, error: () => {} },
     onEvent: (event) => events.push(event),
+    ...(options.metadata ? { metadata: options.metadata } : {}),
   });
   const runs = { search: 0, broken: 0, refusing: 0, report: 0 };
   server.registerTool('search', { description: 'Search', inputSchema: { q: z.string() } }, async ({ q }) => {

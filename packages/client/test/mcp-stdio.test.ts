@@ -127,6 +127,20 @@ describe('withMetering in stdio mode (organization API key)', () => {
     await c.close();
   });
 
+  it('metadata the service would refuse (over 16 KiB, or not an object) is dropped, and the call is still charged', async () => {
+    const tenant = await createTenant(live.h, { tier: 'launch' });
+    // A server that keeps each call's arguments with its usage; a caller sends a 20 KiB argument.
+    const c = await connect(live, tenant, { metadata: ({ args }) => (args as { q: string }).q === 'list' ? (['not', 'an', 'object'] as never) : { args } });
+    expect(text(await c.client.callTool({ name: 'search', arguments: { q: 'x'.repeat(20 * 1024) } }))).toContain('results for');
+    expect(text(await c.client.callTool({ name: 'search', arguments: { q: 'list' } }))).toBe('results for list');
+    expect(text(await c.client.callTool({ name: 'search', arguments: { q: 'small' } }))).toBe('results for small');
+    expect(c.events.map((e) => e.type)).not.toContain('record_failed');
+    expect(await balanceOf(live, tenant)).toMatchObject({ used: 3, reserved: 0 });
+    const kept = await live.h.deps.db.query<{ metadata: unknown }>('SELECT metadata FROM usage_records WHERE deployment_id = $1', [tenant.deploymentId]);
+    expect(kept.map((r) => JSON.stringify(r.metadata)).sort()).toEqual(['null', 'null', JSON.stringify({ args: { q: 'small' } })]);
+    await c.close();
+  });
+
   it('a call cancelled by the client while the tool runs is released, not recorded', async () => {
     const tenant = await createTenant(live.h, { tier: 'launch' });
     const server = new McpServer({ name: 'cancel-server', version: '1.0.0' });

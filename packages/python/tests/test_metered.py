@@ -9,7 +9,7 @@ import socket
 import unittest
 from typing import Any
 
-from _support import BASE_URL, create_tenant, live, map_tool, service, stdio
+from _support import BASE_URL, balance, create_tenant, live, map_tool, service, stdio
 
 from creditgate import Client, MeteringDenied, metered
 
@@ -195,6 +195,17 @@ class ContextManagerTest(unittest.TestCase):
             with metered(c, "search") as failed:
                 raise RuntimeError("no")
         self.assertEqual(c.get_invocation(failed.invocation_id)["status"], "released")
+
+    def test_metadata_the_service_would_refuse_is_dropped_and_the_call_still_charged(self) -> None:
+        t = create_tenant("launch")
+        c = stdio(t)
+        for metadata in ({"args": "x" * (20 * 1024)}, ["not", "an", "object"]):
+            with metered(c, "search") as call:
+                call.metadata = metadata  # type: ignore[assignment]
+            assert call.usage is not None
+            self.assertTrue(call.usage["success"])
+            self.assertEqual(c.get_invocation(call.invocation_id)["status"], "recorded")
+        self.assertEqual(balance(t)["monthly_used"], 2)
 
     def test_the_same_key_and_arguments_give_the_same_id(self) -> None:
         c = stdio(create_tenant("launch"))

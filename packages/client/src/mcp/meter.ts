@@ -11,8 +11,9 @@ import { PriceList } from './pricing.js';
 import { type FlushReport, OutboxReplayer } from './replay.js';
 import { denialInfo, META_USAGE, type MeteringRefusal, refusalResult } from './results.js';
 
+/** The service's bound on a usage record's metadata, serialized (docs/metering.md). */
+const METADATA_LIMIT_BYTES = 16 * 1024;
 export const SESSION_TTL_MS = 5 * 60_000;
-
 
 interface Target {
   deploymentId?: string;
@@ -282,8 +283,15 @@ export class Meter {
     let metadata: Record<string, unknown> | undefined;
     try {
       metadata = this.options.metadata?.({ toolName, args, extra });
+      // The service refuses metadata over 16 KiB serialized (docs/metering.md): a record refused for it
+      // would give the tool's result away uncharged, so such metadata is dropped, not sent.
+      if (metadata !== undefined && new TextEncoder().encode(JSON.stringify(metadata)).length > METADATA_LIMIT_BYTES) {
+        this.logger.warn(`the metadata of "${toolName}" is over 16 KiB serialized; recording it without metadata`);
+        metadata = undefined;
+      }
     } catch (err) {
       this.logger.warn(`the metadata option threw (${(err as Error).message}); recording "${toolName}" without metadata`);
+      metadata = undefined;
     }
     const common = { tool_name: toolName, invocation_id: invocationId, ...(metadata ? { metadata } : {}) };
     if (this.mode === 'service') return { ...(target.deploymentId ? { deployment_id: target.deploymentId } : {}), mcp_user_id: target.userId ?? null, ...common };
@@ -305,9 +313,16 @@ export class Meter {
   }
 
   private async record(toolName: string, invocationId: string, target: Target, args: unknown, extra: ToolExtra): Promise<RecordResult | undefined> {
-    const body = this.usageBody(toolName, invocationId, target, args, extra);
+    let body = this.usageBody(toolName, invocationId, target, args, extra);
     try {
-      const result = await this.send(this.mode, body);
+      const result = await this.send(this.mode, body).catch((err: unknown) => {
+        // Metadata the service refused (400) must not cost the charge: the record goes again without it.
+        if (!(isCreditgateError(err) && err.status === 400 && body.metadata !== undefined)) throw err;
+        this.logger.warn(`the service refused the metadata of "${toolName}" (${err.message}); recording it without metadata`);
+        const { metadata: _refused, ...rest } = body;
+        body = rest;
+        return this.send(this.mode, body);
+      });
       this.emit({ type: 'recorded', tool: toolName, invocationId, result });
       if (!result.success) this.logger.warn(`usage of "${toolName}" was not charged: ${result.error ?? 'unknown reason'}`);
       this.replayer?.kick();

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import json
 import logging
 import threading
 import time
@@ -32,6 +33,8 @@ OnOutage = Literal["fail_closed", "fail_open"]
 # A value, or a function of the call's arguments by name (context objects included).
 FromArgs = Union[str, None, Callable[[Mapping[str, Any]], Optional[str]]]
 MetadataFromArgs = Union[Mapping[str, Any], None, Callable[[Mapping[str, Any]], Optional[Mapping[str, Any]]]]
+
+_METADATA_LIMIT_BYTES = 16 * 1024  # the service's bound on a usage record's metadata, serialized
 
 log = logging.getLogger("creditgate")
 
@@ -307,19 +310,39 @@ class MeteredCall:
             return self.client.service.check_entitlement(cast(str, self.deployment_id), self.tool_name, **reservation)
         return self.client.stdio.check_entitlement(self.tool_name, **reservation)
 
-    def _record(self) -> Optional[RecordResult]:
-        try:
-            if self.mode == "service":
+    def _send_record(self, metadata: Optional[Mapping[str, Any]]) -> RecordResult:
+        if self.mode == "service":
+            if not self.deployment_id:
+                # fail_open ran the tool while even the user's deployment was unknown: resolve it now.
+                self.deployment_id = self.client.service.resolve_deployment(cast(str, self.user_id))["deployment_id"]
                 if not self.deployment_id:
-                    # fail_open ran the tool while even the user's deployment was unknown: resolve it now.
-                    self.deployment_id = self.client.service.resolve_deployment(cast(str, self.user_id))["deployment_id"]
-                    if not self.deployment_id:
-                        raise CreditgateError("NO_DEPLOYMENT", f'user {self.user_id} has no deployment to record "{self.tool_name}" against')
-                result = self.client.service.record_usage(
-                    self.deployment_id, self.tool_name, mcp_user_id=self.user_id, invocation_id=self.invocation_id, metadata=self.metadata
-                )
-            else:
-                result = self.client.stdio.record_usage(self.tool_name, invocation_id=self.invocation_id, metadata=self.metadata)
+                    raise CreditgateError("NO_DEPLOYMENT", f'user {self.user_id} has no deployment to record "{self.tool_name}" against')
+            return self.client.service.record_usage(
+                self.deployment_id, self.tool_name, mcp_user_id=self.user_id, invocation_id=self.invocation_id, metadata=metadata
+            )
+        return self.client.stdio.record_usage(self.tool_name, invocation_id=self.invocation_id, metadata=metadata)
+
+    def _record(self) -> Optional[RecordResult]:
+        metadata = self.metadata
+        # The service refuses metadata over 16 KiB serialized (docs/metering.md): a record refused for it
+        # would give the call away uncharged, so such metadata is dropped, not sent.
+        if metadata is not None:
+            try:
+                too_big = not isinstance(metadata, Mapping) or len(json.dumps(dict(metadata), separators=(",", ":"), ensure_ascii=False).encode("utf-8")) > _METADATA_LIMIT_BYTES
+            except (TypeError, ValueError):
+                too_big = True
+            if too_big:
+                log.warning('the metadata of "%s" is not a JSON object of at most 16 KiB; recording it without metadata', self.tool_name)
+                metadata = None
+        try:
+            try:
+                result = self._send_record(metadata)
+            except CreditgateError as err:
+                # Metadata the service refused (400) must not cost the charge: the record goes again without it.
+                if err.status != 400 or metadata is None:
+                    raise
+                log.warning('the service refused the metadata of "%s" (%s); recording it without metadata', self.tool_name, err.message)
+                result = self._send_record(None)
         except Exception as err:
             self._emit("record_failed", error=err)
             log.error('usage of "%s" (%s) could not be recorded: %s', self.tool_name, self.invocation_id, err)
