@@ -15,9 +15,9 @@ export function demoPassword(): string {
 /**
  * `creditgate demo` (docs/cli.md): a demo organization on a running service, a console sign-in for
  * its owner, and the curl lines that use it. The owner signs up like anyone (POST /auth/signup, with
- * a random strong password), then the operator makes the organization for that address; where the
- * local mailbox exists (no SMTP_URL) the demo follows the verification link mailed there, so the
- * owner is verified like the owners the operator creates.
+ * a random strong password) and, where the local mailbox exists (no SMTP_URL), follows the
+ * verification link mailed there; then the operator makes the organization for that address. The
+ * operator makes a verified account its owner (an unverified one only with EMAIL_VERIFICATION=off).
  */
 export async function demo(api: AdminApi): Promise<void> {
   const { url } = api;
@@ -25,6 +25,8 @@ export async function demo(api: AdminApi): Promise<void> {
   const email = `demo-${suffix}@example.com`;
   const password = demoPassword();
   await request(url, 'POST', '/auth/signup', {}, { email, password, full_name: 'Demo User' });
+  // The operator makes an account owner only once it has proven its address (docs/accounts.md).
+  const verified = await verifyFromMailbox(api, email);
   const org = (await api.send('POST', '/api/v1/admin/organizations', {
     name: 'Demo Company',
     slug: `demo-${suffix}`,
@@ -35,7 +37,6 @@ export async function demo(api: AdminApi): Promise<void> {
     name: 'demo key',
     scopes: ['read', 'write'],
   })) as { key: string };
-  const verified = await verifyFromMailbox(api, email);
   const serviceKey = readSecret('MCP_SERVICE_KEY') ?? '<MCP_SERVICE_KEY>';
   process.stdout.write(`Demo organization ready.
   user id:            ${org.owner_user_id}
@@ -47,7 +48,7 @@ export async function demo(api: AdminApi): Promise<void> {
 Console: ${url}/console/
   email:              ${email}
   password:           ${password}
-  ${verified ? 'The address is verified (its link was read from the local mailbox).' : 'The address is unverified (mail goes out by SMTP here): everything works but accepting invitations.'}
+  ${verified ? 'The address is verified (its link was read from the local mailbox).' : 'The address is unverified (mail goes out by SMTP here, and EMAIL_VERIFICATION is off): everything works.'}
   Operator view:      ${url}/console/operator   (the key is ADMIN_API_KEY)
 
 Check, then record a tool call (stdio mode, API key):

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { adminFixtures, expectInvalid, uniqueAction } from '../../../test/admin-fixtures.js';
-import { bearer, createHarness, createTenant, type Harness, json, unique } from '../../../test/harness.js';
+import { bearer, createHarness, createTenant, type Harness, json, signUpUnverified, unique, verifyEmailOf } from '../../../test/harness.js';
 import { DAY } from '../../clock.js';
 
 /**
@@ -64,6 +64,24 @@ describe('POST organizations and api-keys', () => {
     expect(body.deployment.tier).toBe('sandbox');
     expect(body.owner_user_id).toBe(t.userId);
     expect((await view(body.deployment.id)).balance).toMatchObject({ monthly_allocation: 0, available: 0 });
+  });
+
+  it('an account that never proved the address is not made owner by owner_email (409, nothing made); once verified it is', async () => {
+    // Someone signs up with the address of the customer the operator is about to onboard, and cannot verify it.
+    const squatter = await signUpUnverified(h, 'Mallory');
+    const slug = uniqueAction('onboarded');
+    const create = () => admin('POST', '/api/v1/admin/organizations', { name: 'Onboarded', slug, owner_email: squatter.email.toUpperCase() });
+    const refused = await create();
+    expect(refused.statusCode, refused.body).toBe(409);
+    expect(json<{ code: string }>(refused).code).toBe('CONFLICT');
+    expect(await h.deps.db.query('SELECT 1 FROM organizations WHERE slug = $1', [slug])).toEqual([]);
+    const mine = await h.request({ method: 'GET', url: '/api/users/me', headers: bearer(squatter.accessToken) });
+    expect(json<{ data: { organizations: unknown[] } }>(mine).data.organizations).toEqual([]);
+    // The address proven, the same call makes its account the owner.
+    await verifyEmailOf(h, squatter.userId);
+    const made = await create();
+    expect(made.statusCode, made.body).toBe(201);
+    expect(json<{ owner_user_id: string }>(made).owner_user_id).toBe(squatter.userId);
   });
 
   it('creates an API key for an organization, shown once, with the asked scopes, usable for stdio metering', async () => {

@@ -1,6 +1,6 @@
 import { changePurchased, forgetBalance, readBalance, resetUsage, viewBalance } from '../credits/index.js';
 import { type Ctx, actorLabel } from '../../context.js';
-import { NotFoundError, ValidationError } from '../../errors.js';
+import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { createApiKey } from '../api-keys/service.js';
 import { writeAudit } from '../audit/service.js';
 import {
@@ -216,7 +216,19 @@ export async function adminCreateOrganization(
 ) {
   let ownerUserId: string | undefined;
   if (input.owner_email) {
-    const existing = await ctx.db.query<{ id: string }>('SELECT id FROM users WHERE lower(email) = lower($1)', [input.owner_email]);
+    const existing = await ctx.db.query<{ id: string; email_verified_at: Date | null }>(
+      'SELECT id, email_verified_at FROM users WHERE lower(email) = lower($1)',
+      [input.owner_email],
+    );
+    // An account that never proved the address may be anyone's who typed it at sign-up: it is not made
+    // owner of what the operator provisions for that address, as it accepts no invitation to it
+    // (docs/accounts.md, Email verification).
+    if (existing[0] && !existing[0].email_verified_at && ctx.config.emailVerification === 'on') {
+      throw new AppError(
+        'CONFLICT',
+        'The account of owner_email has not verified its address: it becomes an owner once verified (POST /auth/verify-email), or leave owner_email out',
+      );
+    }
     ownerUserId = existing[0]?.id ?? (await createUser(ctx, { email: input.owner_email })).id;
   }
   const { organization, deployment, deploymentSecret } = await createOrganization(ctx, {
