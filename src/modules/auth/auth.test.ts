@@ -161,6 +161,21 @@ describe('refresh token rotation (docs/accounts.md, RFC 9700)', () => {
     expect(audit).toHaveLength(1);
   });
 
+  it('within 10 s, a rotated token whose child was used is a replay, whatever unused siblings the grace made', async () => {
+    const u = await signUp(h);
+    // Two tabs refresh the token at once: two children, one of them the grace's.
+    const [first, second] = await Promise.all([refresh(u.refreshToken), refresh(u.refreshToken)]);
+    expect([first.statusCode, second.statusCode]).toEqual([200, 200]);
+    // One tab moves on: its child is used.
+    h.clock.advance(2_000);
+    expect((await refresh(json<{ data: { refresh_token: string } }>(first).data.refresh_token)).statusCode).toBe(200);
+    // The first token presented again 3 s after its rotation: a replay, not a third tab.
+    h.clock.advance(1_000);
+    expect((await refresh(u.refreshToken)).statusCode).toBe(401);
+    const sessions = await h.deps.db.query<{ revoked_reason: string }>('SELECT revoked_reason FROM sessions WHERE user_id = $1', [u.userId]);
+    expect(sessions[0]!.revoked_reason).toBe('refresh_token_reuse');
+  });
+
   it('reusing the grandparent even within 10 s is a replay (only the immediate parent has grace)', async () => {
     const u = await signUp(h);
     const second = json<{ data: { refresh_token: string } }>(await refresh(u.refreshToken)).data.refresh_token;

@@ -160,8 +160,13 @@ export async function refresh(ctx: Ctx, token: string): Promise<TokenPair> {
         throw new UnauthorizedError('Invalid or expired refresh token');
       }
       const withinGrace = now.getTime() - row.used_at.getTime() <= REFRESH_GRACE_MS;
-      const liveChild = await tx.query('SELECT 1 FROM refresh_tokens WHERE parent_id = $1 AND used_at IS NULL', [row.id]);
-      if (!withinGrace || liveChild.length === 0) {
+      // A concurrent refresh only while none of the token's children (its rotation's, and those the
+      // grace gave concurrent refreshes) has been used: once one has, the holder moved on and this is a replay.
+      const children = await tx.query<{ live: number; used: number }>(
+        'SELECT count(*) FILTER (WHERE used_at IS NULL)::int AS live, count(*) FILTER (WHERE used_at IS NOT NULL)::int AS used FROM refresh_tokens WHERE parent_id = $1',
+        [row.id],
+      );
+      if (!withinGrace || children[0]!.live === 0 || children[0]!.used > 0) {
         await tx.query("UPDATE sessions SET revoked_at = $2, revoked_reason = 'refresh_token_reuse' WHERE id = $1", [row.session_id, now]);
         await writeAudit(tx, { ...ctx, actor: { type: 'user', userId: row.user_id } }, {
           organizationId: null,
