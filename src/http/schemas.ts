@@ -14,6 +14,12 @@ export const FlatError = Type.Object(
     ),
     upgrade_url: Type.Optional(Type.String()),
     request_id: Type.Optional(Type.String()),
+    invocation_status: Type.Optional(
+      Type.Union([Type.Literal('recorded'), Type.Literal('refunded')], {
+        description:
+          'IDEMPOTENCY_KEY_REUSED of a reservation: the invocation was recorded (a retry of a paid call) or recorded and refunded (a new run is a new call)',
+      }),
+    ),
   },
   { $id: 'FlatError', additionalProperties: true, description: 'Error body of the /api/v1 paths' },
 );

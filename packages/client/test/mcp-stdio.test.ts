@@ -141,6 +141,29 @@ describe('withMetering in stdio mode (organization API key)', () => {
     await c.close();
   });
 
+  it('a retry with the key of a call the platform refunded is a new call, charged (not a replay of the refunded one)', async () => {
+    const tenant = await createTenant(live.h, { tier: 'launch' });
+    const c = await connect(live, tenant);
+    const call = () => c.client.callTool({ name: 'search', arguments: { q: 'same' }, _meta: { 'io.creditgate/idempotency-key': 'refunded-1' } });
+    await call();
+    const [usage] = await live.h.deps.db.query<{ id: string }>('SELECT id FROM usage_records WHERE deployment_id = $1', [tenant.deploymentId]);
+    const refunded = await live.h.request({
+      method: 'POST',
+      url: `/api/v1/mcp/usage/${usage!.id}/refund`,
+      headers: { 'x-mcp-service-key': live.h.config.mcpServiceKey },
+      payload: { reason: 'bad answer' },
+    });
+    expect(refunded.statusCode, refunded.body).toBe(200);
+    expect(await balanceOf(live, tenant)).toMatchObject({ used: 0 });
+    expect(text(await call())).toBe('results for same');
+    expect(text(await call())).toBe('results for same');
+    expect(c.runs.search).toBe(3);
+    // Two runs after the refund, two charges; the refunded call stays refunded.
+    expect(await balanceOf(live, tenant)).toMatchObject({ used: 2, reserved: 0 });
+    expect((await usageRows(live, tenant)).filter((r) => r.success)).toHaveLength(3);
+    await c.close();
+  });
+
   it('a call cancelled by the client while the tool runs is released, not recorded', async () => {
     const tenant = await createTenant(live.h, { tier: 'launch' });
     const server = new McpServer({ name: 'cancel-server', version: '1.0.0' });

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import unittest
-from typing import Any
+from typing import Any, cast
 
 from _support import BASE_URL, balance, create_tenant, live, map_tool, service, stdio
 
@@ -132,6 +132,27 @@ class SyncDecoratorTest(unittest.TestCase):
         replays = [e["result"]["replayed"] for e in events if e["type"] == "recorded"]
         self.assertEqual(replays, [False, True, False])
         self.assertEqual(c.get_invocation(recorded[0])["credits_used"], 1)
+
+    def test_a_retry_with_the_key_of_a_refunded_call_is_a_new_charged_call(self) -> None:
+        t = create_tenant("launch")
+        c = stdio(t)
+        events = Events()
+        runs: list[str] = []
+
+        @metered(c, on_event=events.append)
+        def search(q: str, ctx: FakeContext) -> str:
+            runs.append(q)
+            return q
+
+        ctx = FakeContext({"io.creditgate/idempotency-key": "refunded-1"})
+        search("otters", ctx)
+        [first] = [e["result"] for e in events if e["type"] == "recorded"]
+        service().refund_usage(cast(str, first["usage_id"]), reason="bad answer")
+        self.assertEqual(balance(t)["monthly_used"], 0)
+        search("otters", ctx)
+        search("otters", ctx)
+        self.assertEqual(runs, ["otters", "otters", "otters"])
+        self.assertEqual((balance(t)["monthly_used"], balance(t)["reserved"]), (2, 0))
 
     def test_service_mode_needs_a_user_and_records_it(self) -> None:
         t = create_tenant("launch")

@@ -160,7 +160,15 @@ export async function reserveInvocation(
           return { held: true, amount: existing.reserved_amount, available: balance.available, expiresAt: existing.reservation_expires_at! };
         }
         if (fresh && (existing.status === 'recorded' || existing.status === 'refunded')) {
-          throw new AppError('IDEMPOTENCY_KEY_REUSED', `Invocation ${invocationId} was already recorded`);
+          // `invocation_status` tells a paid call (recorded: running it again is a retry the record will
+          // replay) from one whose charge was refunded (running it again is a new call to pay for).
+          throw new AppError(
+            'IDEMPOTENCY_KEY_REUSED',
+            existing.status === 'refunded'
+              ? `Invocation ${invocationId} was recorded and then refunded: a new run is a new call, with a new invocation_id`
+              : `Invocation ${invocationId} was already recorded`,
+            { invocation_status: existing.status },
+          );
         }
         if (existing.status === 'reserved') await releaseHeld(tx, existing, now);
         // Released, expired, denied, or older than the idempotency window: this is a new reservation.

@@ -404,6 +404,22 @@ describe('release', () => {
 });
 
 describe('invocation status', () => {
+  it('reserving a recorded invocation again is 422 naming it recorded; a refunded one, naming it refunded; nothing is held', async () => {
+    const t = await tenantWith(20);
+    json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced, invocation_id: 'again-recorded' }));
+    const refunded = json(await serviceUsage({ deployment_id: t.deploymentId, tool_name: advanced, invocation_id: 'again-refunded' }));
+    json(await refund(refunded.usage_id as string, { reason: 'tool crashed' }));
+    for (const [id, status] of [
+      ['again-recorded', 'recorded'],
+      ['again-refunded', 'refunded'],
+    ] as const) {
+      const res = await serviceCheck({ deployment_id: t.deploymentId, tool_name: advanced, reserve: true, invocation_id: id });
+      expect(res.statusCode, res.body).toBe(422);
+      expect(json(res)).toMatchObject({ code: 'IDEMPOTENCY_KEY_REUSED', invocation_status: status });
+    }
+    expect(await balanceOf(t.deploymentId)).toMatchObject({ reserved: 0 });
+  });
+
   it('reports reserved, recorded, released, expired and refunded, to the API key and to the service key', async () => {
     const t = await tenantWith(20);
     const expiresAt = new Date(h.clock.now().getTime() + 5 * MINUTE).toISOString();

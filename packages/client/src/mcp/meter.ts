@@ -4,12 +4,18 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { type CreditgateClient, createClient } from '../client.js';
 import { CreditgateError, isCreditgateError } from '../errors.js';
 import type { PaymentRequired, RecordResult } from '../types.js';
+import { v7 as uuidv7 } from 'uuid';
 import { defaultUserId, invocationIdFor, sha256 } from './identity.js';
 import { isOutage, type MeteringEvent, type MeteringLogger, type MeteringOptions, stderrLogger, type ToolExtra } from './options.js';
 import { FileOutbox, MemoryOutbox, type Outbox, type OutboxEntry } from './outbox.js';
 import { PriceList } from './pricing.js';
 import { type FlushReport, OutboxReplayer } from './replay.js';
 import { denialInfo, META_USAGE, type MeteringRefusal, refusalResult } from './results.js';
+
+/** A reservation's 422 for an invocation recorded and then refunded (its `invocation_status`). */
+function isRefundedInvocation(err: unknown): boolean {
+  return isCreditgateError(err) && err.code === 'IDEMPOTENCY_KEY_REUSED' && (err.body as { invocation_status?: unknown } | null)?.invocation_status === 'refunded';
+}
 
 /** The service's bound on a usage record's metadata, serialized (docs/metering.md). */
 const METADATA_LIMIT_BYTES = 16 * 1024;
@@ -170,7 +176,7 @@ export class Meter {
       if (!userId) return refuse('no_user');
       target.userId = userId;
     }
-    const invocationId = invocationIdFor(toolName, args, extra, target.userId);
+    let invocationId = invocationIdFor(toolName, args, extra, target.userId);
 
     let reserved = false;
     try {
@@ -179,7 +185,16 @@ export class Meter {
         if (!session.deploymentId) return refuse('no_deployment_found', session.tier);
         target.deploymentId = session.deploymentId;
       }
-      const check = await this.check(toolName, invocationId, target);
+      let check = await this.check(toolName, invocationId, target).catch((err: unknown) => {
+        if (!(this.reserve && isRefundedInvocation(err))) throw err;
+        return undefined;
+      });
+      if (check === undefined) {
+        // The key's call was paid and then refunded: running it again is a new call, paid as one
+        // (docs/client.md), under a new id since the refunded one is done.
+        invocationId = uuidv7();
+        check = await this.check(toolName, invocationId, target);
+      }
       if (!check.allowed) {
         if (check.reason === 'deployment_not_found' && target.userId) this.forgetSession(extra.sessionId, target.userId);
         const available = 'credits_available' in check ? (check.credits_available as number | null) : undefined;

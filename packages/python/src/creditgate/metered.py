@@ -22,7 +22,7 @@ import time
 import typing
 from typing import Any, Callable, Iterable, Literal, Mapping, Optional, TypeVar, Union, cast
 
-from ._identity import idempotency_key_from_meta, invocation_id_for
+from ._identity import idempotency_key_from_meta, invocation_id_for, uuid7
 from .client import Client
 from .errors import INVALID_RESPONSE, CreditgateError, MeteringDenied
 from .types import RecordResult, ServiceCheckResult, StdioCheckResult, ToolPrice
@@ -37,6 +37,11 @@ MetadataFromArgs = Union[Mapping[str, Any], None, Callable[[Mapping[str, Any]], 
 _METADATA_LIMIT_BYTES = 16 * 1024  # the service's bound on a usage record's metadata, serialized
 
 log = logging.getLogger("creditgate")
+
+
+def _is_refunded_invocation(err: CreditgateError) -> bool:
+    """A reservation's 422 for an invocation recorded and then refunded (its `invocation_status`)."""
+    return err.code == "IDEMPOTENCY_KEY_REUSED" and isinstance(err.body, Mapping) and err.body.get("invocation_status") == "refunded"
 
 
 # Where a tool error result of a refusal keeps what the model and the client may read (docs/client.md,
@@ -271,7 +276,15 @@ class MeteredCall:
                 if not resolved["deployment_id"]:
                     raise self._deny("no_deployment_found", resolved.get("tier"))
                 self.deployment_id = resolved["deployment_id"]
-            check = self._send_check()
+            try:
+                check = self._send_check()
+            except CreditgateError as err:
+                if not (self._reserve and _is_refunded_invocation(err)):
+                    raise
+                # The key's call was paid and then refunded: running it again is a new call, paid as one
+                # (docs/client.md), under a new id since the refunded one is done.
+                self.invocation_id = uuid7()
+                check = self._send_check()
             self.check = check
             if not check["allowed"]:
                 if check.get("reason") == "deployment_not_found" and self.user_id:
