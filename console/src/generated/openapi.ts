@@ -3500,6 +3500,8 @@ export interface components {
                 field: string;
                 message: string;
             }[];
+            /** @description IDEMPOTENCY_KEY_REUSED of a reservation: the invocation was recorded (a retry of a paid call) or recorded and refunded (a new run is a new call) */
+            invocation_status?: "recorded" | "refunded";
             /** @description What went wrong, for a person */
             message: string;
             request_id?: string;
