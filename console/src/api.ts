@@ -60,11 +60,11 @@ export function restoreSession(): Promise<SessionAnswer | null> {
   return refreshing;
 }
 
+/** Ends the session by its cookie (sent by the browser), with the access token too when one is held: an expired one changes nothing. */
 export async function signOut(): Promise<void> {
   try {
-    if (accessToken) {
-      await fetch('/console/session', { method: 'DELETE', credentials: 'same-origin', headers: { ...CONSOLE_HEADERS, authorization: `Bearer ${accessToken}` } });
-    }
+    const headers: Record<string, string> = { ...CONSOLE_HEADERS, ...(accessToken ? { authorization: `Bearer ${accessToken}` } : {}) };
+    await fetch('/console/session', { method: 'DELETE', credentials: 'same-origin', headers });
   } finally {
     accessToken = null;
     for (const listener of signedOutListeners) listener();

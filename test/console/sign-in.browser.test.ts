@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ConsoleService, createOrganizationInBrowser, PASSWORD, signUpInBrowser, startConsoleService, browserTimeouts } from './browser.js';
+import { signUpWithOrganization } from '../harness.js';
+import { type ConsoleService, createOrganizationInBrowser, PASSWORD, signInInBrowser, signUpInBrowser, startConsoleService, browserTimeouts } from './browser.js';
 
 browserTimeouts();
 
@@ -68,6 +69,23 @@ describe('console sign-in (docs/console.md "Tokens")', () => {
     const after = (await context.cookies()).find((c) => c.name === 'cg_console_refresh')?.value;
     expect(after).toBeDefined();
     expect(after).not.toBe(before); // rotated, as every refresh rotates
+  });
+
+  it('"Sign out" after the tab sat idle past the access token ends the session: no cookie left, a reload shows the sign-in', async () => {
+    const { context, page } = await s.newPage();
+    const owner = await signUpWithOrganization(s.h);
+    await signInInBrowser(page, owner);
+    await page.getByRole('navigation', { name: 'Organization' }).waitFor();
+    await page.waitForLoadState('networkidle');
+    // 16 minutes by the service's clock: the access token in the page's memory has expired.
+    s.h.clock.advance(16 * 60_000);
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByRole('heading', { name: 'Sign in to creditgate' }).waitFor();
+    expect((await context.cookies()).find((c) => c.name === 'cg_console_refresh')).toBeUndefined();
+    // Whoever sits down next and reloads gets the sign-in, not the previous user's console.
+    await page.reload();
+    await page.getByRole('heading', { name: 'Sign in to creditgate' }).waitFor();
+    expect(await page.getByRole('navigation', { name: 'Organization' }).count()).toBe(0);
   });
 
   it('shows the sign-in error the API gives for a wrong password', async () => {

@@ -197,6 +197,21 @@ export async function logout(ctx: Ctx, sessionId: string): Promise<void> {
   });
 }
 
+/**
+ * Ends the session a refresh token belongs to, whichever of its tokens it is (the console's cookie may
+ * hold one already rotated): sign-out by the cookie alone, once the access token has expired. False
+ * when no session has this token.
+ */
+export async function logoutByRefreshToken(ctx: Ctx, token: string): Promise<boolean> {
+  const rows = await ctx.db.query<{ session_id: string; user_id: string }>(
+    'SELECT t.session_id, s.user_id FROM refresh_tokens t JOIN sessions s ON s.id = t.session_id WHERE t.token_hash = $1',
+    [sha256Hex(token)],
+  );
+  if (!rows[0]) return false;
+  await logout({ ...ctx, actor: { type: 'user', userId: rows[0].user_id } }, rows[0].session_id);
+  return true;
+}
+
 /** An access token's user, if its session is still live (one query per request). */
 export async function authenticateAccessToken(ctx: Pick<Ctx, 'db' | 'clock' | 'config'>, token: string): Promise<{ userId: string; sessionId: string }> {
   const claims = await verifyAccessToken(ctx.config.jwtSecret, token, ctx.clock.now());

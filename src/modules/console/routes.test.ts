@@ -138,6 +138,45 @@ describe('console session endpoints', () => {
     expect((await app.inject({ method: 'POST', url: '/console/session/refresh', headers: { ...CONSOLE, ...cookieHeader(cookie.value) } })).statusCode).toBe(401);
   });
 
+  it('sign-out after the access token expired (a tab left idle) still ends the session by the cookie, and clears it', async () => {
+    const u = await signUp(h);
+    const res = await app.inject({ method: 'POST', url: '/console/session', headers: CONSOLE, payload: { email: u.email, password: u.password } });
+    const access = res.json().data.access_token as string;
+    const cookie = sessionCookie(res)!;
+    h.clock.advance(16 * 60 * SECOND);
+    // What the console sends: the expired access token, and the cookie the browser adds.
+    const out = await app.inject({ method: 'DELETE', url: '/console/session', headers: { ...CONSOLE, authorization: `Bearer ${access}`, ...cookieHeader(cookie.value) } });
+    expect(out.statusCode, out.body).toBe(200);
+    expect(sessionCookie(out)?.value).toBe('');
+    // The next page load is not signed in again.
+    expect((await app.inject({ method: 'POST', url: '/console/session/refresh', headers: { ...CONSOLE, ...cookieHeader(cookie.value) } })).statusCode).toBe(401);
+    // The console's session ended (the one sign-up made is another, still open).
+    const sessions = await h.deps.db.query<{ revoked_reason: string | null }>('SELECT revoked_reason FROM sessions WHERE user_id = $1', [u.userId]);
+    expect(sessions.map((r) => r.revoked_reason).sort()).toEqual(['logout', null]);
+    // With neither a cookie nor a valid token there is nothing to end: still 200, the cookie cleared.
+    const none = await app.inject({ method: 'DELETE', url: '/console/session', headers: CONSOLE });
+    expect(none.statusCode, none.body).toBe(200);
+    expect(sessionCookie(none)?.value).toBe('');
+  });
+
+  it('a session cookie planted beside the console\'s (two cookies) signs no one in, and is cleared', async () => {
+    const victim = await signUp(h);
+    const planter = await signUp(h);
+    const signIn = async (u: { email: string; password: string }) =>
+      sessionCookie(await app.inject({ method: 'POST', url: '/console/session', headers: CONSOLE, payload: { email: u.email, password: u.password } }))!.value;
+    const victimCookie = await signIn(victim);
+    const planted = await signIn(planter);
+    // A cookie of a narrower path is sent first: the planter's, then the victim's own.
+    const both = { cookie: `${SESSION_COOKIE}=${planted}; ${SESSION_COOKIE}=${victimCookie}` };
+    const res = await app.inject({ method: 'POST', url: '/console/session/refresh', headers: { ...CONSOLE, ...both } });
+    expect(res.statusCode, res.body).toBe(401);
+    expect(sessionCookie(res)?.value).toBe('');
+    // Neither token was spent: the victim's own cookie alone still works.
+    const own = await app.inject({ method: 'POST', url: '/console/session/refresh', headers: { ...CONSOLE, ...cookieHeader(victimCookie) } });
+    expect(own.statusCode, own.body).toBe(200);
+    expect(own.json().data.user.id).toBe(victim.userId);
+  });
+
   it('refuses a request from another site: without the console header (400), or with a foreign Origin (403), and sets no cookie', async () => {
     const u = await signUp(h);
     const payload = { email: u.email, password: u.password };

@@ -8,11 +8,11 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Type } from 'typebox';
 import { AppError, UnauthorizedError } from '../../errors.js';
-import { ctxOf, userOf } from '../../http/auth.js';
+import { ctxOf } from '../../http/auth.js';
 import { Envelope, envelopeErrors, ok } from '../../http/envelope.js';
 import { Profile } from '../auth/routes.js';
-import { login, logout, refresh, signup, type TokenPair } from '../auth/service.js';
-import { clearSessionCookie, isSameOrigin, SESSION_COOKIE, SESSION_PATH, setSessionCookie } from './session.js';
+import { authenticateAccessToken, login, logout, logoutByRefreshToken, refresh, signup, type TokenPair } from '../auth/service.js';
+import { clearSessionCookie, isSameOrigin, SESSION_COOKIE, SESSION_PATH, sessionCookies, setSessionCookie } from './session.js';
 
 /** Where `npm run build` puts the console (vite, console/vite.config.ts): dist/console beside dist/app.js. */
 export const CONSOLE_DIR = fileURLToPath(new URL('../../../dist/console/', import.meta.url));
@@ -142,7 +142,13 @@ async function sessionRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      const token = request.cookies[SESSION_COOKIE];
+      const cookies = sessionCookies(request);
+      if (cookies.length > 1) {
+        // Two session cookies: one was planted beside the console's. Neither is trusted.
+        clearSessionCookie(reply, request, config);
+        throw new UnauthorizedError('More than one console session cookie was sent: sign in again');
+      }
+      const token = cookies[0];
       if (!token || token.length > 200) throw new UnauthorizedError('No console session: sign in');
       try {
         return ok(answer(request, reply, await refresh(ctxOf(request), token)), 'Refreshed');
@@ -157,19 +163,27 @@ async function sessionRoutes(fastify: FastifyInstance): Promise<void> {
   app.delete(
     `${SESSION_PATH}`,
     {
-      config: { auth: 'user' },
+      // Public like refresh: a tab idle past the access token's 15 minutes still signs out, by the cookie.
+      config: { auth: 'public' },
       schema: {
         tags,
-        security: bearer,
+        security: [...cookieAuth, ...bearer],
         operationId: 'consoleSignOut',
-        summary: 'Sign out of the console: ends the session (as POST /auth/logout) and clears the cookie',
+        summary:
+          'Sign out of the console: ends the session of the cookie (and of the access token, when one is sent and still valid), as POST /auth/logout, and clears the cookie; always 200',
         headers: consoleHeader,
-        response: { 200: Envelope(Type.Null()), ...envelopeErrors(401, 403) },
+        response: { 200: Envelope(Type.Null()), ...envelopeErrors(403) },
       },
     },
     async (request, reply) => {
-      const { ctx, sessionId } = userOf(request);
-      await logout(ctx, sessionId);
+      const ctx = ctxOf(request);
+      // Every session cookie sent (a planted one beside the console's ends too: its holder planted it).
+      for (const token of sessionCookies(request)) if (token.length <= 200) await logoutByRefreshToken(ctx, token);
+      const bearerToken = /^Bearer (.+)$/i.exec(request.headers.authorization ?? '')?.[1];
+      if (bearerToken) {
+        const claims = await authenticateAccessToken(ctx, bearerToken).catch(() => null);
+        if (claims) await logout({ ...ctx, actor: { type: 'user', userId: claims.userId } }, claims.sessionId);
+      }
       clearSessionCookie(reply, request, config);
       return ok(null, 'Signed out');
     },

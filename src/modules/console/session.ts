@@ -28,6 +28,23 @@ export function setSessionCookie(reply: FastifyReply, request: FastifyRequest, c
   });
 }
 
+/**
+ * Every value of the session cookie the request carries. A browser sends two when a cookie of the same
+ * name was planted beside the console's (from a sibling subdomain, with a narrower path, sent first);
+ * a cookie parser keeps one of them, and reading the first would sign the victim's console into the
+ * planter's account. So the session endpoints read them all and refuse more than one.
+ */
+export function sessionCookies(request: FastifyRequest): string[] {
+  const header = request.headers.cookie;
+  if (!header) return [];
+  const values: string[] = [];
+  for (const part of header.split(';')) {
+    const eq = part.indexOf('=');
+    if (eq !== -1 && part.slice(0, eq).trim() === SESSION_COOKIE) values.push(part.slice(eq + 1).trim());
+  }
+  return values;
+}
+
 export function clearSessionCookie(reply: FastifyReply, request: FastifyRequest, config: Pick<Config, 'publicBaseUrl'>): void {
   reply.clearCookie(SESSION_COOKIE, { httpOnly: true, secure: cookieIsSecure(request, config), sameSite: 'strict', path: SESSION_PATH });
 }
