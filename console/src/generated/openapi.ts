@@ -1139,7 +1139,7 @@ export interface paths {
         put?: never;
         /** Sign in to the console: the refresh token goes into an HttpOnly cookie, the access token into the answer */
         post: operations["consoleSignIn"];
-        /** Sign out of the console: ends the session (as POST /auth/logout) and clears the cookie */
+        /** Sign out of the console: ends the session of the cookie (and of the access token, when one is sent and still valid), as POST /auth/logout, and clears the cookie; always 200 */
         delete: operations["consoleSignOut"];
         options?: never;
         head?: never;
@@ -12358,15 +12358,6 @@ export interface operations {
                         /** @enum {boolean} */
                         success: true;
                     };
-                };
-            };
-            /** @description UNAUTHORIZED */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["EnvelopeError"];
                 };
             };
             /** @description FORBIDDEN or FEATURE_NOT_AVAILABLE */
