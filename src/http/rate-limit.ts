@@ -48,18 +48,17 @@ function planWindow(subject: string, plan: Plan): WindowSpec[] {
 /** An organization key without a deployment has no tier: it gets the smallest tier's minute limit. */
 const NO_DEPLOYMENT_LIMIT = TIER_TABLE.sandbox.apiRateLimit!;
 
-async function termsOf(deps: Deps, deploymentId: string): Promise<DeploymentTerms | null> {
-  const cached = deps.caches.terms.get(deploymentId);
-  if (cached !== undefined) return cached;
-  const rows = await deps.db.query<DeploymentTerms>(
-    `SELECT tier, billing_anchor, override_monthly_credits, override_api_rate_limit, override_ai_tokens_limit, override_expires_at
-     FROM deployments WHERE id = $1`,
-    [deploymentId],
-    'rate_limit_terms',
-  );
-  const terms = rows[0] ?? null;
-  deps.caches.terms.set(deploymentId, terms);
-  return terms;
+/** A deployment's terms, cached; a read that raced a tier or override change is answered but not kept (TtlCache.load). */
+function termsOf(deps: Deps, deploymentId: string): Promise<DeploymentTerms | null> {
+  return deps.caches.terms.load(deploymentId, async () => {
+    const rows = await deps.db.query<DeploymentTerms>(
+      `SELECT tier, billing_anchor, override_monthly_credits, override_api_rate_limit, override_ai_tokens_limit, override_expires_at
+       FROM deployments WHERE id = $1`,
+      [deploymentId],
+      'rate_limit_terms',
+    );
+    return rows[0] ?? null;
+  });
 }
 
 const rank = (plan: Plan) => PLANS.indexOf(plan);

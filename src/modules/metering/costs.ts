@@ -20,12 +20,9 @@ async function loadCostTable(deps: Deps): Promise<CostTable> {
   };
 }
 
-export async function costTable(deps: Deps): Promise<CostTable> {
-  const cached = deps.caches.costs.get('all');
-  if (cached) return cached;
-  const table = await loadCostTable(deps);
-  deps.caches.costs.set('all', table);
-  return table;
+/** The cost table, cached; a read that raced an operator's change is answered but not kept (TtlCache.load). */
+export function costTable(deps: Deps): Promise<CostTable> {
+  return deps.caches.costs.load('all', () => loadCostTable(deps));
 }
 
 export interface ToolCost {

@@ -17,9 +17,13 @@ const NONE: ResolvedDeployment = {
  * earliest membership that has one. Answers are cached 5 minutes per user_id and dropped on every
  * instance when membership, tier, suspension or primary deployment change.
  */
-export async function resolveDeployment(deps: Deps, userId: string): Promise<ResolvedDeployment> {
-  const cached = deps.caches.resolve.get(userId);
-  if (cached) return cached;
+export function resolveDeployment(deps: Deps, userId: string): Promise<ResolvedDeployment> {
+  // Through TtlCache.load: an answer read while a membership, tier or suspension change committed is
+  // given once but not kept, so the next call reads the change (docs/metering.md, Caches).
+  return deps.caches.resolve.load(userId, () => readResolution(deps, userId));
+}
+
+async function readResolution(deps: Deps, userId: string): Promise<ResolvedDeployment> {
   const rows = await deps.db.query<{ deployment_id: string; organization_id: string; tier: string; flag_overrides: unknown }>(
     `SELECT d.id AS deployment_id, d.organization_id, d.tier, d.flag_overrides
      FROM users u
@@ -42,7 +46,6 @@ export async function resolveDeployment(deps: Deps, userId: string): Promise<Res
         error: null,
       }
     : NONE;
-  deps.caches.resolve.set(userId, answer);
   return answer;
 }
 
