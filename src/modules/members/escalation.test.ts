@@ -64,6 +64,37 @@ describe('role changes stay at or below the caller', () => {
   });
 });
 
+describe('a demotion takes the higher role’s grants back; deleting stays an owner’s', () => {
+  it('a co-owner who granted themself permissions, demoted to viewer, keeps none of them and cannot delete the organization', async () => {
+    const { owner, ob, orgId } = await orgWith('viewer');
+    const coOwner = await joinByInvitation(h, ob, orgId, 'owner');
+    const cb = bearer(coOwner.accessToken);
+    // While an owner, the grants look like no-ops: an owner holds everything.
+    const self = await setMember(cb, orgId, coOwner.userId, { permissions: { 'organization.delete': true, 'members.update': true, 'billing.manage': true } });
+    expect(self.statusCode, self.body).toBe(200);
+    expect((await setMember(ob, orgId, coOwner.userId, { role: 'viewer' })).statusCode).toBe(200);
+    const grants = await h.deps.db.query('SELECT 1 FROM user_permissions WHERE organization_id = $1 AND user_id = $2 AND granted', [orgId, coOwner.userId]);
+    expect(grants).toEqual([]);
+    const del = await h.request({ method: 'DELETE', url: `/organizations/${orgId}`, headers: cb });
+    expect(del.statusCode, del.body).toBe(403);
+    // A grant made in the same request as the demotion is what the demoter asked for, and stays.
+    const again = await joinByInvitation(h, ob, orgId, 'admin');
+    expect((await setMember(ob, orgId, again.userId, { role: 'member', permissions: { 'templates.manage': true } })).statusCode).toBe(200);
+    expect(await h.deps.db.query('SELECT 1 FROM user_permissions WHERE organization_id = $1 AND user_id = $2 AND granted', [orgId, again.userId])).toHaveLength(1);
+    expect(await roleOf(orgId, owner.userId)).toBe('owner');
+  });
+
+  it('an admin an owner granted organization.delete still cannot delete it: deleting is an owner’s, by role', async () => {
+    const { ob, user, ub, orgId } = await orgWith('admin');
+    expect((await setMember(ob, orgId, user.userId, { permissions: { 'organization.delete': true } })).statusCode).toBe(200);
+    const del = await h.request({ method: 'DELETE', url: `/organizations/${orgId}`, headers: ub });
+    expect(del.statusCode, del.body).toBe(403);
+    const [org] = await h.deps.db.query<{ deleted_at: Date | null }>('SELECT deleted_at FROM organizations WHERE id = $1', [orgId]);
+    expect(org!.deleted_at).toBeNull();
+    expect((await h.request({ method: 'DELETE', url: `/organizations/${orgId}`, headers: ob })).statusCode).toBe(200);
+  });
+});
+
 describe('a key never holds more than its creator', () => {
   it('a member or viewer granted api_keys.manage: a write key cannot rotate the deployment secret or rename the organization', async () => {
     for (const role of ['member', 'viewer'] as const) {

@@ -182,6 +182,12 @@ export async function updateMember(ctx: Ctx, organizationId: string, userId: str
       if (resultingRole === 'owner') {
         await tx.query('DELETE FROM user_permissions WHERE organization_id = $1 AND user_id = $2 AND granted = false', [organizationId, userId]);
       }
+      // A demotion takes back what the higher role could grant: extra grants held until now go (ones
+      // given in this same request are applied below), or an owner who granted themself a permission
+      // would keep it as a viewer (docs/accounts.md, Roles and permissions).
+      if (RANK[resultingRole] < RANK[target.role]) {
+        await tx.query('DELETE FROM user_permissions WHERE organization_id = $1 AND user_id = $2 AND granted = true', [organizationId, userId]);
+      }
     }
     if (input.permissions) {
       // An API key grants what an admin could (a key is nobody's owner), and of that only what its

@@ -254,7 +254,10 @@ export async function updateOrganization(ctx: Ctx, id: string, input: Organizati
  * keys and deployment secrets are looked up through the organization's deleted_at.
  */
 export async function deleteOrganization(ctx: Ctx, id: string): Promise<void> {
-  await authorize(ctx, id, 'organization.delete');
+  const caller = await authorize(ctx, id, 'organization.delete');
+  // Owner-only by role, not by a grant (docs/accounts.md, Organizations): an override of
+  // organization.delete does not make a non-owner able to end every credential of the organization.
+  if (caller.role !== 'owner') throw new AppError('FORBIDDEN', 'Only an owner can delete the organization');
   await ctx.db.transaction(async (tx) => {
     const rows = await tx.query('UPDATE organizations SET deleted_at = $2, updated_at = $2 WHERE id = $1 AND deleted_at IS NULL RETURNING id', [
       id,
