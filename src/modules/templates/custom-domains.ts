@@ -152,8 +152,8 @@ const DOMAIN_TIERS = TIERS.filter((t) => TIER_TABLE[t].flags.custom_domain);
 
 /**
  * The custom-domain-entitlement worker (src/workers/catalog.ts): a verified domain of an organization
- * whose primary deployment no longer has the `custom_domain` flag (a lower tier, the operator's
- * override, a suspension) is released, as a claim another deployment verified is, and an active
+ * deleted, or whose primary deployment no longer has the `custom_domain` flag (a lower tier, the
+ * operator's override, a suspension), is released, as a claim another deployment verified is, and an active
  * deployment is provisioned again without it (docs/templates.md, Custom domains). The flag is read as
  * `effectiveFlags` reads it: an override that is a boolean, else the tier's.
  */
@@ -166,7 +166,7 @@ export async function releaseUnentitledDomains(deps: Deps, batch: number): Promi
          SELECT td.id, td.custom_domain AS released FROM template_deployments td
          WHERE td.custom_domain_status = 'verified'
            AND NOT EXISTS (
-             SELECT 1 FROM deployments p
+             SELECT 1 FROM deployments p JOIN organizations o ON o.id = p.organization_id AND o.deleted_at IS NULL
              WHERE p.organization_id = td.organization_id AND p.is_primary AND p.status = 'active'
                AND CASE WHEN jsonb_typeof(p.flag_overrides -> 'custom_domain') = 'boolean'
                         THEN (p.flag_overrides ->> 'custom_domain')::boolean

@@ -317,4 +317,27 @@ describe('custom domains and the provisioner', () => {
     }
     expect(await read(kept.o, kept.d.id)).toMatchObject({ status: 'active', custom_domain: kept.domain, custom_domain_status: 'verified' });
   });
+
+  it('a deleted organization’s verified domain is released: another organization may claim and verify it', async () => {
+    const release = WORKERS.find((w) => w.name === 'custom-domain-entitlement')!;
+    const { o: gone, template } = await setUp(external);
+    await f.enableCustomDomain(gone.deploymentId);
+    const domain = `${randomBytes(6).toString('hex')}.example.com`;
+    const d = await f.createDeployment(gone.accessToken, gone.organizationId, template.id, { custom_domain: domain });
+    dns.set(d.custom_domain_challenge!.name, { txt: [[d.custom_domain_challenge!.value]] });
+    expect((await f.verifyDomain(gone.headers, gone.organizationId, d.id)).statusCode).toBe(200);
+    expect((await h.request({ method: 'DELETE', url: `/organizations/${gone.organizationId}`, headers: bearer(gone.accessToken) })).statusCode).toBe(200);
+    await release.run(h.deps);
+    const [row] = await h.deps.db.query<{ custom_domain: string | null; custom_domain_status: string }>(
+      'SELECT custom_domain, custom_domain_status FROM template_deployments WHERE id = $1',
+      [d.id],
+    );
+    expect(row).toEqual({ custom_domain: null, custom_domain_status: 'lapsed' });
+    const { o: next } = await setUp(external);
+    await f.enableCustomDomain(next.deploymentId);
+    const claim = await f.createDeployment(next.accessToken, next.organizationId, template.id, { custom_domain: domain });
+    dns.set(claim.custom_domain_challenge!.name, { txt: [[claim.custom_domain_challenge!.value]] });
+    const verified = await f.verifyDomain(next.headers, next.organizationId, claim.id);
+    expect(json<{ data: { verified: boolean } }>(verified).data.verified).toBe(true);
+  });
 });
