@@ -69,6 +69,43 @@ describe('webhooks of a member who lost the power to manage them', () => {
     expect(await f.deliveriesOf(theirs)).toEqual([]);
   });
 
+  it('a removal that commits while the admin creates a webhook leaves them none: refused, or taken back with the removal', async () => {
+    const o = await f.owner();
+    const admin = await signUpAsMember(h, o.organizationId, 'admin');
+    const db = h.deps.db;
+    const original = db.transaction.bind(db);
+    let removal: { statusCode: number } | undefined;
+    // The owner's removal of the admin commits after the admin's request was authorized, before its transaction.
+    db.transaction = (async (fn: Parameters<typeof original>[0], options?: Parameters<typeof original>[1]) => {
+      db.transaction = original;
+      removal = await h.request({ method: 'DELETE', url: `/organizations/${o.organizationId}/users/${admin.userId}`, headers: bearer(o.accessToken) });
+      return original(fn, options);
+    }) as typeof db.transaction;
+    let created: { statusCode: number; body: string };
+    try {
+      created = await h.request({ method: 'POST', url: hooksUrl(o.organizationId), headers: bearer(admin.accessToken), payload: { url: `${rx.url}/late`, events: ['api_key.created'] } });
+    } finally {
+      db.transaction = original;
+    }
+    expect(removal?.statusCode).toBe(200);
+    expect(created.statusCode, created.body).toBe(403);
+    expect(await h.deps.db.query('SELECT 1 FROM webhooks WHERE organization_id = $1 AND is_active', [o.organizationId])).toEqual([]);
+  });
+
+  it('a webhook made through an admin’s API key is theirs: their removal turns it off too', async () => {
+    const o = await f.owner();
+    const admin = await signUpAsMember(h, o.organizationId, 'admin');
+    const key = await createKeyOverHttp(h, bearer(admin.accessToken), o.organizationId, { name: 'admin-key', scopes: ['read', 'write', 'admin'] });
+    const res = await h.request({ method: 'POST', url: hooksUrl(o.organizationId), headers: bearer(key.key), payload: { url: `${rx.url}/by-key`, events: ['api_key.created'] } });
+    expect(res.statusCode, res.body).toBe(201);
+    const id = (res.json() as { data: { id: string } }).data.id;
+    const [row] = await h.deps.db.query<{ created_by: string | null }>('SELECT created_by FROM webhooks WHERE id = $1', [id]);
+    expect(row!.created_by).toBe(admin.userId);
+    const removed = await h.request({ method: 'DELETE', url: `/organizations/${o.organizationId}/users/${admin.userId}`, headers: bearer(o.accessToken) });
+    expect(removed.statusCode, removed.body).toBe(200);
+    expect(await webhookRow(id)).toMatchObject({ is_active: false });
+  });
+
   it('an admin demoted to member, or denied webhooks.manage, has their webhooks turned off too', async () => {
     const o = await f.owner();
     for (const change of [{ role: 'member' }, { permissions: { 'webhooks.manage': false } }]) {

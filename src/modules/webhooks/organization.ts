@@ -7,7 +7,8 @@ import { decryptSecret, encryptSecret } from '../../lib/crypto-box.js';
 import { enqueueMail, renderMail } from '../../lib/mailer.js';
 import { writeAudit } from '../audit/service.js';
 import { isUuid } from '../../lib/ids.js';
-import { authorize } from '../organizations/rbac.js';
+import { heldBy } from '../organizations/powers.js';
+import { type Authorization, authorize } from '../organizations/rbac.js';
 import { type AttemptOutcome, forwardableHeaders } from './deliver.js';
 import { signatureHeaders } from './signing.js';
 import { checkTargetUrl } from './ssrf.js';
@@ -169,6 +170,22 @@ async function getWebhook(ctx: Ctx, organizationId: string, webhookId: string): 
   return rows[0];
 }
 
+/** The member a call acts for: the signed-in user, or the maker of the API key used (null: the operator's key). */
+function actingMember(auth: Authorization): string | null {
+  return auth.userId ?? auth.keyCreator?.userId ?? null;
+}
+
+/**
+ * Inside the change's transaction, the member's membership locked FOR SHARE (as key creation locks it):
+ * a removal or demotion that committed after `authorize` is seen here, or waits for this commit and then
+ * takes the webhook back (takeBackExcess), so no webhook is left with a member who lost the power.
+ */
+async function stillManages(tx: Queryable, organizationId: string, member: string | null): Promise<void> {
+  if (member === null) return;
+  const held = await heldBy(tx, organizationId, member, true);
+  if (!held.permissions.has('webhooks.manage')) throw new AppError('FORBIDDEN', 'You no longer manage webhooks in this organization');
+}
+
 export async function createWebhook(
   ctx: Ctx,
   input: { organizationId: string; url: string; events: string[]; secret?: string | undefined; isActive?: boolean | undefined },
@@ -178,11 +195,15 @@ export async function createWebhook(
   checkEvents(input.events);
   const secret = input.secret ?? `whsec_${randomBytes(32).toString('base64')}`;
   const now = ctx.clock.now();
+  // The member it acts for: the signed-in user, or the maker of the API key used. A webhook is theirs,
+  // so it goes when their power to manage webhooks does (docs/accounts.md, Powers).
+  const member = actingMember(auth);
   const row = await ctx.db.transaction(async (tx) => {
+    await stillManages(tx, input.organizationId, member);
     const rows = await tx.query<WebhookRow>(
       `INSERT INTO webhooks (organization_id, url, secret_encrypted, events, is_active, created_by, created_at, updated_at)
        VALUES ($1, $2, $3, $4, $5, $6, $7, $7) RETURNING *`,
-      [input.organizationId, input.url, encryptSecret(ctx.config.encryptionKey, secret), [...new Set(input.events)], input.isActive ?? true, auth.userId, now],
+      [input.organizationId, input.url, encryptSecret(ctx.config.encryptionKey, secret), [...new Set(input.events)], input.isActive ?? true, member, now],
     );
     const created = rows[0]!;
     await writeAudit(tx, ctx, {
@@ -212,12 +233,13 @@ export async function updateWebhook(
   ctx: Ctx,
   input: { organizationId: string; webhookId: string; url?: string | undefined; events?: string[] | undefined; isActive?: boolean | undefined },
 ): Promise<WebhookView> {
-  await authorize(ctx, input.organizationId, 'webhooks.manage');
+  const auth = await authorize(ctx, input.organizationId, 'webhooks.manage');
   if (input.url !== undefined) checkTargetUrl(input.url, ctx.config.webhookAllowPrivateNetworks);
   if (input.events !== undefined) checkEvents(input.events);
   const before = await getWebhook(ctx, input.organizationId, input.webhookId);
   const now = ctx.clock.now();
   return ctx.db.transaction(async (tx) => {
+    await stillManages(tx, input.organizationId, actingMember(auth));
     const enable = input.isActive === true && !before.is_active;
     const rows = await tx.query<WebhookRow>(
       `UPDATE webhooks SET url = $3, events = $4, is_active = $5, updated_at = $6,
