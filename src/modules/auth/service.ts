@@ -200,11 +200,11 @@ export async function logout(ctx: Ctx, sessionId: string): Promise<void> {
 /**
  * Ends the session a refresh token belongs to, whichever of its tokens it is (the console's cookie may
  * hold one already rotated): sign-out by the cookie alone, once the access token has expired. False
- * when no session has this token.
+ * when no live session has this token (an ended one is not ended, nor audited, again).
  */
 export async function logoutByRefreshToken(ctx: Ctx, token: string): Promise<boolean> {
   const rows = await ctx.db.query<{ session_id: string; user_id: string }>(
-    'SELECT t.session_id, s.user_id FROM refresh_tokens t JOIN sessions s ON s.id = t.session_id WHERE t.token_hash = $1',
+    'SELECT t.session_id, s.user_id FROM refresh_tokens t JOIN sessions s ON s.id = t.session_id AND s.revoked_at IS NULL WHERE t.token_hash = $1',
     [sha256Hex(token)],
   );
   if (!rows[0]) return false;
