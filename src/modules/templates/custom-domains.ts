@@ -87,13 +87,27 @@ async function releaseOtherClaims(tx: Queryable, ctx: Ctx, winner: TemplateDeplo
      WHERE custom_domain = $1 AND id <> $2 AND custom_domain_status = 'pending_verification' RETURNING *`,
     [winner.custom_domain, winner.id, now],
   );
+  await afterRelease(tx, system, released, () => winner.custom_domain, 'verified_by_another_deployment');
+}
+
+/**
+ * Each released claim: an audit row `custom_domain_released` in its own organization (actor `system`,
+ * with the domain and why), and a new provisioning round if the deployment is active.
+ */
+async function afterRelease<R extends TemplateDeploymentRow>(
+  tx: Queryable,
+  system: Ctx,
+  released: R[],
+  domainOf: (row: R) => string | null,
+  reason: string,
+): Promise<void> {
   for (const row of released) {
     await writeAudit(tx, system, {
       organizationId: row.organization_id,
       action: 'custom_domain_released',
       resourceType: 'template_deployment',
       resourceId: row.id,
-      metadata: { custom_domain: winner.custom_domain, reason: 'verified_by_another_deployment' },
+      metadata: { custom_domain: domainOf(row), reason },
     });
     await reprovisionIfActive(tx, system, row.id, 'custom_domain_released');
   }
@@ -179,16 +193,7 @@ export async function releaseUnentitledDomains(deps: Deps, batch: number): Promi
       [pgArray(DOMAIN_TIERS), batch, now],
       'templates_release_unentitled_domains',
     );
-    for (const row of rows) {
-      await writeAudit(tx, ctx, {
-        organizationId: row.organization_id,
-        action: 'custom_domain_released',
-        resourceType: 'template_deployment',
-        resourceId: row.id,
-        metadata: { custom_domain: row.released, reason: 'feature_not_available' },
-      });
-      await reprovisionIfActive(tx, ctx, row.id, 'custom_domain_released');
-    }
+    await afterRelease(tx, ctx, rows, (row) => row.released, 'feature_not_available');
     return rows.length;
   });
 }
