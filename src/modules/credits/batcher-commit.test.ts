@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { batcherFixtures, resultOf } from '../../../test/batcher-fixtures.js';
 import { creditFixtures } from '../../../test/credit-fixtures.js';
-import { createHarness, dbKind, type Harness, unique } from '../../../test/harness.js';
+import { createPassesHarness, dbKind, type Harness, unique } from '../../../test/harness.js';
 import { ServiceUnavailableError } from '../../errors.js';
 
 /**
@@ -12,7 +12,9 @@ import { ServiceUnavailableError } from '../../errors.js';
  */
 let h: Harness;
 beforeAll(async () => {
-  h = await createHarness();
+  // A database of its own on PostgreSQL: these tests add and drop triggers on usage_records, and DDL on
+  // the run's shared database deadlocked with another file's writes to the same table in CI.
+  h = await createPassesHarness();
 });
 afterAll(async () => {
   await h.close();
