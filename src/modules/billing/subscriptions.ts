@@ -6,6 +6,7 @@ import { followSubscriptionPeriod } from '../credits/index.js';
 import { changeTier, type DeploymentRow } from '../deployments/service.js';
 import type { Plan, Tier } from '../../lib/tiers.js';
 import { emitEvent } from '../events/outbox.js';
+import { keepSubscriptionOfDeletedOrganization } from './deleted-organizations.js';
 import { type EventOutcome, organizationOfCustomer, stripeId, toDate } from './stripe-objects.js';
 
 /** Our subscription statuses (active, canceled, past_due, unpaid) from Stripe's eight (docs/billing.md, Subscriptions). */
@@ -103,7 +104,12 @@ export async function applySubscription(
   const { state, eventAt } = input;
   const now = ctx.clock.now();
   const organizationId = await organizationOfCustomer(tx, state.customer, state.organizationId);
-  if (!organizationId) return { ignored: `no organization for customer ${state.customer}` };
+  if (!organizationId) {
+    if (state.customer && (await keepSubscriptionOfDeletedOrganization(tx, state, eventAt, now))) {
+      return { ignored: `the organization of customer ${state.customer} is deleted; its subscription is canceled` };
+    }
+    return { ignored: `no organization for customer ${state.customer}` };
+  }
   // One subscription event at a time per organization, whichever instance received it.
   // NO KEY UPDATE: foreign-key checks of concurrent money writes (their events) take KEY SHARE on this row.
   await tx.query('SELECT id FROM organizations WHERE id = $1 FOR NO KEY UPDATE', [organizationId]);
