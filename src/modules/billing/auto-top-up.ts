@@ -27,7 +27,7 @@ import { retryAt } from '../../workers/jobs.js';
 import { callStripe } from './checkout.js';
 import { isTransientStripeError, requireStripe, Stripe as StripeSdk, stripeClient } from './stripe-client.js';
 import { type EventOutcome, stripeId, wholeNumber } from './stripe-objects.js';
-import { handBackEarlyDisputes } from './stripe-handlers.js';
+import { lockPayment, settleEarlyEvents } from './stripe-handlers.js';
 import { billingAvailable } from './top-up-link.js';
 
 /**
@@ -453,6 +453,7 @@ async function notStored(tx: Queryable, intent: Stripe.PaymentIntent): Promise<E
 /** `payment_intent.succeeded`: a stored top-up's credits, once; another ask when the deployment is still below the line. */
 export async function handlePaymentIntentSucceeded(tx: Queryable, ctx: Ctx, intent: Stripe.PaymentIntent): Promise<EventOutcome> {
   const now = ctx.clock.now();
+  await lockPayment(tx, intent.id);
   const result = await grantAutoTopUp(tx, {
     paymentIntentId: intent.id,
     amount: wholeNumber(intent.amount_received ?? intent.amount),
@@ -470,7 +471,7 @@ export async function handlePaymentIntentSucceeded(tx: Queryable, ctx: Ctx, inte
     return { organizationId, ignored: result.reason === 'already granted' ? 'auto top-up already granted' : `auto top-up is ${result.row!.status}` };
   }
   const row = result.row;
-  await handBackEarlyDisputes(tx, intent.id, now);
+  await settleEarlyEvents(tx, ctx, intent.id);
   const setting = await tx.query<SettingRow>('UPDATE auto_top_up_settings SET consecutive_failures = 0 WHERE organization_id = $1 RETURNING *', [row.organization_id]);
   await emitEvent(tx, { organizationId: row.organization_id, deploymentId: row.deployment_id, type: 'auto_top_up.succeeded', data: eventData(row, 0), at: now });
   if (result.stillBelow && setting[0]?.enabled) await askAutoTopUp(tx, row.organization_id, row.deployment_id, now);

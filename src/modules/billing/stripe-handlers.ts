@@ -53,6 +53,7 @@ export async function handleCheckoutSession(tx: Queryable, ctx: Ctx, session: St
     return { organizationId, ignored: 'the session names another customer than the organization’s: nothing granted', refused: true };
   }
   const paymentIntentId = stripeId(session.payment_intent);
+  if (paymentIntentId) await lockPayment(tx, paymentIntentId);
   const result = await grantPack(tx, {
     checkoutSessionId: session.id,
     paymentIntentId,
@@ -61,7 +62,7 @@ export async function handleCheckoutSession(tx: Queryable, ctx: Ctx, session: St
     now: ctx.clock.now(),
   });
   if (result.granted) {
-    if (paymentIntentId) await handBackEarlyDisputes(tx, paymentIntentId, ctx.clock.now());
+    if (paymentIntentId) await settleEarlyEvents(tx, ctx, paymentIntentId);
     return { organizationId };
   }
   if (result.reason === 'amount or currency differs') {
@@ -77,6 +78,7 @@ export async function handleChargeRefunded(tx: Queryable, ctx: Ctx, charge: Stri
   const amount = wholeNumber(charge.amount);
   const amountRefunded = wholeNumber(charge.amount_refunded);
   if (amount === null || amountRefunded === null || amount < 0 || amountRefunded < 0) return { ignored: 'charge without whole amounts' };
+  await lockPayment(tx, paymentIntent);
   const result = await takeBackRefund(tx, { paymentIntentId: paymentIntent, amount, amountRefunded, now: ctx.clock.now() });
   if (!result.found) {
     // A pack's charge (its payment intent carries our metadata) refunded before the grant was handled:
@@ -97,6 +99,7 @@ export async function handleDispute(tx: Queryable, ctx: Ctx, type: string, dispu
   const paymentIntent = stripeId(dispute.payment_intent);
   if (!paymentIntent || typeof dispute.id !== 'string') return { ignored: 'dispute without a payment intent' };
   const now = ctx.clock.now();
+  await lockPayment(tx, paymentIntent);
   if (type === 'charge.dispute.funds_withdrawn') {
     const amount = wholeNumber(dispute.amount);
     if (amount === null || amount < 0) return { ignored: 'dispute without a whole amount' };
@@ -114,18 +117,44 @@ export async function handleDispute(tx: Queryable, ctx: Ctx, type: string, dispu
 const NO_GRANTED_PURCHASE = 'no granted credit pack or auto top-up has this payment (yet)';
 
 /**
- * A purchase was just granted: the dispute events of its payment that came before the grant (Stripe
- * does not keep events in order, and a `checkout.session.completed` can wait days for an endpoint that
- * was down) are pending again, so the worker settles them now (docs/billing.md, "Disputes"). Ignored
- * for good, the pack would keep the credits of funds the dispute took.
+ * A payment's grant, its refunds and its disputes are handled one at a time, by whichever instance
+ * (docs/billing.md, "Disputes"): each takes this lock before reading the purchase. Without it a
+ * dispute could read "not granted" while the grant was being committed, and be ignored for good.
  */
-export async function handBackEarlyDisputes(tx: Queryable, paymentIntentId: string, now: Date): Promise<void> {
-  await tx.query(
-    `UPDATE stripe_events SET status = 'pending', next_attempt_at = $2, processed_at = NULL, last_error = NULL
+export async function lockPayment(tx: Queryable, paymentIntentId: string): Promise<void> {
+  await tx.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`creditgate-payment:${paymentIntentId}`]);
+}
+
+/**
+ * A purchase was just granted: the refunds and disputes of its payment that came before the grant
+ * (Stripe does not keep events in order, and a `checkout.session.completed` can wait days for an
+ * endpoint that was down) are settled now, in the grant's transaction, oldest first (docs/billing.md,
+ * "Disputes"). Left to the worker's backoff, the credits of money already refunded could be spent
+ * meanwhile; ignored for good, the pack would keep them. Events another transaction is handling are
+ * skipped: that one reads the purchase after this grant's commit (it waits for the payment's lock).
+ */
+export async function settleEarlyEvents(tx: Queryable, ctx: Ctx, paymentIntentId: string): Promise<void> {
+  const early = await tx.query<{ id: string; type: string; payload: Stripe.Event }>(
+    `SELECT id, type, payload FROM stripe_events
      WHERE (payload -> 'data' -> 'object' ->> 'payment_intent') = $1
-       AND type IN ('charge.dispute.funds_withdrawn', 'charge.dispute.funds_reinstated') AND status = 'ignored' AND last_error = $3`,
-    [paymentIntentId, now, NO_GRANTED_PURCHASE],
+       AND ((type = 'charge.refunded' AND status = 'pending')
+         OR (type IN ('charge.dispute.funds_withdrawn', 'charge.dispute.funds_reinstated')
+             AND (status = 'pending' OR (status = 'ignored' AND last_error = $2))))
+     ORDER BY created_at, id FOR UPDATE SKIP LOCKED`,
+    [paymentIntentId, NO_GRANTED_PURCHASE],
   );
+  for (const event of early) {
+    const object = event.payload.data.object;
+    const outcome =
+      event.type === 'charge.refunded'
+        ? await handleChargeRefunded(tx, ctx, object as Stripe.Charge)
+        : await handleDispute(tx, ctx, event.type, object as Stripe.Dispute);
+    await tx.query(
+      `UPDATE stripe_events SET status = $2, processed_at = $3, organization_id = $4, last_error = $5, attempts = attempts + 1,
+         next_attempt_at = NULL WHERE id = $1`,
+      [event.id, outcome.ignored ? 'ignored' : 'processed', ctx.clock.now(), outcome.organizationId ?? null, outcome.ignored ?? null],
+    );
+  }
 }
 
 const INVOICE_RANK = `CASE $1::text WHEN 'draft' THEN 0 WHEN 'open' THEN 1 ELSE 2 END`;
