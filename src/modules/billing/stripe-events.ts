@@ -175,14 +175,22 @@ async function actOn(
   tx: Queryable,
   ctx: Ctx,
   stored: StoredEvent,
-  readBack: Stripe.Subscription | null,
+  readBack: Stripe.Subscription | 'missing' | null,
   seenVersion: string | null | undefined,
 ): Promise<EventOutcome> {
   const object = stored.payload.data.object as unknown;
+  const foreign = foreignEvent(ctx, stored.payload);
+  if (foreign) return { ignored: foreign, refused: true };
   switch (stored.type) {
     case 'customer.subscription.created':
     case 'customer.subscription.updated':
     case 'customer.subscription.deleted':
+      if (readBack === 'missing') {
+        // Not this account's subscription (or gone): its event may end what we have, never grant a tier.
+        const state = subscriptionState(object as Stripe.Subscription);
+        if (state.status !== 'canceled') return { ignored: `Stripe does not know subscription ${state.id}: nothing applied`, refused: true };
+        return applySubscription(tx, ctx, { state, eventAt: stored.created_at, readBack: false, seenVersion: undefined });
+      }
       return applySubscription(tx, ctx, {
         state: subscriptionState(readBack ?? (object as Stripe.Subscription)),
         eventAt: stored.created_at,
@@ -215,11 +223,31 @@ async function actOn(
 }
 
 /**
- * Order is not trusted (docs/billing.md, Inbound events): with a secret key, the subscription is read back from the API and its
- * current state applied, whatever the event's age. A subscription Stripe no longer knows falls back to
- * the event's own object; any other failure leaves the event for the worker.
+ * An event this installation's own Stripe account did not make (docs/billing.md, Inbound events): one of
+ * a connected account (`account` set: an endpoint that also listens to Connect events shares our
+ * secret), or of the other mode than the secret key's (a live event with a test key, or the reverse).
+ * Such an event is stored and acted on in nothing: its customers, subscriptions and payments are not
+ * ours, and its metadata could name any organization.
  */
-async function readBackSubscription(deps: Deps, stored: StoredEvent): Promise<Stripe.Subscription | null> {
+function foreignEvent(ctx: Ctx, event: Stripe.Event): string | null {
+  const account = (event as { account?: unknown }).account;
+  if (account !== undefined && account !== null) return 'an event of a connected account: this installation sells on its own account only';
+  const key = ctx.config.stripeSecretKey;
+  const live = key ? /^(sk|rk)_live_/.test(key) : null;
+  const test = key ? /^(sk|rk)_test_/.test(key) : null;
+  if ((live && event.livemode !== true) || (test && event.livemode !== false)) {
+    return `a ${event.livemode ? 'live' : 'test'} mode event, and the secret key is ${live ? 'live' : 'test'} mode`;
+  }
+  return null;
+}
+
+/**
+ * Order is not trusted (docs/billing.md, Inbound events): with a secret key, the subscription is read back from the API and its
+ * current state applied, whatever the event's age. A subscription Stripe does not know is `missing`
+ * (not this account's: actOn applies only an end from such an event); any other failure leaves the
+ * event for the worker.
+ */
+async function readBackSubscription(deps: Deps, stored: StoredEvent): Promise<Stripe.Subscription | 'missing' | null> {
   if (!stored.type.startsWith('customer.subscription.')) return null;
   const stripe = stripeClient(deps);
   if (!stripe) return null;
@@ -228,7 +256,7 @@ async function readBackSubscription(deps: Deps, stored: StoredEvent): Promise<St
   try {
     return await stripe.subscriptions.retrieve(id);
   } catch (error) {
-    if ((error as { code?: string }).code === 'resource_missing') return null;
+    if ((error as { code?: string }).code === 'resource_missing') return 'missing';
     throw error;
   }
 }
