@@ -120,6 +120,9 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   const metrics = new Metrics();
   const limiter = createLimiter(config, clock, app, metrics);
   const outbound = new OutboundHttp(config.webhookAllowPrivateNetworks, config.webhookAttemptTimeoutMs);
+  // The provisioner's URL is the operator's: it may be private without opening tenants' webhooks (docs/templates.md).
+  const provisionerOutbound =
+    config.templateProvisionerAllowPrivate && !config.webhookAllowPrivateNetworks ? new OutboundHttp(true, config.webhookAttemptTimeoutMs) : outbound;
   const caches = new Caches(clock, bus, { principalTtlMs: config.principalCacheMs, balanceTtlMs: config.balanceCacheMs });
   const deductions = new DeductionBatcher(
     { db, config, caches, metrics },
@@ -133,7 +136,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
     (err, size) => app.log.warn({ err, size }, 'deduction batch failed; its requests run one by one'),
   );
   const balanceReads = new BalanceReads(db, undefined, metrics);
-  const deps: Deps = { config, db, clock, bus, caches, limiter, metrics, outbound, deductions, balanceReads, log: app.log };
+  const deps: Deps = { config, db, clock, bus, caches, limiter, metrics, outbound, provisionerOutbound, deductions, balanceReads, log: app.log };
   app.decorate('deps', deps);
   registerRequestMetrics(app);
   registerMetricsListener(app);
@@ -201,6 +204,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
     if (!options.bus) await bus.close();
     await limiter.close();
     await outbound.close();
+    if (provisionerOutbound !== outbound) await provisionerOutbound.close();
   });
   return app;
 }

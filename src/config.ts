@@ -85,6 +85,11 @@ export interface Config {
   templateProvisionerUrl: string | undefined;
   templateProvisionerSecret: string | undefined;
   /** TEMPLATE_RESERVED_SUBDOMAINS: refused as subdomains on top of the built-in list (docs/templates.md). */
+  /**
+   * TEMPLATE_PROVISIONER_ALLOW_PRIVATE: the provisioner (operator configuration, not a tenant's URL) may
+   * be on a loopback or private address; tenants' webhooks stay behind the guard (docs/templates.md).
+   */
+  templateProvisionerAllowPrivate: boolean;
   templateReservedSubdomains: string[];
   /** DNS_SERVERS: the resolvers of custom-domain verification, `ip` or `ip:port` (`[v6]:port`); empty = the system's. */
   dnsServers: string[];
@@ -499,6 +504,7 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     deductBatchWindowMs: int(env, 'DEDUCT_BATCH_WINDOW_MS', 0, 0, 100),
     deductBatchMax: int(env, 'DEDUCT_BATCH_MAX', 256, 1, 10_000),
     deductBatchInFlight: int(env, 'DEDUCT_BATCH_IN_FLIGHT', 1, 1, 1000),
+    templateProvisionerAllowPrivate: bool(env, 'TEMPLATE_PROVISIONER_ALLOW_PRIVATE', false),
     usageRetentionDays: str(env, 'USAGE_RETENTION_DAYS') === undefined ? null : int(env, 'USAGE_RETENTION_DAYS', 0, 35, 36_500),
     deductBatchRememberMs: int(env, 'DEDUCT_BATCH_REMEMBER_MS', 60_000, 0, 3_600_000),
     principalCacheMs: int(env, 'PRINCIPAL_CACHE_MS', 60_000, 0, 3_600_000),
@@ -587,6 +593,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     deductBatchWindowMs: 0,
     deductBatchMax: 256,
     deductBatchInFlight: 4,
+    templateProvisionerAllowPrivate: false,
     usageRetentionDays: null,
     deductBatchRememberMs: 60_000,
     principalCacheMs: 60_000,

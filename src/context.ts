@@ -20,6 +20,11 @@ export interface Deps {
   metrics: Metrics;
   /** Outbound HTTP for webhooks, with the SSRF guard (docs/webhooks.md, The proxy). */
   outbound: OutboundHttp;
+  /**
+   * Outbound HTTP for the template provisioner: `outbound` itself, or a client that may reach private
+   * addresses when TEMPLATE_PROVISIONER_ALLOW_PRIVATE is set and tenants' webhooks may not (docs/templates.md).
+   */
+  provisionerOutbound: OutboundHttp;
   /** Group commit of deductions: every deduction of the hot paths goes through it (credits/engine/queue.ts). */
   deductions: DeductionBatcher;
   /** Balance reads of advisory checks, gathered into one statement (credits/balance-reads.ts). */
@@ -70,6 +75,7 @@ export function actingAs(deps: Deps, actor: Actor, ip?: string, userAgent?: stri
     limiter: deps.limiter,
     metrics: deps.metrics,
     outbound: deps.outbound,
+    provisionerOutbound: deps.provisionerOutbound,
     deductions: deps.deductions,
     balanceReads: deps.balanceReads,
     log: deps.log,

@@ -68,6 +68,13 @@ export function provisionDue(deps: Deps, batch: number): Promise<number> {
   return runJobs(deps, PROVISION_QUEUE, { batch });
 }
 
+/**
+ * The provisioner's URL is the operator's, not a tenant's: TEMPLATE_PROVISIONER_ALLOW_PRIVATE lets it be
+ * on a private network without opening tenants' webhooks to one (docs/templates.md, Provisioners);
+ * WEBHOOK_ALLOW_PRIVATE_NETWORKS, which opens both, lets it too.
+ */
+const provisionerMayBePrivate = (deps: Deps) => deps.config.templateProvisionerAllowPrivate || deps.config.webhookAllowPrivateNetworks;
+
 /** The built-in provisioner, or a signed POST to TEMPLATE_PROVISIONER_URL through the SSRF guard. */
 async function provision(deps: Deps, row: TemplateDeploymentRow): Promise<Outcome> {
   const defaultUrl = `https://${row.subdomain}.${deps.config.templateBaseDomain}`;
@@ -77,7 +84,7 @@ async function provision(deps: Deps, row: TemplateDeploymentRow): Promise<Outcom
   const template = templates[0]!;
   let url: URL;
   try {
-    url = checkTargetUrl(target, deps.config.webhookAllowPrivateNetworks);
+    url = checkTargetUrl(target, provisionerMayBePrivate(deps));
   } catch (err) {
     return { ok: false, error: (err as Error).message, final: true, retryAfterMs: null };
   }
@@ -111,7 +118,7 @@ async function provision(deps: Deps, row: TemplateDeploymentRow): Promise<Outcom
     'x-service-delivery': row.id,
     ...signatureHeaders({ secret: deps.config.templateProvisionerSecret ?? '', webhookId: row.id, timestamp: Math.floor(now.getTime() / 1000), body }),
   };
-  const outcome = await deps.outbound.attempt({ url, method: 'POST', headers, body });
+  const outcome = await deps.provisionerOutbound.attempt({ url, method: 'POST', headers, body });
   if (!outcome.ok) {
     // The organization reads last_error (every role): the provisioner's own words (stack traces, internal
     // host names) go to the operator's log only.

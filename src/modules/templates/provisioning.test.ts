@@ -32,7 +32,8 @@ beforeAll(async () => {
   builtIn = await createPassesHarness({ templateBaseDomain: 'apps.example.test' }, START);
   external = await createHarness(
     {
-      webhookAllowPrivateNetworks: true,
+      // The provisioner (operator configuration) may be on loopback; tenants' webhooks may not.
+      templateProvisionerAllowPrivate: true,
       webhookAttemptTimeoutMs: 2000,
       templateProvisionerUrl: `${provisioner.url}/provision`,
       templateProvisionerSecret: SECRET,
@@ -234,6 +235,21 @@ describe('provisioner at TEMPLATE_PROVISIONER_URL', () => {
     const now = await read(o, d.id);
     expect(now).toMatchObject({ status: 'deploying', attempts: 1, deployment_url: null });
     expect(now.last_error).toContain('deployment_url');
+  });
+
+  it('a provisioner allowed on a private network opens no private address to tenants’ webhooks', async () => {
+    const { o } = await setUp(external);
+    const created = await external.request({
+      method: 'POST',
+      url: `/organizations/${o.organizationId}/webhooks`,
+      headers: bearer(o.accessToken),
+      payload: { url: `${provisioner.url}/provision`, events: ['api_key.created'] },
+    });
+    expect(created.statusCode, created.body).toBe(403);
+    expect(created.body).toContain('"URL_NOT_ALLOWED"');
+    // Not by the URL's form only: the shared client itself refuses a private address.
+    expect(external.deps.outbound.allowPrivate).toBe(false);
+    expect(external.deps.provisionerOutbound.allowPrivate).toBe(true);
   });
 
   it('the SSRF guard refuses a loopback provisioner: failed at the first attempt, nothing sent', async () => {
