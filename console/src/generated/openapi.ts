@@ -1759,7 +1759,7 @@ export interface paths {
         put?: never;
         /**
          * Retry a delivery now (not delivered, fewer than 5 attempts; else 409)
-         * @description 403 DEPLOYMENT_SUSPENDED while the organization's primary deployment is suspended (docs/webhooks.md).
+         * @description 403 DEPLOYMENT_SUSPENDED while the organization's primary deployment is suspended; 429 RATE_LIMITED past 5 test sends and retries per organization per minute (docs/webhooks.md).
          */
         post: operations["retryWebhookDelivery"];
         delete?: never;
@@ -1779,7 +1779,7 @@ export interface paths {
         put?: never;
         /**
          * Send a webhook.test event to this webhook now (one attempt); answers its delivery record
-         * @description A disabled webhook is 409; 403 DEPLOYMENT_SUSPENDED while the organization's primary deployment is suspended (docs/webhooks.md).
+         * @description A disabled webhook is 409; 403 DEPLOYMENT_SUSPENDED while the organization's primary deployment is suspended; 429 RATE_LIMITED past 5 test sends and retries per organization per minute (docs/webhooks.md).
          */
         post: operations["sendTestWebhook"];
         delete?: never;
@@ -10555,6 +10555,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description Sent as x-service-event: 1–100 visible ASCII characters, no spaces */
                     event_type?: string;
                     /** @description Extra headers (≤ 50, ≤ 8 KiB); hop-by-hop, host and content-length are dropped */
                     headers?: {

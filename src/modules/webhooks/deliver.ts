@@ -44,11 +44,20 @@ export interface AttemptOutcome {
   error: string | null;
   /** 2xx. */
   ok: boolean;
-  /** Worth another attempt: 5xx, 408, 429, timeouts and connection errors. */
+  /** Worth another attempt: 5xx, 408, 429, timeouts, connection errors and an unreachable host. */
   retryable: boolean;
-  /** No connection was even opened (DNS failure, address refused by the guard). */
+  /** No connection was even opened (host unreachable, or a request undici refused to write). */
   notAttempted: boolean;
-  /** The guard refused the address the host name resolved to. */
+  /**
+   * The host could not be reached: its name does not resolve, or the guard refused what it resolves
+   * to. One outcome for both, with one message (docs/webhooks.md, SSRF guard): telling them apart
+   * would let a caller map which internal names exist.
+   */
+  unreachable: boolean;
+  /**
+   * Of the unreachable, those the guard refused. For operator-configured targets only (the template
+   * provisioner gives up at once); never shown to a tenant differently from `unreachable`.
+   */
   blocked: boolean;
   /** A receiver's Retry-After in ms, when it sent one. */
   retryAfterMs: number | null;
@@ -92,11 +101,12 @@ export class OutboundHttp {
         ok,
         retryable: status >= 500 || status === 408 || status === 429,
         notAttempted: false,
+        unreachable: false,
         blocked: false,
         retryAfterMs: retryAfterMs(res.headers['retry-after']),
       };
     } catch (err) {
-      return failure(err, signal.aborted);
+      return failure(err, signal.aborted, input.url.hostname);
     }
   }
 
@@ -105,25 +115,33 @@ export class OutboundHttp {
   }
 }
 
-function failure(err: unknown, timedOut: boolean): AttemptOutcome {
+/** The one message of an unreachable host; it names the host, never what the name resolved to. */
+export const unreachableMessage = (host: string) =>
+  `The host ${host} could not be reached (it does not resolve, or not to an address webhooks may reach)`;
+
+function failure(err: unknown, timedOut: boolean, host: string): AttemptOutcome {
   const e = err as NodeJS.ErrnoException & { cause?: NodeJS.ErrnoException };
   const code = e.code ?? e.cause?.code;
   const blocked = code === 'ERR_URL_NOT_ALLOWED';
-  const dns = code === 'ENOTFOUND' || code === 'EAI_AGAIN' || code === 'EAI_NONAME';
-  const message = blocked
-    ? (e.message ?? 'The address is not allowed')
-    : timedOut || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT'
-      ? 'Timed out waiting for the receiver'
-      : dns
-        ? 'The host name does not resolve'
+  const unreachable = blocked || code === 'ENOTFOUND' || code === 'EAI_AGAIN' || code === 'EAI_NONAME';
+  // undici refused to write the request (a header value it will not send): nothing left us, and the
+  // same request would be refused again. The proxy validates its input so this is not reached.
+  const invalid = code === 'UND_ERR_INVALID_ARG';
+  const message = unreachable
+    ? unreachableMessage(host)
+    : invalid
+      ? 'The request could not be sent (undici refused it as invalid)'
+      : timedOut || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT'
+        ? 'Timed out waiting for the receiver'
         : `Connection failed (${code ?? e.message})`;
   return {
     statusCode: null,
     responseBody: null,
     error: message,
     ok: false,
-    retryable: !blocked,
-    notAttempted: blocked || dns,
+    retryable: !invalid,
+    notAttempted: unreachable || invalid,
+    unreachable,
     blocked,
     retryAfterMs: null,
   };
@@ -157,7 +175,7 @@ export function proxyBackoffMs(attempt: number, random: () => number = Math.rand
 }
 
 export interface SendOutcome {
-  /** Attempts that reached the point of connecting (a refused address is not one). */
+  /** Attempts that opened (or tried to open) a connection to a checked address; an unreachable host is not one. */
   attempts: number;
   last: AttemptOutcome;
   deliveredAt: Date | null;
@@ -171,17 +189,16 @@ export async function sendWithRetries(
   input: { url: URL; method: string; headers: Record<string, string>; body: Buffer },
   options: { maxAttempts: number; now: () => Date; backoffMs?: (attempt: number) => number },
 ): Promise<SendOutcome> {
+  let tries = 0;
   let attempts = 0;
-  let connected = false;
   let last: AttemptOutcome | undefined;
-  while (attempts < options.maxAttempts) {
-    attempts += 1;
+  while (tries < options.maxAttempts) {
+    tries += 1;
     last = await http.attempt(input);
-    if (last.blocked) return { attempts: attempts - 1, last, deliveredAt: null, connected };
-    connected ||= !last.notAttempted;
-    if (last.ok) return { attempts, last, deliveredAt: options.now(), connected };
-    if (!last.retryable || attempts === options.maxAttempts) break;
-    await sleep((options.backoffMs ?? proxyBackoffMs)(attempts));
+    if (!last.notAttempted) attempts += 1;
+    if (last.ok) return { attempts, last, deliveredAt: options.now(), connected: true };
+    if (!last.retryable || tries === options.maxAttempts) break;
+    await sleep((options.backoffMs ?? proxyBackoffMs)(tries));
   }
-  return { attempts, last: last!, deliveredAt: null, connected };
+  return { attempts, last: last!, deliveredAt: null, connected: attempts > 0 };
 }

@@ -175,7 +175,8 @@ export async function organizationWebhookRoutes(fastify: FastifyInstance): Promi
         security,
         operationId: 'retryWebhookDelivery',
         summary: 'Retry a delivery now (not delivered, fewer than 5 attempts; else 409)',
-        description: "403 DEPLOYMENT_SUSPENDED while the organization's primary deployment is suspended (docs/webhooks.md).",
+        description:
+          "403 DEPLOYMENT_SUSPENDED while the organization's primary deployment is suspended; 429 RATE_LIMITED past 5 test sends and retries per organization per minute (docs/webhooks.md).",
         params: DeliveryParams,
         response: { 200: Envelope(DeliverySchema), ...envelopeErrors(400, 401, 403, 404, 409) },
       },
@@ -196,7 +197,8 @@ export async function organizationWebhookRoutes(fastify: FastifyInstance): Promi
         security,
         operationId: 'sendTestWebhook',
         summary: 'Send a webhook.test event to this webhook now (one attempt); answers its delivery record',
-        description: "A disabled webhook is 409; 403 DEPLOYMENT_SUSPENDED while the organization's primary deployment is suspended (docs/webhooks.md).",
+        description:
+          "A disabled webhook is 409; 403 DEPLOYMENT_SUSPENDED while the organization's primary deployment is suspended; 429 RATE_LIMITED past 5 test sends and retries per organization per minute (docs/webhooks.md).",
         params: WebhookParams,
         response: { 200: Envelope(DeliverySchema), ...envelopeErrors(400, 401, 403, 404, 409) },
       },

@@ -5,6 +5,7 @@ import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { type KeysetPosition, pageOf } from '../../http/envelope.js';
 import { decryptSecret, encryptSecret } from '../../lib/crypto-box.js';
 import { enqueueMail, renderMail } from '../../lib/mailer.js';
+import { limitAttempt } from '../../lib/rate-limiter.js';
 import { writeAudit } from '../audit/service.js';
 import { isUuid } from '../../lib/ids.js';
 import { heldBy } from '../organizations/powers.js';
@@ -316,11 +317,27 @@ async function refuseWhileSuspended(ctx: Ctx, organizationId: string): Promise<v
   }
 }
 
+/** Test sends and manual retries per organization per sliding minute (docs/webhooks.md, Sends on request). */
+export const SENDS_ON_REQUEST_LIMIT = 5;
+
+/**
+ * A test send or a manual retry is an outbound POST the organization asks for, unmetered, whose answer
+ * it reads: bounded per organization (429 RATE_LIMITED with Retry-After), shared by every instance.
+ */
+function limitSendsOnRequest(ctx: Ctx, organizationId: string): Promise<void> {
+  return limitAttempt(
+    ctx.limiter,
+    [{ subject: `webhook-sends-on-request:${organizationId}`, name: 'webhook-sends', limit: SENDS_ON_REQUEST_LIMIT, windowMs: 60_000, exact: true }],
+    'webhook test sends and manual retries for this organization',
+  );
+}
+
 export async function retryDelivery(ctx: Ctx, input: { organizationId: string; webhookId: string; deliveryId: string }): Promise<DeliveryView> {
   await authorize(ctx, input.organizationId, 'webhooks.manage');
   await getWebhook(ctx, input.organizationId, input.webhookId);
   await refuseWhileSuspended(ctx, input.organizationId);
   if (!isUuid(input.deliveryId)) throw new NotFoundError('Delivery');
+  await limitSendsOnRequest(ctx, input.organizationId);
   const now = ctx.clock.now();
   const rows = await ctx.db.query<DeliveryRow>(
     `UPDATE webhook_deliveries SET status = 'pending', next_retry_at = $4, updated_at = $4
@@ -354,6 +371,7 @@ export async function testWebhook(ctx: Ctx, organizationId: string, webhookId: s
     const reason = webhook.disabled_reason ? ` (${webhook.disabled_reason})` : '';
     throw new AppError('CONFLICT', `The webhook is disabled${reason}: enable it (PATCH is_active: true) before a test send`);
   }
+  await limitSendsOnRequest(ctx, organizationId);
   const now = ctx.clock.now();
   const eventId = crypto.randomUUID();
   const payload = {
@@ -458,7 +476,11 @@ async function record(deps: Pick<Deps, 'db' | 'clock' | 'config' | 'metrics'>, r
     await disable(deps, webhook, 'it failed for 5 days without a successful delivery');
     return finish(deps, row, { status: 'failed', outcome, attempts, attempted: true });
   }
-  if (exhausted(DELIVERY_POLICY, attempts) || outcome.blocked) return finish(deps, row, { status: 'failed', outcome, attempts, attempted: true });
+  // An unreachable host is retried on the schedule whether its name does not resolve or resolves where
+  // the guard refuses: one outcome for both (docs/webhooks.md, Unreachable hosts). A request undici
+  // refused to write would be refused again.
+  const final = outcome.notAttempted && !outcome.retryable;
+  if (exhausted(DELIVERY_POLICY, attempts) || final) return finish(deps, row, { status: 'failed', outcome, attempts, attempted: true });
   return finish(deps, row, { status: 'pending', outcome, attempts, nextRetryAt: retryAt(DELIVERY_POLICY, attempts, now, { retryAfterMs: outcome.retryAfterMs }), attempted: true });
 }
 

@@ -164,11 +164,16 @@ describe('retries inside the request (up to 3 attempts), charged once', () => {
     expect(await available(t)).toBe(before - 1);
   });
 
-  it('a host that does not resolve: nothing could be attempted, the credit is refunded', async () => {
+  it('a host that does not resolve: nothing could be attempted, 403 URL_NOT_ALLOWED as an unreachable host, refunded', async () => {
     const t = await createTenant(h, { tier: 'launch' });
     const before = await available(t);
-    const reply = json<Reply>(await send(t, { url: 'http://does-not-exist.invalid/', payload: {} }));
-    expect(reply).toMatchObject({ success: false, creditsUsed: 0, creditsRemaining: before });
+    const res = await send(t, { url: 'http://does-not-exist.invalid/', payload: {} });
+    expect(res.statusCode, res.body).toBe(403);
+    expect(json(res)).toMatchObject({
+      code: 'URL_NOT_ALLOWED',
+      message: 'The host does-not-exist.invalid could not be reached (it does not resolve, or not to an address webhooks may reach)',
+    });
+    expect((await deliveries(t))[0]).toMatchObject({ status: 'failed', attempt_count: 0 });
     expect(await available(t)).toBe(before);
     expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
   });

@@ -143,9 +143,13 @@ export async function sendWebhook(
     creditsRemaining = refund.credits_remaining;
   }
   ctx.metrics.webhookDeliveries.inc({ kind: 'proxy', outcome: outcome.last.ok ? 'delivered' : 'failed' });
-  if (outcome.last.blocked) {
-    await abandon(ctx, webhookId, outcome.last.error ?? 'address not allowed');
-    throw urlNotAllowed(outcome.last.error ?? 'The address is not allowed');
+  // docs/webhooks.md, The proxy (Unreachable hosts): a host no attempt could reach is the 403 refusal,
+  // refunded above; once an attempt connected, a later refusal is only that send's last error, and the
+  // send is charged and answered like any other. The answer, the record and the ledger say the same.
+  if (!outcome.connected && outcome.last.unreachable) {
+    const error = outcome.last.error ?? 'The host could not be reached';
+    await abandon(ctx, webhookId, error, charge.usageId);
+    throw urlNotAllowed(error);
   }
   const reply: SendReply = {
     success: outcome.last.ok,
@@ -231,11 +235,15 @@ async function claim(
   return { id: existing.id };
 }
 
-/** A send that ends before any delivery (no credits, address refused): recorded as failed, its key freed. */
-async function abandon(ctx: Ctx, id: string, error: string): Promise<void> {
+/**
+ * A send that ends before any delivery (no credits, host unreachable): recorded as failed with nothing
+ * charged and no attempt, its key freed; `usageId` is the charge it made and refunded, if any.
+ */
+async function abandon(ctx: Ctx, id: string, error: string, usageId: string | null = null): Promise<void> {
   await ctx.db.query(
-    `UPDATE webhook_deliveries SET status = 'failed', error = $2, idempotency_key = NULL, updated_at = $3 WHERE id = $1`,
-    [id, error, ctx.clock.now()],
+    `UPDATE webhook_deliveries SET status = 'failed', error = $2, idempotency_key = NULL, attempt_count = 0, credits_charged = 0,
+       usage_id = $4, updated_at = $3 WHERE id = $1`,
+    [id, error, ctx.clock.now(), usageId],
   );
 }
 

@@ -13,6 +13,13 @@ import { getProxyDelivery, listProxyDeliveries, type SendInput, sendWebhook, web
 /** docs/input.md (limits on input): at most 50 extra headers and 8 KiB of them. */
 const HEADERS_MAX = 50;
 const HEADERS_BYTES_MAX = 8 * 1024;
+/**
+ * What an HTTP header value may hold (RFC 9110 field-value: tab, visible ASCII, space, obs-text), as
+ * undici enforces it: a value it would refuse is 400 here, before the charge (docs/webhooks.md, The proxy).
+ */
+const HEADER_VALUE = '^[\\t\\x20-\\x7e\\x80-\\xff]*$';
+/** event_type goes into the x-service-event header: visible ASCII, no spaces or control characters. */
+const EVENT_TYPE = '^[\\x21-\\x7e]{1,100}$';
 
 const SendBody = Type.Object(
   {
@@ -22,7 +29,7 @@ const SendBody = Type.Object(
     headers: Type.Optional(
       Type.Record(
         Type.String({ pattern: "^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$" }),
-        Type.String({ maxLength: HEADERS_BYTES_MAX, pattern: '^[^\\r\\n\\u0000]*$' }),
+        Type.String({ maxLength: HEADERS_BYTES_MAX, pattern: HEADER_VALUE, description: 'Tab, visible ASCII, space and U+0080–U+00FF only' }),
         {
           maxProperties: HEADERS_MAX,
           additionalProperties: false,
@@ -31,7 +38,7 @@ const SendBody = Type.Object(
       ),
     ),
     secret: Type.Optional(Type.String({ minLength: 1, maxLength: 256, description: 'Signs the delivery: x-service-signature (HMAC-SHA256) keyed with this secret as given; webhook-signature with the base64-decoded remainder of a whsec_ secret' })),
-    event_type: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    event_type: Type.Optional(Type.String({ minLength: 1, maxLength: 100, pattern: EVENT_TYPE, description: 'Sent as x-service-event: 1–100 visible ASCII characters, no spaces' })),
     idempotency_key: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: 'Also accepted as the Idempotency-Key header' })),
   },
   { additionalProperties: false },

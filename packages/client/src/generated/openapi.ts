@@ -5779,6 +5779,7 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description Sent as x-service-event: 1–100 visible ASCII characters, no spaces */
                     event_type?: string;
                     /** @description Extra headers (≤ 50, ≤ 8 KiB); hop-by-hop, host and content-length are dropped */
                     headers?: {
