@@ -1,7 +1,7 @@
 import type { Deps } from '../context.js';
 import { MAIL_QUEUE } from '../lib/mailer.js';
 import { AUTO_TOP_UP_QUEUE } from '../modules/billing/auto-top-up.js';
-import { cancelSubscriptionsOfDeletedOrganizations } from '../modules/billing/deleted-organizations.js';
+import { endBillingOfDeletedOrganizations } from '../modules/billing/deleted-organizations.js';
 import { METER_QUEUE } from '../modules/billing/meter-events.js';
 import { pruneStripeEvents, STRIPE_EVENTS_QUEUE } from '../modules/billing/stripe-events.js';
 import { askDueAutoTopUps, backfillRollupsStep, deleteExpiredUsage, ensureUsagePartitions, expireAiHolds, expireReservations, pruneAiHolds, pruneEachBudgetWindows, pruneInvocations } from '../modules/credits/index.js';
@@ -140,12 +140,12 @@ export const WORKERS: WorkerDefinition[] = [
     run: (deps) => releaseUnentitledDomains(deps, 100),
   },
   {
-    // Subscriptions of deleted organizations are canceled in Stripe (docs/billing.md, Subscriptions).
-    name: 'deleted-organization-subscriptions',
+    // Subscriptions of deleted organizations are canceled, packs paid after the delete refunded (docs/billing.md, Subscriptions).
+    name: 'deleted-organization-billing',
     table: 'subscriptions',
     batchSize: 20,
     intervalMs: 60_000,
-    run: (deps) => cancelSubscriptionsOfDeletedOrganizations(deps, 20),
+    run: (deps) => endBillingOfDeletedOrganizations(deps, 20),
   },
 ];
 

@@ -1,21 +1,28 @@
 import { type Deps, systemCtx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
+import { takeBackRefund } from '../credits/index.js';
 import { writeAudit } from '../audit/service.js';
 import { isTransientStripeError, Stripe, stripeClient } from './stripe-client.js';
+import { lockPayment } from './stripe-handlers.js';
 import type { SubscriptionState } from './subscriptions.js';
 
 /**
  * A deleted organization stops paying (docs/billing.md, Subscriptions, "A deleted organization"): its
  * subscriptions not yet canceled are canceled in Stripe at once, so its customer is not charged again
- * for an organization nobody can use. Deleting is a database commit and Stripe is outside it, so a
- * worker does it after the commit, and again on its next pass while Stripe is unreachable.
+ * for an organization nobody can use, and a pack paid for after the delete is refunded. Deleting is a
+ * database commit and Stripe is outside it, so a worker does it after the commit, and again on its
+ * next pass while Stripe is unreachable.
  *
  * Stripe's events of such a subscription are ignored (a deleted organization owns no customer), so
  * the worker records the outcome itself: the row canceled, the organization's status, an audit row.
  */
-export async function cancelSubscriptionsOfDeletedOrganizations(deps: Deps, batch: number): Promise<number> {
+export async function endBillingOfDeletedOrganizations(deps: Deps, batch: number): Promise<number> {
   const stripe = stripeClient(deps);
   if (!stripe) return 0;
+  return (await cancelSubscriptions(deps, stripe, batch)) + (await refundPaidAfterDelete(deps, stripe, batch));
+}
+
+async function cancelSubscriptions(deps: Deps, stripe: Stripe, batch: number): Promise<number> {
   const due = await deps.db.query<{ organization_id: string; stripe_subscription_id: string }>(
     `SELECT s.organization_id, s.stripe_subscription_id FROM subscriptions s
      JOIN organizations o ON o.id = s.organization_id AND o.deleted_at IS NOT NULL
@@ -59,6 +66,53 @@ export async function cancelSubscriptionsOfDeletedOrganizations(deps: Deps, batc
     if (recorded) canceled++;
   }
   return canceled;
+}
+
+/**
+ * A pack (or auto top-up) paid for after its organization was deleted (a Checkout opened before the
+ * delete, paid after it) bought credits nobody can spend: its payment is refunded in full, and the
+ * credits taken back at once as that refund's event would (docs/billing.md, "A deleted organization").
+ * A purchase granted before the delete is not refunded. One idempotency key per payment; a refusal is
+ * logged and tried again on the next pass. A disputed payment is left to its dispute.
+ */
+async function refundPaidAfterDelete(deps: Deps, stripe: Stripe, batch: number): Promise<number> {
+  const due = await deps.db.query<{ deployment_id: string; organization_id: string; stripe_payment_intent_id: string; amount_total: number | null }>(
+    `SELECT p.deployment_id, p.organization_id, p.stripe_payment_intent_id, p.amount_total FROM credit_purchases p
+     JOIN organizations o ON o.id = p.organization_id AND o.deleted_at IS NOT NULL
+     WHERE p.granted_at > o.deleted_at AND p.stripe_payment_intent_id IS NOT NULL AND p.dispute_id IS NULL
+       AND p.refund_share < p.credits AND p.amount_total > 0
+     ORDER BY p.granted_at, p.id LIMIT $1`,
+    [batch],
+    'billing_deleted_organization_purchases',
+  );
+  let refunded = 0;
+  for (const row of due) {
+    const paymentIntentId = row.stripe_payment_intent_id;
+    try {
+      await stripe.refunds.create(
+        { payment_intent: paymentIntentId, reason: 'requested_by_customer', metadata: { creditgate_reason: 'organization_deleted' } },
+        { idempotencyKey: `creditgate-deleted-organization-refund-${paymentIntentId}` },
+      );
+    } catch (error) {
+      deps.log.warn({ err: error, paymentIntent: paymentIntentId }, 'refunding a payment made after its organization was deleted failed; the next pass tries again');
+      continue;
+    }
+    const amount = row.amount_total ?? 0;
+    const ctx = systemCtx(deps);
+    await deps.deductions.within(row.deployment_id, async (tx) => {
+      await lockPayment(tx, paymentIntentId);
+      const result = await takeBackRefund(tx, { paymentIntentId, amount, amountRefunded: amount, now: deps.clock.now() });
+      await writeAudit(tx, ctx, {
+        organizationId: row.organization_id,
+        action: 'refund',
+        resourceType: 'credit_purchase',
+        resourceId: paymentIntentId,
+        metadata: { reason: 'organization_deleted', amount, credits_taken_back: result.takenBack },
+      });
+    });
+    refunded++;
+  }
+  return refunded;
 }
 
 type CancelOutcome = { kind: 'canceled'; stripeStatus: string } | { kind: 'retry'; error: unknown };
