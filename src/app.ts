@@ -7,6 +7,7 @@ import type { Database } from './db/client.js';
 import { registerAuth } from './http/auth.js';
 import { registerErrorHandling, sendError, toAppError } from './http/error-handler.js';
 import { registerInputGuard } from './http/input-guard.js';
+import { registerUuidCase } from './http/uuid-case.js';
 import { registerIdempotencyKeyCheck } from './http/idempotency-key.js';
 import { registerMetricsListener } from './http/metrics-listener.js';
 import { registerOpenApi } from './http/openapi.js';
@@ -159,6 +160,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
   registerAuth(app, { accessToken: authenticateAccessToken, apiKey: loadApiKeyPrincipal, deployment: authenticateDeployment });
   registerRateLimits(app);
   registerInputGuard(app); // after auth and the rate limit, before validation and handlers: docs/input.md
+  registerUuidCase(app); // after the guard: ids compare in lower case (docs/input.md, UUID ids)
   registerIdempotencyKeyCheck(app);
   await registerOpenApi(app, config.publicBaseUrl);
 

@@ -238,6 +238,8 @@ describe('defence in depth: what slips past the guard is still not a 500', () =>
       ['SELECT $1::jsonb AS v', '{"a":"\\u0000"}'],
       ['SELECT $1::jsonb AS v', '{"a":"\\ud800"}'],
       ['SELECT $1::uuid AS v', '-1'],
+      // 22009: how both databases read a year past 9999 as toISOString writes it (docs/input.md, Dates).
+      ['SELECT $1::timestamptz AS v', '+010000-01-01T00:00:00.000Z'],
     ];
     for (const [sql, value] of attempts) {
       const err = await h.deps.db.query(sql, [value]).then(

@@ -1,5 +1,6 @@
 import { type TSchema, Type } from 'typebox';
 import { ValidationError } from '../errors.js';
+import { instantBoundFault } from '../lib/instants.js';
 
 /**
  * The success side of the envelope (docs/openapi.md, Shapes): `{success: true, data, message}`, and for lists
@@ -78,8 +79,9 @@ const CANONICAL_ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
- * Only cursors this API could have written (canonical ISO time, UUID id) pass; anything else —
- * garbage, or a cursor edited by hand that SQL would choke on — is 400 naming `cursor`.
+ * Only cursors this API could have written (canonical ISO time from 1970 and before 9999-01-01, UUID
+ * id) pass; anything else — garbage, or a cursor edited by hand that SQL would choke on or that one
+ * database takes and the other refuses (year 0000) — is 400 naming `cursor` (docs/input.md, Dates).
  */
 export function decodeCursor(cursor: string | undefined): KeysetPosition | null {
   if (cursor === undefined) return null;
@@ -87,7 +89,7 @@ export function decodeCursor(cursor: string | undefined): KeysetPosition | null 
     const parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as { at?: unknown; id?: unknown };
     if (typeof parsed.at === 'string' && typeof parsed.id === 'string' && CANONICAL_ISO.test(parsed.at) && UUID.test(parsed.id)) {
       const at = new Date(parsed.at);
-      if (!Number.isNaN(at.getTime()) && at.toISOString() === parsed.at) return { at, id: parsed.id };
+      if (!Number.isNaN(at.getTime()) && at.toISOString() === parsed.at && instantBoundFault(at) === null) return { at, id: parsed.id };
     }
   } catch {
     // fall through

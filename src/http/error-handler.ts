@@ -37,9 +37,10 @@ export class UncheckedInputError extends ValidationError {}
  * SQLSTATEs that mean "this value cannot be stored or cast": 22P02 invalid text representation (a bad
  * uuid or integer), 22021 a NUL byte in text, 22P05 an untranslatable character (\u0000 or a lone
  * surrogate in jsonb), 22001 too long, 22003 out of range, 22007/22008 bad or overflowing datetime,
+ * 22009 a time zone displacement out of range (how PGlite reads a year past 9999, `+010000-…`),
  * 54001 too complex (jsonb nested past the stack). Not the whole class 22: division by zero is ours.
  */
-const INPUT_SQLSTATES = new Set(['22P02', '22021', '22P05', '22001', '22003', '22007', '22008', '54001']);
+const INPUT_SQLSTATES = new Set(['22P02', '22021', '22P05', '22001', '22003', '22007', '22008', '22009', '54001']);
 
 function uncheckedInputOf(err: unknown): UncheckedInputError | null {
   // A stack overflow (deep input walked recursively) or an invalid length/time value built from input.

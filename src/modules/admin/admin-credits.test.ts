@@ -48,6 +48,9 @@ describe('POST credits', () => {
     expectInvalid(await admin('POST', deploymentUrl(t.deploymentId, '/credits'), { amount: 1.5, reason: 'half' }), 'amount');
     expectInvalid(await admin('POST', deploymentUrl(t.deploymentId, '/credits'), { amount: '10', reason: 'text' }), 'amount');
     expectInvalid(await admin('POST', deploymentUrl(t.deploymentId, '/credits'), { amount: 10 }), 'reason');
+    // docs/input.md, Dates: year 10000 once the offset is applied; a leap second Date cannot read.
+    expectInvalid(await admin('POST', deploymentUrl(t.deploymentId, '/credits'), { amount: 10, reason: 'far', expires_at: '9999-12-31T23:59:59-23:59' }), 'expires_at');
+    expectInvalid(await admin('POST', deploymentUrl(t.deploymentId, '/credits'), { amount: 10, reason: 'leap', expires_at: '2026-06-30T23:59:60Z' }), 'expires_at');
     expectInvalid(await admin('POST', deploymentUrl(t.deploymentId, '/credits'), { amount: 10, reason: '' }), 'reason');
     const d = await view(t.deploymentId);
     expect(d.balance).toMatchObject({ purchased: 300, available: 2300 });

@@ -71,6 +71,7 @@ describe('PUT/DELETE overrides', () => {
       [{ monthly_credits: 10, expires_at: past }, 'expires_at'],
       [{ expires_at: h.clock.now().toISOString() }, 'expires_at'],
       [{ expires_at: 'next tuesday' }, 'expires_at'],
+      [{ expires_at: '9999-12-31T23:59:59-23:59' }, 'expires_at'], // docs/input.md, Dates: year 10000
     ];
     for (const [body, field] of cases) {
       const res = await admin('PUT', deploymentUrl(t.deploymentId, '/overrides'), body);

@@ -112,6 +112,8 @@ describe('POST organizations and api-keys', () => {
     expect(json(unknown).code).toBe('NOT_FOUND');
     const past = new Date(h.clock.now().getTime() - 1000).toISOString();
     expectInvalid(await admin('POST', `/api/v1/admin/organizations/${t.organizationId}/api-keys`, { name: 'old', expires_at: past }), 'expires_at');
+    // docs/input.md, Dates: year 10000 once the offset is applied.
+    expectInvalid(await admin('POST', `/api/v1/admin/organizations/${t.organizationId}/api-keys`, { name: 'far', expires_at: '9999-12-31T23:59:59-23:59' }), 'expires_at');
     expectInvalid(await admin('POST', `/api/v1/admin/organizations/${t.organizationId}/api-keys`, { name: 'x', scopes: ['root'] }), 'scopes');
 
     expect(await operatorAudit('api_key', key.id, 'create')).toHaveLength(1);

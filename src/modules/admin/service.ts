@@ -17,6 +17,7 @@ import {
 import { effectiveFlags } from '../entitlements/flags.js';
 import { FLAGS, type Flags, type Tier } from '../../lib/tiers.js';
 import { isUuid } from '../../lib/ids.js';
+import { instantBoundFault } from '../../lib/instants.js';
 import { createOrganization } from '../organizations/service.js';
 import { deploymentView, type OrganizationDeploymentView } from '../deployments/organization.js';
 import { createUser } from '../users/service.js';
@@ -38,6 +39,18 @@ async function viewOf(ctx: Ctx, d: DeploymentRow): Promise<DeploymentView> {
     overrides: overridesOf(d, ctx.clock.now()),
     credits_owed: b.creditsOwed,
   };
+}
+
+/**
+ * An operator's `expires_at` as an instant: one `Date` reads, from 1970 and before 9999-01-01
+ * (docs/input.md, Dates); whether it must also be in the future is the caller's rule.
+ */
+function expiryOf(value: string): Date {
+  const at = new Date(value);
+  if (Number.isNaN(at.getTime())) throw ValidationError.forField('expires_at', 'must be an RFC 3339 date-time such as 2027-01-01T00:00:00Z');
+  const fault = instantBoundFault(at);
+  if (fault) throw ValidationError.forField('expires_at', fault);
+  return at;
 }
 
 /** Reads are audited too (docs/operator.md: every operator call). */
@@ -72,6 +85,7 @@ export async function adminSetOverrides(ctx: Ctx, id: string, input: OverrideInp
     if (Number.isNaN(at.getTime()) || at.getTime() <= ctx.clock.now().getTime()) {
       throw new ValidationError('expires_at must be a future timestamp', [{ field: 'expires_at', message: 'must be in the future' }]);
     }
+    expiryOf(input.expires_at);
   }
   return viewOf(ctx, await setOverrides(ctx, id, input));
 }
@@ -130,7 +144,7 @@ export async function adminChangeCredits(
 ): Promise<DeploymentView> {
   if (input.amount === 0) throw new ValidationError('amount must not be 0', [{ field: 'amount', message: 'must not be 0' }]);
   const now = ctx.clock.now();
-  const expiresAt = input.expires_at === undefined ? null : new Date(input.expires_at);
+  const expiresAt = input.expires_at === undefined ? null : expiryOf(input.expires_at);
   const d = await ctx.db.transaction(async (tx) => {
     const deployment = await lockDeployment(tx, id);
     await changePurchased(tx, {
@@ -262,6 +276,7 @@ export async function adminCreateApiKey(
   if (expiresAt && expiresAt.getTime() <= ctx.clock.now().getTime()) {
     throw new ValidationError('expires_at must be in the future', [{ field: 'expires_at', message: 'must be in the future' }]);
   }
+  if (input.expires_at) expiryOf(input.expires_at);
   const { apiKey, key } = await createApiKey(ctx, { organizationId, name: input.name, scopes: input.scopes, expiresAt });
   return {
     id: apiKey.id,

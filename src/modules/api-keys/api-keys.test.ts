@@ -88,6 +88,7 @@ describe('POST /organizations/{id}/api-keys', () => {
       [{ name: 'x', expires_at: 'tomorrow' }, 'expires_at'],
       [{ name: 'x', expires_at: past }, 'expires_at'],
       [{ name: 'x', expires_at: h.clock.now().toISOString() }, 'expires_at'],
+      [{ name: 'x', expires_at: '9999-12-31T23:59:59-23:59' }, 'expires_at'], // docs/input.md, Dates: year 10000
       [{ name: 'x', owner: true }, 'owner'],
     ];
     for (const [payload, field] of cases) expectError(await create(bearer(owner.accessToken), owner.organizationId, payload), 400, 'VALIDATION_ERROR', field);

@@ -8,6 +8,7 @@ import { generateApiKey, keyPrefix, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
 import { isUuid } from '../../lib/ids.js';
+import { instantBoundFault } from '../../lib/instants.js';
 import { heldBy, keyScopesAllowed, withdrawInvitations } from '../organizations/powers.js';
 import { authorize } from '../organizations/rbac.js';
 
@@ -174,6 +175,8 @@ export async function createOrganizationApiKey(
   if (expiresAt && expiresAt.getTime() <= ctx.clock.now().getTime()) {
     throw new ValidationError('expires_at must be in the future', [{ field: 'expires_at', message: 'must be in the future' }]);
   }
+  const bound = expiresAt && instantBoundFault(expiresAt);
+  if (bound) throw ValidationError.forField('expires_at', bound);
   if (ctx.actor.type === 'api_key') {
     const rows = await ctx.db.query<{ scopes: Scope[]; expires_at: Date | null; created_by: string | null }>(
       'SELECT scopes, expires_at, created_by FROM api_keys WHERE id = $1 AND organization_id = $2',

@@ -134,6 +134,10 @@ describe('GET /organizations/{id}/audit-logs', () => {
       [`?cursor=${forged({ at: '2026-01-01T00:00:00.000Z', id: 'x' })}`, 'cursor'],
       [`?cursor=${forged({ at: 'January 1, 2026', id: '6f1c3d2e-0000-4000-8000-000000000000' })}`, 'cursor'],
       [`?cursor=${forged({ at: '+275000-01-01T00:00:00.000Z', id: '6f1c3d2e-0000-4000-8000-000000000000' })}`, 'cursor'],
+      // docs/input.md, Dates: canonical ISO, but no time the API hands out (PostgreSQL reads year 0000, PGlite refuses it).
+      [`?cursor=${forged({ at: '0000-01-01T00:00:00.000Z', id: '6f1c3d2e-0000-4000-8000-000000000000' })}`, 'cursor'],
+      [`?cursor=${forged({ at: '1969-12-31T23:59:59.999Z', id: '6f1c3d2e-0000-4000-8000-000000000000' })}`, 'cursor'],
+      [`?cursor=${forged({ at: '9999-12-31T23:59:59.999Z', id: '6f1c3d2e-0000-4000-8000-000000000000' })}`, 'cursor'],
       ['?limit=0', 'limit'],
       ['?limit=101', 'limit'],
       ['?limit=ten', 'limit'],

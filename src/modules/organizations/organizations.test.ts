@@ -1,5 +1,16 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bearer, createHarness, type Harness, json, signUp, signUpWithOrganization, unique } from '../../../test/harness.js';
+import {
+  bearer,
+  createHarness,
+  createKeyOverHttp,
+  type Harness,
+  json,
+  signUp,
+  signUpAsMember,
+  signUpWithOrganization,
+  unique,
+} from '../../../test/harness.js';
+import { authorize } from './rbac.js';
 import { addMember } from './service.js';
 
 let h: Harness;
@@ -159,5 +170,77 @@ describe('reading, updating and deleting', () => {
     expect(json<Body>(res).error?.code).toBe('FORBIDDEN');
     const row = await h.deps.db.query<{ deleted_at: Date | null }>('SELECT deleted_at FROM organizations WHERE id = $1', [owner.organizationId]);
     expect(row[0]!.deleted_at).toBeNull();
+  });
+});
+
+describe('GET /organizations lists what GET /organizations/{id} answers (docs/accounts.md, Organizations)', () => {
+  type Listed = { data: Array<{ id: string; role: string | null }> };
+  const list = async (headers: Record<string, string>) => {
+    const res = await h.request({ method: 'GET', url: '/organizations', headers });
+    expect(res.statusCode, res.body).toBe(200);
+    return json<Listed>(res).data.map((o) => o.id);
+  };
+  const readOne = async (headers: Record<string, string>, id: string) => (await h.request({ method: 'GET', url: `/organizations/${id}`, headers })).statusCode;
+  const revoke = async (owner: { accessToken: string; organizationId: string }, userId: string) => {
+    const res = await h.request({
+      method: 'PUT',
+      url: `/organizations/${owner.organizationId}/users/${userId}`,
+      headers: bearer(owner.accessToken),
+      payload: { permissions: { 'organization.read': false } },
+    });
+    expect(res.statusCode, res.body).toBe(200);
+  };
+
+  it('a key without the read scope lists nothing; a read key lists its organization', async () => {
+    const o = await signUpWithOrganization(h);
+    const writeOnly = bearer((await createKeyOverHttp(h, bearer(o.accessToken), o.organizationId, { scopes: ['write'] })).key);
+    const reader = bearer((await createKeyOverHttp(h, bearer(o.accessToken), o.organizationId, { scopes: ['read'] })).key);
+    expect(await readOne(writeOnly, o.organizationId)).toBe(403);
+    expect(await list(writeOnly)).toEqual([]);
+    expect(await readOne(reader, o.organizationId)).toBe(200);
+    expect(await list(reader)).toEqual([o.organizationId]);
+  });
+
+  it("a member whose override removed organization.read, and that member's keys, no longer list it; their other organizations stay", async () => {
+    const o = await signUpWithOrganization(h);
+    const admin = await signUpAsMember(h, o.organizationId, 'admin');
+    const other = await h.request({ method: 'POST', url: '/organizations', headers: bearer(admin.accessToken), payload: { name: 'Own', slug: slug() } });
+    expect(other.statusCode).toBe(201);
+    const ownId = json<Body>(other).data.id as string;
+    const key = bearer((await createKeyOverHttp(h, bearer(admin.accessToken), o.organizationId, { scopes: ['read'] })).key);
+    expect((await list(bearer(admin.accessToken))).sort()).toEqual([o.organizationId, ownId].sort());
+    expect(await list(key)).toEqual([o.organizationId]);
+
+    await revoke(o, admin.userId);
+    expect(await readOne(bearer(admin.accessToken), o.organizationId)).toBe(403);
+    expect(await list(bearer(admin.accessToken))).toEqual([ownId]);
+    expect(await readOne(key, o.organizationId)).toBe(403);
+    expect(await list(key)).toEqual([]);
+    // The owner, who holds it, still lists the organization.
+    expect(await list(bearer(o.accessToken))).toEqual([o.organizationId]);
+  });
+});
+
+describe('organization ids in any case (docs/input.md, UUID ids)', () => {
+  it('an API key reads its own organization written in upper case, as a user does', async () => {
+    const o = await signUpWithOrganization(h);
+    const key = bearer((await createKeyOverHttp(h, bearer(o.accessToken), o.organizationId, { scopes: ['read'] })).key);
+    const upper = o.organizationId.toUpperCase();
+    for (const path of [`/organizations/${upper}`, `/organizations/${upper}/usage/records`]) {
+      for (const headers of [bearer(o.accessToken), key]) {
+        const res = await h.request({ method: 'GET', url: path, headers });
+        expect(res.statusCode, `${path}: ${res.body}`).toBe(200);
+      }
+    }
+    // Another organization's id in upper case is still 404 for the key.
+    const other = await signUpWithOrganization(h);
+    expect((await h.request({ method: 'GET', url: `/organizations/${other.organizationId.toUpperCase()}`, headers: key })).statusCode).toBe(404);
+  });
+
+  it('authorize compares a key with its organization whatever the case it is given in', async () => {
+    const o = await signUpWithOrganization(h);
+    const made = await createKeyOverHttp(h, bearer(o.accessToken), o.organizationId, { scopes: ['read'] });
+    const ctx = { ...h.ctx, actor: { type: 'api_key' as const, apiKeyId: made.id, organizationId: o.organizationId } };
+    await expect(authorize(ctx, o.organizationId.toUpperCase(), 'organization.read')).resolves.toMatchObject({ role: null });
   });
 });

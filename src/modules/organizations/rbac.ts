@@ -44,12 +44,18 @@ export interface Authorization {
   keyCreator?: { userId: string; role: Role } | null;
 }
 
-/** Whether the member `m` holds `permission` now: their override, else their role's grant ($1 the organization, $3 the permission). */
-const HOLDS = `COALESCE(
+/**
+ * Whether the member `m` holds a permission now: their override, else their role's grant. The
+ * organization and the permission are SQL expressions (a parameter, or a column of the row).
+ */
+export const holdsSql = (organization: string, permission: string): string => `COALESCE(
   (SELECT up.granted FROM user_permissions up JOIN permissions p ON p.id = up.permission_id
-   WHERE up.organization_id = $1 AND up.user_id = m.user_id AND p.name = $3),
+   WHERE up.organization_id = ${organization} AND up.user_id = m.user_id AND p.name = ${permission}),
   EXISTS (SELECT 1 FROM role_permissions rp JOIN roles r ON r.id = rp.role_id JOIN permissions p ON p.id = rp.permission_id
-          WHERE r.name = m.role AND p.name = $3))`;
+          WHERE r.name = m.role AND p.name = ${permission}))`;
+
+/** $1 the organization, $3 the permission. */
+const HOLDS = holdsSql('$1', '$3');
 
 /**
  * The one authorization check (docs/accounts.md, Roles and permissions): a user needs a membership whose role grants the permission
@@ -58,8 +64,10 @@ const HOLDS = `COALESCE(
  * permission now: a key never holds more than its creator (docs/accounts.md, Powers). Another
  * organization is "not found", so ids cannot be probed; a member without the permission gets 403 FORBIDDEN.
  */
-export async function authorize(ctx: Ctx, organizationId: string, permission: Permission): Promise<Authorization> {
-  if (!isUuid(organizationId)) throw new NotFoundError('Organization');
+export async function authorize(ctx: Ctx, given: string, permission: Permission): Promise<Authorization> {
+  if (!isUuid(given)) throw new NotFoundError('Organization');
+  // Compared as a string with the key's own organization: in lower case, as the database writes it (docs/input.md, UUID ids).
+  const organizationId = given.toLowerCase();
   if (ctx.actor.type === 'api_key') {
     if (ctx.actor.organizationId !== organizationId) throw new NotFoundError('Organization');
     // docs/accounts.md, Organizations: deleting is owner only, and a key is nobody's owner.
@@ -94,4 +102,18 @@ export async function authorize(ctx: Ctx, organizationId: string, permission: Pe
   if (!row) throw new NotFoundError('Organization');
   if (!row.holds) throw new AppError('FORBIDDEN', `Your role (${row.role}) does not allow ${permission}`);
   return { role: row.role, userId: ctx.actor.userId };
+}
+
+/**
+ * Whether `authorize` lets the caller through, for a list that shows each row only to whom its read
+ * would answer it (docs/accounts.md, Organizations): 403 and 404 are "no", anything else is thrown.
+ */
+export async function isAuthorized(ctx: Ctx, organizationId: string, permission: Permission): Promise<boolean> {
+  try {
+    await authorize(ctx, organizationId, permission);
+    return true;
+  } catch (err) {
+    if (err instanceof AppError && (err.code === 'FORBIDDEN' || err.code === 'NOT_FOUND')) return false;
+    throw err;
+  }
 }

@@ -4,7 +4,7 @@ import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
 import { createDeployment, type DeploymentRow, principalsChanged } from '../deployments/service.js';
 import type { Plan, Tier } from '../../lib/tiers.js';
-import { authorize } from './rbac.js';
+import { authorize, holdsSql, isAuthorized } from './rbac.js';
 
 export interface OrganizationRow {
   id: string;
@@ -186,12 +186,18 @@ export function viewOrganization(o: OrganizationRow, role: string | null): Organ
   };
 }
 
-/** The caller's organizations: a user's memberships, or an API key's own organization. */
+/**
+ * The caller's organizations: a user's memberships, or an API key's own organization — each only
+ * where GET /organizations/{id} would answer it, so a membership whose `organization.read` an
+ * override removed, or a key without `read` (or acting for a member who lost it), lists nothing
+ * (docs/accounts.md, Organizations).
+ */
 export async function listOrganizations(
   ctx: Ctx,
   pageArgs: { limit: number; cursor: { at: Date; id: string } | null },
 ): Promise<Array<OrganizationRow & { role: string | null }>> {
   if (ctx.actor.type === 'api_key') {
+    if (!(await isAuthorized(ctx, ctx.actor.organizationId, 'organization.read'))) return [];
     return ctx.db.query(
       `SELECT o.*, NULL::text AS role FROM organizations o WHERE o.id = $1 AND o.deleted_at IS NULL
          AND ($2::timestamptz IS NULL OR (o.created_at, o.id) > ($2::timestamptz, $3::uuid))`,
@@ -202,8 +208,9 @@ export async function listOrganizations(
   return ctx.db.query(
     `SELECT o.*, m.role FROM organization_members m JOIN organizations o ON o.id = m.organization_id AND o.deleted_at IS NULL
      WHERE m.user_id = $1 AND ($2::timestamptz IS NULL OR (o.created_at, o.id) > ($2::timestamptz, $3::uuid))
+       AND ${holdsSql('m.organization_id', '$5')}
      ORDER BY o.created_at, o.id LIMIT $4`,
-    [ctx.actor.userId, pageArgs.cursor?.at ?? null, pageArgs.cursor?.id ?? null, pageArgs.limit + 1],
+    [ctx.actor.userId, pageArgs.cursor?.at ?? null, pageArgs.cursor?.id ?? null, pageArgs.limit + 1, 'organization.read'],
   );
 }
 

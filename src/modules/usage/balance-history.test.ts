@@ -136,6 +136,7 @@ describe('balance history', () => {
       ['?from=2026-01-11T00:00:00Z&to=2026-01-10T00:00:00Z', 'from'],
       ['?from=2025-01-01T00:00:00Z&to=2026-01-03T00:00:00Z', 'from'],
       ['?to=soon', 'to'],
+      ['?to=9999-12-31T23:59:59Z', 'to'], // docs/input.md, Dates: rounded up, year 10000
       ['?tz=Mars/Olympus', 'tz'],
       ['?tz=Asia/Kolkata', 'tz'],
       ['?group_by=day', 'group_by'],

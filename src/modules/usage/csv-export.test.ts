@@ -99,4 +99,28 @@ describe('usage records as CSV', () => {
     expect(bad.statusCode).toBe(400);
     expect(bad.json()).toMatchObject({ success: false, error: { code: 'VALIDATION_ERROR' } });
   });
+
+  it('a formula behind a ";" or a tab inside a cell is neutralised too: a ";" locale spreadsheet splits there (docs/usage-analytics.md, CSV export)', async () => {
+    h.clock.set('2026-05-20T00:00:00.000Z');
+    const t = await createTenant(h);
+    const payloads = ["x;=cmd|' /C calc'!A0", 'x;=HYPERLINK(CHAR(104)&CHAR(116)&A2);', "ok; @SUM(1+1)*cmd|' /C calc'!A0", 'tab\t+1'];
+    for (const p of payloads) {
+      h.clock.advance(1000);
+      await f.record(t.deploymentId, p, { mcpUserId: p });
+    }
+    const res = await f.recordsRes({ 'x-api-key': t.apiKey, accept: 'text/csv' }, t.organizationId);
+    expect(res.statusCode, res.body).toBe(200);
+    // Split as Excel does where the list separator is ";": no piece starts a formula.
+    const live = res.body
+      .split('\r\n')
+      .flatMap((line) => line.split(/[;\t]/).slice(1))
+      .filter((piece) => /^\s*[=+\-@]/.test(piece));
+    expect(live).toEqual([]);
+    // A reader that honours quotes gets each cell whole, the apostrophe in front of the formula.
+    const rows = parseCsv(res.body).slice(1);
+    expect(rows.map((r) => r[3])).toEqual(["tab\t'+1", "ok;' @SUM(1+1)*cmd|' /C calc'!A0", "x;'=HYPERLINK(CHAR(104)&CHAR(116)&A2);", "x;'=cmd|' /C calc'!A0"]);
+    // The JSON list keeps the exact values.
+    const exact = (await f.recordsRes({ 'x-api-key': t.apiKey }, t.organizationId)).json() as { data: Array<{ tool_name: string }> };
+    expect(exact.data.map((r) => r.tool_name)).toEqual([...payloads].reverse());
+  });
 });

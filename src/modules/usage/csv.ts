@@ -1,17 +1,23 @@
 /**
- * CSV for the usage records export (docs/usage-analytics.md): RFC 4180 quoting, CRLF line ends,
- * UTF-8 without a byte-order mark, and spreadsheet formula injection neutralised (OWASP "CSV
- * Injection"): a text cell that starts with = + - @, a tab or a carriage return gets a leading
- * apostrophe, so a spreadsheet shows it as text instead of evaluating it.
+ * CSV for the usage records export (docs/usage-analytics.md, CSV export): RFC 4180 quoting, CRLF line
+ * ends, UTF-8 without a byte-order mark, and spreadsheet formula injection neutralised (OWASP "CSV
+ * Injection"): wherever a spreadsheet may start a cell inside caller text — the text's start, or
+ * after a `;` or a tab, where Excel splits in locales whose list separator is `;` — a formula
+ * trigger (= + - @), even after spaces, gets an apostrophe put in front so the cell shows as text;
+ * the cell is then quoted, so a reader that honours quotes keeps it in one piece.
  */
 
-const FORMULA_START = /^[=+\-@\t\r]/;
-const NEEDS_QUOTES = /[",\r\n]/;
+/** The text's own start: a trigger after optional spaces, or a tab or carriage return. */
+const FORMULA_START = /^(?:[\t\r]|\s*[=+\-@])/;
+/** A `;` or tab that a `;`-locale spreadsheet would split on, followed by a trigger after optional spaces. */
+const FORMULA_AFTER_SEPARATOR = /([;\t])(?=\s*[=+\-@])/g;
+const NEEDS_QUOTES = /[",;\t\r\n]/;
 
 /** One cell of caller-supplied text (tool names, end-user ids, errors): neutralised, then quoted when needed. */
 export function textCell(value: string | null): string {
   if (value === null) return '';
-  const safe = FORMULA_START.test(value) ? `'${value}` : value;
+  const split = value.replace(FORMULA_AFTER_SEPARATOR, "$1'");
+  const safe = FORMULA_START.test(split) ? `'${split}` : split;
   return NEEDS_QUOTES.test(safe) ? `"${safe.replaceAll('"', '""')}"` : safe;
 }
 

@@ -22,6 +22,20 @@ describe('CSV cells', () => {
     expect(textCell("'already")).toBe("'already");
   });
 
+  it('neutralises a formula where a ";" locale spreadsheet splits the cell, and quotes that cell (docs/usage-analytics.md, CSV export)', () => {
+    expect(textCell("x;=cmd|' /C calc'!A0")).toBe(`"x;'=cmd|' /C calc'!A0"`);
+    expect(textCell('x;=HYPERLINK(CHAR(104)&A2);')).toBe(`"x;'=HYPERLINK(CHAR(104)&A2);"`);
+    expect(textCell('ok; @SUM(1+1)')).toBe(`"ok;' @SUM(1+1)"`);
+    expect(textCell('a\t+1;\u00a0-2')).toBe(`"a\t'+1;'\u00a0-2"`);
+    expect(textCell(' =1+2')).toBe("' =1+2");
+    expect(textCell('a;b')).toBe('"a;b"');
+    expect(textCell('a;b=c')).toBe('"a;b=c"');
+    // However a spreadsheet splits the line, no piece of a text cell starts a formula.
+    for (const payload of ["x;=cmd|' /C calc'!A0", 'ok;@SUM(1+1)*cmd', 'a\t=1', 'a; \t=1', ';-1', '=1;+2']) {
+      for (const piece of textCell(payload).replace(/^"|"$/g, '').split(/[;\t]/)) expect(piece, payload).not.toMatch(/^\s*[=+\-@]/);
+    }
+  });
+
   it('reads back as written', () => {
     const doc = csvDocument(['a', 'b'], [[textCell('x,"y"\r\nz'), textCell('=1')], [plainCell(1), textCell(null)]]);
     expect(parseCsv(doc)).toEqual([['a', 'b'], ['x,"y"\r\nz', "'=1"], ['1', '']]);

@@ -1,5 +1,6 @@
 import { DAY, HOUR } from '../../clock.js';
 import { ValidationError } from '../../errors.js';
+import { instantBoundFault } from '../../lib/instants.js';
 
 /** How a usage summary groups its records (docs/usage-analytics.md). */
 export const GROUP_BYS = ['day', 'hour', 'tool', 'action', 'mcp_user', 'model', 'deployment'] as const;
@@ -22,20 +23,20 @@ export const MAX_RANGE_DAYS: Record<GroupBy, number> = { hour: 31, day: 366, too
 /** Bucket width of the time groupings. */
 export const BUCKET_MS = { day: DAY, hour: HOUR } as const;
 
-/** Nothing was recorded before this; it also keeps every bound inside what both drivers serialise. */
-const EARLIEST = Date.UTC(1970, 0, 1);
-
 /**
  * An RFC 3339 date-time as the schema let it through (`format: date-time`: an offset or `Z` is
  * required), as an instant. The format also admits what `Date` cannot read — a leap second
  * (`23:59:60Z`), a lower-case `t`/`z`, a space for `T` — so those are normalised or refused here,
- * always as 400 naming the parameter, never a 500 from the database.
+ * always as 400 naming the parameter, never a 500 from the database. Only 1970-01-01 up to, not
+ * including, 9999-01-01 (docs/input.md, Dates): a range rounded up to its day or hour, or read in
+ * a zone, then stays inside what both databases and drivers take.
  */
 export function parseInstant(value: string | undefined, field: string): Date | undefined {
   if (value === undefined) return undefined;
   const at = new Date(value.trim().replace(' ', 'T').toUpperCase());
   if (Number.isNaN(at.getTime())) throw ValidationError.forField(field, 'must be an RFC 3339 date-time such as 2026-01-15T00:00:00Z');
-  if (at.getTime() < EARLIEST) throw ValidationError.forField(field, 'must not be before 1970-01-01T00:00:00Z');
+  const fault = instantBoundFault(at);
+  if (fault) throw ValidationError.forField(field, fault);
   return at;
 }
 

@@ -23,6 +23,14 @@ describe('usage ranges', () => {
     expect(fieldOf(() => parseInstant('1969-12-31T23:59:59Z', 'from'))).toBe('from');
   });
 
+  it('take instants before 9999-01-01 only, so rounding up or an offset never reaches year 10000 (docs/input.md, Dates)', () => {
+    expect(parseInstant('9998-12-31T23:59:59.999Z', 'to')?.toISOString()).toBe('9998-12-31T23:59:59.999Z');
+    expect(fieldOf(() => parseInstant('9999-01-01T00:00:00Z', 'to'))).toBe('to');
+    expect(fieldOf(() => parseInstant('9998-12-31T23:59:59-23:59', 'from'))).toBe('from');
+    expect(fieldOf(() => summaryRange({ to: '9999-12-31T23:59:59Z' }, 'day', NOW))).toBe('to');
+    expect(fieldOf(() => recordRange({ to: '9999-12-31T23:59:59-23:59' }))).toBe('to');
+  });
+
   it('default to the 30 days ending now, and refuse empty or over-long ranges naming the parameter', () => {
     expect(summaryRange({}, 'day', NOW)).toEqual({ from: new Date('2025-12-16T12:34:56.000Z'), to: NOW });
     expect(summaryRange({ to: '2026-01-01T00:00:00Z' }, 'hour', NOW).from.toISOString()).toBe('2025-12-02T00:00:00.000Z');

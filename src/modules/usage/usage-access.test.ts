@@ -98,6 +98,8 @@ describe('usage analytics: bad input is 400 VALIDATION_ERROR naming the paramete
     ['summary', '?from=2026-01-10', 'from'],
     ['summary', `?from=${e('2026-06-30T23:59:60Z')}`, 'from'],
     ['summary', '?from=1960-01-01T00:00:00Z', 'from'],
+    // docs/input.md, Dates: a year-9999 date rounded up to its day (or read at -23:59) would be year 10000.
+    ['summary', '?to=9999-12-31T23:59:59Z', 'to'],
     ['summary', '?from=2026-01-10T00:00:00Z&to=2026-01-10T00:00:00Z', 'from'],
     ['summary', '?from=2026-01-11T00:00:00Z&to=2026-01-10T00:00:00Z', 'from'],
     ['summary', '?from=2025-01-01T00:00:00Z&to=2026-01-03T00:00:00Z', 'from'], // 367 days
@@ -107,6 +109,9 @@ describe('usage analytics: bad input is 400 VALIDATION_ERROR naming the paramete
     ['summary', '?limit=5', 'limit'],
     ['records', '?cursor=not-a-cursor', 'cursor'],
     ['records', `?cursor=${forged({ at: '2026-01-01T00:00:00.000Z', id: 'x' })}`, 'cursor'],
+    ['records', `?cursor=${forged({ at: '0000-01-01T00:00:00.000Z', id: '00000000-0000-4000-8000-000000000000' })}`, 'cursor'],
+    ['records', `?to=${e('9999-12-31T23:59:59-23:59')}`, 'to'],
+    ['records', `?from=${e('9999-12-31T23:59:59-23:59')}`, 'from'],
     ['records', '?limit=0', 'limit'],
     ['records', '?limit=101', 'limit'],
     ['records', '?success=maybe', 'success'],
@@ -127,6 +132,16 @@ describe('usage analytics: bad input is 400 VALIDATION_ERROR naming the paramete
       expect(body.error.code).toBe('VALIDATION_ERROR');
       expect(body.details.fields?.map((x) => x.field), `${route}${query}`).toContain(field);
       expect(body.error.message, `${route}${query}`).toContain(field);
+    }
+  });
+
+  it('the last instants taken, rounded up to their day or hour, still answer (docs/input.md, Dates)', async () => {
+    const t = await createTenant(h);
+    for (const route of ROUTES) {
+      for (const query of ['?to=9998-12-31T23:59:59Z', '?from=9998-12-31T00:00:00Z&to=9998-12-31T23:59:59.999Z']) {
+        const res = await get({ 'x-api-key': t.apiKey }, t.organizationId, route, query);
+        expect(res.statusCode, `${route}${query}: ${res.body}`).toBe(200);
+      }
     }
   });
 });
