@@ -63,7 +63,12 @@ export function Overview() {
       throw err;
     }
   }, [org.id, span]);
-  const users = useLoad(() => api.GET('/organizations/{id}/usage/summary', { params: { path, query: { group_by: 'mcp_user', ...span } } }), [org.id, span]);
+  // A viewer sees end users as *** and may not group by them (docs/usage-analytics.md, Who may read).
+  const seesEndUsers = org.role !== 'viewer';
+  const users = useLoad(
+    () => (seesEndUsers ? api.GET('/organizations/{id}/usage/summary', { params: { path, query: { group_by: 'mcp_user', ...span } } }) : Promise.resolve(undefined)),
+    [org.id, span, seesEndUsers],
+  );
   const models = useLoad(() => api.GET('/organizations/{id}/usage/summary', { params: { path, query: { group_by: 'model', ...span } } }), [org.id, span]);
   const perDeployment = useLoad(() => api.GET('/organizations/{id}/usage/summary', { params: { path, query: { group_by: 'deployment', ...span } } }), [org.id, span]);
   const stack = useMemo(() => (daily.data ? stackOf(daily.data) : null), [daily.data]);
@@ -212,7 +217,7 @@ export function Overview() {
 
       <div className="columns">
         <TopList title="Top tools" summary={tools} load={daily} empty="No tool calls yet" testId="top-tools" />
-        <TopList title="Top end users" summary={users.data} load={users} empty="No end users yet (stdio mode has none)" testId="top-users" />
+        {seesEndUsers ? <TopList title="Top end users" summary={users.data} load={users} empty="No end users yet (stdio mode has none)" testId="top-users" /> : null}
       </div>
       <div className="columns">
         <Breakdown

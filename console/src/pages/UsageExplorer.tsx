@@ -134,9 +134,12 @@ export function UsageExplorer() {
         <Field label="Tool">
           <input value={form.tool} onChange={set('tool')} maxLength={200} placeholder="any" />
         </Field>
-        <Field label="End user">
-          <input value={form.user} onChange={set('user')} maxLength={200} placeholder="any" />
-        </Field>
+        {/* A viewer sees end users as *** and may not filter by them (docs/usage-analytics.md, Who may read). */}
+        {org.role !== 'viewer' ? (
+          <Field label="End user">
+            <input value={form.user} onChange={set('user')} maxLength={200} placeholder="any" />
+          </Field>
+        ) : null}
         <Field label="Outcome">
           <select value={form.outcome} onChange={set('outcome')}>
             <option value="">All</option>

@@ -1,5 +1,6 @@
 import { Type } from 'typebox';
 import { Nullable, StringEnum } from '../../http/schemas.js';
+import { MASKED_END_USER } from '../organizations/rbac.js';
 
 /**
  * The budgets API's shapes (docs/budgets.md, API): the body of a create and of a change, and a budget
@@ -13,8 +14,8 @@ export const MAX_THRESHOLDS = 10;
 /** The subjects a '*' budget answers, most spent first. */
 export const TOP_SUBJECTS = 100;
 export const MODES = ['block', 'alert'] as const;
-/** What a viewer sees in place of an end user's id (docs/budgets.md, API). */
-export const MASK = '***';
+/** What a viewer sees in place of an end user's id (docs/budgets.md, API): as in usage reads. */
+export const MASK = MASKED_END_USER;
 
 const Uuid = (description: string) => Type.String({ format: 'uuid', description, examples: ['6f1c3d2e-5b7a-4c1d-9e2f-0a1b2c3d4e5f'] });
 const Timestamp = (description: string) => Type.String({ format: 'date-time', description });

@@ -5,7 +5,7 @@ import { isUuid } from '../../lib/ids.js';
 import { pgArray } from '../../db/arrays.js';
 import { writeAudit } from '../audit/service.js';
 import { budgetsChanged, budgetStandings, budgetWindowKindChanged, forgetOrganizationBalances } from '../credits/index.js';
-import { authorize, type Role } from '../organizations/rbac.js';
+import { authorize, type Role, seesEndUsers } from '../organizations/rbac.js';
 import { type BudgetSpec, checkIds, problemsOf, refuse } from './checks.js';
 import { TOP_SUBJECTS } from './schemas.js';
 import { type BudgetRecord, type BudgetView, fieldsOf, viewOf } from './view.js';
@@ -25,6 +25,8 @@ interface Access {
   role: Role | null;
   /** The API key acting, if one is. */
   apiKeyId: string | null;
+  /** End users' ids read as "***" (a viewer, or a key of one): seesEndUsers. */
+  masked: boolean;
 }
 
 /**
@@ -35,10 +37,10 @@ async function access(ctx: Ctx, organizationId: string, manage: boolean): Promis
   if (ctx.actor.type === 'operator') {
     const rows = isUuid(organizationId) ? await ctx.db.query('SELECT 1 FROM organizations WHERE id = $1 AND deleted_at IS NULL', [organizationId]) : [];
     if (rows.length === 0) throw new NotFoundError('Organization');
-    return { role: null, apiKeyId: null };
+    return { role: null, apiKeyId: null, masked: false };
   }
   const auth = await authorize(ctx, organizationId, manage ? 'billing.manage' : 'usage.read');
-  return { role: auth.role, apiKeyId: ctx.actor.type === 'api_key' ? ctx.actor.apiKeyId : null };
+  return { role: auth.role, apiKeyId: ctx.actor.type === 'api_key' ? ctx.actor.apiKeyId : null, masked: !seesEndUsers(auth) };
 }
 
 /** docs/operator.md: every operator call is audited, reads included. */
@@ -51,7 +53,7 @@ const COLUMNS = `id, organization_id, scope, deployment_id, api_key_id, end_user
 
 async function views(db: Queryable, ctx: Ctx, organizationId: string, rows: BudgetRecord[], who: Access): Promise<BudgetView[]> {
   const standings = await budgetStandings(db, organizationId, rows, ctx.clock.now(), TOP_SUBJECTS);
-  return rows.map((b) => viewOf(b, standings.get(b.id)!, who.role === 'viewer'));
+  return rows.map((b) => viewOf(b, standings.get(b.id)!, who.masked));
 }
 
 /** One budget of the organization, locked for a change when `lock`; another organization's is not found. */

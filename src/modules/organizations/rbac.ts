@@ -117,3 +117,13 @@ export async function isAuthorized(ctx: Ctx, organizationId: string, permission:
     throw err;
   }
 }
+
+/** How an end user's id reads to a caller that may not see it (docs/usage-analytics.md, Who may read). */
+export const MASKED_END_USER = '***';
+
+/**
+ * Whether the caller reads end users' ids (the MCP `mcp_user_id`, the AI proxy's `user`): every member
+ * but a viewer, and an API key unless its creator is a viewer now; the operator always (docs/usage-analytics.md,
+ * Who may read). The others see them as MASKED_END_USER and may not filter or group by them.
+ */
+export const seesEndUsers = (auth: Pick<Authorization, 'role' | 'keyCreator'>): boolean => auth.role !== 'viewer' && auth.keyCreator?.role !== 'viewer';

@@ -1,6 +1,7 @@
 import type { Ctx } from '../../context.js';
+import { AppError } from '../../errors.js';
 import { type KeysetPosition, pageOf } from '../../http/envelope.js';
-import { authorize } from '../organizations/rbac.js';
+import { authorize, MASKED_END_USER, seesEndUsers } from '../organizations/rbac.js';
 import { csvDocument, plainCell, textCell } from './csv.js';
 import { recordRange } from './range.js';
 import { assertOwnDeployment } from './summary.js';
@@ -55,7 +56,9 @@ export async function listUsageRecords(
   ctx: Ctx,
   input: { organizationId: string; limit: number; cursor: KeysetPosition | null } & UsageRecordFilters,
 ): Promise<{ items: UsageRecordView[]; next: string | null }> {
-  await authorize(ctx, input.organizationId, 'usage.read');
+  const auth = await authorize(ctx, input.organizationId, 'usage.read');
+  const masked = !seesEndUsers(auth);
+  if (masked && input.mcpUserId !== undefined) throw new AppError('FORBIDDEN', 'Your role (viewer) does not see end users: filtering by mcp_user_id is not allowed');
   const { from, to } = recordRange(input);
   await assertOwnDeployment(ctx, input.organizationId, input.deploymentId);
   // "timestamp" <= the cursor's time bounds the index scan; the row comparison breaks ties by id.
@@ -85,16 +88,16 @@ export async function listUsageRecords(
     ],
   );
   const { items, next } = pageOf(rows, input.limit, (r) => r.timestamp);
-  return { items: items.map(viewOf), next };
+  return { items: items.map((r) => viewOf(r, masked)), next };
 }
 
-function viewOf(r: RecordRow): UsageRecordView {
+function viewOf(r: RecordRow, masked: boolean): UsageRecordView {
   return {
     id: r.id,
     deployment_id: r.deployment_id,
     tool_name: r.tool_name,
     action: r.action,
-    mcp_user_id: r.mcp_user_id,
+    mcp_user_id: masked && r.mcp_user_id !== null ? MASKED_END_USER : r.mcp_user_id,
     // Failed records deducted nothing (quantity 0); a refund lowers what the record cost.
     credits: r.success ? r.quantity - r.refunded : 0,
     credits_refunded: r.refunded,

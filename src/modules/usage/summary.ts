@@ -1,9 +1,9 @@
 import type { Ctx } from '../../context.js';
 import { DAY, HOUR } from '../../clock.js';
 import type { Queryable } from '../../db/client.js';
-import { NotFoundError, ValidationError } from '../../errors.js';
+import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { rollupBackfillLag } from '../credits/index.js';
-import { authorize } from '../organizations/rbac.js';
+import { authorize, seesEndUsers } from '../organizations/rbac.js';
 import { BUCKET_MS, bucketStarts, type GroupBy, MAX_SPLIT_KEYS, type SplitBy, summaryRange } from './range.js';
 
 /** At most this many groups by tool, action, end user, model or deployment (the largest by credits, then calls); `truncated` says when there were more. */
@@ -192,7 +192,10 @@ export async function summarizeUsage(
     tz?: string | undefined;
   },
 ): Promise<UsageSummaryView> {
-  await authorize(ctx, input.organizationId, 'usage.read');
+  const auth = await authorize(ctx, input.organizationId, 'usage.read');
+  if (!seesEndUsers(auth) && (input.groupBy === 'mcp_user' || input.splitBy === 'mcp_user')) {
+    throw new AppError('FORBIDDEN', 'Your role (viewer) does not see end users: grouping by mcp_user is not allowed');
+  }
   if (input.splitBy !== undefined && input.groupBy !== 'day' && input.groupBy !== 'hour') {
     throw ValidationError.forField('split_by', 'needs group_by=day or group_by=hour');
   }
