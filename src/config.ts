@@ -4,6 +4,7 @@ import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
 import { makePrivateDir, PRIVATE_FILE_MODE, SECRETS_FILE } from './lib/data-dir.js';
 import { TIERS, type Tier } from './lib/tiers.js';
+import { classesByNormalisedName } from './modules/ai/models.js';
 
 /**
  * Every environment variable the service reads, parsed and validated in one place.
@@ -84,12 +85,12 @@ export interface Config {
   /** When set, template deployments are POSTed here, signed with templateProvisionerSecret (docs/templates.md). */
   templateProvisionerUrl: string | undefined;
   templateProvisionerSecret: string | undefined;
-  /** TEMPLATE_RESERVED_SUBDOMAINS: refused as subdomains on top of the built-in list (docs/templates.md). */
   /**
    * TEMPLATE_PROVISIONER_ALLOW_PRIVATE: the provisioner (operator configuration, not a tenant's URL) may
    * be on a loopback or private address; tenants' webhooks stay behind the guard (docs/templates.md).
    */
   templateProvisionerAllowPrivate: boolean;
+  /** TEMPLATE_RESERVED_SUBDOMAINS: refused as subdomains on top of the built-in list (docs/templates.md). */
   templateReservedSubdomains: string[];
   /** DNS_SERVERS: the resolvers of custom-domain verification, `ip` or `ip:port` (`[v6]:port`); empty = the system's. */
   dnsServers: string[];
@@ -231,7 +232,12 @@ function trustProxy(env: Env, name: string): boolean | number | string[] {
   return list;
 }
 
-/** `AI_MODEL_CLASSES=model=class,model=class` (classes: standard, advanced, premium). */
+/**
+ * `AI_MODEL_CLASSES=model=class,model=class` (classes: standard, advanced, premium). The keys are kept as
+ * written (the models `GET /models` lists, matched first on the raw name) and matched on their
+ * normalised names like a caller's model (docs/ai-proxy.md, Model classes): two keys that normalise to
+ * one name would leave one of them dead, so they are refused here.
+ */
 function modelClasses(env: Env, name: string): Record<string, ModelClass> | undefined {
   const raw = str(env, name);
   if (raw === undefined) return undefined;
@@ -241,7 +247,13 @@ function modelClasses(env: Env, name: string): Record<string, ModelClass> | unde
     if (!model || !cls || !(MODEL_CLASSES as readonly string[]).includes(cls)) {
       throw new ConfigError(name, `must be model=class pairs separated by commas (classes: ${MODEL_CLASSES.join(', ')}), got "${part}"`);
     }
+    if (Object.hasOwn(out, model)) throw new ConfigError(name, `lists "${model}" twice; list it once`);
     out[model] = cls as ModelClass;
+  }
+  const [collision] = classesByNormalisedName(out, MODEL_CLASSES).collisions;
+  if (collision) {
+    const [first, second, normalised] = collision;
+    throw new ConfigError(name, `"${first}" and "${second}" both name the model "${normalised}" (keys are matched on the normalised name: docs/ai-proxy.md, Model classes); list it once`);
   }
   return out;
 }
@@ -492,6 +504,7 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     templateBaseDomain: hostName(env, 'TEMPLATE_BASE_DOMAIN', 'localhost'),
     templateProvisionerUrl: url(env, 'TEMPLATE_PROVISIONER_URL', ['http:', 'https:']),
     templateProvisionerSecret: provisionerSecret(env, 'TEMPLATE_PROVISIONER_SECRET', 'TEMPLATE_PROVISIONER_URL'),
+    templateProvisionerAllowPrivate: bool(env, 'TEMPLATE_PROVISIONER_ALLOW_PRIVATE', false),
     templateReservedSubdomains: reservedSubdomains(env, 'TEMPLATE_RESERVED_SUBDOMAINS'),
     dnsServers: dnsServers(env, 'DNS_SERVERS'),
     dnsTimeoutMs: 5_000,
@@ -504,7 +517,6 @@ export function loadConfig(env: Env = process.env): LoadedConfig {
     deductBatchWindowMs: int(env, 'DEDUCT_BATCH_WINDOW_MS', 0, 0, 100),
     deductBatchMax: int(env, 'DEDUCT_BATCH_MAX', 256, 1, 10_000),
     deductBatchInFlight: int(env, 'DEDUCT_BATCH_IN_FLIGHT', 1, 1, 1000),
-    templateProvisionerAllowPrivate: bool(env, 'TEMPLATE_PROVISIONER_ALLOW_PRIVATE', false),
     usageRetentionDays: str(env, 'USAGE_RETENTION_DAYS') === undefined ? null : int(env, 'USAGE_RETENTION_DAYS', 0, 35, 36_500),
     deductBatchRememberMs: int(env, 'DEDUCT_BATCH_REMEMBER_MS', 60_000, 0, 3_600_000),
     principalCacheMs: int(env, 'PRINCIPAL_CACHE_MS', 60_000, 0, 3_600_000),
@@ -581,6 +593,7 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     templateBaseDomain: 'localhost',
     templateProvisionerUrl: undefined,
     templateProvisionerSecret: undefined,
+    templateProvisionerAllowPrivate: false,
     templateReservedSubdomains: [],
     dnsServers: [],
     dnsTimeoutMs: 5_000,
@@ -593,7 +606,6 @@ export function testConfig(overrides: Partial<Config> = {}): Config {
     deductBatchWindowMs: 0,
     deductBatchMax: 256,
     deductBatchInFlight: 4,
-    templateProvisionerAllowPrivate: false,
     usageRetentionDays: null,
     deductBatchRememberMs: 60_000,
     principalCacheMs: 60_000,

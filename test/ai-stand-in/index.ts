@@ -19,6 +19,13 @@ export interface StandInOptions {
   replyTokens?: number;
   /** Delay between streamed chunks. */
   chunkDelayMs?: number;
+  /**
+   * The shape of chat content: `string` (OpenAI's); `parts`, an array of parts as Mistral sends it (the
+   * first piece a `thinking` part, `{type:'thinking', thinking:[{type:'text', text}]}`, the rest
+   * `{type:'text', text}`), one per streamed chunk or all in the answer's message; `object`, each piece
+   * as a bare `{type:'text', text}` object, a shape no OpenAI-compatible client reads.
+   */
+  contentShape?: 'string' | 'parts' | 'object';
 }
 
 export type Fault =
@@ -136,6 +143,7 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
     models: DEFAULT_MODELS,
     replyTokens: 20,
     chunkDelayMs: 0,
+    contentShape: 'string',
     ...initial,
   };
   const faults: Fault[] = [];
@@ -267,7 +275,7 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
         model,
         choices: Array.from({ length: n }, (_, index) => ({
           index,
-          message: { role: 'assistant', content: pieces.join(''), refusal: null },
+          message: { role: 'assistant', content: contentOf(pieces), refusal: null },
           logprobs: null,
           finish_reason: finish,
         })),
@@ -311,7 +319,8 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
     };
     if (!(await send(chunk(Array.from({ length: s.n }, (_, index) => ({ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null })))))) return;
     let sent = 0;
-    for (const piece of s.pieces) {
+    for (const [i, piece] of s.pieces.entries()) {
+      const content = options.contentShape === 'string' ? piece : options.contentShape === 'parts' ? [asPart(piece, i)] : { type: 'text', text: piece };
       for (let index = 0; index < s.n; index++) {
         if (s.pauseAfter !== undefined && sent === s.pauseAfter) await new Promise<void>((go) => paused.push(go));
         if (s.cutAfter !== undefined && sent >= s.cutAfter) {
@@ -319,7 +328,7 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
           res.socket?.destroy();
           return;
         }
-        if (!(await send(chunk([{ index, delta: { content: piece }, logprobs: null, finish_reason: null }])))) return;
+        if (!(await send(chunk([{ index, delta: { content }, logprobs: null, finish_reason: null }])))) return;
         sent++;
       }
     }
@@ -327,6 +336,12 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
     if (s.reported && !(await send(chunk([], s.usage)))) return;
     if (res.destroyed) return;
     res.end('data: [DONE]\n\n');
+  }
+
+  function contentOf(pieces: string[]): unknown {
+    if (options.contentShape === 'parts') return pieces.map((text, i) => asPart(text, i));
+    if (options.contentShape === 'object') return { type: 'text', text: pieces.join('') };
+    return pieces.join('');
   }
 
   function embeddings(b: Record<string, unknown>, res: ServerResponse): void {
@@ -358,6 +373,11 @@ export async function startOpenAiStandIn(initial: StandInOptions = {}): Promise<
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   state.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
   return state;
+}
+
+/** Piece `i` as a content part (StandInOptions.contentShape `parts`): the first one thinking, the rest text. */
+function asPart(text: string, i: number): Record<string, unknown> {
+  return i === 0 ? { type: 'thinking', thinking: [{ type: 'text', text }] } : { type: 'text', text };
 }
 
 function embeddingInputs(input: unknown): Array<string | number[]> | null {

@@ -14,7 +14,7 @@ let standIn: StandIn;
 let p: ProxyApp;
 
 beforeAll(async () => {
-  standIn = await startOpenAiStandIn({ apiKey: 'sk-upstream', models: ['gpt-4o-mini', 'gpt-4o', 'o3', ...SPELLINGS] });
+  standIn = await startOpenAiStandIn({ apiKey: 'sk-upstream', models: ['gpt-4o-mini', 'gpt-4o', 'o3', ' o3', 'o3 ', ' gpt-4o-mini', ...SPELLINGS] });
   p = await startProxyApp(standIn, 'sk-upstream');
 });
 afterAll(async () => {
@@ -57,6 +57,32 @@ describe('model classes are decided on the normalised name', () => {
       const tokens = record!.metadata.input_tokens + record!.metadata.output_tokens;
       expect(record!.quantity, model).toBe(Math.ceil((tokens * (expected === 'premium' ? 10 : 3)) / 1000));
     }
+  });
+});
+
+describe('whitespace around a model name does not make it another model', () => {
+  // A provider that trims the name serves o3 for " o3": it was sent max_tokens, and a stream without
+  // usage was charged its 20 relayed tokens instead of a reasoning model's full hold.
+  it('" o3" and "o3 " are reasoning models: max_completion_tokens upstream, a stream without usage settles at its full hold', async () => {
+    for (const model of [' o3', 'o3 ']) {
+      const t = await p.tenant(100_000);
+      standIn.failNext({ kind: 'no_usage' });
+      await readAll(await p.client(t).chat.completions.create({ model, messages: hi, max_tokens: 50, stream: true }));
+      expect(last(standIn.requests).body, JSON.stringify(model)).toMatchObject({ model, max_completion_tokens: 50 });
+      expect(last(standIn.requests).body).not.toHaveProperty('max_tokens');
+      const [record] = await p.records(t);
+      expect(record!.metadata, JSON.stringify(model)).toMatchObject({ estimated: true, model_class: 'premium', output_tokens: 50 });
+    }
+  });
+
+  it('" gpt-4o-mini" keeps its class and its image rule', async () => {
+    const t = await p.tenant(100_000);
+    const image = { type: 'image_url' as const, image_url: { url: 'https://example.com/cat.png', detail: 'low' as const } };
+    const hold = await p.holdOf(t, () => p.client(t).chat.completions.create({ model: ' gpt-4o-mini', messages: [{ role: 'user', content: [image] }], max_tokens: 5 }));
+    // gpt-4o-mini's low-detail image is 2,833 tokens (docs/ai-proxy.md, The prompt hold), not AI_IMAGE_MAX_TOKENS.
+    expect(hold.prompt_tokens).toBeGreaterThanOrEqual(2833);
+    expect(hold.prompt_tokens).toBeLessThan(3000);
+    expect((await p.records(t))[0]!.metadata.model_class).toBe('standard');
   });
 });
 

@@ -207,9 +207,12 @@ export class OutputMeter {
     readonly limit: number,
   ) {}
 
-  /** Count a piece of output; false when it would take the stream past the limit (it is then not relayed). */
-  admit(text: string): boolean {
-    const tokens = countText(this.model, text);
+  /**
+   * Count a piece of output (and `unreadable`: bytes of content the proxy cannot read, a token each);
+   * false when it would take the stream past the limit (it is then not relayed).
+   */
+  admit(text: string, unreadable = 0): boolean {
+    const tokens = countText(this.model, text) + unreadable;
     if (this.count + tokens > this.limit) return false;
     this.count += tokens;
     return true;

@@ -96,10 +96,12 @@ export async function hold(ctx: Ctx, deployment: AiDeployment, plan: CallPlan): 
 }
 
 /**
- * The tokens a call settles at (docs/ai-proxy.md, Bounds): the provider's usage when it is valid; a
- * report that is not (a count outside integers 0…2³¹) settles at the hold and is logged; no report at
- * all settles at the full hold for a reasoning model, else at the prompt hold plus the output relayed
- * (never more than the allowance), both marked estimated.
+ * The tokens a call settles at (docs/ai-proxy.md, Bounds: reported usage): the provider's usage when it
+ * is valid, its output never below what the proxy counted in the text it relayed (a provider that
+ * reports 0 output for 20 tokens of text is charged the 20); a report that is not (a count outside
+ * integers 0…2³¹, an output count missing) settles at the hold and is logged; no report at all settles
+ * at the full hold for a reasoning model, else at the prompt hold plus the output relayed (never more
+ * than the allowance), both marked estimated.
  */
 export function settledTokens(
   plan: CallPlan,
@@ -108,7 +110,7 @@ export function settledTokens(
   relayed: () => number,
 ): { inputTokens: number; outputTokens: number; estimated: boolean } {
   const allowance = held.outputPerChoice * plan.choices;
-  if (reported.kind === 'ok') return { inputTokens: reported.usage.prompt_tokens, outputTokens: reported.usage.completion_tokens, estimated: false };
+  if (reported.kind === 'ok') return { inputTokens: reported.usage.prompt_tokens, outputTokens: Math.max(reported.usage.completion_tokens, relayed()), estimated: false };
   if (reported.kind === 'invalid' || plan.reasoning) return { inputTokens: plan.promptTokens, outputTokens: allowance, estimated: true };
   return { inputTokens: plan.promptTokens, outputTokens: Math.min(relayed(), allowance), estimated: true };
 }
@@ -116,7 +118,7 @@ export function settledTokens(
 /** Settle a call; a settle that fails is thrown (a non-streamed call answers 503). */
 export async function settle(ctx: Ctx, deployment: AiDeployment, plan: CallPlan, held: CallHold, reported: ReportedUsage, relayed: () => number): Promise<AiUsageResult> {
   if (reported.kind === 'invalid') {
-    ctx.log.warn({ hold: held.id, model: plan.model, reported: reported.reported }, 'AI provider reported usage that is not integer token counts 0..2^31; settled at the hold');
+    ctx.log.warn({ hold: held.id, model: plan.model, reported: reported.reported }, 'AI provider reported usage that is not integer token counts 0..2^31 (or without its output count); settled at the hold');
   }
   return settleAiTokens(ctx, deployment, {
     model: plan.model,

@@ -5,7 +5,9 @@ import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { type Config, loadConfig } from '../../config.js';
 import { modelClassOf } from '../quotas/ai-tokens.js';
-import { isReasoningModel, normaliseModel } from './models.js';
+import { imageRuleOf } from './images.js';
+import { isReasoningModel, isSearchModel, normaliseModel } from './models.js';
+import { encodingOf } from './tokens.js';
 
 /** docs/ai-proxy.md, Model classes: one normalised name per model, whatever its spelling. */
 const dataDir = mkdtempSync(join(tmpdir(), 'creditgate-models-'));
@@ -25,7 +27,17 @@ describe('normaliseModel', () => {
     ['azure/o3', 'o3'],
     ['openrouter/openai/GPT-4o', 'gpt-4o'],
     ['o3:latest', 'o3'],
-    ['llama3.1:8b', 'llama3.1'],
+    ['llama3.1:8b', 'llama3.1:8b'],
+    ['llama3.1:latest', 'llama3.1'],
+    ['openai/gpt-4o:nitro', 'gpt-4o'],
+    ['meta-llama/Llama-3.1-8B-Instruct:free', 'llama-3.1-8b-instruct'],
+    ['anthropic/claude-3.7-sonnet:thinking', 'claude-3.7-sonnet:thinking'],
+    [' o3', 'o3'],
+    ['o3 ', 'o3'],
+    ['o3\n', 'o3'],
+    ['\to3', 'o3'],
+    ['o\u200b3', 'o3'],
+    [' GPT-4o-mini\r\n', 'gpt-4o-mini'],
     ['ft:gpt-4o:acme::abc123', 'gpt-4o'],
     ['ft:gpt-4o-mini-2024-07-18:acme:name:id', 'gpt-4o-mini'],
     ['openai/ft:gpt-4.1:org::x', 'gpt-4.1'],
@@ -47,17 +59,22 @@ describe('normaliseModel', () => {
     fc.integer({ min: 101, max: 1231 }).map((n) => `-${String(n).padStart(4, '0')}`),
   );
 
-  it('never leaves an upper-case letter or a provider prefix; a name with one tag loses it', () => {
-    // Only one trailing tag is dropped (docs/ai-proxy.md, Model classes): `o3::` stays `o3:`, a name no
-    // class map places, so it bills at the default (dearest) class rather than as another model.
-    const colons = (s: string) => (s.slice(s.lastIndexOf('/') + 1).match(/:/g) ?? []).length;
+  it('never leaves an upper-case letter, a provider prefix, surrounding whitespace or a control character; keeps every tag but the same-model ones', () => {
+    // Only tags that name the same model are dropped (docs/ai-proxy.md, Model classes): a size tag is
+    // another model at another price, and `o3::` stays `o3:`, a name no class map places.
     fc.assert(
       fc.property(fc.string({ maxLength: 60 }), (raw) => {
         const n = normaliseModel(raw);
-        return n === n.toLowerCase() && !n.includes('/') && (colons(raw) > 1 || !n.includes(':'));
+        return n === n.toLowerCase() && !n.includes('/') && n === n.trim() && !/[\p{Cc}\p{Cf}]/u.test(n) && !/:(latest|free|nitro|floor|online)$/.test(n);
       }),
     );
-    expect(normaliseModel('::')).toBe(':');
+    fc.assert(
+      fc.property(fc.stringMatching(/^[a-z][a-z0-9.]{0,12}[a-z]:[0-9]{1,3}b$/), (sized) => {
+        expect(normaliseModel(sized)).toBe(sized);
+      }),
+    );
+    expect(normaliseModel('::')).toBe('::');
+    expect(normaliseModel('o3::latest')).toBe('o3:');
   });
 
   it('every spelling of a model (case, provider prefix, tag, date, ft: wrapper) comes back to its name', () => {
@@ -78,6 +95,15 @@ describe('normaliseModel', () => {
         },
       ),
     );
+  });
+});
+
+describe('whitespace and control characters around a name', () => {
+  it('keep its image rule, its encoding and the search rule', () => {
+    for (const model of [' gpt-4o-mini', 'gpt-4o-mini ', 'gpt-4o-mini\n']) expect(imageRuleOf(model), JSON.stringify(model)).toEqual(imageRuleOf('gpt-4o-mini'));
+    expect(imageRuleOf('gpt-4o-mini')).not.toBeNull();
+    for (const model of [' gpt-4', 'gpt-4\t']) expect(encodingOf(model), JSON.stringify(model)).toBe('cl100k_base');
+    expect(isSearchModel('openai/gpt-4o:online\u0001')).toBe(true);
   });
 });
 
@@ -107,8 +133,44 @@ describe('model classes with the default configuration', () => {
       expect(isReasoningModel(config, model), model).toBe(true);
     }
     for (const model of ['gpt-4o', 'gpt-4.1-mini', 'o30-thing', 'gpt-50', 'llama3.1:8b']) expect(isReasoningModel(config, model), model).toBe(false);
+    // Whitespace or a control character around the name does not make it another model.
+    for (const model of [' o3', 'o3 ', 'o3\n', '\to3', ' gpt-5-mini']) expect(isReasoningModel(config, model), JSON.stringify(model)).toBe(true);
     const custom = defaults({ AI_REASONING_MODELS: 'DeepSeek-R1, qwq' });
     expect(isReasoningModel(custom, 'deepseek/deepseek-r1')).toBe(true);
+    // A tagged build (Ollama's sizes) of a reasoning model reasons too.
+    expect(isReasoningModel(custom, 'deepseek-r1:70b')).toBe(true);
     expect(isReasoningModel(custom, 'o3')).toBe(false);
+  });
+});
+
+/** docs/ai-proxy.md, Model classes: AI_MODEL_CLASSES keys are matched as written, then normalised like the names. */
+describe('AI_MODEL_CLASSES keys', () => {
+  it('a size tag is its own model: `llama3.1:8b` is the listed class, `llama3.1:405b` is not the 8b\'s', () => {
+    const config = defaults({ AI_MODEL_CLASSES: 'llama3.1:8b=standard,llama3.1=standard' });
+    expect(modelClassOf({ config }, 'llama3.1:8b')).toBe('standard');
+    expect(modelClassOf({ config }, 'ollama/llama3.1:8b')).toBe('standard');
+    expect(modelClassOf({ config }, 'llama3.1:latest')).toBe('standard');
+    expect(modelClassOf({ config }, 'llama3.1:405b')).toBe('premium');
+  });
+
+  it('upper-case and provider-prefixed keys match every spelling of their model', () => {
+    const config = defaults({ AI_MODEL_CLASSES: 'GPT-4o-mini=standard,openai/gpt-4.1-nano=standard' });
+    for (const model of ['GPT-4o-mini', 'gpt-4o-mini', 'openai/gpt-4o-mini', ' gpt-4o-mini', 'gpt-4.1-nano', 'GPT-4.1-NANO']) {
+      expect(modelClassOf({ config }, model), model).toBe('standard');
+    }
+  });
+
+  it('the exact raw name is matched before the normalised one', () => {
+    const ctx = { config: { ...defaults(), aiModelClasses: { 'acme/fast': 'standard', fast: 'advanced' } } } satisfies Parameters<typeof modelClassOf>[0];
+    expect(modelClassOf(ctx, 'acme/fast')).toBe('standard');
+    // A map built without the configuration's check keeps the dearer class for the name both keys share.
+    expect(modelClassOf(ctx, 'other/fast')).toBe('advanced');
+  });
+
+  it('two keys that normalise to one name are refused at start, naming the variable', () => {
+    expect(() => defaults({ AI_MODEL_CLASSES: 'gpt-4o=advanced,openai/GPT-4o=standard' })).toThrow(/^AI_MODEL_CLASSES: "gpt-4o" and "openai\/GPT-4o" both name the model "gpt-4o"/);
+    expect(() => defaults({ AI_MODEL_CLASSES: 'llama3.1=standard,llama3.1:latest=standard' })).toThrow(/^AI_MODEL_CLASSES: .*both name the model "llama3.1"/);
+    expect(() => defaults({ AI_MODEL_CLASSES: 'o3=premium,o3=standard' })).toThrow(/^AI_MODEL_CLASSES: lists "o3" twice/);
+    expect(() => defaults({ AI_MODEL_CLASSES: 'llama3.1:8b=standard,llama3.1:70b=advanced' })).not.toThrow();
   });
 });

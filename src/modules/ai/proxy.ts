@@ -7,9 +7,9 @@ import { askedAllowance, checkFields, upstreamChatBody } from './bounds.js';
 import { type CallHold, type CallPlan, type ChatCall, chargeOf, hold, release, settle, settleQuietly } from './call.js';
 import { isReasoningModel, isSearchModel } from './models.js';
 import { countChatPromptBound } from './prompt.js';
-import { type ReportedUsage, readUsage, textOfChoices } from './sse.js';
+import { NO_OUTPUT, type Output, outputOfChoices, type ReportedUsage, readEmbeddingsUsage, readUsage, textOfChoices } from './sse.js';
 import { streamChat, streamText } from './stream.js';
-import { countEmbeddingInput, countText, loadEncodingFor } from './tokens.js';
+import { countEmbeddingInput, countOutput, loadEncodingFor } from './tokens.js';
 import { type AiUpstream, readBody } from './upstream.js';
 
 export type { AiDeployment, ChatCall } from './call.js';
@@ -176,7 +176,7 @@ export async function chatCompletions(call: ChatCall, body: ChatBody): Promise<F
     await streamChat(call, plan, held, res, controller, body.stream_options?.include_usage === true);
     return reply;
   }
-  return answerWhole(call, plan, held, res, controller, (answer) => textOfChoices(answer.choices, 'message'));
+  return answerWhole(call, plan, held, res, controller, (answer) => outputOfChoices(answer.choices, 'message'));
 }
 
 /**
@@ -189,13 +189,13 @@ export async function answerWhole(
   held: CallHold,
   res: Dispatcher.ResponseData,
   controller: AbortController,
-  textOf: (answer: Record<string, unknown>) => string,
+  outputOf: (answer: Record<string, unknown>) => Output,
   reportedOf: (answer: Record<string, unknown>) => ReportedUsage = (answer) => readUsage(answer.usage),
 ): Promise<FastifyReply> {
   const read = await readAnswer(call, plan, held, res, controller);
   if (!read) return call.reply;
   const { raw, answer } = read;
-  await settle(call.ctx, call.deployment, plan, held, reportedOf(answer), () => countText(plan.model, textOf(answer)));
+  await settle(call.ctx, call.deployment, plan, held, reportedOf(answer), () => countOutput(plan.model, outputOf(answer)));
   return call.reply.code(200).type('application/json').send(raw);
 }
 
@@ -258,7 +258,7 @@ export async function embeddings(call: ChatCall, body: EmbeddingsBody): Promise<
   const res = await send(call, held, call.upstream, '/embeddings', body, controller.signal);
   if (!res) return reply;
   if (isRefusal(res)) return sendRefusal(reply, res);
-  return answerWhole(call, plan, held, res, controller, () => '');
+  return answerWhole(call, plan, held, res, controller, () => NO_OUTPUT, (answer) => readEmbeddingsUsage(answer.usage));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -312,7 +312,7 @@ export async function generate(call: ChatCall, input: GenerateBody): Promise<Gen
   const { answer } = read;
   const text = textOfChoices(Array.isArray(answer.choices) ? answer.choices.slice(0, 1) : [], 'message');
   const reported = readUsage(answer.usage);
-  const result = await settle(ctx, deployment, plan, held, reported, () => countText(plan.model, text));
+  const result = await settle(ctx, deployment, plan, held, reported, () => countOutput(plan.model, outputOfChoices(answer.choices, 'message')));
   const inputTokens = reported.kind === 'ok' ? reported.usage.prompt_tokens : plan.promptTokens;
   return {
     text,

@@ -1,8 +1,7 @@
 import type { Dispatcher } from 'undici';
 import { type CallHold, type CallPlan, type ChatCall, settledTokens } from './call.js';
-import { readResponsesUsage, SseSplitter } from './sse.js';
-import { cap, finishStream, openStream, parseJson, startRelay, write } from './stream.js';
-import { countText } from './tokens.js';
+import { addContent, type Output, readResponsesUsage, SseSplitter } from './sse.js';
+import { admitOutput, cap, finishStream, openStream, parseJson, relayedTokens, startRelay, write } from './stream.js';
 
 /**
  * A Responses API stream (docs/ai-proxy.md, Responses API): its typed events (`response.created`,
@@ -78,12 +77,15 @@ export async function streamResponses(call: ChatCall, plan: CallPlan, held: Call
           }
           // The provider's own error event ends its stream: handed on as it came, not a cut.
           if (type === 'error') errored = true;
-          if (type.endsWith('.delta') && typeof parsed.delta === 'string') {
-            if (!relay.meter.admit(parsed.delta)) {
+          if (type.endsWith('.delta')) {
+            // A delta that is not a string (parts, an object) is counted like chat content: the strings
+            // of its parts, else the bytes of its JSON (docs/ai-proxy.md, Responses API).
+            const output: Output = { text: '', unreadable: 0 };
+            addContent(output, parsed.delta);
+            if (!admitOutput(relay, output)) {
               cap(relay, res, controller);
               break read;
             }
-            relay.streamed.push(parsed.delta);
           }
         }
         await write(out, sse.raw);
@@ -94,7 +96,7 @@ export async function streamResponses(call: ChatCall, plan: CallPlan, held: Call
     cut = !relay.capped && terminal === null && !errored;
   }
   const clientGone = controller.signal.aborted && !relay.capped;
-  const relayed = () => countText(plan.model, relay.streamed.join(''));
+  const relayed = () => relayedTokens(plan, relay);
   await finishStream(call, plan, held, relay, out, clientGone, () => {
     if (clientGone) return '';
     if (relay.capped) return stoppedEvent(plan, held, response, sequence, relayed());

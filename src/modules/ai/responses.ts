@@ -100,7 +100,7 @@ export async function createResponse(call: ChatCall, body: ResponsesBody): Promi
     await streamResponses(call, plan, held, res, controller);
     return reply;
   }
-  return answerWhole(call, plan, held, res, controller, textOfOutput, (answer) => readResponsesUsage(answer.usage));
+  return answerWhole(call, plan, held, res, controller, (answer) => ({ text: textOfOutput(answer), unreadable: 0 }), (answer) => readResponsesUsage(answer.usage));
 }
 
 /** GET /api/v1/ai/models/{id}: a model the proxy offers, else 404 `model_not_found` in OpenAI's shape. */

@@ -48,6 +48,7 @@ function dataOf(block: string): string | null {
 
 export interface ProviderUsage {
   prompt_tokens: number;
+  /** The output billed: the reported output count, or what `total_tokens` says past the prompt when that is more. */
   completion_tokens: number;
 }
 
@@ -56,19 +57,41 @@ export const MAX_REPORTED_TOKENS = 2 ** 31;
 
 /**
  * What the provider reported: `none` (no usage object: the call is estimated), `ok`, or `invalid` (a
- * count that is not an integer 0 ≤ n ≤ 2³¹: the call settles at its hold and the report is logged).
+ * count that is not an integer 0 ≤ n ≤ 2³¹, or an output count missing: the call settles at its hold
+ * and the report is logged).
  */
 export type ReportedUsage = { kind: 'none' } | { kind: 'ok'; usage: ProviderUsage } | { kind: 'invalid'; reported: unknown };
 
-export function readUsage(value: unknown): ReportedUsage {
+/**
+ * A usage object's counts, by their names on the route (docs/ai-proxy.md, Bounds: reported usage). The
+ * input count is required, the output count too unless the route has no output (embeddings); a missing
+ * or null one is not 0 but a report the proxy cannot read. `total_tokens` may be absent; when present it
+ * is billed if it is more than input + output (a gateway that reports thinking tokens only there), the
+ * excess counted as output. Reasoning tokens are a breakdown of the output: more of them than the output
+ * billed is a report that cannot be right.
+ */
+function readCounts(value: unknown, input: string, output: string, details: string, outputRequired: boolean): ReportedUsage {
   if (value === undefined || value === null) return { kind: 'none' };
   if (typeof value !== 'object' || Array.isArray(value)) return { kind: 'invalid', reported: value };
   const u = value as Record<string, unknown>;
-  const prompt = u.prompt_tokens;
-  const completion = u.completion_tokens ?? 0;
+  const prompt = u[input];
+  const completion = outputRequired ? u[output] : (u[output] ?? 0);
   const total = u.total_tokens ?? 0;
-  if (!isCount(prompt) || !isCount(completion) || !isCount(total)) return { kind: 'invalid', reported: value };
-  return { kind: 'ok', usage: { prompt_tokens: prompt, completion_tokens: completion } };
+  const reasoning = (u[details] as { reasoning_tokens?: unknown } | null | undefined)?.reasoning_tokens ?? 0;
+  if (!isCount(prompt) || !isCount(completion) || !isCount(total) || !isCount(reasoning)) return { kind: 'invalid', reported: value };
+  const billed = Math.max(completion, total - prompt);
+  if (reasoning > billed) return { kind: 'invalid', reported: value };
+  return { kind: 'ok', usage: { prompt_tokens: prompt, completion_tokens: billed } };
+}
+
+/** A chat completion's usage (`prompt_tokens`, `completion_tokens`, `total_tokens`). */
+export function readUsage(value: unknown): ReportedUsage {
+  return readCounts(value, 'prompt_tokens', 'completion_tokens', 'completion_tokens_details', true);
+}
+
+/** An embeddings answer's usage: `prompt_tokens` and `total_tokens`, no output. */
+export function readEmbeddingsUsage(value: unknown): ReportedUsage {
+  return readCounts(value, 'prompt_tokens', 'completion_tokens', 'completion_tokens_details', false);
 }
 
 /**
@@ -78,15 +101,7 @@ export function readUsage(value: unknown): ReportedUsage {
  * like any other count that cannot be right (docs/ai-proxy.md, Responses API).
  */
 export function readResponsesUsage(value: unknown): ReportedUsage {
-  if (value === undefined || value === null) return { kind: 'none' };
-  if (typeof value !== 'object' || Array.isArray(value)) return { kind: 'invalid', reported: value };
-  const u = value as Record<string, unknown>;
-  const input = u.input_tokens;
-  const output = u.output_tokens ?? 0;
-  const total = u.total_tokens ?? 0;
-  const reasoning = (u.output_tokens_details as { reasoning_tokens?: unknown } | null | undefined)?.reasoning_tokens ?? 0;
-  if (!isCount(input) || !isCount(output) || !isCount(total) || !isCount(reasoning) || reasoning > output) return { kind: 'invalid', reported: value };
-  return { kind: 'ok', usage: { prompt_tokens: input, completion_tokens: output } };
+  return readCounts(value, 'input_tokens', 'output_tokens', 'output_tokens_details', true);
 }
 
 function isCount(v: unknown): v is number {
@@ -107,19 +122,66 @@ function toolCallText(value: unknown): string {
   return text;
 }
 
-/** The text a chat chunk or completion carries (content, refusals, reasoning, what tool calls carry). */
-export function textOfChoices(choices: unknown, key: 'delta' | 'message'): string {
-  if (!Array.isArray(choices)) return '';
+/** Output the proxy relayed or received: the text it can count, and the bytes of what it cannot read. */
+export interface Output {
+  text: string;
+  /** UTF-8 bytes of the JSON of content the proxy cannot read, each counted as a token (no token is shorter than a byte). */
+  unreadable: number;
+}
+
+export const NO_OUTPUT: Output = { text: '', unreadable: 0 };
+
+/** Every string in a content part but its `type` (`{type:'text', text}`, Mistral's `{type:'thinking', thinking:[…]}`). */
+function partText(value: unknown): string {
+  if (typeof value === 'string') return value;
+  if (!value || typeof value !== 'object') return '';
   let text = '';
+  for (const [k, v] of Object.entries(value)) if (k !== 'type') text += partText(v);
+  return text;
+}
+
+/**
+ * Add one content field to `out` (docs/ai-proxy.md, Bounds: output allowance): a string; an array of
+ * parts (every string in each part but its type: Mistral's text and thinking chunks); anything else,
+ * and a part that is neither a string nor an object, is content the proxy cannot read and counts as the
+ * bytes of its JSON. Reading only strings let text sent as parts pass the allowance and the estimate.
+ */
+export function addContent(out: Output, value: unknown): void {
+  if (value === undefined || value === null) return;
+  if (typeof value === 'string') {
+    out.text += value;
+    return;
+  }
+  if (!Array.isArray(value)) {
+    out.unreadable += Buffer.byteLength(JSON.stringify(value));
+    return;
+  }
+  for (const part of value) {
+    if (typeof part === 'string' || (part && typeof part === 'object')) out.text += partText(part);
+    else out.unreadable += Buffer.byteLength(JSON.stringify(part) ?? 'null');
+  }
+}
+
+/** What a chat chunk or completion carries (content, refusals, reasoning, what tool calls carry). */
+export function outputOfChoices(choices: unknown, key: 'delta' | 'message'): Output {
+  const out: Output = { text: '', unreadable: 0 };
+  if (!Array.isArray(choices)) return out;
   for (const choice of choices) {
     const part = (choice as Record<string, unknown> | null)?.[key] as Record<string, unknown> | undefined;
     if (!part || typeof part !== 'object') continue;
-    for (const field of ['content', 'refusal', 'reasoning_content', 'reasoning']) {
-      if (typeof part[field] === 'string') text += part[field];
-    }
-    if (Array.isArray(part.tool_calls)) for (const call of part.tool_calls) text += toolCallText(call);
+    for (const field of ['content', 'refusal', 'reasoning_content', 'reasoning']) addContent(out, part[field]);
+    if (Array.isArray(part.tool_calls)) for (const call of part.tool_calls) out.text += toolCallText(call);
     const fn = (part.function_call as { arguments?: unknown } | undefined)?.arguments;
-    if (typeof fn === 'string') text += fn;
+    if (typeof fn === 'string') out.text += fn;
   }
-  return text;
+  return out;
+}
+
+/** The text of a chat chunk or completion (what /api/ai/generate hands on). */
+export function textOfChoices(choices: unknown, key: 'delta' | 'message'): string {
+  return outputOfChoices(choices, key).text;
+}
+
+export function hasOutput(output: Output): boolean {
+  return output.text !== '' || output.unreadable > 0;
 }

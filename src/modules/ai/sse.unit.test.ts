@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { readResponsesUsage, readUsage, SseSplitter, textOfChoices } from './sse.js';
+import { outputOfChoices, readEmbeddingsUsage, readResponsesUsage, readUsage, SseSplitter, textOfChoices } from './sse.js';
 
 /** The proxy hands events on as they complete, whatever the byte boundaries of the provider's writes. */
 describe('SseSplitter', () => {
@@ -33,12 +33,46 @@ describe('SseSplitter', () => {
 describe('readUsage and textOfChoices', () => {
   it('takes only integer token counts 0 ≤ n ≤ 2³¹ as usage; no usage is "none", anything else "invalid"', () => {
     expect(readUsage({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 })).toEqual({ kind: 'ok', usage: { prompt_tokens: 3, completion_tokens: 4 } });
-    expect(readUsage({ prompt_tokens: 5 })).toEqual({ kind: 'ok', usage: { prompt_tokens: 5, completion_tokens: 0 } });
     expect(readUsage({ prompt_tokens: 2 ** 31, completion_tokens: 0 })).toMatchObject({ kind: 'ok' });
     expect(readUsage(null)).toEqual({ kind: 'none' });
     expect(readUsage(undefined)).toEqual({ kind: 'none' });
     const bad = ['x', 7, [], {}, { prompt_tokens: -5 }, { prompt_tokens: 1.5 }, { prompt_tokens: '10' }, { prompt_tokens: 2 ** 40 }, { prompt_tokens: 1, completion_tokens: '2' }, { prompt_tokens: 1, completion_tokens: 2 ** 31 + 1 }, { prompt_tokens: 1, total_tokens: -1 }];
     for (const value of bad) expect(readUsage(value), JSON.stringify(value)).toEqual({ kind: 'invalid', reported: value });
+  });
+
+  it('bills total_tokens when it is more than prompt + completion, the excess as output', () => {
+    // A gateway that reports a thinking model's thought tokens only in total_tokens.
+    const report = { prompt_tokens: 10, completion_tokens: 20, total_tokens: 5030, completion_tokens_details: { reasoning_tokens: 5000 } };
+    expect(readUsage(report)).toEqual({ kind: 'ok', usage: { prompt_tokens: 10, completion_tokens: 5020 } });
+    expect(readUsage({ prompt_tokens: 10, completion_tokens: 20, total_tokens: 25 })).toEqual({ kind: 'ok', usage: { prompt_tokens: 10, completion_tokens: 20 } });
+    expect(readUsage({ prompt_tokens: 10, completion_tokens: 20 })).toEqual({ kind: 'ok', usage: { prompt_tokens: 10, completion_tokens: 20 } });
+    expect(readUsage({ prompt_tokens: 10, completion_tokens: 20, completion_tokens_details: null })).toMatchObject({ kind: 'ok' });
+    expect(readResponsesUsage({ input_tokens: 10, output_tokens: 20, total_tokens: 4030 })).toEqual({ kind: 'ok', usage: { prompt_tokens: 10, completion_tokens: 4020 } });
+    expect(readEmbeddingsUsage({ prompt_tokens: 8, total_tokens: 8 })).toEqual({ kind: 'ok', usage: { prompt_tokens: 8, completion_tokens: 0 } });
+    expect(readEmbeddingsUsage({ prompt_tokens: 8, total_tokens: 80 })).toEqual({ kind: 'ok', usage: { prompt_tokens: 8, completion_tokens: 72 } });
+  });
+
+  it('a missing or null output count is not 0 but invalid (settled at the hold), and so are reasoning tokens the output does not cover', () => {
+    for (const value of [
+      { prompt_tokens: 5 },
+      { prompt_tokens: 10, completion_tokens: null, total_tokens: 30 },
+      { prompt_tokens: 10, completion_tokens: 20, completion_tokens_details: { reasoning_tokens: 5000 } },
+      { prompt_tokens: 10, completion_tokens: 20, completion_tokens_details: { reasoning_tokens: -1 } },
+    ]) {
+      expect(readUsage(value), JSON.stringify(value)).toEqual({ kind: 'invalid', reported: value });
+    }
+    for (const value of [{ input_tokens: 10, total_tokens: 30 }, { input_tokens: 10, output_tokens: null }]) expect(readResponsesUsage(value).kind, JSON.stringify(value)).toBe('invalid');
+    expect(readEmbeddingsUsage({ total_tokens: 8 }).kind).toBe('invalid');
+  });
+
+  it('counts text sent as content parts (Mistral\'s text and thinking chunks), and what it cannot read as its JSON bytes', () => {
+    const parts = [{ delta: { content: [{ type: 'thinking', thinking: [{ type: 'text', text: 'hmm' }] }, { type: 'text', text: ' yes' }] } }];
+    expect(outputOfChoices(parts, 'delta')).toEqual({ text: 'hmm yes', unreadable: 0 });
+    expect(textOfChoices([{ message: { content: [{ type: 'text', text: 'whole' }, 'more'] } }], 'message')).toBe('wholemore');
+    // Content the proxy cannot read (an object, a number in place of parts) counts as the bytes of its JSON.
+    expect(outputOfChoices([{ delta: { content: { kind: 'blob', data: 'AAAA' } } }], 'delta')).toEqual({ text: '', unreadable: JSON.stringify({ kind: 'blob', data: 'AAAA' }).length });
+    expect(outputOfChoices([{ delta: { content: [7, { type: 'text', text: 'a' }] } }], 'delta')).toEqual({ text: 'a', unreadable: 1 });
+    expect(outputOfChoices([{ delta: { role: 'assistant', content: '' } }], 'delta')).toEqual({ text: '', unreadable: 0 });
   });
 
   it('collects content, refusals, reasoning and tool-call arguments of every choice', () => {

@@ -3,8 +3,8 @@ import type { FastifyReply } from 'fastify';
 import type { Dispatcher } from 'undici';
 import { OutputMeter } from './bounds.js';
 import { type CallHold, type CallPlan, type ChatCall, release, settleQuietly } from './call.js';
-import { type ReportedUsage, readUsage, SseSplitter, textOfChoices } from './sse.js';
-import { countText } from './tokens.js';
+import { hasOutput, type Output, outputOfChoices, type ReportedUsage, readUsage, SseSplitter } from './sse.js';
+import { countOutput } from './tokens.js';
 
 /**
  * Streams (docs/ai-proxy.md, Streaming): each event goes to the client as it arrives; the relayed
@@ -35,13 +35,32 @@ function lengthEvent(last: Record<string, unknown> | null, choices: number): str
 export interface Relay {
   reported: ReportedUsage;
   streamed: string[];
+  /** Bytes of relayed content the proxy could not read (counted a token each). */
+  unreadable: number;
   meter: OutputMeter;
   /** The proxy stopped it at the allowance. */
   capped: boolean;
 }
 
 export function startRelay(plan: CallPlan, held: CallHold): Relay {
-  return { reported: { kind: 'none' }, streamed: [], meter: new OutputMeter(plan.model, held.outputPerChoice * plan.choices), capped: false };
+  return { reported: { kind: 'none' }, streamed: [], unreadable: 0, meter: new OutputMeter(plan.model, held.outputPerChoice * plan.choices), capped: false };
+}
+
+/**
+ * Meter a piece of output before it is relayed: false when it would pass the allowance (the stream is
+ * then stopped), else it is counted for the settle.
+ */
+export function admitOutput(relay: Relay, output: Output): boolean {
+  if (!hasOutput(output)) return true;
+  if (!relay.meter.admit(output.text, output.unreadable)) return false;
+  if (output.text) relay.streamed.push(output.text);
+  relay.unreadable += output.unreadable;
+  return true;
+}
+
+/** What a stream relayed, in tokens: the tokenizer's count of its text and the unreadable bytes. */
+export function relayedTokens(plan: CallPlan, relay: Relay): number {
+  return countOutput(plan.model, { text: relay.streamed.join(''), unreadable: relay.unreadable });
 }
 
 /** Stop a stream at the allowance: nothing more is read, and the upstream call is aborted. */
@@ -96,13 +115,9 @@ export async function streamChat(
             relay.reported = usage;
             forward = clientWantsUsage || !(Array.isArray(parsed.choices) && parsed.choices.length === 0);
           }
-          const text = textOfChoices(parsed.choices, 'delta');
-          if (text) {
-            if (!relay.meter.admit(text)) {
-              cap(relay, res, controller);
-              break read;
-            }
-            relay.streamed.push(text);
+          if (!admitOutput(relay, outputOfChoices(parsed.choices, 'delta'))) {
+            cap(relay, res, controller);
+            break read;
           }
           finished ||= hasFinished(parsed.choices);
         }
@@ -135,14 +150,12 @@ export async function streamText(call: ChatCall, plan: CallPlan, held: CallHold,
         if (!parsed) continue;
         const usage = readUsage(parsed.usage);
         if (usage.kind !== 'none') relay.reported = usage;
-        const text = textOfChoices(parsed.choices, 'delta');
-        if (!text) continue;
-        if (!relay.meter.admit(text)) {
+        const output = outputOfChoices(parsed.choices, 'delta');
+        if (!admitOutput(relay, output)) {
           cap(relay, res, controller);
           break read;
         }
-        relay.streamed.push(text);
-        await write(out, text);
+        if (output.text) await write(out, output.text);
       }
     }
   } catch {
@@ -152,13 +165,15 @@ export async function streamText(call: ChatCall, plan: CallPlan, held: CallHold,
 }
 
 /**
- * After a stream: settle, then the last words, then the end. A stream that broke before any text is
- * released (the provider produced nothing); one the client left is charged at least its prompt, since
- * the provider had it (else a client could have prompts processed for free by hanging up at once).
+ * After a stream: settle, then the last words, then the end. A stream that broke before any output (of
+ * any shape: text, parts, content the proxy cannot read) is released (the provider produced nothing);
+ * one the client left is charged at least its prompt, since the provider had it (else a client could
+ * have prompts processed for free by hanging up at once).
  */
 export async function finishStream(call: ChatCall, plan: CallPlan, held: CallHold, relay: Relay, out: PassThrough, clientGone: boolean, lastWords: () => string): Promise<void> {
-  if (relay.reported.kind === 'none' && relay.streamed.length === 0 && !clientGone && !relay.capped) await release(call.ctx, call.deployment, held);
-  else await settleQuietly(call, plan, held, relay.reported, () => countText(plan.model, relay.streamed.join('')));
+  const relayedNothing = relay.streamed.length === 0 && relay.unreadable === 0;
+  if (relay.reported.kind === 'none' && relayedNothing && !clientGone && !relay.capped) await release(call.ctx, call.deployment, held);
+  else await settleQuietly(call, plan, held, relay.reported, () => relayedTokens(plan, relay));
   const words = lastWords();
   if (words) await write(out, words);
   out.end();

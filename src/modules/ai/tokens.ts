@@ -1,5 +1,6 @@
 import { Tiktoken } from 'js-tiktoken/lite';
 import { normaliseModel } from './models.js';
+import type { Output } from './sse.js';
 
 /**
  * Counting tokens before an AI call (the hold; chat prompts in prompt.ts) and after a stream that
@@ -46,6 +47,11 @@ function encoder(model: string): Tiktoken {
 
 export function countText(model: string, text: string): number {
   return text === '' ? 0 : encoder(model).encode(text, [], []).length;
+}
+
+/** Tokens of output: its text by the tokenizer, plus one per byte of what the proxy cannot read (sse.ts addContent). */
+export function countOutput(model: string, output: Output): number {
+  return countText(model, output.text) + output.unreadable;
 }
 
 /** Input tokens of an embeddings request: a string, strings, token ids or arrays of token ids. */

@@ -1,10 +1,10 @@
-import type { ModelClass } from '../../config.js';
+import { MODEL_CLASSES, type ModelClass } from '../../config.js';
 import type { Ctx } from '../../context.js';
 import { AppError } from '../../errors.js';
 import { aiQuotaExceeded, aiTokensFree, type AiUsageResult, effectiveTerms, purchasedFloor, readBalance, settleAiTokens } from '../credits/index.js';
 import type { DeploymentRow } from '../deployments/service.js';
 import { effectiveFlags } from '../entitlements/flags.js';
-import { normaliseModel } from '../ai/models.js';
+import { classesByNormalisedName, normaliseModel } from '../ai/models.js';
 
 export { creditsForTokens } from '../credits/index.js';
 export type { AiUsageResult } from '../credits/index.js';
@@ -14,23 +14,39 @@ export type { AiUsageResult } from '../credits/index.js';
  * all. The money (holds, settles, usage records) is written by credits/ai-usage.ts.
  */
 
+const byNormalisedName = new WeakMap<Record<string, ModelClass>, Map<string, ModelClass>>();
+
+/** AI_MODEL_CLASSES by normalised name, built once per map (config.ts refuses keys that collide). */
+function classesOf(classes: Record<string, ModelClass>): Map<string, ModelClass> {
+  let map = byNormalisedName.get(classes);
+  if (!map) {
+    map = classesByNormalisedName(classes, MODEL_CLASSES).byName;
+    byNormalisedName.set(classes, map);
+  }
+  return map;
+}
+
 /**
- * The class of a model, decided on its normalised name (`openai/O3:latest` → `o3`, `ft:gpt-4o:org::id` →
- * `gpt-4o`, `gpt-4o-2024-08-06` → `gpt-4o`; ai/models.ts): its own entry, else the longest listed name
- * it extends with a variant suffix (`o1-preview` → `o1`), else AI_DEFAULT_MODEL_CLASS (premium unless
- * set). Otherwise a caller could spell an expensive model another way and pay a cheaper rate
- * (docs/ai-proxy.md, Model classes).
+ * The class of a model (docs/ai-proxy.md, Model classes): the entry of its exact raw name; else of its
+ * normalised name (`openai/O3:latest` → `o3`, `ft:gpt-4o:org::id` → `gpt-4o`, `gpt-4o-2024-08-06` →
+ * `gpt-4o`; ai/models.ts), the map's keys normalised alike; else the longest listed name it extends
+ * with a `-…` variant suffix (`o1-preview` → `o1`; a tagged build `llama3.1:405b` is not a variant of
+ * `llama3.1`); else AI_DEFAULT_MODEL_CLASS (premium unless set). Otherwise a caller could spell an
+ * expensive model another way and pay a cheaper rate.
  */
 export function modelClassOf(ctx: Pick<Ctx, 'config'>, raw: string): ModelClass {
-  const classes = ctx.config.aiModelClasses;
-  const model = normaliseModel(raw);
+  const listed = ctx.config.aiModelClasses;
   // Own keys only: a model called `constructor` is not a class.
-  if (Object.hasOwn(classes, model)) return classes[model]!;
+  if (Object.hasOwn(listed, raw)) return listed[raw]!;
+  const classes = classesOf(listed);
+  const model = normaliseModel(raw);
+  const own = classes.get(model);
+  if (own !== undefined) return own;
   let best: string | undefined;
-  for (const name of Object.keys(classes)) {
+  for (const name of classes.keys()) {
     if (model.startsWith(`${name}-`) && (best === undefined || name.length > best.length)) best = name;
   }
-  return best !== undefined ? classes[best]! : ctx.config.aiDefaultModelClass;
+  return best !== undefined ? classes.get(best)! : ctx.config.aiDefaultModelClass;
 }
 
 /** The 403 `feature_disabled` for a false flag, with its upgrade link (docs/entitlements.md, Flags and gates). */
