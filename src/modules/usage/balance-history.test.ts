@@ -87,6 +87,31 @@ describe('balance history', () => {
     await c.expectLedgerConsistent(t);
   });
 
+  it('a range in the past: what came after it (calls, a grant, a refund) is summed once, and each day still equals the ledger', async () => {
+    const start = Math.floor(h.clock.now().getTime() / DAY) * DAY + 80 * DAY + 3 * HOUR;
+    h.clock.set(start);
+    const t = await c.tenantWith(0, 500);
+    const tool = await f.toolFor('rag_query'); // 2 credits
+    const early = await f.record(t.deploymentId, tool, { at: iso(start + HOUR) });
+    await f.record(t.deploymentId, tool, { at: iso(start + DAY + HOUR) });
+    // After the range asked below: calls on many later days, a grant and a refund of a call made in it.
+    for (let d = 5; d < 25; d++) await f.record(t.deploymentId, tool, { at: iso(start + d * DAY) });
+    h.clock.set(start + 30 * DAY);
+    await grant(h, t.deploymentId, 40);
+    await f.refund(early.usage_id!, 2);
+    h.clock.set(start + 31 * DAY);
+    const view = await history({ 'x-api-key': t.apiKey }, t.organizationId, `?from=${iso(start - DAY)}&to=${iso(start + 3 * DAY)}`);
+    expect(view.days).toHaveLength(5);
+    for (const day of view.days) {
+      const expected = await ledgerBalanceAt(t.deploymentId, new Date(new Date(day.day).getTime() + DAY));
+      expect(day.balance, day.day).toBe(expected);
+    }
+    expect(view.days.map((d) => d.spent)).toEqual([0, 2, 2, 0, 0]);
+    // The refund is counted on its own day, which is not in the range.
+    expect(view.days.every((d) => d.refunded === 0)).toBe(true);
+    expect(view.balance).toBe(500 - 2 * 22 + 40 + 2);
+  });
+
   it('no spending in the last 7 days: burn rate 0 and no runs_out_at; tz moves day boundaries', async () => {
     const day = Math.floor(h.clock.now().getTime() / DAY) * DAY + 40 * DAY;
     h.clock.set(day + 2 * HOUR); // 02:00 UTC: the previous day in New York

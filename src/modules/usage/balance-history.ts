@@ -34,6 +34,19 @@ export interface BalanceHistoryView {
   as_of: string;
 }
 
+/** For each instant of `at` (non-decreasing), the sum of the points' values at or after it: one sweep from the end. */
+function sumsFrom(points: Array<{ t: number; v: number }>, at: number[]): number[] {
+  points.sort((a, b) => a.t - b.t);
+  const out = new Array<number>(at.length);
+  let j = points.length;
+  let sum = 0;
+  for (let i = at.length - 1; i >= 0; i--) {
+    while (j > 0 && points[j - 1]!.t >= at[i]!) sum += points[--j]!.v;
+    out[i] = sum;
+  }
+  return out;
+}
+
 const floorTo = (at: Date, unit: number) => new Date(Math.floor(at.getTime() / unit) * unit);
 const ceilTo = (at: Date, unit: number) => new Date(Math.ceil(at.getTime() / unit) * unit);
 
@@ -71,48 +84,64 @@ export async function balanceHistory(
     [input.organizationId],
   );
   const ids = balances.map((b) => b.deployment_id);
+  // Everything at or after the last day's end is after every day's closing instant: one sum per
+  // deployment there, so what is read (and walked) grows with the range, not with the history since.
+  const horizon = days[days.length - 1]!.end;
   // Deductions by hour since the first day, per deployment: credits before refunds (a refund is a ledger row of its own time).
-  const hours = await ctx.db.query<{ deployment_id: string; hour: Date; credits: number }>(
-    `SELECT r.deployment_id, r.hour, sum(r.credits)::bigint AS credits
+  const hours = await ctx.db.query<{ deployment_id: string; at: Date; credits: number }>(
+    `SELECT r.deployment_id, LEAST(r.hour, $3) AS at, sum(r.credits)::bigint AS credits
      FROM usage_rollup_hours r
      WHERE r.organization_id = $1 AND r.hour >= $2
      GROUP BY 1, 2`,
-    [input.organizationId, since],
+    [input.organizationId, since, horizon],
     'balance_history_hours',
   );
-  // Every other change of a balance since the first day: the ledger's rows that are not a call's deduction.
-  const changes = await ctx.db.query<{ deployment_id: string; kind: string; at: Date; delta: number; amount: number }>(
-    `SELECT deployment_id, kind, created_at AS at, (monthly_delta + purchased_delta)::bigint AS delta, amount
+  // Every other change of a balance since the first day (the ledger's rows that are not a call's
+  // deduction), by hour: a day's end is a whole hour (checkZone), and now is after every row.
+  const changes = await ctx.db.query<{ deployment_id: string; at: Date; delta: number; refunded: number }>(
+    `SELECT deployment_id, LEAST(date_trunc('hour', created_at, 'UTC'), $3) AS at, sum(monthly_delta + purchased_delta)::bigint AS delta,
+            sum(CASE WHEN kind = 'refund' THEN amount ELSE 0 END)::bigint AS refunded
      FROM credit_ledger
-     WHERE deployment_id = ANY($1::uuid[]) AND created_at >= $2 AND (kind <> 'deduct' OR reason = 'owed')`,
-    [ids, since],
+     WHERE deployment_id = ANY($1::uuid[]) AND created_at >= $2 AND (kind <> 'deduct' OR reason = 'owed')
+     GROUP BY 1, 2`,
+    [ids, since, horizon],
     'balance_history_ledger',
   );
 
   const out: BalanceDay[] = days.map((d) => ({ day: d.start.toISOString(), balance: 0, spent: 0, refunded: 0, deployments: [] }));
+  const starts = days.map((d) => d.start.getTime());
+  /** The day whose [start, end) holds `at`, or -1 (days are contiguous: the last start at or before it). */
   const dayOf = (at: Date): number => {
-    for (let i = 0; i < days.length; i++) if (at.getTime() >= days[i]!.start.getTime() && at.getTime() < days[i]!.end.getTime()) return i;
-    return -1;
+    const t = at.getTime();
+    if (t < starts[0]! || t >= horizon.getTime()) return -1;
+    let lo = 0;
+    let hi = starts.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (starts[mid]! <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
   };
   for (const h of hours) {
-    const i = dayOf(h.hour);
-    if (i >= 0) out[i]!.spent += h.credits;
+    const i = dayOf(h.at);
+    if (i >= 0) out[i]!.spent += Number(h.credits);
   }
   for (const c of changes) {
     const i = dayOf(c.at);
-    if (i >= 0 && c.kind === 'refund') out[i]!.refunded += c.amount;
+    if (i >= 0) out[i]!.refunded += Number(c.refunded);
   }
+  // Each day's closing instant: its end, or now for today and later (non-decreasing).
+  const closes = days.map((d) => Math.min(d.end.getTime(), now.getTime()));
   let unlimited = false;
   for (const b of balances) {
     unlimited ||= b.unlimited;
-    const mine = { hours: hours.filter((h) => h.deployment_id === b.deployment_id), changes: changes.filter((c) => c.deployment_id === b.deployment_id) };
-    days.forEach((d, i) => {
-      // The balance at the day's end (or now, for today and later): today's less what changed since.
-      const at = Math.min(d.end.getTime(), now.getTime());
-      let value = Number(b.balance);
-      for (const h of mine.hours) if (h.hour.getTime() >= at) value += Number(h.credits);
-      for (const c of mine.changes) if (c.at.getTime() >= at) value -= Number(c.delta);
-      const balance = b.unlimited ? null : value;
+    // The balance at a day's close: today's, plus what was deducted since, less what else changed since.
+    const after = (points: Array<{ t: number; v: number }>) => sumsFrom(points, closes);
+    const deducted = after(hours.filter((h) => h.deployment_id === b.deployment_id).map((h) => ({ t: h.at.getTime(), v: Number(h.credits) })));
+    const changed = after(changes.filter((c) => c.deployment_id === b.deployment_id).map((c) => ({ t: c.at.getTime(), v: Number(c.delta) })));
+    days.forEach((_, i) => {
+      const balance = b.unlimited ? null : Number(b.balance) + deducted[i]! - changed[i]!;
       const day = out[i]!;
       day.deployments.push({ deployment_id: b.deployment_id, balance });
       day.balance = day.balance === null || balance === null ? null : day.balance + balance;
