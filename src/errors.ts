@@ -86,6 +86,19 @@ export class AppError extends Error {
   }
 }
 
+/**
+ * An upstream's own words about a refusal (Stripe's message, a provider's body), kept on the error for
+ * the operator's log and never in the answer: they can name the installation's key, account or
+ * configuration (docs/billing.md, Selling; docs/ai-proxy.md). The error handler logs errors that carry them.
+ */
+export function withUpstreamDetail<E extends AppError>(error: E, detail: Record<string, unknown>): E {
+  return Object.assign(error, { upstream: detail });
+}
+
+/** The upstream detail withUpstreamDetail put on an error, if any. */
+export const upstreamDetailOf = (error: unknown): Record<string, unknown> | undefined =>
+  (error as { upstream?: Record<string, unknown> } | null)?.upstream;
+
 export class ValidationError extends AppError {
   constructor(
     message: string,

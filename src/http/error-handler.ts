@@ -12,6 +12,7 @@ import {
   OpenAiShapedError,
   openAiErrorBody,
   ServiceUnavailableError,
+  upstreamDetailOf,
   ValidationError,
 } from '../errors.js';
 
@@ -110,6 +111,7 @@ export function registerErrorHandling(app: FastifyInstance, clock: Clock): void 
     if (appError.code === 'INTERNAL_ERROR') request.log.error({ err }, 'unhandled error');
     else if (appError instanceof UncheckedInputError) request.log.warn({ err }, 'input the input guard should have refused reached the runtime or the database');
     else if (appError.code === 'SERVICE_UNAVAILABLE') request.log.warn({ err }, 'database unavailable');
+    else if (upstreamDetailOf(appError)) request.log.warn({ code: appError.code, upstream: upstreamDetailOf(appError) }, 'an upstream refused: its words are for the operator');
     return sendError(reply, request, appError, clock);
   });
   app.setNotFoundHandler((request, reply) => sendError(reply, request, new NotFoundError('Route'), clock));

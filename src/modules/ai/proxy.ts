@@ -1,7 +1,7 @@
 import type { FastifyReply } from 'fastify';
 import type { Dispatcher } from 'undici';
 import type { Ctx } from '../../context.js';
-import { AppError, ValidationError } from '../../errors.js';
+import { AppError, ValidationError, withUpstreamDetail } from '../../errors.js';
 import { assertAiEnabled, modelClassOf } from '../quotas/ai-tokens.js';
 import { askedAllowance, checkFields, upstreamChatBody } from './bounds.js';
 import { type CallHold, type CallPlan, type ChatCall, chargeOf, hold, release, settle, settleQuietly } from './call.js';
@@ -111,6 +111,11 @@ export interface UpstreamRefusal {
 async function refusalOf(res: Dispatcher.ResponseData): Promise<UpstreamRefusal | AppError> {
   const body = (await readBody(res.body, MAX_ERROR_BYTES, true)) ?? Buffer.alloc(0);
   if (res.statusCode >= 500 || res.statusCode < 400) return upstreamError(`it answered ${res.statusCode}`);
+  if (res.statusCode === 401 || res.statusCode === 403) {
+    // About the installation's own key (AI_API_KEY), not the caller's: its words (a fragment of the key,
+    // the account) are the operator's, in the log; the caller gets a 502 (docs/ai-proxy.md, Errors).
+    return withUpstreamDetail(upstreamError(`it refused the installation's credentials (${res.statusCode})`), { status: res.statusCode, body: body.toString('utf8').slice(0, 1000) });
+  }
   const retry = res.headers['retry-after'];
   return {
     status: res.statusCode,

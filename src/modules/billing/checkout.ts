@@ -1,5 +1,5 @@
 import type { Ctx } from '../../context.js';
-import { AppError, ValidationError } from '../../errors.js';
+import { AppError, ValidationError, withUpstreamDetail } from '../../errors.js';
 import { recordPackCheckout } from '../credits/index.js';
 import type { DeploymentRow } from '../deployments/service.js';
 import { TIERS, type Tier } from '../../lib/tiers.js';
@@ -29,7 +29,15 @@ export async function callStripe<T>(what: string, fn: () => Promise<T>): Promise
     if (isTransientStripeError(error)) {
       throw new AppError('SERVICE_UNAVAILABLE', `Stripe is not reachable (${what}); try again shortly`, {}, { 'retry-after': '5' });
     }
-    throw new AppError('PAYMENT_PROVIDER_ERROR', `Stripe refused ${what}: ${(error as Error).message}`);
+    // Stripe's message is the operator's (it can name a fragment of the key, the account, a price id):
+    // in the log; the caller gets its code and request id (docs/billing.md, Selling).
+    const e = error as { message?: string; code?: string; requestId?: string; statusCode?: number; type?: string };
+    const detail = { provider: 'stripe', status: e.statusCode ?? null, type: e.type ?? null, code: e.code ?? null, request_id: e.requestId ?? null, message: e.message ?? null };
+    if (error instanceof Stripe.errors.StripeAuthenticationError || error instanceof Stripe.errors.StripePermissionError) {
+      throw withUpstreamDetail(new AppError('BILLING_NOT_CONFIGURED', `Billing is not available: Stripe refused this installation's key (${what}); the operator is told`), detail);
+    }
+    const reference = [e.code, e.requestId].filter((v) => typeof v === 'string' && /^[\w.-]{1,100}$/.test(v)).join(', ');
+    throw withUpstreamDetail(new AppError('PAYMENT_PROVIDER_ERROR', `Stripe refused ${what}${reference ? ` (${reference})` : ''}`), detail);
   }
 }
 

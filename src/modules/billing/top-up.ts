@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { HOUR } from '../../clock.js';
 import type { Ctx } from '../../context.js';
-import { AppError } from '../../errors.js';
+import { AppError, upstreamDetailOf } from '../../errors.js';
 import { ctxOf } from '../../http/auth.js';
 import { hashedSubject, retryAfterSeconds } from '../../lib/rate-limiter.js';
 import type { DeploymentRow } from '../deployments/service.js';
@@ -101,6 +101,8 @@ ${items}
 
 function errorAnswer(reply: FastifyReply, error: unknown): FastifyReply {
   if (!(error instanceof AppError)) throw error;
+  const upstream = upstreamDetailOf(error);
+  if (upstream) reply.log.warn({ code: error.code, upstream }, 'an upstream refused: its words are for the operator');
   for (const [name, value] of Object.entries(error.headers ?? {})) reply.header(name, value);
   return plain(reply, error.status, `${error.message}\n`);
 }
