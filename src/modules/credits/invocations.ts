@@ -261,8 +261,12 @@ export async function recordInvocation(
     if (inserted.length === 0) {
       const existing = await lockInvocation(tx, deploymentId, invocationId);
       const fresh = existing.created_at.getTime() > now.getTime() - IDEMPOTENCY_WINDOW_MS;
-      if (!fresh) {
+      // A hold past its expiry holds nothing, whether or not the sweep has released it yet: its
+      // credits go back and the call is priced now, as after a sweep (docs/metering.md, Reservations).
+      const lapsed = existing.status === 'reserved' && existing.reservation_expires_at !== null && existing.reservation_expires_at.getTime() <= now.getTime();
+      if (!fresh || lapsed) {
         if (existing.status === 'reserved') await releaseHeld(tx, existing, now);
+        if (fresh && existing.tool_name !== request.toolName) throw reusedInvocation();
       } else if (existing.status === 'recorded' || existing.status === 'refunded') {
         if (existing.request_hash !== requestHash) throw reusedInvocation();
         return { replayed: true, answer: existing.response! };
@@ -275,7 +279,7 @@ export async function recordInvocation(
         heldWindows = existing.budget_windows ?? [];
       }
       // A held reservation of this call (the common path) needs no reset: the deduction marks it recorded.
-      if (!(fresh && existing.status === 'reserved')) {
+      if (!(fresh && existing.status === 'reserved' && !lapsed)) {
         await tx.query(
           `UPDATE invocations SET status = 'pending', tool_name = $3, request_hash = $4, updated_at = $5, budget_windows = NULL,
              created_at = CASE WHEN created_at > $6 THEN created_at ELSE $5 END

@@ -181,9 +181,12 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
       metadata: { deployment_id: usage.deployment_id, amount, forfeited, reason: input.reason, refund_id: refundId },
     });
     if (usage.invocation_id && total === usage.quantity) {
+      // Only the call this usage answered: an id used again after its 24 hours answers a newer usage,
+      // which this refund does not touch (docs/metering.md, Refunds).
       await tx.query(
-        `UPDATE invocations SET status = 'refunded', updated_at = $3 WHERE deployment_id = $1 AND invocation_id = $2 AND status = 'recorded'`,
-        [usage.deployment_id, usage.invocation_id, now],
+        `UPDATE invocations SET status = 'refunded', updated_at = $3
+         WHERE deployment_id = $1 AND invocation_id = $2 AND status = 'recorded' AND usage_id = $4`,
+        [usage.deployment_id, usage.invocation_id, now, usage.id],
       );
     }
     return {
