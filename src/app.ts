@@ -14,7 +14,7 @@ import { registerOpenApi } from './http/openapi.js';
 import { validatorCompiler } from './http/validation.js';
 import { type Bus, LocalBus, RedisBus } from './lib/bus.js';
 import { Caches } from './lib/caches.js';
-import { requestSerializer, SecretRoutes } from './lib/log-redaction.js';
+import { errorSerializer, requestSerializer, SecretRoutes } from './lib/log-redaction.js';
 import { lazyChildLoggerFactory, logDestination, OneLinePerRequest } from './lib/logger.js';
 import { Metrics } from './lib/metrics.js';
 import { LocalRateLimiter, type RateLimiter, RedisRateLimiter } from './lib/rate-limiter.js';
@@ -90,8 +90,9 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
     logger: {
       level: config.logLevel,
       redact: { paths: REDACT_PATHS, censor: '[redacted]' },
-      // Every logged request (Fastify's "incoming request", `{req}` in any log line) without secrets in its URL.
-      serializers: { req: requestSerializer(secretRoutes) },
+      // Every logged request (Fastify's "incoming request", `{req}` in any log line) without secrets in its URL;
+      // every logged error without the statement and values a database error carries.
+      serializers: { req: requestSerializer(secretRoutes), err: errorSerializer },
       // JSON, or one pretty line per request (LOG_FORMAT; src/lib/logger.ts).
       ...logDestination(config.logFormat, options.logStream),
     },

@@ -27,8 +27,9 @@ const print = (value: unknown): void => {
 
 const AFTER_HELP = `
 Without a command, creditgate serves (like creditgate serve).
-Operator commands send ADMIN_API_KEY (from the environment, else DATA_DIR/secrets.json) to --url,
-CREDITGATE_URL, or http://HOST:PORT.
+Operator commands send ADMIN_API_KEY (from the environment; else DATA_DIR/secrets.json, for a service
+on this machine only) to --url, CREDITGATE_URL, or http://HOST:PORT; plain http only to this machine
+unless --insecure-http.
 
 Exit codes: 0 ok; 1 the service answered an error or could not be reached; 2 a usage error (bad
 command, argument or option) or invalid configuration; 3 the data directory is used by another process;
@@ -69,6 +70,7 @@ function buildProgram(): Command {
     .description('Credit-metered platform API: run the service, or operate a running one.')
     .version(packageVersion(), '-V, --version', 'print the version')
     .option('--url <url>', 'the running service, for operator commands (default: $CREDITGATE_URL, else http://$HOST:$PORT)')
+    .option('--insecure-http', 'send ADMIN_API_KEY over plain http to a host other than this machine (refused without it)')
     .helpOption('-h, --help', 'show help')
     .helpCommand('help [command]', 'show help for a command')
     // Errors become a CommanderError that run() maps to an exit code; subcommands inherit both settings.
@@ -76,7 +78,10 @@ function buildProgram(): Command {
     .configureOutput({ outputError: (text, write) => write(errorLine(program, text)) })
     .addHelpText('after', AFTER_HELP);
 
-  const connect = (): AdminApi => adminApi(baseUrl(program.opts<{ url?: string }>().url));
+  const connect = (): AdminApi => {
+    const options = program.opts<{ url?: string; insecureHttp?: boolean }>();
+    return adminApi(baseUrl(options.url), process.env, { allowInsecureHttp: options.insecureHttp === true });
+  };
 
   program.commandsGroup('Service:');
   program

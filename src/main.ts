@@ -1,3 +1,4 @@
+import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { systemClock } from './clock.js';
@@ -70,6 +71,27 @@ export function listenFailure(err: unknown, host: string, port: number): string 
   return `creditgate: cannot listen on ${where}: ${cause}\n`;
 }
 
+/** The secrets a developer calls the service with; the others (JWT_SECRET, ENCRYPTION_KEY) stay in the file. */
+const PRINTED_SECRETS = ['ADMIN_API_KEY', 'MCP_SERVICE_KEY'];
+
+/**
+ * What a start that generated development secrets prints (README, "Quick start"): the keys to call the
+ * service with and where all of them are kept. The signing and encryption keys are never printed: a
+ * terminal's scrollback, a CI log or a screen share is no place for what forges sessions or decrypts.
+ */
+export function firstStartNotice(generated: Record<string, string | undefined>, dataDir: string): string {
+  const names = Object.keys(generated);
+  if (names.length === 0) return '';
+  const shown = PRINTED_SECRETS.filter((name) => generated[name] !== undefined);
+  const kept = names.filter((name) => !PRINTED_SECRETS.includes(name));
+  return (
+    `creditgate: development secrets generated and stored in ${join(dataDir, 'secrets.json')} (owner-only):\n` +
+    shown.map((name) => `  ${name}=${generated[name]}\n`).join('') +
+    (kept.length > 0 ? `  ${kept.join(', ')}: in that file, not shown\n` : '') +
+    '  (set them in the environment for production; NODE_ENV=production refuses to start without them)\n'
+  );
+}
+
 /**
  * Start the service: configuration first (fail fast, naming the variable), then the database and its
  * migrations, then the app, its port, and the workers. A port it cannot listen on ends it with exit 4
@@ -77,16 +99,7 @@ export function listenFailure(err: unknown, host: string, port: number): string 
  */
 export async function serve(env: NodeJS.ProcessEnv = process.env): Promise<FastifyInstance> {
   const { config, generated } = configOrExit(env);
-  const names = Object.keys(generated);
-  if (names.length > 0) {
-    process.stdout.write(
-      `creditgate: development secrets generated and stored in ${config.dataDir}/secrets.json:\n` +
-        Object.entries(generated)
-          .map(([name, value]) => `  ${name}=${value}\n`)
-          .join('') +
-        '  (set them in the environment for production; NODE_ENV=production refuses to start without them)\n',
-    );
-  }
+  process.stdout.write(firstStartNotice(generated, config.dataDir));
   const db = await databaseOrExit(config);
   await runMigrations(db);
   const app = await buildApp({ config, db, clock: systemClock });

@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -94,6 +94,11 @@ describe('embedded quick start', () => {
     const base = /creditgate listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(server.output())![1]!;
     const env = { DATA_DIR: dataDir, CREDITGATE_URL: base };
     expect(server.output()).toMatch(/ADMIN_API_KEY=/);
+    // The keys to call the service with are printed; the signing and encryption keys stay in the file (README, "Quick start").
+    const stored = JSON.parse(readFileSync(join(dataDir, 'secrets.json'), 'utf8')) as Record<string, string>;
+    expect(server.output()).toContain(`MCP_SERVICE_KEY=${stored.MCP_SERVICE_KEY}`);
+    expect(server.output()).not.toContain(stored.JWT_SECRET);
+    expect(server.output()).not.toContain(stored.ENCRYPTION_KEY);
     expect(server.output()).toMatch(/embedded PGlite/);
     // Started without the start script's Node flags, serve set them itself (src/node-flags.ts).
     expect(server.output()).toMatch(/V8 flags set at start: --heap-growing-percent=50/);

@@ -7,7 +7,7 @@ import { bearer, createHarness, createTenant, type Harness, json, signUp, signUp
 let h: Harness;
 
 /** An app on the harness database whose logs (at trace level) are kept in `output()`. */
-async function capturingApp(logLevel = 'trace') {
+async function capturingApp(logLevel = 'trace', logFormat: 'json' | 'pretty' = 'json') {
   let output = '';
   const stream = new Writable({
     write(chunk, _encoding, done) {
@@ -15,7 +15,7 @@ async function capturingApp(logLevel = 'trace') {
       done();
     },
   });
-  const config = testConfig({ logLevel });
+  const config = testConfig({ logLevel, logFormat });
   const app = await buildApp({ config, db: h.deps.db, clock: h.clock, logStream: stream });
   return { app, config, output: () => output };
 }
@@ -156,6 +156,119 @@ describe('logs', () => {
       expect(logged).not.toContain(token.slice('cginv_'.length));
     } finally {
       await app.close();
+    }
+  });
+
+  it('never contain the statement, the parameters or the key values of a database error, on either database, json or pretty (docs/operations.md, "Secrets in logs")', async () => {
+    for (const format of ['json', 'pretty'] as const) {
+      const { app, output } = await capturingApp('warn', format);
+      const secret = `password-hash-in-a-parameter-${format}`;
+      const taken = await signUp(h);
+      try {
+        // Statements that fail at the database, uncaught: the 500 path logs the error whole.
+        app.get('/api/v1/log-probe/invalid', { config: { auth: 'public' } }, async () => {
+          await h.deps.db.query('INSERT INTO users (id, email, password_hash, created_at, updated_at) VALUES ($1, $2, $3, now(), now())', [
+            'not-a-uuid',
+            `${format}-victim@example.com`,
+            secret,
+          ]);
+        });
+        app.get('/api/v1/log-probe/duplicate', { config: { auth: 'public' } }, async () => {
+          // A unique violation: PostgreSQL's detail quotes the key, `Key (lower(email))=(…) already exists`.
+          await h.deps.db.transaction((tx) =>
+            tx.query('INSERT INTO users (email, password_hash, created_at, updated_at) VALUES ($1, $2, now(), now())', [taken.email, secret]),
+          );
+        });
+        app.get('/api/v1/log-probe/division', { config: { auth: 'public' } }, async () => {
+          await h.deps.db.query('SELECT $1::text, 1/0', [secret]);
+        });
+        await app.ready();
+        for (const probe of ['invalid', 'duplicate', 'division']) {
+          const res = await app.inject({ method: 'GET', url: `/api/v1/log-probe/${probe}` });
+          expect(res.statusCode, probe).toBeGreaterThanOrEqual(400);
+          expect(res.body).not.toContain(secret);
+        }
+        const logged = output();
+        // The errors are there, with what finds the statement in the code...
+        expect(logged, format).toContain('22P02');
+        expect(logged, format).toContain('23505');
+        expect(logged, format).toContain('22012');
+        // ...and nothing of what the statement carried.
+        for (const leak of [secret, taken.email, `${format}-victim@example.com`, 'INSERT INTO users', 'password_hash']) {
+          expect(logged, `${format}: ${leak}`).not.toContain(leak);
+        }
+        expect(logged, format).not.toMatch(/"?(params|queryOptions|detail)"?:/);
+      } finally {
+        await app.close();
+      }
+    }
+  });
+
+  it('a database error leaves the database layer without the statement and its parameters (PGlite attaches them; docs/operations.md, "Secrets in logs")', async () => {
+    const secret = 'password-hash-in-a-thrown-error';
+    const failures = [
+      h.deps.db.query('SELECT $1::text, 1/0', [secret]),
+      h.deps.db.transaction((tx) => tx.query('SELECT $1::text, 1/0', [secret])),
+      h.deps.db.transaction((tx) => tx.pipeline([{ text: 'SELECT 1' }, { text: 'SELECT $1::uuid', params: [secret] }])),
+      h.deps.db.transaction((tx) => tx.queryAndCommit('SELECT $1::text, 1/0', [secret])),
+    ];
+    for (const failure of failures) {
+      const err = (await failure.then(
+        () => null,
+        (e: unknown) => e,
+      )) as Record<string, unknown> | null;
+      expect(err).not.toBeNull();
+      expect(err!.code).toMatch(/^22/);
+      for (const field of ['query', 'params', 'queryOptions']) expect(err![field], field).toBeUndefined();
+      expect(JSON.stringify(err)).not.toContain(secret);
+    }
+  });
+
+  it('never contain a secret sent in a query parameter named for one, or a standard base64 token, json or pretty (docs/operations.md, "Secrets in logs")', async () => {
+    const password = 'correct horse battery staple';
+    const base64Token = 'Qx7+Lm2/9aZ4kP+Tr8/Wq3Nv5Bs6Hy1Ue0Io='; // `openssl rand -base64`, as docs/operations-metrics.md suggests for METRICS_TOKEN
+    const humanAdminKey = 'staging-admin-key-for-the-ops-team';
+    const urls = [
+      `/auth/login?email=a@example.com&password=${encodeURIComponent(password)}`,
+      `/metrics?metrics_token=${encodeURIComponent(base64Token)}`,
+      `/x?next=${encodeURIComponent(base64Token)}`,
+      `/x?raw=${base64Token}`,
+      `/api/v1/admin/deployments?admin_key=${humanAdminKey}`,
+      `/api/v1/admin/deployments?x-admin-key=${humanAdminKey}&lang=en`,
+      '/x?client_secret=short-Secret-1&signature=abc123def456&password=hunter2hunter2&pwd=Tr0ub4dor%263&passwd=p1&pass=p2',
+      '/x?authorization=Basic%20b3BzOmh1bnRlcjI&sig=s1g&code=c0de-value&session=sess-value&jwt=j.w.t&id_token=idt-value',
+    ];
+    for (const format of ['json', 'pretty'] as const) {
+      const { app, output } = await capturingApp('info', format);
+      try {
+        await app.ready();
+        for (const url of urls) await app.inject({ method: 'GET', url });
+        const logged = output();
+        for (const leak of [
+          password.replaceAll(' ', '%20'),
+          'correct',
+          'hunter2hunter2',
+          'Tr0ub4dor',
+          'Bs6Hy1Ue0Io',
+          'Qx7',
+          humanAdminKey,
+          'short-Secret-1',
+          'abc123def456',
+          'b3BzOmh1bnRlcjI',
+          's1g',
+          'c0de-value',
+          'sess-value',
+          'j.w.t',
+          'idt-value',
+        ]) {
+          expect(logged, `${format}: ${leak}`).not.toContain(leak);
+        }
+        // What is not a secret stays readable.
+        expect(logged, format).toContain('x-admin-key=[redacted]&lang=en');
+        expect(logged, format).toContain('/metrics?metrics_token=[redacted]');
+      } finally {
+        await app.close();
+      }
     }
   });
 });

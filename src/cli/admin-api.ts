@@ -1,13 +1,44 @@
 import { existsSync, readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
 import { SECRETS_FILE } from '../lib/data-dir.js';
 import { ApiError, UsageError } from './exit-codes.js';
 
 type Env = Record<string, string | undefined>;
 
-/** A secret from the environment, else from the development secrets `creditgate serve` stored in DATA_DIR. */
-export function readSecret(name: string, env: Env = process.env): string | undefined {
+/**
+ * Whether a URL names this machine: `localhost` (and `*.localhost`), 127.0.0.0/8, `::1`, an IPv4
+ * loopback address mapped to IPv6, or the unspecified address (`0.0.0.0`, `::`), which connects to
+ * this machine. Only such a target may get the development secrets of DATA_DIR, and plain http
+ * (docs/cli.md, "Operator commands").
+ */
+export function isLoopbackUrl(url: string): boolean {
+  let host: string;
+  try {
+    host = new URL(url).hostname.toLowerCase();
+  } catch {
+    return false;
+  }
+  host = host.replace(/^\[|\]$/g, '').replace(/\.$/, '');
+  if (host === 'localhost' || host.endsWith('.localhost')) return true;
+  if (isIP(host) === 4) return host.startsWith('127.') || host === '0.0.0.0';
+  if (isIP(host) === 6) return host === '::1' || host === '::' || /^::ffff:(?:127\.|7f[0-9a-f]{2}:)/.test(host);
+  return false;
+}
+
+/** A URL as it may be echoed: without the user name and password before `@`. */
+export function withoutUserinfo(url: string): string {
+  return url.replace(/^([a-z][a-z0-9+.-]*:\/*)[^/?#]*@/i, '$1');
+}
+
+/**
+ * A secret from the environment, else from the development secrets `creditgate serve` stored in
+ * DATA_DIR: those only for a service on this machine (`target` a loopback URL). A remote instance
+ * never gets this machine's development keys (docs/cli.md, "Operator commands").
+ */
+export function readSecret(name: string, target: string, env: Env = process.env): string | undefined {
   if (env[name]) return env[name];
+  if (!isLoopbackUrl(target)) return undefined;
   const file = join(resolve(env.DATA_DIR || './.creditgate'), SECRETS_FILE);
   if (!existsSync(file)) return undefined;
   try {
@@ -20,13 +51,17 @@ export function readSecret(name: string, env: Env = process.env): string | undef
 /** The running service: --url, else CREDITGATE_URL, else HOST and PORT as `serve` would listen. */
 export function baseUrl(flag: string | undefined, env: Env = process.env): string {
   const url = flag ?? env.CREDITGATE_URL ?? `http://${env.HOST || '127.0.0.1'}:${env.PORT || '8080'}`;
+  const source = flag === undefined ? 'CREDITGATE_URL' : '--url';
+  // Echoed without its user name and password: an error line ends up in terminals, CI logs and tickets.
+  const shown = withoutUserinfo(url);
   let parsed: URL;
   try {
     parsed = new URL(url);
   } catch {
-    throw new UsageError(`${flag === undefined ? 'CREDITGATE_URL' : '--url'} must be an http(s) URL, got "${url}"`);
+    throw new UsageError(`${source} must be an http(s) URL, got "${shown}"`);
   }
-  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new UsageError(`--url must be an http(s) URL, got "${url}"`);
+  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new UsageError(`${source} must be an http(s) URL, got "${shown}"`);
+  if (parsed.username !== '' || parsed.password !== '') throw new UsageError(`${source} must not hold a user name or password, got "${shown}"`);
   return url.replace(/\/+$/, '');
 }
 
@@ -41,9 +76,28 @@ export interface AdminApi {
   send(method: string, path: string, body?: unknown): Promise<unknown>;
 }
 
-export function adminApi(url: string, env: Env = process.env): AdminApi {
-  const key = readSecret('ADMIN_API_KEY', env);
-  if (!key) throw new UsageError('ADMIN_API_KEY is not set and no development secrets were found in DATA_DIR');
+export interface AdminApiOptions {
+  /** --insecure-http: send the key over plain http to a host that is not this machine (docs/cli.md). */
+  allowInsecureHttp?: boolean;
+}
+
+/**
+ * The operator API at `url`, with ADMIN_API_KEY. Refused before anything is sent: plain http to a
+ * host other than this machine (the key would cross the network in clear) unless allowed, and a
+ * missing key (the development secrets of DATA_DIR are read only for this machine).
+ */
+export function adminApi(url: string, env: Env = process.env, options: AdminApiOptions = {}): AdminApi {
+  if (new URL(url).protocol === 'http:' && !isLoopbackUrl(url) && !options.allowInsecureHttp) {
+    throw new UsageError(`refusing to send ADMIN_API_KEY over plain http to ${withoutUserinfo(url)}; use https, or --insecure-http on a network you trust`);
+  }
+  const key = readSecret('ADMIN_API_KEY', url, env);
+  if (!key) {
+    throw new UsageError(
+      isLoopbackUrl(url)
+        ? 'ADMIN_API_KEY is not set and no development secrets were found in DATA_DIR'
+        : `ADMIN_API_KEY is not set (the development secrets in DATA_DIR are used only for a service on this machine, not ${new URL(url).host})`,
+    );
+  }
   return { url, send: (method, p, body) => request(url, method, p, { 'x-admin-key': key }, body) };
 }
 

@@ -37,7 +37,7 @@ export async function demo(api: AdminApi): Promise<void> {
     name: 'demo key',
     scopes: ['read', 'write'],
   })) as { key: string };
-  const serviceKey = readSecret('MCP_SERVICE_KEY') ?? '<MCP_SERVICE_KEY>';
+  const serviceKey = readSecret('MCP_SERVICE_KEY', url) ?? '<MCP_SERVICE_KEY>';
   process.stdout.write(`Demo organization ready.
   user id:            ${org.owner_user_id}
   organization id:    ${org.organization.id}

@@ -201,6 +201,25 @@ class PostgresDatabase implements Database {
   }
 }
 
+/**
+ * PGlite attaches the statement (`query`), every parameter (`params`) and its options
+ * (`queryOptions`) to its errors, where PostgreSQL's driver attaches none: parameters hold emails,
+ * password hashes and tokens, and an error is logged whole (docs/operations.md, "Secrets in logs").
+ * They are taken off before the error leaves the database layer; its code, constraint, table and
+ * message stay.
+ */
+const PGLITE_ERROR_FIELDS = ['query', 'params', 'queryOptions'] as const;
+
+function withoutStatement(err: unknown): unknown {
+  if (typeof err === 'object' && err !== null) for (const field of PGLITE_ERROR_FIELDS) if (field in err) delete (err as Record<string, unknown>)[field];
+  return err;
+}
+
+const scrubbed = <T>(promise: Promise<T>): Promise<T> =>
+  promise.catch((err: unknown) => {
+    throw withoutStatement(err);
+  });
+
 class PgliteDatabase implements Database {
   readonly kind = 'pglite' as const;
   constructor(
@@ -209,17 +228,18 @@ class PgliteDatabase implements Database {
   ) {}
 
   async query<T = Row>(text: string, params: readonly unknown[] = []): Promise<T[]> {
-    const result = await this.driver.query<T>(text, params as unknown[]);
+    const result = await scrubbed(this.driver.query<T>(text, params as unknown[]));
     return result.rows;
   }
 
   async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
-    return this.driver.transaction(async (t) => {
+    // The statement's error, or COMMIT's, or ROLLBACK's: each without the statement and its values.
+    return scrubbed(this.driver.transaction(async (t) => {
       // PGlite runs in this thread: no round trips to save, so a pipeline is its statements in turn.
       let over = false;
       const run = async <R = Row>(text: string, params: readonly unknown[] = []): Promise<R[]> => {
         if (over) throw new Error('the transaction is over (queryAndCommit ran)');
-        return (await t.query<R>(text, params as unknown[])).rows;
+        return (await scrubbed(t.query<R>(text, params as unknown[]))).rows;
       };
       const tx: Transaction = {
         query: run,
@@ -236,7 +256,7 @@ class PgliteDatabase implements Database {
         },
       };
       return fn(tx);
-    });
+    }));
   }
 
   async ping(): Promise<void> {

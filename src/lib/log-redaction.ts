@@ -1,4 +1,5 @@
 import type { FastifyRequest, RouteOptions } from 'fastify';
+import pino from 'pino';
 
 /**
  * Secrets never reach logs, including secrets in URLs (docs/accounts.md, "Secrets in logs"). Headers
@@ -21,9 +22,12 @@ export const REDACTED = '[redacted]';
 
 /**
  * Query parameters whose value is a secret in any URL, routed or not (a mailed `?token=` link, a
- * misplaced `?api_key=`). Compared without case.
+ * misplaced `?api_key=`, `?password=`, `?client_secret=`, `?x-admin-key=`, `?signature=`, an OAuth
+ * `?code=`, `?session=`): any name holding one of these words, without case, after percent-decoding
+ * (docs/operations.md, "Secrets in logs"). It hides some harmless values (`?zipcode=`, `?author=`):
+ * hiding too much in a log costs nothing, too little leaks.
  */
-const SECRET_QUERY_PARAMS = new Set(['token', 'access_token', 'refresh_token', 'api_key', 'apikey', 'key', 'secret', 'deployment_secret']);
+const SECRET_QUERY_NAME = /pass|pwd|secret|token|key|auth|sig|session|jwt|code|credential|private/i;
 
 interface SecretRoute {
   /** The route's path segments (no empty ones): literal text, or a parameter (`:name`), or `*`. */
@@ -50,6 +54,10 @@ function decoded(segment: string): string {
 const SECRET_PREFIX = /^(?:cginv_|cgev_|cgrt_|cgds_|cg_|whsec_|sk_live_|sk_test_|rk_live_|rk_test_)/;
 /** Candidate runs: a prefixed secret (with base64's `+/=` too), or any run of base62/base64url characters. */
 const RUN = /(?:cginv_|cgev_|cgrt_|cgds_|cg_|whsec_|sk_live_|sk_test_|rk_live_|rk_test_)[A-Za-z0-9+/=_-]*|[A-Za-z0-9_-]{20,}/g;
+/** A span of base64 characters (standard and URL-safe), judged whole when it is base64 rather than a path (base64Span). */
+const SPAN = /[A-Za-z0-9+/=_-]+/g;
+/** A path piece: lower-case letters, `-` and `_` only (or empty: `//`, a leading `/`). */
+const PATH_WORD = /^[a-z_-]*$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const MIXED = /[0-9A-Z]/;
 
@@ -104,12 +112,39 @@ export function redactTokens(raw: string): string {
   const text = decodedForSearch(raw);
   let out = '';
   let last = 0;
-  for (const match of text.matchAll(RUN)) {
-    if (!isTokenShaped(match[0])) continue;
-    out += `${encodeURIComponent(text.slice(last, match.index))}${REDACTED}`;
-    last = match.index + match[0].length;
+  for (const [start, end] of secretRuns(text)) {
+    out += `${encodeURIComponent(text.slice(last, start))}${REDACTED}`;
+    last = end;
   }
   return last === 0 ? raw : out + encodeURIComponent(text.slice(last));
+}
+
+/**
+ * Whether a span of base64 characters is one value: it holds `+` or `=` (which paths and words do not),
+ * or `/` between pieces none of which is a path word. A standard base64 secret (`openssl rand -base64`,
+ * the format docs/operations-metrics.md suggests for METRICS_TOKEN) is then judged whole, not as the
+ * pieces between its `+/=`, each of which may be too short to look like a token; `invitations/cginv_…`
+ * stays a path whose token alone is hidden.
+ */
+function base64Span(span: string): boolean {
+  if (/[+=]/.test(span)) return true;
+  const pieces = span.split('/');
+  return pieces.length > 1 && !pieces.some((piece) => PATH_WORD.test(piece));
+}
+
+/** [start, end) of every token-shaped run of `text`, in order. */
+function secretRuns(text: string): Array<[number, number]> {
+  const runs: Array<[number, number]> = [];
+  for (const span of text.matchAll(SPAN)) {
+    if (base64Span(span[0]) && isTokenShaped(span[0])) {
+      runs.push([span.index, span.index + span[0].length]);
+      continue;
+    }
+    for (const match of span[0].matchAll(RUN)) {
+      if (isTokenShaped(match[0])) runs.push([span.index + match.index, span.index + match.index + match[0].length]);
+    }
+  }
+  return runs;
 }
 
 /**
@@ -171,7 +206,7 @@ function redactQuery(query: string): string {
     .map((pair) => {
       const eq = pair.indexOf('=');
       const rawName = eq === -1 ? pair : pair.slice(0, eq);
-      if (SECRET_QUERY_PARAMS.has(decoded(rawName).toLowerCase())) return `${rawName}=${REDACTED}`;
+      if (SECRET_QUERY_NAME.test(decodedForSearch(rawName))) return `${rawName}=${REDACTED}`;
       // Any other parameter, whatever its name (`?foo=<token>`), and the name itself: the shape rule.
       return eq === -1 ? redactTokens(pair) : `${redactTokens(rawName)}=${redactTokens(pair.slice(eq + 1))}`;
     })
@@ -194,4 +229,34 @@ export function requestSerializer(secrets: SecretRoutes): (req: LoggedRequest) =
     remoteAddress: req.ip ?? req.socket?.remoteAddress,
     remotePort: req.socket?.remotePort,
   });
+}
+
+/**
+ * Fields of a database error that quote the statement or its values: PGlite attaches the statement
+ * (`query`), every parameter (`params`) and its options (`queryOptions`) to its errors; PostgreSQL's
+ * `detail` quotes key values and failing rows (`Key (lower(email))=(…) already exists`) and
+ * `internalQuery` a function's statement. Parameters hold emails, password hashes and tokens.
+ */
+const DATABASE_ERROR_FIELDS = ['query', 'params', 'queryOptions', 'detail', 'internalQuery'];
+
+type SerializedError = Record<string, unknown> & { aggregateErrors?: unknown[] };
+
+function withoutDatabaseValues(serialized: unknown): void {
+  if (typeof serialized !== 'object' || serialized === null) return;
+  const err = serialized as SerializedError;
+  for (const field of DATABASE_ERROR_FIELDS) delete err[field];
+  for (const inner of err.aggregateErrors ?? []) withoutDatabaseValues(inner);
+  // Errors held in other fields are serialized the same way (pino's err serializer recurses).
+  for (const value of Object.values(err)) if (typeof value === 'object' && value !== null && 'stack' in value) withoutDatabaseValues(value);
+}
+
+/**
+ * The logger's `err` serializer (docs/operations.md, "Secrets in logs"): pino's, without the fields of
+ * a database error that quote statements and values (DATABASE_ERROR_FIELDS). The code, constraint,
+ * table, column and message stay: enough to find the statement in the code.
+ */
+export function errorSerializer(err: Error): ReturnType<typeof pino.stdSerializers.err> {
+  const serialized = pino.stdSerializers.err(err);
+  withoutDatabaseValues(serialized);
+  return serialized;
 }

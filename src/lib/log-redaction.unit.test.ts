@@ -30,6 +30,13 @@ describe('URL redaction for logs', () => {
     expect(secrets.redactUrl(url)).toBe(logged);
   });
 
+  it.each([
+    'password', 'Passwd', 'pwd', 'pass', 'client_secret', 'admin_key', 'x-admin-key', 'authorization', 'signature', 'sig', 'code',
+    'session', 'session_id', 'jwt', 'id_token', 'metrics_token', 'user%5Bpassword%5D', 'p%2561ssword', 'private_key', 'credentials',
+  ])('a query parameter named %s is hidden whatever its value (docs/operations.md, "Secrets in logs")', (name) => {
+    expect(secrets.redactUrl(`/x?${name}=hunter2&lang=en`)).toBe(`/x?${name}=${REDACTED}&lang=en`);
+  });
+
   it('refuses a secretParams name that is not a path parameter of the route (a typo would log the secret)', () => {
     expect(() => new SecretRoutes().add({ url: '/invitations/:token', config: { secretParams: ['tokn'] } })).toThrow(/not all path parameters/);
   });
@@ -61,7 +68,12 @@ describe('URL redaction for logs', () => {
       ['/y/cgrt_Ab3dEfGh', `/y/${REDACTED}`],
       ['/hooks?s=whsec_Ab+cD/eF=gh12', `/hooks?s=${REDACTED}`],
       // Long base64url values without a prefix (a foreign key, a JWT's parts); shorter runs stay.
-      ['/cb?code=eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.dBjftJeZ4CVPmB92K27uhbUJU1p1r', `/cb?code=${REDACTED}.eyJzdWIiOiIxIn0.${REDACTED}`],
+      ['/cb?state=eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.dBjftJeZ4CVPmB92K27uhbUJU1p1r', `/cb?state=${REDACTED}.eyJzdWIiOiIxIn0.${REDACTED}`],
+      // Standard base64 (`openssl rand -base64`): its `+/=` do not cut it into pieces too short to look like a token.
+      ['/x?v=Qx7+Lm2/9aZ4kP+Tr8/Wq3Nv5Bs6Hy1Ue0Io=', `/x?v=${REDACTED}`],
+      ['/x?v=Qx7%2BLm2%2F9aZ4kP%2BTr8%2FWq3Nv5Bs6Hy1Ue0Io%3D&lang=en', `/x?v=${REDACTED}&lang=en`],
+      ['/x?v=Qx7Lm29aZ4/kPTr8Wq3N/v5Bs6Hy1Ue0Io', `/x?v=${REDACTED}`],
+      [`/x/Qx7+Lm2%2F9aZ4kP+Tr8%2FWq3Nv5Bs6Hy1Ue0Io=`, `/x/${REDACTED}`],
     ])('%s → %s', (url, logged) => {
       expect(secrets.redactUrl(url)).toBe(logged);
     });
@@ -73,6 +85,7 @@ describe('URL redaction for logs', () => {
       ['/organizations?limit=20&status=all&q=hello+world'],
       ['/x?from=2026-01-15T12:00:00.000Z&to=2026-01-16'],
       ['/x/short-Token-1'],
+      ['/x?q=hello+world&lang=en&limit=20&next=%2Forganizations%2Fabc'],
     ])('ordinary ids and words stay readable: %s', (url) => {
       expect(secrets.redactUrl(url)).toBe(url);
     });

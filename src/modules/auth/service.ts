@@ -3,7 +3,7 @@ import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
 import { AppError, UnauthorizedError } from '../../errors.js';
 import { deliverMail, type QueuedMail } from '../../lib/mailer.js';
-import { hashedSubject, limitAttempt } from '../../lib/rate-limiter.js';
+import { hashedSubject, limitAttempt, retryAfterSeconds } from '../../lib/rate-limiter.js';
 import { randomBase62, sha256Hex } from '../../lib/secrets.js';
 import { writeAudit } from '../audit/service.js';
 import { queueVerification } from './email-verification.js';
@@ -52,10 +52,29 @@ async function startSession(ctx: Ctx, tx: Queryable, user: UserRow): Promise<Tok
 }
 
 /**
+ * Sign-ups refused because the address has an account, per client IP (docs/accounts.md, "Sign-up and
+ * existing addresses"): 10 in any hour, counted exactly. Past them every sign-up from that IP is 429,
+ * for a new address too, so the limit does not become the oracle it bounds.
+ */
+export const SIGNUP_TAKEN_LIMIT = 10;
+export const SIGNUP_TAKEN_WINDOW_MS = 60 * MINUTE;
+
+const signupTakenWindow = (ip: string) => [
+  { subject: hashedSubject('signup-taken', ip), name: 'signup-taken', limit: SIGNUP_TAKEN_LIMIT, windowMs: SIGNUP_TAKEN_WINDOW_MS, exact: true },
+];
+
+/**
  * POST /auth/signup: the profile (unverified), its verification mail and a first session, in one
- * transaction; the mail is sent after the commit. A weak password is refused before any hashing.
+ * transaction; the mail is sent after the commit. A weak password is refused before any hashing; an
+ * IP past its sign-ups for taken addresses before anything else (SIGNUP_TAKEN_LIMIT).
  */
 export async function signup(ctx: Ctx, input: { email: string; password: string; full_name?: string | undefined }): Promise<TokenPair> {
+  const taken = signupTakenWindow(ctx.ip ?? '');
+  const room = await ctx.limiter.hit(taken, { peek: true });
+  if (!room.allowed) {
+    const seconds = retryAfterSeconds(room);
+    throw new AppError('RATE_LIMITED', `Too many sign-ups for addresses that have an account; retry in ${seconds} seconds`, {}, { 'retry-after': String(seconds) });
+  }
   await assertAcceptablePassword(input.password, { email: input.email, fullName: input.full_name });
   const hash = await hashPassword(input.password, ctx.config.passwordHashLogN);
   const now = ctx.clock.now();
@@ -74,7 +93,11 @@ export async function signup(ctx: Ctx, input: { email: string; password: string;
       return { pair: await startSession(userCtx, tx, user), mail };
     });
   } catch (err) {
-    if ((err as { code?: string }).code === '23505') throw new AppError('CONFLICT', 'An account with this email exists');
+    if ((err as { code?: string }).code === '23505') {
+      // Counted; a count refused (concurrent sign-ups took the last slots) is the 429 the next one gets.
+      await limitAttempt(ctx.limiter, taken, 'sign-ups for addresses that have an account');
+      throw new AppError('CONFLICT', 'An account with this email exists');
+    }
     throw err;
   }
   await deliverMail(ctx, result.mail);
