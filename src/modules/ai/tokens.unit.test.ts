@@ -1,4 +1,6 @@
-import { beforeAll, describe, expect, it } from 'vitest';
+import { Tiktoken } from 'js-tiktoken/lite';
+import o200k from 'js-tiktoken/ranks/o200k_base';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { countChatPromptTokens } from '../../../test/ai-stand-in/index.js';
 import { DEFAULT_IMAGE_MAX_TOKENS } from '../../config.js';
 import { countChatPromptBound } from './prompt.js';
@@ -50,6 +52,39 @@ describe('token counting', () => {
     expect(countEmbeddingInput('text-embedding-3-small', ['a', 'b'])).toBe(2);
     expect(countEmbeddingInput('text-embedding-3-small', [1, 2, 3])).toBe(3);
     expect(countEmbeddingInput('text-embedding-3-small', [[1, 2], [3]])).toBe(3);
+  });
+
+  it('counts prose, code and JSON exactly as the tokenizer does', () => {
+    const plain = new Tiktoken(o200k);
+    const samples = [
+      'The quick brown fox jumps over the lazy dog. '.repeat(40),
+      'function add(a, b) {\n    return a + b;\n}\n'.repeat(30),
+      JSON.stringify({ items: Array.from({ length: 60 }, (_, i) => ({ id: `item-${i}`, tags: ['alpha', 'beta'], score: i / 7 })) }),
+      'Donaudampfschiff fährt über die Elbe; naïve café — 東京は晴れ。'.repeat(20),
+    ];
+    for (const text of samples) expect(countText('gpt-4o', text)).toBe(plain.encode(text, [], []).length);
+  });
+
+  it('hands the tokenizer no long piece: a long run of one letter, symbol or space is counted in pieces, never below it', () => {
+    // Byte-pair merging is quadratic in a piece's length: a run of 16,000 letters took 30 s of the event
+    // loop, a megabyte hours. What the tokenizer is given is observed (it still does the counting).
+    const plain = new Tiktoken(o200k);
+    const original = Tiktoken.prototype.encode;
+    // A long piece fails at once rather than running for hours.
+    const encode = vi.spyOn(Tiktoken.prototype, 'encode').mockImplementation(function (this: Tiktoken, text, ...rest) {
+      const run = /\p{L}{65,}|[^\s\p{L}\p{N}]{65,}|\s{65,}/u.exec(text);
+      if (run) throw new Error(`a run of ${run[0].length} characters handed to the tokenizer whole`);
+      return original.call(this, text, ...rest);
+    });
+    try {
+      for (const run of ['a'.repeat(200_000), ' '.repeat(200_000), '='.repeat(200_000), 'Ab'.repeat(100_000)]) {
+        const counted = countText('gpt-4o', `start ${run} end`);
+        expect(counted).toBeGreaterThanOrEqual(original.call(plain, run.slice(0, 2000), [], []).length * 100);
+        expect(counted).toBeLessThanOrEqual(Buffer.byteLength(run) + 10);
+      }
+    } finally {
+      encode.mockRestore();
+    }
   });
 
   it('never throws on text that spells a special token', () => {
