@@ -82,6 +82,10 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
   const windows = owner[0]?.budget_windows ?? [];
   // In the next deduction batch's transaction (credits/engine/queue.ts): one commit with the batch's.
   const result = await ctx.deductions.within(touched, async (tx) => {
+    // The balance row before the usage row, as a batch that carries a record of this deployment
+    // locks them: a refund alone in its batch locked the other way round, and two refunds of one
+    // usage on two instances deadlocked (docs/adr/0004-group-commit.md, Consequences).
+    await tx.query('SELECT 1 FROM credit_balances WHERE deployment_id = $1 FOR UPDATE', [touched]);
     const usages = await tx.query<UsageRow>(
       `SELECT id, organization_id, deployment_id, quantity, refunded, monthly_taken, purchased_taken, period_start, success, invocation_id,
               budget_windows
