@@ -75,7 +75,8 @@ export async function recordDeniedUsage(
       input.action,
       input.toolName,
       input.mcpUserId,
-      input.metadata === undefined || input.metadata === null ? null : JSON.stringify(input.metadata),
+      // No metadata: a refusal costs nothing, so its 16 KiB would be storage for free (docs/metering.md).
+      null,
       input.reason,
       input.invocationId,
       input.now,

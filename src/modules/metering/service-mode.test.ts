@@ -479,7 +479,8 @@ describe('usage (service mode)', () => {
       const rows = await usageRows(t.deploymentId);
       expect(rows, reason).toHaveLength(1);
       expect(rows[0], reason).toMatchObject({ success: false, quantity: 0, error: reason, ledger_id: null, mcp_user_id: 'u-1' });
-      expect(rows[0]!.metadata, reason).toEqual({ why: reason });
+      // A refusal keeps no metadata (docs/metering.md, Denials and what is recorded).
+      expect(rows[0]!.metadata, reason).toBeNull();
       const deducts = await h.deps.db.query("SELECT 1 FROM credit_ledger WHERE deployment_id = $1 AND kind = 'deduct'", [t.deploymentId]);
       expect(deducts, reason).toHaveLength(0);
       expect(await findLedgerMismatches(h.deps.db, t.organizationId), reason).toEqual([]);

@@ -66,10 +66,12 @@ export const WRITE_COLUMNS = {
     usage_metric: (w: BatchWrite) => w.changes.map((c) => w.items[c.index]!.action),
     usage_tool: (w: BatchWrite) => w.changes.map((c) => w.items[c.index]!.toolName),
     usage_mcp_user: (w: BatchWrite) => w.changes.map((c) => w.items[c.index]!.mcpUserId),
+    // A refused call keeps no metadata: refusals cost the caller nothing, so their 16 KiB would be
+    // storage for free (docs/metering.md, Denials and what is recorded).
     usage_metadata: (w: BatchWrite) =>
       w.changes.map((c) => {
         const m = w.items[c.index]!.metadata;
-        return m === undefined || m === null ? null : JSON.stringify(m);
+        return !c.deducted || m === undefined || m === null ? null : JSON.stringify(m);
       }),
     usage_error: (w: BatchWrite) => w.changes.map((c) => (c.deducted ? null : c.budget ? 'budget_exceeded' : 'insufficient_credits')),
     usage_windows: (w: BatchWrite) => w.changes.map((c) => (c.deducted && c.windows.length > 0 ? c.windows.join(',') : null)),
