@@ -2,6 +2,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { bearer, createKeyOverHttp, type Harness, json, signUpAsMember } from '../../../test/harness.js';
 import { type ErrorBody, expectError, hooksUrl, startWebhookHarness, type WebhookView, webhookFixtures } from '../../../test/organization-webhook-fixtures.js';
 import { type Receiver, startReceiver } from '../../../test/receiver.js';
+import { MAX_WEBHOOKS } from './organization.js';
 
 /**
  * Organization webhooks (docs/webhooks.md) against a real receiver on loopback: CRUD, validation, RBAC and audit of
@@ -124,6 +125,17 @@ describe('webhook configuration over HTTP', () => {
       [sent.id],
     );
     expect(createdAudit.map((a) => a.action)).toEqual(['create']);
+  });
+
+  it(`at most ${MAX_WEBHOOKS} webhooks an organization, also when created at once: then 409, until one is deleted`, async () => {
+    const o = await owner();
+    const auth = bearer(o.accessToken);
+    const made = await Promise.all(Array.from({ length: MAX_WEBHOOKS + 3 }, (_, i) => create(auth, o.organizationId, { url: `${rx.url}/cap-${i}`, events: ['api_key.created'] })));
+    expect(made.filter((r) => r.statusCode === 201)).toHaveLength(MAX_WEBHOOKS);
+    for (const refused of made.filter((r) => r.statusCode !== 201)) expectError(refused, 409, 'CONFLICT');
+    const [first] = made.filter((r) => r.statusCode === 201).map((r) => json<{ data: WebhookView }>(r).data);
+    expect((await h.request({ method: 'DELETE', url: `${hooksUrl(o.organizationId)}/${first!.id}`, headers: auth })).statusCode).toBe(200);
+    expect((await create(auth, o.organizationId, { url: `${rx.url}/cap-again`, events: ['api_key.created'] })).statusCode).toBe(201);
   });
 
   it('rejects bad input with the 400 VALIDATION_ERROR envelope and creates nothing', async () => {

@@ -187,6 +187,13 @@ async function stillManages(tx: Queryable, organizationId: string, member: strin
   if (!held.permissions.has('webhooks.manage')) throw new AppError('FORBIDDEN', 'You no longer manage webhooks in this organization');
 }
 
+/**
+ * Webhooks an organization may have at once (docs/webhooks.md, Organization webhooks): every event
+ * fans out to each of them in the writing transaction, and each is an outbound POST with retries, so
+ * the count is what one free action can amplify (Stripe allows 16 endpoints an account).
+ */
+export const MAX_WEBHOOKS = 20;
+
 export async function createWebhook(
   ctx: Ctx,
   input: { organizationId: string; url: string; events: string[]; secret?: string | undefined; isActive?: boolean | undefined },
@@ -201,6 +208,10 @@ export async function createWebhook(
   const member = actingMember(auth);
   const row = await ctx.db.transaction(async (tx) => {
     await stillManages(tx, input.organizationId, member);
+    // Two creations at once count one after the other.
+    await tx.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`creditgate-webhooks:${input.organizationId}`]);
+    const count = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM webhooks WHERE organization_id = $1', [input.organizationId]);
+    if (count[0]!.n >= MAX_WEBHOOKS) throw new AppError('CONFLICT', `An organization has at most ${MAX_WEBHOOKS} webhooks; delete one to create another`);
     const rows = await tx.query<WebhookRow>(
       `INSERT INTO webhooks (organization_id, url, secret_encrypted, events, is_active, created_by, created_at, updated_at)
        VALUES ($1, $2, $3, $4, $5, $6, $7, $7) RETURNING *`,
