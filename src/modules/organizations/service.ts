@@ -35,13 +35,33 @@ export interface CreateOrganizationInput {
  * An organization with its primary deployment (docs/accounts.md, Organizations) and the creator as owner, in one transaction:
  * no organization is ever left without its deployment.
  */
+/**
+ * Organizations one user may own at once when creating them (docs/accounts.md, Organizations): each is
+ * a primary deployment, a balance row and a share of the operator's lists, for one sign-up. The
+ * operator's API creates past it.
+ */
+export const MAX_OWNED_ORGANIZATIONS = 100;
+
 export async function createOrganization(
   ctx: Ctx,
   input: CreateOrganizationInput,
+  options: { capOwned?: boolean } = {},
 ): Promise<{ organization: OrganizationRow; deployment: DeploymentRow; deploymentSecret: string }> {
   const now = ctx.clock.now();
   try {
     const created = await ctx.db.transaction(async (tx) => {
+      if (options.capOwned && input.ownerUserId) {
+        // Two creations of one user at once count one after the other.
+        await tx.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`creditgate-owned-organizations:${input.ownerUserId}`]);
+        const owned = await tx.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM organization_members m JOIN organizations o ON o.id = m.organization_id AND o.deleted_at IS NULL
+           WHERE m.user_id = $1 AND m.role = 'owner'`,
+          [input.ownerUserId],
+        );
+        if (owned[0]!.n >= MAX_OWNED_ORGANIZATIONS) {
+          throw new AppError('CONFLICT', `A user owns at most ${MAX_OWNED_ORGANIZATIONS} organizations; delete one to create another`);
+        }
+      }
       const rows = await tx.query<OrganizationRow>(
         `INSERT INTO organizations (name, slug, plan, created_at, updated_at) VALUES ($1, $2, $3, $4, $4) RETURNING *`,
         [input.name, input.slug, input.plan ?? 'free', now],
@@ -102,7 +122,7 @@ export async function createOrganizationForCaller(ctx: Ctx, body: { name: string
     }
     ownerUserId = rows[0].created_by;
   }
-  const { organization, deployment, deploymentSecret } = await createOrganization(ctx, { name: body.name, slug: body.slug, ownerUserId });
+  const { organization, deployment, deploymentSecret } = await createOrganization(ctx, { name: body.name, slug: body.slug, ownerUserId }, { capOwned: true });
   return {
     ...viewOrganization(organization, 'owner'),
     deployment: { id: deployment.id, tier: deployment.tier, secret: deploymentSecret },
