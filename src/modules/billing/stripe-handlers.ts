@@ -1,6 +1,7 @@
 import type Stripe from 'stripe';
 import type { Ctx } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
+import { lockName } from '../../db/locks.js';
 import { grantPack, reinstateDispute, storedPackSale, takeBackDispute, takeBackRefund } from '../credits/index.js';
 import { emitEvent } from '../events/outbox.js';
 import { type EventOutcome, organizationOfCustomer, stripeId, toDate, wholeNumber } from './stripe-objects.js';
@@ -122,7 +123,7 @@ const NO_GRANTED_PURCHASE = 'no granted credit pack or auto top-up has this paym
  * dispute could read "not granted" while the grant was being committed, and be ignored for good.
  */
 export async function lockPayment(tx: Queryable, paymentIntentId: string): Promise<void> {
-  await tx.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`creditgate-payment:${paymentIntentId}`]);
+  await lockName(tx, `creditgate-payment:${paymentIntentId}`);
 }
 
 /**

@@ -1,4 +1,5 @@
 import type { Ctx } from '../../context.js';
+import { lockName } from '../../db/locks.js';
 import { AppError, NotFoundError } from '../../errors.js';
 import { writeAudit } from '../audit/service.js';
 import { emitEvent } from '../events/outbox.js';
@@ -52,7 +53,7 @@ export async function createOrganization(
     const created = await ctx.db.transaction(async (tx) => {
       if (options.capOwned && input.ownerUserId) {
         // Two creations of one user at once count one after the other.
-        await tx.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`creditgate-owned-organizations:${input.ownerUserId}`]);
+        await lockName(tx, `creditgate-owned-organizations:${input.ownerUserId}`);
         const owned = await tx.query<{ n: number }>(
           `SELECT count(*)::int AS n FROM organization_members m JOIN organizations o ON o.id = m.organization_id AND o.deleted_at IS NULL
            WHERE m.user_id = $1 AND m.role = 'owner'`,

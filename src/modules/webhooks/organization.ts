@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Ctx, Deps } from '../../context.js';
 import type { Queryable } from '../../db/client.js';
+import { lockName } from '../../db/locks.js';
 import { AppError, NotFoundError, ValidationError } from '../../errors.js';
 import { type KeysetPosition, pageOf } from '../../http/envelope.js';
 import { decryptSecret, encryptSecret } from '../../lib/crypto-box.js';
@@ -209,7 +210,7 @@ export async function createWebhook(
   const row = await ctx.db.transaction(async (tx) => {
     await stillManages(tx, input.organizationId, member);
     // Two creations at once count one after the other.
-    await tx.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`creditgate-webhooks:${input.organizationId}`]);
+    await lockName(tx, `creditgate-webhooks:${input.organizationId}`);
     const count = await tx.query<{ n: number }>('SELECT count(*)::int AS n FROM webhooks WHERE organization_id = $1', [input.organizationId]);
     if (count[0]!.n >= MAX_WEBHOOKS) throw new AppError('CONFLICT', `An organization has at most ${MAX_WEBHOOKS} webhooks; delete one to create another`);
     const rows = await tx.query<WebhookRow>(
