@@ -33,21 +33,21 @@ function cleaned(raw: string): string {
  */
 export function normaliseModel(raw: string): string {
   let name = cleaned(raw).toLowerCase();
-  name = name.slice(name.lastIndexOf('/') + 1);
+  // What follows a provider prefix is trimmed again (`openai/ o3`); so is what is left at the end.
+  name = name.slice(name.lastIndexOf('/') + 1).trim();
   if (name.startsWith('ft:')) {
     const rest = name.slice(3);
     const colon = rest.indexOf(':');
     name = colon === -1 ? rest : rest.slice(0, colon);
   }
-  const tag = name.lastIndexOf(':');
-  if (tag !== -1 && SAME_MODEL_TAGS.has(name.slice(tag + 1))) name = name.slice(0, tag);
+  for (let tag = name.lastIndexOf(':'); tag !== -1 && SAME_MODEL_TAGS.has(name.slice(tag + 1)); tag = name.lastIndexOf(':')) name = name.slice(0, tag);
   for (const date of DATED) {
     if (date.test(name)) {
       name = name.replace(date, '');
       break;
     }
   }
-  return name;
+  return name.trim();
 }
 
 /**
