@@ -1704,7 +1704,10 @@ export interface paths {
         /** The organization's webhooks (never their secrets) */
         get: operations["listWebhooks"];
         put?: never;
-        /** Create a webhook; data.secret (sent or generated whsec_…) is shown once */
+        /**
+         * Create a webhook; data.secret (sent or generated whsec_…) is shown once
+         * @description At most 20 webhooks an organization: the 21st is 409 CONFLICT (docs/webhooks.md).
+         */
         post: operations["createWebhook"];
         delete?: never;
         options?: never;
@@ -17031,6 +17034,15 @@ export interface operations {
             };
             /** @description NOT_FOUND (also for another organization's rows) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
+            /** @description CONFLICT */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

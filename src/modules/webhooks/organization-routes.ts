@@ -78,6 +78,7 @@ export async function organizationWebhookRoutes(fastify: FastifyInstance): Promi
         security,
         operationId: 'createWebhook',
         summary: 'Create a webhook; data.secret (sent or generated whsec_…) is shown once',
+        description: 'At most 20 webhooks an organization: the 21st is 409 CONFLICT (docs/webhooks.md).',
         params: OrgParams,
         body: Type.Object(
           {
@@ -88,7 +89,7 @@ export async function organizationWebhookRoutes(fastify: FastifyInstance): Promi
           },
           { additionalProperties: false },
         ),
-        response: { 201: Envelope(CreatedWebhookSchema), ...envelopeErrors(400, 401, 403, 404) },
+        response: { 201: Envelope(CreatedWebhookSchema), ...envelopeErrors(400, 401, 403, 404, 409) },
       },
     },
     async (request, reply) => {
