@@ -91,3 +91,58 @@ describe('expiring grants (docs/metering.md, Expiring grants)', () => {
     expect(await purchased(t.deploymentId)).toBe(0);
   });
 });
+
+describe('expiring grants and open holds (docs/metering.md, Expiring grants)', () => {
+  const MINUTE = 60_000;
+  const check = (deploymentId: string, id: string, body: Record<string, unknown> = {}) =>
+    h.request({ method: 'POST', url: '/api/v1/mcp/check-entitlement', headers: serviceHeaders(h), payload: { deployment_id: deploymentId, tool_name: 'hold_tool', reserve: true, invocation_id: id, ...body } });
+  const record = (deploymentId: string, id: string) =>
+    h.request({ method: 'POST', url: '/api/v1/mcp/usage', headers: serviceHeaders(h), payload: { deployment_id: deploymentId, tool_name: 'hold_tool', invocation_id: id } });
+  const release = (deploymentId: string, id: string) =>
+    h.request({ method: 'POST', url: `/api/v1/mcp/reservations/${id}/release`, headers: serviceHeaders(h), payload: { deployment_id: deploymentId } });
+  const price = (credits: number) =>
+    h.request({ method: 'PUT', url: '/api/v1/admin/credit-costs/hold_action', headers: adminHeaders(h), payload: { credits } });
+  const mapTool = () => h.request({ method: 'PUT', url: '/api/v1/admin/tool-actions/hold_tool', headers: adminHeaders(h), payload: { action: 'hold_action' } });
+  const expectConsistent = async (organizationId: string) => expect(await findLedgerMismatches(h.deps.db, organizationId)).toEqual([]);
+
+  it('a held call whose credits were an expiring grant is paid by it when recorded after the expiry', async () => {
+    await price(5);
+    await mapTool();
+    const t = await purchasedOnlyTenant();
+    await grantCredits(t.deploymentId, 10, new Date(h.clock.now().getTime() + 2 * MINUTE));
+    for (const id of ['g-1', 'g-2']) expect(json(await check(t.deploymentId, id)).allowed).toBe(true);
+    h.clock.advance(3 * MINUTE);
+    // Both holds run out after the grant's expiry, within their 5 minutes: they still hold.
+    for (const id of ['g-1', 'g-2']) expect(json(await record(t.deploymentId, id)), id).toMatchObject({ success: true, credits_used: 5 });
+    expect(await purchased(t.deploymentId)).toBe(0);
+    await expectConsistent(t.organizationId);
+  });
+
+  it('with bought credits too: the held call spends the promotion, and the bought credits stay', async () => {
+    await price(10);
+    await mapTool();
+    const t = await purchasedOnlyTenant();
+    await grantCredits(t.deploymentId, 10);
+    await grantCredits(t.deploymentId, 10, new Date(h.clock.now().getTime() + 2 * MINUTE));
+    expect(json(await check(t.deploymentId, 'mixed')).allowed).toBe(true);
+    h.clock.advance(3 * MINUTE);
+    expect(json(await record(t.deploymentId, 'mixed'))).toMatchObject({ success: true, credits_used: 10 });
+    expect(await purchased(t.deploymentId)).toBe(10);
+    await expectConsistent(t.organizationId);
+  });
+
+  it('a hold released after the expiry: what it kept from the grant lapses then', async () => {
+    await price(4);
+    await mapTool();
+    const t = await purchasedOnlyTenant();
+    await grantCredits(t.deploymentId, 10, new Date(h.clock.now().getTime() + 2 * MINUTE));
+    expect(json(await check(t.deploymentId, 'let-go')).allowed).toBe(true);
+    h.clock.advance(3 * MINUTE);
+    // The sync at the expiry lapses the 6 credits no hold needs; the 4 held stay for the hold.
+    expect(await purchased(t.deploymentId)).toBe(4);
+    expect((await release(t.deploymentId, 'let-go')).statusCode).toBe(200);
+    h.clock.advance(1000);
+    expect(await purchased(t.deploymentId)).toBe(0);
+    await expectConsistent(t.organizationId);
+  });
+});

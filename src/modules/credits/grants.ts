@@ -53,6 +53,7 @@ export async function expireDueLots(
   deploymentId: string,
   consumedNow: number,
   now: Date,
+  held = 0,
 ): Promise<{ expired: number; nextExpiry: Date | null }> {
   const lots = await tx.query<Lot>(
     `SELECT id, amount, remaining, consumed_mark, expires_at, created_at FROM credit_grants
@@ -65,15 +66,24 @@ export async function expireDueLots(
   const nextExpiry = future.reduce<Date | null>((min, l) => (min === null || l.expires_at < min ? l.expires_at : min), null);
   if (due.length === 0) return { expired: 0, nextExpiry };
   const settled = settleLots(lots, consumedNow);
+  // What `held` purchased credits of open holds will take when spent, attributed as spending is
+  // (soonest expiry first): that much of a due lot does not lapse yet. The lot stays open with it, is
+  // spent first when the holds are recorded, and lapses with what is left once none holds it (a
+  // released hold), at the next sync, which comes at once (nextExpiry: now).
+  const afterHolds = held > 0 ? settleLots(lots, consumedNow + held) : settled;
   let expired = 0;
+  let kept = false;
   for (const lot of lots) {
     const left = settled.get(lot.id)!;
     const isDue = lot.expires_at.getTime() <= now.getTime();
-    if (isDue) expired += left;
+    const lapses = isDue ? afterHolds.get(lot.id)! : 0;
+    const keep = isDue ? left - lapses : 0;
+    expired += lapses;
+    kept ||= keep > 0;
     await tx.query(
       'UPDATE credit_grants SET remaining = $2, consumed_mark = $3, expired_at = $4 WHERE id = $1',
-      [lot.id, left, consumedNow, isDue ? now : null],
+      [lot.id, keep > 0 ? keep : left, consumedNow, isDue && keep === 0 ? now : null],
     );
   }
-  return { expired, nextExpiry };
+  return { expired, nextExpiry: kept ? now : nextExpiry };
 }

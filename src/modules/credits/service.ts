@@ -183,7 +183,9 @@ export async function syncBalance(tx: Queryable, deploymentId: string, now: Date
       reason: `monthly allocation ${previous ?? 'unlimited'} -> ${allocation ?? 'unlimited'}`,
     });
   }
-  const lots = await expireDueLots(tx, deploymentId, row.purchased_consumed, now);
+  // Credits open holds will spend do not lapse under them (docs/metering.md, Expiring grants).
+  const held = heldFromPurchased({ monthly_allocation: allocation, monthly_used: used, reserved: row.reserved, ai_credits_reserved: row.ai_credits_reserved });
+  const lots = await expireDueLots(tx, deploymentId, row.purchased_consumed, now, held);
   const purchased = row.purchased_balance - Math.min(lots.expired, row.purchased_balance);
   if (purchased !== row.purchased_balance) {
     await appendLedger(tx, {
@@ -333,10 +335,17 @@ export async function changePurchased(
 export function purchasedFloor(
   b: Pick<BalanceRow, 'monthly_allocation' | 'monthly_used' | 'purchased_balance' | 'reserved' | 'ai_credits_reserved'>,
 ): number {
+  return Math.max(0, b.purchased_balance - heldFromPurchased(b));
+}
+
+/**
+ * The purchased credits open holds will spend: AI holds' all, and what tool holds need past the
+ * monthly bucket (nothing when it is unlimited), as the spending rule will take them (credits/rules.ts).
+ */
+export function heldFromPurchased(b: Pick<BalanceRow, 'monthly_allocation' | 'monthly_used' | 'reserved' | 'ai_credits_reserved'>): number {
   const monthly = monthlyRemaining(b.monthly_allocation, b.monthly_used);
   const mcpHeld = b.reserved - b.ai_credits_reserved;
-  const heldFromPurchased = b.ai_credits_reserved + (monthly === null ? 0 : Math.max(0, mcpHeld - monthly));
-  return Math.max(0, b.purchased_balance - heldFromPurchased);
+  return b.ai_credits_reserved + (monthly === null ? 0 : Math.max(0, mcpHeld - monthly));
 }
 
 /** Operator reset of the period's counters (docs/operator.md): the monthly bucket refills, AI tokens start over. */
