@@ -27,7 +27,7 @@ async function main(): Promise<void> {
   await client.connect();
   const now = new Date(nowIso);
   if (mode === 'lock') await client.query('BEGIN');
-  const { rows } = await client.query<{ id: string }>(CLAIM_SQL, [now, Number(batch), new Date(now.getTime() + LEASE_MS)]);
+  const { rows } = await client.query<{ id: string }>(CLAIM_SQL, [now, Number(batch), new Date(now.getTime() + LEASE_MS), null]);
   process.stdout.write(`${JSON.stringify({ claimed: rows.map((r) => r.id) })}\n`);
   // Stuck before sending: the process stays alive (and, in `lock` mode, inside its transaction) until killed.
   setInterval(() => {}, 60_000);

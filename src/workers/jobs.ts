@@ -24,6 +24,11 @@ export interface JobPolicy {
   backoff: Backoff | null;
   /** Jobs of a pass handled at once; 1: one after another, in claim order. */
   concurrency: number;
+  /**
+   * A lane that finished a job with `done` may take the next job of the same lane (JobQueue.next),
+   * claimed then, at most `jobs` more in the pass and only while the pass is younger than `withinMs`.
+   */
+  follow?: { jobs: number; withinMs: number };
 }
 
 /** How a job ended, for the metrics: `retry` was scheduled again, `failed` was given up, `skipped` needed nothing. */
@@ -64,6 +69,11 @@ export interface JobQueue<Row, D extends JobDeps = JobDeps, Setup = undefined> {
   order?(a: Row, b: Row): number;
   /** The job's id, for logs. */
   keyOf(row: Row): string;
+  /**
+   * The next job of `done`'s lane (a webhook's next due delivery), claimed now with the lease of `at`;
+   * null when there is none. Called only with the policy's `follow` and after a `done`.
+   */
+  next?(done: Row, deps: D, at: ClaimAt): Promise<Row | null>;
   handle(job: Job<Row, Setup>, deps: D): Promise<JobOutcome>;
 }
 
@@ -116,18 +126,43 @@ export async function runJobs<Row, D extends JobDeps, Setup>(deps: D, queue: Job
       })
     : await claim(deps.db);
   counted(rows.length);
-  await inLanes(inOrder(rows), queue.policy.concurrency, async (row) => {
+  let handled = rows.length;
+  const run = async (row: Row, lease: Date | null): Promise<JobOutcome | 'error'> => {
     let outcome: JobOutcome | 'error';
     try {
-      outcome = await timed(deps, queue.name, () => queue.handle(job(row, deps.db), deps));
+      outcome = await timed(deps, queue.name, () => queue.handle({ ...job(row, deps.db), leaseUntil: lease }, deps));
     } catch (err) {
       // Nothing recorded: the lease runs out and the job is due again, for this worker or another.
       outcome = 'error';
       deps.log?.warn({ err, queue: queue.name, job: queue.keyOf(row) }, 'job failed to record; its lease makes it due again');
     }
     deps.metrics?.jobsFinished.inc({ queue: queue.name, outcome });
+    return outcome;
+  };
+  const { follow } = queue.policy;
+  await inLanes(inOrder(rows), queue.policy.concurrency, async (first) => {
+    let row = first;
+    let outcome = await run(row, at.leaseUntil);
+    // The lane goes on with its next job while the one before succeeded (docs/jobs.md, Lanes).
+    for (let more = 0; follow && queue.next && outcome === 'done' && more < follow.jobs; more++) {
+      const t = deps.clock.now();
+      if (t.getTime() - now.getTime() >= follow.withinMs) break;
+      const lease = new Date(t.getTime() + leaseMs!);
+      let next: Row | null;
+      try {
+        next = await queue.next(row, deps, { now: t, limit: 1, leaseUntil: lease });
+      } catch (err) {
+        deps.log?.warn({ err, queue: queue.name, job: queue.keyOf(row) }, 'claiming the next job of a lane failed; the next pass takes it');
+        break;
+      }
+      if (!next) break;
+      counted(1);
+      handled++;
+      row = next;
+      outcome = await run(row, lease);
+    }
   });
-  return rows.length;
+  return handled;
 }
 
 async function timed(deps: JobDeps, queue: string, fn: () => Promise<JobOutcome>): Promise<JobOutcome> {

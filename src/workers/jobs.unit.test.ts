@@ -81,7 +81,7 @@ describe('the six queues', () => {
     expect(table).toEqual({
       'mail-retry': { table: 'email_outbox', batch: 20, lease: 10 * MINUTE, max: 5, lanes: 1 },
       'event-dispatch': { table: 'outbox_events', batch: 100, lease: null, max: null, lanes: 1 },
-      'webhook-delivery': { table: 'webhook_deliveries', batch: 20, lease: MINUTE, max: 5, lanes: 1 },
+      'webhook-delivery': { table: 'webhook_deliveries', batch: 20, lease: MINUTE, max: 5, lanes: 20 },
       'meter-events': { table: 'meter_event_outbox', batch: 100, lease: 2 * MINUTE, max: null, lanes: 8 },
       'stripe-events': { table: 'stripe_events', batch: 20, lease: MINUTE, max: null, lanes: 1 },
       'template-provisioning': { table: 'template_deployments', batch: 10, lease: 2 * MINUTE, max: 5, lanes: Infinity },
@@ -131,9 +131,11 @@ describe('the claim statement', () => {
     );
   });
 
-  it('the webhook worker keeps its exported claim and parameters ($1 now, $2 batch, $3 lease end)', () => {
-    expect(CLAIM_DUE_SQL).toMatch(/^UPDATE webhook_deliveries j SET leased_until = \$3, updated_at = \$1 FROM \(SELECT/);
-    expect(CLAIM_DUE_SQL).toContain('LIMIT $2 FOR UPDATE OF q SKIP LOCKED');
+  it('the webhook worker keeps its exported claim and parameters ($1 now, $2 batch, $3 lease end, $4 one webhook or null)', () => {
+    expect(CLAIM_DUE_SQL).toMatch(/\nUPDATE webhook_deliveries j SET leased_until = \$3, updated_at = \$1\nFROM \(SELECT/);
+    expect(CLAIM_DUE_SQL).toContain('LIMIT $2');
+    expect(CLAIM_DUE_SQL).toContain('FOR UPDATE OF q SKIP LOCKED');
+    expect(CLAIM_DUE_SQL).toContain('$4::uuid IS NULL');
   });
 });
 

@@ -81,6 +81,10 @@ export const webhookDeliveries = pgTable(
       .where(sql`${t.nextRetryAt} IS NOT NULL`),
     index('webhook_deliveries_org_idx').on(t.organizationId, t.createdAt),
     index('webhook_deliveries_webhook_idx').on(t.webhookId, t.createdAt),
+    // Each webhook's head (its earliest pending delivery), for the delivery worker's claim.
+    index('webhook_deliveries_head_idx')
+      .on(t.webhookId, t.nextRetryAt, t.id)
+      .where(sql`${t.nextRetryAt} IS NOT NULL`),
   ],
 );
 

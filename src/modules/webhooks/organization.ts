@@ -15,7 +15,7 @@ import { type AttemptOutcome, forwardableHeaders } from './deliver.js';
 import { signatureHeaders } from './signing.js';
 import { checkTargetUrl } from './ssrf.js';
 import type { Backoff } from '../../workers/backoff.js';
-import { type ClaimSpec, claimJobs, claimStatement } from '../../workers/claim.js';
+import { type ClaimAt, type ClaimSpec, claimJobs } from '../../workers/claim.js';
 import { exhausted, type JobOutcome, type JobPolicy, type JobQueue, retryAt, runJobs } from '../../workers/jobs.js';
 
 /**
@@ -49,26 +49,67 @@ export const DISABLE_AFTER_MS = 5 * 24 * 3_600_000;
 export const LEASE_MS = 60_000;
 /** The schedule ±20 %; a receiver's Retry-After is honoured within that band (also the template provisioning's). */
 export const WEBHOOK_BACKOFF: Backoff = { kind: 'schedule', stepsMs: RETRY_SCHEDULE_MS, jitter: 0.2 };
-/** The `webhook-delivery` queue's policy (docs/jobs.md). */
-export const DELIVERY_POLICY: JobPolicy = { batchSize: 20, leaseMs: LEASE_MS, maxAttempts: MAX_ATTEMPTS, backoff: WEBHOOK_BACKOFF, concurrency: 1 };
+/**
+ * The `webhook-delivery` queue's policy (docs/jobs.md): 20 webhooks a pass, each in a lane of its own and
+ * all at once; a lane whose delivery succeeded goes on with its webhook's next one, up to 50 more and
+ * while the pass is under 2 s old.
+ */
+export const DELIVERY_POLICY: JobPolicy = {
+  batchSize: 20,
+  leaseMs: LEASE_MS,
+  maxAttempts: MAX_ATTEMPTS,
+  backoff: WEBHOOK_BACKOFF,
+  concurrency: 20,
+  follow: { jobs: 50, withinMs: 2_000 },
+};
 
-/** Pending deliveries whose retry time has come and whose lease (leased_until) is not held. */
-const DELIVERY_CLAIM: ClaimSpec = {
-  name: 'webhook-delivery',
+/**
+ * The worker's claim (docs/webhooks.md, Delivery worker): $1 now, $2 batch, $3 now + lease, $4 one
+ * webhook or null. A webhook's head is its earliest pending delivery; a webhook whose head is leased
+ * has a delivery in flight and gives none, so a receiver gets one delivery at a time, whichever
+ * instance sends it. Of the due heads, every organization's oldest comes before anyone's second,
+ * then by due time: one organization's backlog, however long, takes one lane a pass per webhook and
+ * cannot hold up another's. The heads are read without locks, then locked with SKIP LOCKED and
+ * checked again on their latest version, so a head another instance claimed or finished meanwhile is
+ * left out.
+ */
+export const CLAIM_DUE_SQL = `WITH heads AS (
+  SELECT h.id, h.next_retry_at, row_number() OVER (PARTITION BY w.organization_id ORDER BY h.next_retry_at, h.id) AS turn
+  FROM webhooks w
+  CROSS JOIN LATERAL (
+    SELECT q.id, q.next_retry_at, q.leased_until, q.status FROM webhook_deliveries q
+    WHERE q.webhook_id = w.id AND q.next_retry_at IS NOT NULL
+    ORDER BY q.next_retry_at, q.id LIMIT 1
+  ) h
+  WHERE ($4::uuid IS NULL OR w.id = $4::uuid) AND h.status = 'pending' AND h.next_retry_at <= $1
+    AND (h.leased_until IS NULL OR h.leased_until <= $1)
+), chosen AS (
+  SELECT id FROM heads ORDER BY turn, next_retry_at, id LIMIT $2
+)
+UPDATE webhook_deliveries j SET leased_until = $3, updated_at = $1
+FROM (SELECT q.id FROM webhook_deliveries q
+      WHERE q.id IN (SELECT id FROM chosen) AND q.status = 'pending' AND q.next_retry_at <= $1
+        AND (q.leased_until IS NULL OR q.leased_until <= $1)
+      FOR UPDATE OF q SKIP LOCKED) due
+WHERE j.id = due.id RETURNING j.*`;
+
+function claimHeads(db: Queryable, at: ClaimAt, webhookId: string | null): Promise<DeliveryRow[]> {
+  return db.query<DeliveryRow>(CLAIM_DUE_SQL, [at.now, at.limit, at.leaseUntil, webhookId], 'webhook_delivery_claim');
+}
+
+/** One delivery (`:id`), claimed as the worker would: a test send claims its own row. */
+const ONE_DELIVERY_CLAIM: ClaimSpec = {
+  name: 'webhook-delivery-one',
   table: 'webhook_deliveries',
   key: 'id',
   pending: "q.status = 'pending'",
   dueAt: 'q.next_retry_at',
   lease: { kind: 'column', column: 'leased_until' },
   set: ['updated_at = :now'],
+  where: ['q.id = :id'],
   orderBy: 'q.next_retry_at',
   returning: 'j.*',
 };
-/** The same, for one delivery (`:id`): a test send claims its row as the worker would. */
-const ONE_DELIVERY_CLAIM: ClaimSpec = { ...DELIVERY_CLAIM, name: 'webhook-delivery-one', where: ['q.id = :id'] };
-
-/** The worker's claim: $1 now, $2 batch, $3 now + lease. Returns the claimed rows. */
-export const CLAIM_DUE_SQL = claimStatement(DELIVERY_CLAIM).text;
 
 export interface WebhookRow {
   id: string;
@@ -121,6 +162,7 @@ export interface DeliveryRow {
   method: string;
   payload: { id?: string; type?: string; created_at?: string; data?: unknown };
   status: string;
+  leased_until: Date | null;
   status_code: number | null;
   response_body: string | null;
   error: string | null;
@@ -431,11 +473,15 @@ export const DELIVERY_QUEUE: JobQueue<DeliveryRow, Deps> = {
   name: 'webhook-delivery',
   table: 'webhook_deliveries',
   policy: DELIVERY_POLICY,
-  claim: DELIVERY_CLAIM,
+  claim: (db, at) => claimHeads(db, at, null),
   keyOf: (row) => row.id,
   async handle({ row }, deps) {
     const webhooks = row.webhook_id ? await deps.db.query<WebhookRow>('SELECT * FROM webhooks WHERE id = $1', [row.webhook_id]) : [];
     return outcomeOf((await deliverClaimed(deps, row, webhooks[0] ?? null)).status);
+  },
+  async next(done, deps, at) {
+    if (!done.webhook_id) return null;
+    return (await claimHeads(deps.db, at, done.webhook_id))[0] ?? null;
   },
 };
 
@@ -504,7 +550,7 @@ async function finish(
   const rows = await deps.db.query<DeliveryRow>(
     `UPDATE webhook_deliveries SET status = $2, status_code = $3, response_body = $4, error = $5, attempt_count = $6,
        next_retry_at = $7, delivered_at = $8, updated_at = $9, leased_until = NULL
-     WHERE id = $1 RETURNING *`,
+     WHERE id = $1 AND leased_until IS NOT DISTINCT FROM $10 RETURNING *`,
     [
       row.id,
       r.status,
@@ -515,9 +561,15 @@ async function finish(
       r.nextRetryAt ?? null,
       r.deliveredAt ?? null,
       deps.clock.now(),
+      row.leased_until,
     ],
     'webhook_delivery_finish',
   );
+  if (!rows[0]) {
+    // The lease ran out and another claim holds the row: its outcome is that claim's to write.
+    const current = await deps.db.query<DeliveryRow>('SELECT * FROM webhook_deliveries WHERE id = $1', [row.id]);
+    return current[0] ?? row;
+  }
   const outcome = r.status === 'delivered' ? 'delivered' : r.status === 'pending' ? 'retry_scheduled' : 'failed';
   deps.metrics.webhookDeliveries.inc({ kind: 'organization', outcome });
   return rows[0]!;
