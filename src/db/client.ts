@@ -94,6 +94,16 @@ export function isConnectionError(err: unknown): boolean {
   );
 }
 
+/**
+ * A statement the database gave up on that may succeed if sent again (docs/operations.md, Database
+ * faults): a statement or lock timeout an operator set (57014, 55P03), a deadlock (40P01) or a
+ * serialization failure (40001). Its transaction was rolled back.
+ */
+export function isTransientError(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  return ['57014', '55P03', '40P01', '40001'].includes((err as { code?: string }).code ?? '');
+}
+
 function wrap<T>(promise: Promise<T>): Promise<T> {
   return promise.catch((err: unknown) => {
     if (isConnectionError(err)) throw new ServiceUnavailableError();

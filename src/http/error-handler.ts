@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Clock } from '../clock.js';
-import { isConnectionError } from '../db/client.js';
+import { isConnectionError, isTransientError } from '../db/client.js';
 import { requestPath, usesFlatShape } from './route-prefixes.js';
 import { type AjvError, fieldErrorsOf } from './validation-messages.js';
 import {
@@ -69,6 +69,7 @@ export function toAppError(err: unknown): AppError {
     return first ? ValidationError.forField(first.field, first.message, fields) : new ValidationError('Invalid request', fields);
   }
   if (isConnectionError(err)) return new ServiceUnavailableError();
+  if (isTransientError(err)) return new ServiceUnavailableError('The database did not finish the request in time; its transaction was rolled back. Retry later.');
   const unchecked = uncheckedInputOf(err);
   if (unchecked) return unchecked;
   switch (e.code) {
