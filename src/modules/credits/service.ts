@@ -148,10 +148,15 @@ export async function syncBalance(tx: Queryable, deploymentId: string, now: Date
   // What this sync adds to the monthly bucket pays credits_owed first (credits/owed.ts).
   let added: Added = { monthly: 0, purchased: 0 };
 
-  if (now.getTime() >= period_end.getTime()) {
+  const ended = now.getTime() >= period_end.getTime();
+  const subscription = ended ? (await tx.query<SubscriptionPeriod>(SUBSCRIPTION_PERIOD_SQL, [row.organization_id]))[0] : undefined;
+  if (subscription && endsUnpaid(subscription, period_end, now)) {
+    // The subscription was set to end with its period, and that period is over: nobody pays for the
+    // next one. No roll (no allocation, no AI token quota at the paid tier) until Stripe's deletion
+    // sets the tier it falls to, and the roll then follows it (docs/metering.md, Periods).
+  } else if (ended) {
     const before = ledgerMonthly(allocation, used);
-    const subscription = await tx.query<SubscriptionPeriod>(SUBSCRIPTION_PERIOD_SQL, [row.organization_id]);
-    const period = periodFor(row, now, subscription[0] ?? null);
+    const period = periodFor(row, now, subscription ?? null);
     period_start = period.start;
     period_end = period.end;
     allocation = terms.monthlyCredits;
@@ -208,6 +213,15 @@ export async function syncBalance(tx: Queryable, deploymentId: string, now: Date
     [deploymentId, period_start, period_end, syncBefore, allocation, used, aiUsed, purchased, now, aiOver],
   );
   return payOwed(tx, updated[0]!, added, { actor, now });
+}
+
+/**
+ * The governing subscription is set to cancel at its period's end, that end has come, and the row's
+ * period has reached it: the period after is not paid for.
+ */
+function endsUnpaid(subscription: SubscriptionPeriod, periodEnd: Date, now: Date): boolean {
+  const end = subscription.current_period_end;
+  return subscription.cancel_at_period_end === true && end !== null && now.getTime() >= end.getTime() && periodEnd.getTime() >= end.getTime();
 }
 
 /** Read a balance that is current at `now`; brings a stale row up to date first. */
