@@ -13,8 +13,9 @@ export interface SubscriptionPeriod {
 
 /**
  * The billing period containing `now` (docs/decisions.md, Period with a subscription): the subscription's current period when it contains
- * `now`; past its end (the renewal not reported yet) the monthly anniversaries of its end — where
- * Stripe's next period starts, so a renewal reported late finds the period already begun and does not
+ * `now`; past its end (the renewal not reported yet) the monthly anniversaries of its end (of its
+ * start's day when the end was clamped to a month's last day: renewalAnchor) — where Stripe's next
+ * period starts, so a renewal reported late finds the period already begun and does not
  * reset it again (credits/subscription-period.ts); without a subscription the monthly anniversary of
  * billing_anchor.
  */
@@ -23,9 +24,22 @@ export function periodFor(d: Pick<DeploymentTerms, 'billing_anchor'>, now: Date,
   const end = subscription?.current_period_end;
   if (start && end && start.getTime() <= now.getTime()) {
     if (now.getTime() < end.getTime()) return { start, end };
-    return monthlyPeriod(end, now);
+    return monthlyPeriod(renewalAnchor(start, end), now);
   }
   return monthlyPeriod(d.billing_anchor, now);
+}
+
+/**
+ * What a subscription's next periods are monthly anniversaries of: its end, unless that end is a day
+ * clamped to the month's last (a period from Jan 31 ends Feb 28, and Stripe's next one ends Mar 31,
+ * not Mar 28): then the start's day, at the end's time of day.
+ */
+function renewalAnchor(start: Date, end: Date): Date {
+  const lastDayOfEndMonth = new Date(Date.UTC(end.getUTCFullYear(), end.getUTCMonth() + 1, 0)).getUTCDate();
+  if (end.getUTCDate() !== lastDayOfEndMonth || start.getUTCDate() <= end.getUTCDate()) return end;
+  return new Date(
+    Date.UTC(start.getUTCFullYear(), start.getUTCMonth(), start.getUTCDate(), end.getUTCHours(), end.getUTCMinutes(), end.getUTCSeconds(), end.getUTCMilliseconds()),
+  );
 }
 
 /**
