@@ -345,20 +345,21 @@ describe("a subscription period whose end moves: its budgets' period windows end
     await report(t, sub, '2029-01-31T00:00:00.000Z', '2029-02-28T00:00:00.000Z');
     const budgetId = await createBudget(t, { scope: 'tool', tool_name: '*', limit_credits: 5, window: 'period' });
     const deploymentBudget = await createBudget(t, { scope: 'deployment', deployment_id: t.deploymentId, limit_credits: 100, window: 'period' });
-    // A second past the unreported end: the row rolls onto the monthly anniversary of that end, Mar 28.
+    // A second past the unreported end: the row rolls onto its guess, the next anniversary of the
+    // cycle (Mar 31: the end Feb 28 was clamped, the start's day is the 31st).
     h.clock.set('2029-02-28T00:00:01.000Z');
     for (let i = 0; i < 5; i++) expect(json(await serviceUsage(t)).success).toBe(true);
-    expect(await windowsOfBudget(budgetId)).toEqual([['x', '2029-02-28T00:00:00.000Z', '2029-03-28T00:00:00.000Z', 5]]);
-    // Stripe's renewal: the same start, the end on the 31st (the subscription's anchor).
-    h.clock.set('2029-02-28T00:00:05.000Z');
-    await report(t, sub, '2029-02-28T00:00:00.000Z', '2029-03-31T00:00:00.000Z');
     expect(await windowsOfBudget(budgetId)).toEqual([['x', '2029-02-28T00:00:00.000Z', '2029-03-31T00:00:00.000Z', 5]]);
-    expect(await windowsOfBudget(deploymentBudget)).toEqual([['', '2029-02-28T00:00:00.000Z', '2029-03-31T00:00:00.000Z', 5]]);
+    // Stripe's renewal: the same start, another end (the billing cycle's anchor moved to the 5th).
+    h.clock.set('2029-02-28T00:00:05.000Z');
+    await report(t, sub, '2029-02-28T00:00:00.000Z', '2029-04-05T00:00:00.000Z');
+    expect(await windowsOfBudget(budgetId)).toEqual([['x', '2029-02-28T00:00:00.000Z', '2029-04-05T00:00:00.000Z', 5]]);
+    expect(await windowsOfBudget(deploymentBudget)).toEqual([['', '2029-02-28T00:00:00.000Z', '2029-04-05T00:00:00.000Z', 5]]);
     // Past the guessed end, still in the period: the window stays, with what it counted.
-    h.clock.set('2029-03-29T00:00:00.000Z');
+    h.clock.set('2029-04-01T00:00:00.000Z');
     await pruneEachBudgetWindows(h.deps.db, h.clock.now());
     expect(json(await serviceUsage(t))).toMatchObject({ success: false, error: 'budget_exceeded' });
-    expect(await windowsOfBudget(budgetId)).toEqual([['x', '2029-02-28T00:00:00.000Z', '2029-03-31T00:00:00.000Z', 5]]);
+    expect(await windowsOfBudget(budgetId)).toEqual([['x', '2029-02-28T00:00:00.000Z', '2029-04-05T00:00:00.000Z', 5]]);
   });
 
   it("a trial extended: an end user's window keeps its count past the old end, and a refund then gives its room back", async () => {
