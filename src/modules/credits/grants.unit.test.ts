@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { type Lot, settleLots } from './grants.js';
+import { type Lot, permanentCredits, refillLots, refundToLots, settleLots, takenFromLots } from './grants.js';
 
 const lot = (id: string, amount: number, mark: number, expiresDay: number, remaining = amount): Lot => ({
   id,
@@ -35,5 +35,44 @@ describe('settleLots: spending takes the soonest-expiring grant first', () => {
 
   it('starts from a settled remaining', () => {
     expect(settleLots([lot('a', 10, 8, 20, 3)], 9).get('a')).toBe(2);
+  });
+});
+
+describe('removing purchased credits takes those that never expire first (docs/metering.md, Expiring grants)', () => {
+  it('the credits that never expire are the purchased credits less what the settled lots hold', () => {
+    // 1,000 of a promotion, 1,000 bought; 300 spent took the promotion first.
+    expect(permanentCredits(1700, [lot('promo', 1000, 0, 10)], 300)).toBe(1000);
+    expect(permanentCredits(40, [], 0)).toBe(40);
+  });
+
+  it('a take-back the credits that never expire cover takes nothing from the lots', () => {
+    expect(takenFromLots(1000, 2000, [lot('promo', 1000, 0, 10)], 0)).toBe(0);
+  });
+
+  it('only what they cannot cover comes out of the lots', () => {
+    // 200 never expire, 500 in the promotion: a take-back of 500 takes 300 of the promotion.
+    expect(takenFromLots(500, 700, [lot('promo', 500, 800, 10)], 800)).toBe(300);
+    expect(takenFromLots(700, 700, [lot('promo', 500, 800, 10)], 800)).toBe(500);
+  });
+});
+
+describe('refillLots: a refund goes back to the open lots first (docs/metering.md, Expiring grants)', () => {
+  it('soonest expiry first, each up to its amount; the rest never expires', () => {
+    // late 5 (day 20), soon 5 (day 10); 8 spent: soon 0, late 2. A refund of 6 fills soon, then late by 1.
+    const { remaining, taken } = refillLots([lot('late', 5, 0, 20), lot('soon', 5, 0, 10)], 8, 6);
+    expect(Object.fromEntries(remaining)).toEqual({ soon: 5, late: 3 });
+    expect(taken).toBe(6);
+  });
+
+  it('a lot never spent takes nothing back; a refund past what the lots lack never expires', () => {
+    expect(refillLots([lot('full', 5, 3, 10)], 3, 3)).toEqual({ remaining: new Map([['full', 5]]), taken: 0 });
+    const { remaining, taken } = refillLots([lot('a', 5, 0, 10)], 2, 10);
+    expect(remaining.get('a')).toBe(5);
+    expect(taken).toBe(2);
+  });
+
+  it('a deployment without open lots sends no statement', async () => {
+    const tx = { query: () => Promise.reject(new Error('no statement expected')) };
+    await expect(refundToLots(tx as never, [], 7, 3)).resolves.toBe(0);
   });
 });

@@ -7,7 +7,8 @@ import { writeAudit } from '../audit/service.js';
 import { giveBack } from './budgets.js';
 import { appendLedger } from './ledger.js';
 import { payOwed } from './owed.js';
-import { type BalanceRow, syncBalance, viewBalance } from './service.js';
+import { refundToLots } from './grants.js';
+import { type BalanceRow, syncBalance, syncBalanceLots, viewBalance } from './service.js';
 import { ledgerMonthly, monthlyRemaining } from './terms.js';
 
 /**
@@ -123,7 +124,7 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
         { field: 'amount', message: `must be at most ${refundable}` },
       ]);
     }
-    const balance = await syncBalance(tx, usage.deployment_id, now, actor);
+    const { row: balance, lots } = await syncBalanceLots(tx, usage.deployment_id, now, actor);
     if (amount === 0) {
       return {
         usage_id: usage.id,
@@ -137,6 +138,11 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
     const samePeriod = usage.period_start !== null && usage.period_start.getTime() === balance.period_start.getTime();
     const { purchasedBack, monthlyBack, forfeited } = splitRefund(usage, amount, { samePeriod, monthlyUsed: balance.monthly_used });
     const newUsed = balance.monthly_used - monthlyBack;
+    // The purchased part goes back to the open expiring grants first, soonest expiry first, each up to
+    // its amount; only the rest comes back as credits that never expire (docs/metering.md, Expiring
+    // grants). Else a refund the tenant can provoke (the webhook proxy's own) would move a promotion's
+    // credits past its expiry one at a time. No open grants, no statement.
+    await refundToLots(tx, lots, balance.purchased_consumed, purchasedBack);
     const updated = await tx.query<BalanceRow>(
       `UPDATE credit_balances SET monthly_used = $2, purchased_balance = purchased_balance + $3, updated_at = $4
        WHERE deployment_id = $1 RETURNING *`,

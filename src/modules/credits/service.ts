@@ -1,7 +1,7 @@
 import type { Queryable } from '../../db/client.js';
 import { ValidationError } from '../../errors.js';
 import { emitEvent } from '../events/outbox.js';
-import { expireDueLots } from './grants.js';
+import { expireDueLots, type Lot, takenFromLots } from './grants.js';
 import { awaitBudgetChanges } from './budgets.js';
 import { appendLedger } from './ledger.js';
 import { type Added, payOwed } from './owed.js';
@@ -132,6 +132,20 @@ type LockedRow = BalanceRow & DeploymentTerms;
  * is a ledger row in this transaction. Returns the current row, still locked.
  */
 export async function syncBalance(tx: Queryable, deploymentId: string, now: Date, actor: string): Promise<BalanceRow> {
+  return (await syncBalanceLots(tx, deploymentId, now, actor)).row;
+}
+
+/**
+ * syncBalance, with the deployment's expiring grants still open after it (locked, as stored; settle
+ * them at the row's `purchased_consumed`): what it read anyway, so the writes that move purchased
+ * credits without spending them (a refund, a take-back) know the lots with no statement more.
+ */
+export async function syncBalanceLots(
+  tx: Queryable,
+  deploymentId: string,
+  now: Date,
+  actor: string,
+): Promise<{ row: BalanceRow; lots: Lot[] }> {
   const rows = await tx.query<LockedRow>(
     `SELECT b.*, d.tier, d.billing_anchor, d.override_monthly_credits, d.override_api_rate_limit,
             d.override_ai_tokens_limit, d.override_expires_at
@@ -212,7 +226,7 @@ export async function syncBalance(tx: Queryable, deploymentId: string, now: Date
      WHERE deployment_id = $1 RETURNING *`,
     [deploymentId, period_start, period_end, syncBefore, allocation, used, aiUsed, purchased, now, aiOver],
   );
-  return payOwed(tx, updated[0]!, added, { actor, now });
+  return { row: await payOwed(tx, updated[0]!, added, { actor, now }), lots: lots.open };
 }
 
 /**
@@ -249,7 +263,8 @@ export async function currentBalance(
 
 /**
  * A grant of purchased credits (positive) or an operator adjustment (negative). An adjustment never
- * takes purchased credits below zero nor below what open reservations hold.
+ * takes purchased credits below zero nor below what open reservations hold; it takes credits that
+ * never expire before expiring grants (docs/metering.md, Expiring grants).
  */
 export async function changePurchased(
   tx: Queryable,
@@ -269,7 +284,7 @@ export async function changePurchased(
     takesHeld?: boolean;
   },
 ): Promise<BalanceRow & { ledgerId: number }> {
-  const current = await syncBalance(tx, input.deploymentId, input.now, input.actor);
+  const { row: current, lots } = await syncBalanceLots(tx, input.deploymentId, input.now, input.actor);
   if (input.expiresAt && (input.amount <= 0 || input.expiresAt.getTime() <= input.now.getTime())) {
     throw new ValidationError('Only a grant (positive amount) can expire, and only in the future', [
       { field: 'expires_at', message: 'must be a future time on a positive grant' },
@@ -287,12 +302,16 @@ export async function changePurchased(
       );
     }
   }
+  // Taking credits away is not spending them: it takes credits that never expire first, and only what
+  // they cannot cover comes out of the expiring grants, as spending would take it (docs/metering.md,
+  // Expiring grants). Were it spending, a refunded pack would take a promotion's credits and leave its
+  // own, which never expire.
+  const fromLots = input.amount < 0 ? takenFromLots(-input.amount, current.purchased_balance, lots, current.purchased_consumed) : 0;
   const rows = await tx.query<BalanceRow>(
-    // A negative adjustment spends purchased credits like a deduction does (expiring grants first).
     `UPDATE credit_balances SET purchased_balance = purchased_balance + $2,
-       purchased_consumed = purchased_consumed + GREATEST(0, -$2::bigint), updated_at = $3
+       purchased_consumed = purchased_consumed + $4, updated_at = $3
      WHERE deployment_id = $1 RETURNING *`,
-    [input.deploymentId, input.amount, input.now],
+    [input.deploymentId, input.amount, input.now, fromLots],
   );
   const row = rows[0]!;
   if (input.expiresAt) {
