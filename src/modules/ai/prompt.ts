@@ -1,5 +1,6 @@
 import type { Config } from '../../config.js';
 import { AppError } from '../../errors.js';
+import { countTexts } from './count-workers.js';
 import { type Detail, imageRuleOf, imageSize, imageTokens } from './images.js';
 import { countText } from './tokens.js';
 
@@ -14,6 +15,36 @@ import { countText } from './tokens.js';
 
 export type PromptConfig = Pick<Config, 'aiImageMaxTokens' | 'aiBytesPerTokenBound'>;
 
+/** What counting a prompt needs: its bounds, its model, and how a text is counted. */
+interface Counting {
+  config: PromptConfig;
+  model: string;
+  text: (text: string) => number;
+}
+
+/** Each text counted at once, on the event loop. */
+function counting(config: PromptConfig, model: string): Counting {
+  return { config, model, text: (text) => countText(model, text) };
+}
+
+/**
+ * The same count with the texts collected first, then counted together by countTexts: on the event
+ * loop when they are small, else in a worker (docs/ai-proxy.md, Bounds: counting off the event loop).
+ * Every refusal of a part comes before any text is counted.
+ */
+async function countCollected(config: PromptConfig, model: string, count: (c: Counting) => number): Promise<number> {
+  const texts: string[] = [];
+  const rest = count({
+    config,
+    model,
+    text: (text) => {
+      texts.push(text);
+      return 0;
+    },
+  });
+  return rest + (await countTexts(model, texts, 'prompt'));
+}
+
 /** 400 INVALID_REQUEST naming the field or part (flat shape with `param`). */
 export function invalidRequest(param: string, message: string): AppError {
   return new AppError('INVALID_REQUEST', `${param} ${message}`, { param });
@@ -23,41 +54,50 @@ export function invalidRequest(param: string, message: string): AppError {
 const MESSAGE_FIELDS = new Set(['role', 'content', 'name', 'tool_calls', 'function_call', 'tool_call_id', 'refusal', 'audio']);
 
 export function countChatPromptBound(config: PromptConfig, model: string, body: Record<string, unknown>): number {
+  return chatPrompt(counting(config, model), body);
+}
+
+/** countChatPromptBound, a large prompt counted off the event loop (countCollected). */
+export function countChatPromptBoundAsync(config: PromptConfig, model: string, body: Record<string, unknown>): Promise<number> {
+  return countCollected(config, model, (c) => chatPrompt(c, body));
+}
+
+function chatPrompt(c: Counting, body: Record<string, unknown>): number {
   let n = 3;
   const messages = body.messages as Array<Record<string, unknown>>;
   messages.forEach((message, i) => {
-    n += countMessage(config, model, message, `messages[${i}]`);
+    n += countMessage(c, message, `messages[${i}]`);
   });
-  n += countJsonFields(model, body, ['tools', 'functions', 'response_format', 'tool_choice']);
-  n += countPrediction(config, model, body.prediction);
+  n += countJsonFields(c, body, ['tools', 'functions', 'response_format', 'tool_choice']);
+  n += countPrediction(c, body.prediction);
   return n;
 }
 
 /** One message, the cookbook way (3, its strings, 1 per name), every other field as its JSON. */
-function countMessage(config: PromptConfig, model: string, message: Record<string, unknown>, at: string): number {
+function countMessage(c: Counting, message: Record<string, unknown>, at: string): number {
   let n = 3;
   for (const field of ['role', 'tool_call_id', 'refusal'] as const) {
-    if (typeof message[field] === 'string') n += countText(model, message[field]);
+    if (typeof message[field] === 'string') n += c.text(message[field]);
   }
-  n += countContent(config, model, message.content, `${at}.content`);
-  if (typeof message.name === 'string') n += countText(model, message.name) + 1;
+  n += countContent(c, message.content, `${at}.content`);
+  if (typeof message.name === 'string') n += c.text(message.name) + 1;
   for (const field of ['tool_calls', 'function_call'] as const) {
-    if (message[field] !== undefined && message[field] !== null) n += countText(model, JSON.stringify(message[field]));
+    if (message[field] !== undefined && message[field] !== null) n += c.text(JSON.stringify(message[field]));
   }
   // A reference to an earlier audio answer: the provider replays audio the proxy never saw.
   if (message.audio !== undefined && message.audio !== null) throw invalidRequest(`${at}.audio`, 'refers to stored audio, which the proxy cannot count before the call');
   for (const [field, value] of Object.entries(message)) {
-    if (!MESSAGE_FIELDS.has(field) && value !== undefined && value !== null) n += countText(model, typeof value === 'string' ? value : JSON.stringify(value));
+    if (!MESSAGE_FIELDS.has(field) && value !== undefined && value !== null) n += c.text(typeof value === 'string' ? value : JSON.stringify(value));
   }
   return n;
 }
 
 /** Definitions and formats the provider renders into the prompt: their JSON (a string value is a mode word, counted nowhere). */
-function countJsonFields(model: string, body: Record<string, unknown>, fields: readonly string[]): number {
+function countJsonFields(c: Counting, body: Record<string, unknown>, fields: readonly string[]): number {
   let n = 0;
   for (const field of fields) {
     const value = body[field];
-    if (value !== undefined && value !== null && typeof value !== 'string') n += countText(model, JSON.stringify(value));
+    if (value !== undefined && value !== null && typeof value !== 'string') n += c.text(JSON.stringify(value));
   }
   return n;
 }
@@ -71,34 +111,43 @@ function countJsonFields(model: string, body: Record<string, unknown>, fields: r
  * refused naming the item.
  */
 export function countResponsesPromptBound(config: PromptConfig, model: string, body: Record<string, unknown>): number {
+  return responsesPrompt(counting(config, model), body);
+}
+
+/** countResponsesPromptBound, a large prompt counted off the event loop (countCollected). */
+export function countResponsesPromptBoundAsync(config: PromptConfig, model: string, body: Record<string, unknown>): Promise<number> {
+  return countCollected(config, model, (c) => responsesPrompt(c, body));
+}
+
+function responsesPrompt(c: Counting, body: Record<string, unknown>): number {
   let n = 3;
-  if (typeof body.instructions === 'string') n += countMessage(config, model, { role: 'developer', content: body.instructions }, 'instructions');
+  if (typeof body.instructions === 'string') n += countMessage(c, { role: 'developer', content: body.instructions }, 'instructions');
   const input = body.input;
-  if (typeof input === 'string') n += countMessage(config, model, { role: 'user', content: input }, 'input');
+  if (typeof input === 'string') n += countMessage(c, { role: 'user', content: input }, 'input');
   else if (Array.isArray(input)) {
     input.forEach((item, i) => {
-      n += countInputItem(config, model, (item ?? {}) as Record<string, unknown>, `input[${i}]`);
+      n += countInputItem(c, (item ?? {}) as Record<string, unknown>, `input[${i}]`);
     });
   }
-  n += countJsonFields(model, body, ['tools', 'tool_choice', 'text']);
+  n += countJsonFields(c, body, ['tools', 'tool_choice', 'text']);
   return n;
 }
 
-function countInputItem(config: PromptConfig, model: string, item: Record<string, unknown>, at: string): number {
+function countInputItem(c: Counting, item: Record<string, unknown>, at: string): number {
   const { type, ...rest } = item;
   switch (type ?? (typeof item.role === 'string' ? 'message' : undefined)) {
     case 'message':
-      return countMessage(config, model, rest, at);
+      return countMessage(c, rest, at);
     case 'function_call_output':
     case 'custom_tool_call_output': {
       const { output, ...meta } = rest;
-      return 3 + countText(model, JSON.stringify(meta)) + countContent(config, model, output, `${at}.output`);
+      return 3 + c.text(JSON.stringify(meta)) + countContent(c, output, `${at}.output`);
     }
     case 'function_call':
     case 'custom_tool_call':
     // Summaries and encrypted reasoning passed back: the ciphertext, base64, is longer than the reasoning it holds.
     case 'reasoning':
-      return 3 + countText(model, JSON.stringify(rest));
+      return 3 + c.text(JSON.stringify(rest));
     case 'item_reference':
       throw invalidRequest(at, 'refers to a stored item, which the proxy cannot count before the call (nothing is stored: send the item itself)');
     default:
@@ -107,32 +156,33 @@ function countInputItem(config: PromptConfig, model: string, item: Record<string
 }
 
 /** Predicted output (`prediction: {type: "content", content}`): the provider reads all of it. */
-function countPrediction(config: PromptConfig, model: string, prediction: unknown): number {
+function countPrediction(c: Counting, prediction: unknown): number {
   if (prediction === undefined || prediction === null) return 0;
   if (typeof prediction !== 'object') throw invalidRequest('prediction', 'must be an object {type: "content", content}');
   const content = (prediction as { content?: unknown }).content;
-  if (typeof content === 'string' || Array.isArray(content)) return countContent(config, model, content, 'prediction.content');
-  return countText(model, JSON.stringify(prediction));
+  if (typeof content === 'string' || Array.isArray(content)) return countContent(c, content, 'prediction.content');
+  return c.text(JSON.stringify(prediction));
 }
 
-function countContent(config: PromptConfig, model: string, content: unknown, at: string): number {
-  if (typeof content === 'string') return countText(model, content);
+function countContent(c: Counting, content: unknown, at: string): number {
+  if (typeof content === 'string') return c.text(content);
   if (!Array.isArray(content)) return 0;
   let n = 0;
   content.forEach((part, j) => {
-    n += countPart(config, model, part as Record<string, unknown>, `${at}[${j}]`);
+    n += countPart(c, part as Record<string, unknown>, `${at}[${j}]`);
   });
   return n;
 }
 
-function countPart(config: PromptConfig, model: string, p: Record<string, unknown>, at: string): number {
+function countPart(c: Counting, p: Record<string, unknown>, at: string): number {
+  const { config, model } = c;
   switch (p.type) {
     case 'text':
     case 'input_text':
     case 'output_text':
-      return typeof p.text === 'string' ? countText(model, p.text) : 0;
+      return typeof p.text === 'string' ? c.text(p.text) : 0;
     case 'refusal':
-      return typeof p.refusal === 'string' ? countText(model, p.refusal) : 0;
+      return typeof p.refusal === 'string' ? c.text(p.refusal) : 0;
     case 'image_url': {
       const { url, detail } = (p.image_url ?? {}) as { url?: unknown; detail?: unknown };
       return countImage(config, model, url, detail, `${at}.image_url.url`);

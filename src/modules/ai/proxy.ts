@@ -5,11 +5,12 @@ import { AppError, ValidationError, withUpstreamDetail } from '../../errors.js';
 import { assertAiEnabled, modelClassOf } from '../quotas/ai-tokens.js';
 import { askedAllowance, checkFields, upstreamChatBody } from './bounds.js';
 import { type CallHold, type CallPlan, type ChatCall, chargeOf, hold, release, settle, settleQuietly } from './call.js';
+import { countEmbeddingInputAsync, countOutputAsync } from './count-workers.js';
 import { isReasoningModel, isSearchModel } from './models.js';
-import { countChatPromptBound } from './prompt.js';
+import { countChatPromptBoundAsync } from './prompt.js';
 import { NO_OUTPUT, type Output, outputOfChoices, type ReportedUsage, readEmbeddingsUsage, readUsage, textOfChoices } from './sse.js';
 import { streamChat, streamText } from './stream.js';
-import { countEmbeddingInput, countOutput, loadEncodingFor } from './tokens.js';
+import { loadEncodingFor } from './tokens.js';
 import { type AiUpstream, readBody } from './upstream.js';
 
 export type { AiDeployment, ChatCall } from './call.js';
@@ -144,12 +145,12 @@ export interface ChatBody {
   [field: string]: unknown;
 }
 
-function chatPlan(call: ChatCall, body: ChatBody): CallPlan {
+async function chatPlan(call: ChatCall, body: ChatBody): Promise<CallPlan> {
   const { ctx } = call;
   return {
     model: body.model,
     modelClass: modelClassOf(ctx, body.model),
-    promptTokens: countChatPromptBound(ctx.config, body.model, body),
+    promptTokens: await countChatPromptBoundAsync(ctx.config, body.model, body),
     outputPerChoice: askedAllowance(ctx.config, body),
     choices: body.n ?? 1,
     reasoning: isReasoningModel(ctx.config, body.model),
@@ -165,7 +166,7 @@ async function prepareChat(call: ChatCall, body: ChatBody): Promise<{ plan: Call
   checkModel(ctx, body.model);
   if (!call.upstream) throw notConfigured();
   await loadEncodingFor(body.model);
-  const plan = chatPlan(call, body);
+  const plan = await chatPlan(call, body);
   return { plan, held: await hold(ctx, deployment, plan), upstream: call.upstream };
 }
 
@@ -200,7 +201,8 @@ export async function answerWhole(
   const read = await readAnswer(call, plan, held, res, controller);
   if (!read) return call.reply;
   const { raw, answer } = read;
-  await settle(call.ctx, call.deployment, plan, held, reportedOf(answer), () => countOutput(plan.model, outputOf(answer)));
+  const relayed = await countOutputAsync(plan.model, outputOf(answer));
+  await settle(call.ctx, call.deployment, plan, held, reportedOf(answer), () => relayed);
   return call.reply.code(200).type('application/json').send(raw);
 }
 
@@ -252,7 +254,7 @@ export async function embeddings(call: ChatCall, body: EmbeddingsBody): Promise<
   const plan: CallPlan = {
     model: body.model,
     modelClass: modelClassOf(ctx, body.model),
-    promptTokens: countEmbeddingInput(body.model, body.input),
+    promptTokens: await countEmbeddingInputAsync(body.model, body.input),
     outputPerChoice: 0,
     choices: 1,
     reasoning: false,
@@ -317,7 +319,8 @@ export async function generate(call: ChatCall, input: GenerateBody): Promise<Gen
   const { answer } = read;
   const text = textOfChoices(Array.isArray(answer.choices) ? answer.choices.slice(0, 1) : [], 'message');
   const reported = readUsage(answer.usage);
-  const result = await settle(ctx, deployment, plan, held, reported, () => countOutput(plan.model, outputOfChoices(answer.choices, 'message')));
+  const relayed = await countOutputAsync(plan.model, outputOfChoices(answer.choices, 'message'));
+  const result = await settle(ctx, deployment, plan, held, reported, () => relayed);
   const inputTokens = reported.kind === 'ok' ? reported.usage.prompt_tokens : plan.promptTokens;
   return {
     text,

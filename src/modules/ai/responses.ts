@@ -4,7 +4,7 @@ import { assertAiEnabled, modelClassOf } from '../quotas/ai-tokens.js';
 import { askedAllowance, checkFields, checkStateless, upstreamResponsesBody } from './bounds.js';
 import { type CallPlan, type ChatCall, chargeOf, hold } from './call.js';
 import { isReasoningModel } from './models.js';
-import { countResponsesPromptBound } from './prompt.js';
+import { countResponsesPromptBoundAsync } from './prompt.js';
 import { abortOnDisconnect, answerWhole, checkModel, isRefusal, notConfigured, send, sendRefusal, type UpstreamRefusal } from './proxy.js';
 import { streamResponses } from './responses-stream.js';
 import { readResponsesUsage } from './sse.js';
@@ -65,12 +65,12 @@ export function textOfOutput(answer: Record<string, unknown>): string {
   return text;
 }
 
-function responsesPlan(call: ChatCall, body: ResponsesBody): CallPlan {
+async function responsesPlan(call: ChatCall, body: ResponsesBody): Promise<CallPlan> {
   const { ctx } = call;
   return {
     model: body.model,
     modelClass: modelClassOf(ctx, body.model),
-    promptTokens: countResponsesPromptBound(ctx.config, body.model, body),
+    promptTokens: await countResponsesPromptBoundAsync(ctx.config, body.model, body),
     outputPerChoice: askedAllowance(ctx.config, body),
     choices: 1,
     reasoning: isReasoningModel(ctx.config, body.model),
@@ -86,7 +86,7 @@ export async function createResponse(call: ChatCall, body: ResponsesBody): Promi
   checkModel(ctx, body.model);
   if (!call.upstream) throw notConfigured();
   await loadEncodingFor(body.model);
-  const plan = responsesPlan(call, body);
+  const plan = await responsesPlan(call, body);
   const held = await hold(ctx, deployment, plan);
   const controller = abortOnDisconnect(reply);
   const res = await send(call, held, call.upstream, '/responses', upstreamResponsesBody(body, held.outputPerChoice), controller.signal);

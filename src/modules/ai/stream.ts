@@ -3,6 +3,7 @@ import type { FastifyReply } from 'fastify';
 import type { Dispatcher } from 'undici';
 import { OutputMeter } from './bounds.js';
 import { type CallHold, type CallPlan, type ChatCall, release, settleQuietly } from './call.js';
+import { countOutputAsync } from './count-workers.js';
 import { hasOutput, type Output, outputOfChoices, type ReportedUsage, readUsage, SseSplitter } from './sse.js';
 import { countOutput } from './tokens.js';
 
@@ -40,6 +41,8 @@ export interface Relay {
   meter: OutputMeter;
   /** The proxy stopped it at the allowance. */
   capped: boolean;
+  /** relayedTokens as counted at the stream's end (finishStream), when it is over. */
+  counted?: number;
 }
 
 export function startRelay(plan: CallPlan, held: CallHold): Relay {
@@ -60,7 +63,7 @@ export function admitOutput(relay: Relay, output: Output): boolean {
 
 /** What a stream relayed, in tokens: the tokenizer's count of its text and the unreadable bytes. */
 export function relayedTokens(plan: CallPlan, relay: Relay): number {
-  return countOutput(plan.model, { text: relay.streamed.join(''), unreadable: relay.unreadable });
+  return relay.counted ?? countOutput(plan.model, { text: relay.streamed.join(''), unreadable: relay.unreadable });
 }
 
 /** Stop a stream at the allowance: nothing more is read, and the upstream call is aborted. */
@@ -173,7 +176,11 @@ export async function streamText(call: ChatCall, plan: CallPlan, held: CallHold,
 export async function finishStream(call: ChatCall, plan: CallPlan, held: CallHold, relay: Relay, out: PassThrough, clientGone: boolean, lastWords: () => string): Promise<void> {
   const relayedNothing = relay.streamed.length === 0 && relay.unreadable === 0;
   if (relay.reported.kind === 'none' && relayedNothing && !clientGone && !relay.capped) await release(call.ctx, call.deployment, held);
-  else await settleQuietly(call, plan, held, relay.reported, () => relayedTokens(plan, relay));
+  else {
+    // Counted once, off the event loop when it is long (count-workers.ts); relayedTokens then answers it.
+    relay.counted = await countOutputAsync(plan.model, { text: relay.streamed.join(''), unreadable: relay.unreadable });
+    await settleQuietly(call, plan, held, relay.reported, () => relayedTokens(plan, relay));
+  }
   const words = lastWords();
   if (words) await write(out, words);
   out.end();

@@ -46,26 +46,34 @@ function encoder(model: string): Tiktoken {
 }
 
 /**
- * Runs the tokenizer would take as one piece and that are long enough to matter: letters, or symbols,
- * or whitespace, of one kind. js-tiktoken's byte-pair merge is quadratic in a piece's length (a run of
- * 16,000 `a`s took 30 s of the event loop; a megabyte would take hours), and a caller chooses the
- * prompt, and can ask a model to answer such a run.
+ * Runs the tokenizer would take as one piece and that are long enough to matter: letters and marks
+ * (o200k_base's words take combining marks, Devanagari's vowel signs among them), or symbols, or
+ * whitespace, or newlines and slashes (o200k_base ends a run of symbols with any of them), of one
+ * kind. js-tiktoken's byte-pair merge is quadratic in a piece's length (a run of 16,000 `a`s took 30 s
+ * of the event loop, 16,000 characters of `a` and a combining accent 16 s; a megabyte would take
+ * hours), and a caller chooses the prompt, and can ask a model to answer such a run. The counting
+ * workers (count-workers.ts) build the same expressions from these sources.
  */
-const LONG_RUN = /\p{L}{17,}|[^\s\p{L}\p{N}]{17,}|\s{17,}/gu;
+export const LONG_RUN = /[\p{L}\p{M}]{17,}|[^\s\p{L}\p{N}]{17,}|\s{17,}|[\r\n/]{17,}/gu;
+/** A text this short is encoded whole: exact, and a piece this short costs little. */
+export const SHORT_TEXT = 64;
 /** A long run is counted in pieces of this many characters: linear, at most a token more per piece. */
-const RUN_PIECE = /[\s\S]{1,8}/gu;
+export const RUN_PIECE = /[\s\S]{1,8}/gu;
 
 /**
- * Tokens of a text by the model's encoding (docs/ai-proxy.md, Bounds: counting): exact, but for a
- * run over 64 characters of letters, symbols or whitespace (the tokenizer's single piece), which is
- * counted in pieces of 16 characters. No prose, code or JSON has such runs; data that does is
- * counted a little high, never low.
+ * Tokens of a text by the model's encoding (docs/ai-proxy.md, Bounds: counting): exact, but in a text
+ * of more than SHORT_TEXT characters for a run over 16 characters of letters and marks, of symbols,
+ * of whitespace or of newlines and slashes (the tokenizer's single piece), which is counted in pieces
+ * of 8 characters. No prose, code or JSON has such runs; data that does is counted a little high,
+ * never low. Synchronous, on the caller's thread: the texts of a request past SYNC_COUNT_BYTES are
+ * counted by the workers of count-workers.ts instead, which run this same loop (a copy in their
+ * source; count-workers.unit.test.ts holds the two equal).
  */
 export function countText(model: string, text: string): number {
   if (text === '') return 0;
   const enc = encoder(model);
   const encode = (part: string) => (part === '' ? 0 : enc.encode(part, [], []).length);
-  if (text.length <= 64) return encode(text);
+  if (text.length <= SHORT_TEXT) return encode(text);
   let tokens = 0;
   let last = 0;
   for (const run of text.matchAll(LONG_RUN)) {
@@ -81,13 +89,16 @@ export function countOutput(model: string, output: Output): number {
   return countText(model, output.text) + output.unreadable;
 }
 
-/** Input tokens of an embeddings request: a string, strings, token ids or arrays of token ids. */
-export function countEmbeddingInput(model: string, input: unknown): number {
-  if (typeof input === 'string') return countText(model, input);
+/**
+ * Input tokens of an embeddings request: a string, strings, token ids or arrays of token ids. `text`
+ * counts a string (count-workers.ts passes one that collects them, to count them all at once).
+ */
+export function countEmbeddingInput(model: string, input: unknown, text: (s: string) => number = (s) => countText(model, s)): number {
+  if (typeof input === 'string') return text(input);
   if (!Array.isArray(input)) return 0;
   let n = 0;
   for (const item of input) {
-    if (typeof item === 'string') n += countText(model, item);
+    if (typeof item === 'string') n += text(item);
     else if (typeof item === 'number') n += 1;
     else if (Array.isArray(item)) n += item.length;
   }
