@@ -7,6 +7,7 @@ import type { Database } from './db/client.js';
 import { registerAuth } from './http/auth.js';
 import { registerErrorHandling, sendError, toAppError } from './http/error-handler.js';
 import { registerInputGuard } from './http/input-guard.js';
+import { registerJsonBody } from './http/json-body.js';
 import { registerUuidCase } from './http/uuid-case.js';
 import { registerIdempotencyKeyCheck } from './http/idempotency-key.js';
 import { registerMetricsListener } from './http/metrics-listener.js';
@@ -114,6 +115,7 @@ export async function buildApp(options: BuildOptions): Promise<FastifyInstance> 
     // Response serializers built once per schema in a process (http/serializers.ts).
     schemaController: { compilersFactory: { buildSerializer } },
   });
+  registerJsonBody(app); // UTF-8 checked before Fastify's own JSON parser (docs/input.md)
   const bus =
     options.bus ??
     (config.redisUrl

@@ -1,5 +1,6 @@
 import type { FastifyRequest } from 'fastify';
 import { ValidationError } from '../errors.js';
+import { onlyOnce } from './idempotency-key.js';
 
 /**
  * The end user of a call (docs/budgets.md): the body's field (`end_user_id`, or service usage's
@@ -25,7 +26,8 @@ export function endUserOf(request: FastifyRequest, bodyId: string | null | undef
  * clients send text as UTF-8: "José" arrives as "JosÃ©", another end user than the body's "José".
  * Bytes that are valid UTF-8 are read as UTF-8; any others stay as read (latin1, as before).
  */
-export function endUserHeader(request: Pick<FastifyRequest, 'headers'>): string | undefined {
+export function endUserHeader(request: Pick<FastifyRequest, 'headers'> & { raw?: Pick<FastifyRequest['raw'], 'rawHeaders'> }): string | undefined {
+  if (request.raw) onlyOnce({ raw: request.raw }, 'X-End-User-Id');
   const raw = request.headers['x-end-user-id'];
   const header = Array.isArray(raw) ? raw[0] : raw;
   // ASCII (one byte a character) reads the same either way.

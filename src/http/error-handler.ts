@@ -70,11 +70,16 @@ export function toAppError(err: unknown): AppError {
   }
   if (isConnectionError(err)) return new ServiceUnavailableError();
   if (isTransientError(err)) return new ServiceUnavailableError('The database did not finish the request in time; its transaction was rolled back. Retry later.');
-  const unchecked = uncheckedInputOf(err);
-  if (unchecked) return unchecked;
+  // Fastify's own body errors first: it builds some of them on RangeError, which the guard below takes for a value that slipped through.
   switch (e.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return new ValidationError('The request body is larger than 1 MiB', [{ field: 'body', message: 'is too large' }]);
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return new ValidationError('The Content-Length header does not match the body', [{ field: 'content-length', message: 'does not match the body' }]);
+  }
+  const unchecked = uncheckedInputOf(err);
+  if (unchecked) return unchecked;
+  switch (e.code) {
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
       return new ValidationError('Send the body as application/json', [{ field: 'content-type', message: 'must be application/json' }]);
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':

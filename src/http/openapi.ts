@@ -83,6 +83,13 @@ function documentRoute({ schema, url, route }: { schema: unknown; url: string; r
     const all = { ...(answer.headers as Record<string, unknown> | undefined), ...headers };
     response[status] = { ...answer, ...described, ...(Object.keys(all).length > 0 ? { headers: all } : {}) };
   }
+  // The input guard and the JSON parser answer every route (docs/input.md): a NUL in a query or a
+  // header, a body that is not JSON. A route that lists no 400 of its own gets one in the shape of its
+  // other errors (its 500's; the AI routes' 400 is the OpenAI shape and they list it themselves).
+  const fault = response['500'];
+  if (out.response && !response['400'] && fault && (route.config as { errorShape?: string } | undefined)?.errorShape !== 'openai') {
+    response['400'] = { ...fault, description: 'Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md)' };
+  }
   if (out.response) out.response = response;
   return { schema: out, url };
 }

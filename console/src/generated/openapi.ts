@@ -5265,6 +5265,15 @@ export interface operations {
                     };
                 };
             };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
             /** @description UNAUTHORIZED */
             401: {
                 headers: {
@@ -7314,6 +7323,15 @@ export interface operations {
                     };
                 };
             };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
             /** @description Missing or invalid credentials */
             401: {
                 headers: {
@@ -7597,6 +7615,15 @@ export interface operations {
                     "application/json": components["schemas"]["Template"];
                 };
             };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
             /** @description Missing or invalid credentials */
             401: {
                 headers: {
@@ -7826,6 +7853,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
             };
             /** @description Missing or invalid credentials */
             401: {
@@ -8367,6 +8403,15 @@ export interface operations {
                     "application/json": components["schemas"]["ModelList"];
                 };
             };
+            /** @description Bad request, in the OpenAI error shape (a provider 4xx is handed on in the same shape) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
             /** @description Missing or invalid credentials */
             401: {
                 headers: {
@@ -8540,6 +8585,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AiQuota"];
+                };
+            };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
                 };
             };
             /** @description Missing or invalid credentials */
@@ -8750,6 +8804,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CreditPackCatalog"];
+                };
+            };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
                 };
             };
             /** @description Missing or invalid credentials */
@@ -10500,6 +10563,15 @@ export interface operations {
                     "application/json": components["schemas"]["WebhookQuota"];
                 };
             };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
+                };
+            };
             /** @description Missing or invalid credentials */
             401: {
                 headers: {
@@ -10796,6 +10868,15 @@ export interface operations {
                     };
                 };
             };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
             /** @description UNAUTHORIZED */
             401: {
                 headers: {
@@ -10862,6 +10943,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["UserEnvelope"];
+                };
+            };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
                 };
             };
             /** @description UNAUTHORIZED */
@@ -11120,6 +11210,15 @@ export interface operations {
                         /** @enum {boolean} */
                         success: true;
                     };
+                };
+            };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
                 };
             };
             /** @description UNAUTHORIZED */
@@ -12364,6 +12463,15 @@ export interface operations {
                     };
                 };
             };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
             /** @description FORBIDDEN or FEATURE_NOT_AVAILABLE */
             403: {
                 headers: {
@@ -12415,6 +12523,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ConsoleSessionEnvelope"];
+                };
+            };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
                 };
             };
             /** @description UNAUTHORIZED */
@@ -12565,6 +12682,15 @@ export interface operations {
                         /** @enum {string} */
                         status: "ok";
                     };
+                };
+            };
+            /** @description VALIDATION_ERROR: input no route takes (a NUL character in the query or a header; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
                 };
             };
         };
@@ -12779,6 +12905,15 @@ export interface operations {
                 };
                 content: {
                     "text/plain": string;
+                };
+            };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": components["schemas"]["EnvelopeError"];
                 };
             };
             /** @description UNAUTHORIZED */
@@ -13029,6 +13164,15 @@ export interface operations {
                     "application/json": components["schemas"]["OrganizationEnvelope"];
                 };
             };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
             /** @description UNAUTHORIZED */
             401: {
                 headers: {
@@ -13239,6 +13383,15 @@ export interface operations {
                         /** @enum {boolean} */
                         success: true;
                     };
+                };
+            };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
                 };
             };
             /** @description UNAUTHORIZED */
@@ -17743,6 +17896,15 @@ export interface operations {
                     };
                 };
             };
+            /** @description VALIDATION_ERROR: input no route takes (a NUL character in the query or a header; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
+                };
+            };
             /** @description Not ready: checks names the dependency that does not answer */
             503: {
                 headers: {
@@ -17785,6 +17947,15 @@ export interface operations {
                         /** @enum {boolean} */
                         success: true;
                     };
+                };
+            };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EnvelopeError"];
                 };
             };
             /** @description UNAUTHORIZED */

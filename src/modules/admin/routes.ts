@@ -43,8 +43,7 @@ export const DeploymentViewSchema = Type.Object({
 
 export const tags = ['Operator'];
 export const security = [{ adminKey: [] }];
-const Limit = (description: string) =>
-  Type.Optional(Nullable(Type.Integer({ minimum: 0, maximum: 1_000_000_000_000, description })));
+const Limit = (description: string, maximum = 1_000_000_000_000) => Type.Optional(Nullable(Type.Integer({ minimum: 0, maximum, description })));
 
 export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
@@ -111,7 +110,8 @@ export async function adminRoutes(fastify: FastifyInstance): Promise<void> {
         body: Type.Object(
           {
             monthly_credits: Limit('Credits per period instead of the tier allocation'),
-            api_rate_limit: Limit('Requests per minute instead of the tier limit'),
+            // Its column is a 32-bit integer.
+            api_rate_limit: Limit('Requests per minute instead of the tier limit', 2_147_483_647),
             ai_tokens_limit: Limit('AI tokens per period instead of the tier limit'),
             expires_at: Type.Optional(Nullable(Type.String({ format: 'date-time', description: 'When the overrides lapse (future)' }))),
           },

@@ -140,7 +140,7 @@ export async function aiRoutes(fastify: FastifyInstance): Promise<void> {
         operationId: 'listAiModels',
         summary: 'The models the proxy offers (AI_MODELS, else the model-class map), in the OpenAI list shape',
         security,
-        response: { 200: ModelList, ...flatErrors(401, 403, 429) },
+        response: { 200: ModelList, ...flatErrors(401, 403, 429), 400: OpenAiError },
       },
     },
     async (request) => {

@@ -10,6 +10,8 @@ import { receiveStripeEvent } from './stripe-events.js';
  * signature or body is 400 and stores nothing.
  */
 export async function stripeWebhookRoutes(fastify: FastifyInstance): Promise<void> {
+  // In place of the app's JSON parser (http/json-body.ts), for this plugin only.
+  fastify.removeContentTypeParser('application/json');
   fastify.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => done(null, body));
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   app.post(

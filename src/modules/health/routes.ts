@@ -2,6 +2,9 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { envelopeErrors } from '../../http/envelope.js';
 
+/** What the input guard answers any route (docs/input.md), in these routes' shape. */
+const BadInput = Type.Ref('EnvelopeError', { description: 'VALIDATION_ERROR: input no route takes (a NUL character in the query or a header; docs/input.md)' });
+
 /** No auth, no rate limit (docs/limits.md, Rate limits; metrics: a scraper's METRICS_TOKEN or the operator key). */
 export async function healthRoutes(app: FastifyInstance): Promise<void> {
   app.get(
@@ -11,7 +14,7 @@ export async function healthRoutes(app: FastifyInstance): Promise<void> {
         tags: ['Health'],
         operationId: 'getHealth',
         summary: 'The process is up',
-        response: { 200: Type.Object({ status: Type.Literal('ok') }) },
+        response: { 200: Type.Object({ status: Type.Literal('ok') }), 400: BadInput },
       },
     },
     async () => ({ status: 'ok' as const }),
@@ -26,6 +29,7 @@ export async function healthRoutes(app: FastifyInstance): Promise<void> {
         summary: 'The database (and Redis, when configured) answer; 503 names what does not',
         response: {
           200: Type.Object({ status: Type.String(), checks: Type.Record(Type.String(), Type.String()) }),
+          400: BadInput,
           503: Type.Object(
             { status: Type.String(), checks: Type.Record(Type.String(), Type.String()) },
             { description: 'Not ready: checks names the dependency that does not answer' },

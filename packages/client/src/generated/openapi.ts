@@ -3588,6 +3588,15 @@ export interface operations {
                     "application/json": components["schemas"]["ModelList"];
                 };
             };
+            /** @description Bad request, in the OpenAI error shape (a provider 4xx is handed on in the same shape) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAiError"];
+                };
+            };
             /** @description Missing or invalid credentials */
             401: {
                 headers: {
@@ -3761,6 +3770,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AiQuota"];
+                };
+            };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
                 };
             };
             /** @description Missing or invalid credentials */
@@ -3971,6 +3989,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["CreditPackCatalog"];
+                };
+            };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
                 };
             };
             /** @description Missing or invalid credentials */
@@ -5719,6 +5746,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["WebhookQuota"];
+                };
+            };
+            /** @description Invalid request: input no route takes (a NUL character, an unpaired surrogate, a body that is not JSON or not UTF-8; docs/input.md) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FlatError"];
                 };
             };
             /** @description Missing or invalid credentials */
