@@ -148,9 +148,9 @@ export function webhookFixtures(harness: () => Harness, receiver: () => Receiver
       return rows[0]!;
     },
     byDelivery: (id: string): Received[] => receiver().received.filter((r) => r.headers['x-service-delivery'] === id),
-    /** Run worker passes until nothing is due at the current clock (bounded). */
+    /** Run worker passes over this file's organizations until nothing of theirs is due at the current clock (bounded). */
     async drain(deps = harness().deps): Promise<void> {
-      for (let pass = 0; pass < 50; pass++) if ((await deliverDue(deps, 20)) === 0) return;
+      for (let pass = 0; pass < 50; pass++) if ((await deliverDue(deps, 20, [...orgs])) === 0) return;
       throw new Error('deliverDue kept finding due rows');
     },
     async login(u: SignedInUser): Promise<Headers> {

@@ -6,7 +6,7 @@ import pg from 'pg';
  * PostgreSQL only). It claims the due deliveries with the statement deliverDue uses, prints the claimed ids
  * as one JSON line on stdout, and then blocks until it is killed (SIGKILL) — it never sends anything.
  *
- *   node --import tsx test/webhook-worker-child.ts <databaseUrl> <nowIso> <batch> <lease|lock>
+ *   node --import tsx test/webhook-worker-child.ts <databaseUrl> <nowIso> <batch> <lease|lock> [organizationId]
  *
  * `lease`: the claim commits, so the rows are leased for 60 s and due again after that.
  * `lock`: the claim runs in a transaction left open, so other workers skip the locked rows until the
@@ -16,7 +16,7 @@ export { CLAIM_DUE_SQL as CLAIM_SQL, LEASE_MS } from '../src/modules/webhooks/or
 import { CLAIM_DUE_SQL as CLAIM_SQL, LEASE_MS } from '../src/modules/webhooks/organization.js';
 
 async function main(): Promise<void> {
-  const [url, nowIso, batch, mode] = process.argv.slice(2);
+  const [url, nowIso, batch, mode, organizationId] = process.argv.slice(2);
   if (!url || !nowIso || !batch || (mode !== 'lease' && mode !== 'lock')) {
     process.stderr.write('usage: webhook-worker-child.ts <databaseUrl> <nowIso> <batch> <lease|lock>\n');
     process.exit(64);
@@ -27,7 +27,7 @@ async function main(): Promise<void> {
   await client.connect();
   const now = new Date(nowIso);
   if (mode === 'lock') await client.query('BEGIN');
-  const { rows } = await client.query<{ id: string }>(CLAIM_SQL, [now, Number(batch), new Date(now.getTime() + LEASE_MS), null]);
+  const { rows } = await client.query<{ id: string }>(CLAIM_SQL, [now, Number(batch), new Date(now.getTime() + LEASE_MS), null, organizationId ? [organizationId] : null]);
   process.stdout.write(`${JSON.stringify({ claimed: rows.map((r) => r.id) })}\n`);
   // Stuck before sending: the process stays alive (and, in `lock` mode, inside its transaction) until killed.
   setInterval(() => {}, 60_000);

@@ -79,12 +79,13 @@ describe('exactly once with concurrent and dying workers', () => {
     });
 
     it('concurrent passes on two instances deliver each of 20 events exactly once', async () => {
-      const { ids } = await twentyEvents();
+      const { o, ids } = await twentyEvents();
+      const mine = [o.organizationId];
       // Slow answers keep several requests in flight while the other worker claims.
       rx.script({ status: 200, delayMs: 20 });
       for (let round = 0; ; round++) {
         expect(round).toBeLessThan(30);
-        const handled = await Promise.all([deliverDue(h.deps, 3), deliverDue(b.deps, 3), deliverDue(h.deps, 3), deliverDue(b.deps, 3)]);
+        const handled = await Promise.all([deliverDue(h.deps, 3, mine), deliverDue(b.deps, 3, mine), deliverDue(h.deps, 3, mine), deliverDue(b.deps, 3, mine)]);
         if (handled.every((n) => n === 0)) break;
       }
       expect(rx.received).toHaveLength(20);
@@ -94,10 +95,10 @@ describe('exactly once with concurrent and dying workers', () => {
   });
 
   it('rows claimed by a worker that died are leased for 60 s, then delivered once by another', async () => {
-    const { ids } = await twentyEvents();
+    const { o, ids } = await twentyEvents();
     const now = h.clock.now();
     // The dead worker's pass: the claim statement of deliverDue, and then nothing.
-    const claimed = await h.deps.db.query<{ id: string }>(CLAIM_SQL, [now, 20, new Date(now.getTime() + LEASE_MS), null]);
+    const claimed = await h.deps.db.query<{ id: string }>(CLAIM_SQL, [now, 20, new Date(now.getTime() + LEASE_MS), null, [o.organizationId]]);
     // One webhook, one delivery in flight: the claim takes its head, and the rest wait behind it.
     expect(claimed.map((r) => r.id)).toEqual([await headOf(ids)]);
     await drain();
@@ -134,8 +135,8 @@ describe('exactly once with concurrent and dying workers', () => {
     const child = fileURLToPath(new URL('../../../test/webhook-worker-child.ts', import.meta.url));
     const root = fileURLToPath(new URL('../../../', import.meta.url));
 
-    async function spawnWorker(mode: 'lease' | 'lock'): Promise<{ proc: ChildProcess; claimed: string[] }> {
-      const proc = spawn(process.execPath, ['--import', 'tsx', child, postgresUrlOf(h.deps.db), h.clock.now().toISOString(), '100', mode], {
+    async function spawnWorker(mode: 'lease' | 'lock', organizationId: string): Promise<{ proc: ChildProcess; claimed: string[] }> {
+      const proc = spawn(process.execPath, ['--import', 'tsx', child, postgresUrlOf(h.deps.db), h.clock.now().toISOString(), '100', mode, organizationId], {
         cwd: root,
         stdio: ['ignore', 'pipe', 'pipe'],
       });
@@ -171,8 +172,8 @@ describe('exactly once with concurrent and dying workers', () => {
     }
 
     it('claimed and committed (leased): after SIGKILL and the lease, the test process delivers each once', async () => {
-      const { ids } = await twentyEvents();
-      const { proc, claimed } = await spawnWorker('lease');
+      const { o, ids } = await twentyEvents();
+      const { proc, claimed } = await spawnWorker('lease', o.organizationId);
       expect(claimed).toEqual([await headOf(ids)]);
       await killHard(proc);
       await drain();
@@ -185,8 +186,8 @@ describe('exactly once with concurrent and dying workers', () => {
     });
 
     it('claimed inside an open transaction: other workers skip the locked rows; SIGKILL releases them at once', async () => {
-      const { ids } = await twentyEvents();
-      const { proc, claimed } = await spawnWorker('lock');
+      const { o, ids } = await twentyEvents();
+      const { proc, claimed } = await spawnWorker('lock', o.organizationId);
       expect(claimed).toEqual([await headOf(ids)]);
       // SKIP LOCKED: while the process lives, our worker passes over its rows.
       await drain();
@@ -194,7 +195,7 @@ describe('exactly once with concurrent and dying workers', () => {
       await killHard(proc);
       // The server rolls the dead connection's transaction back: due again without moving the clock.
       await eventually(async () => {
-        await deliverDue(h.deps, 20);
+        await deliverDue(h.deps, 20, [o.organizationId]);
         return rx.received.length >= 20;
       });
       await drain();

@@ -111,7 +111,7 @@ describe('one receiver cannot hold up the others', () => {
     const fastHook = await createHook(fast, { url: g.url });
     await emit(fast.organizationId, { n: 1 });
 
-    await deliverDue(h.deps, DELIVERY_POLICY.batchSize);
+    await deliverDue(h.deps, DELIVERY_POLICY.batchSize, [slow.organizationId, fast.organizationId]);
 
     const [fastRow] = await deliveriesOf(fastHook.id);
     expect(fastRow).toMatchObject({ status: 'delivered', attempt_count: 1 });
@@ -134,7 +134,13 @@ describe('one receiver cannot hold up the others', () => {
     h.clock.advance(1_000);
 
     const now = h.clock.now();
-    const claimed = await h.deps.db.query<{ id: string; webhook_id: string }>(CLAIM_DUE_SQL, [now, 2, new Date(now.getTime() + LEASE_MS), null]);
+    const claimed = await h.deps.db.query<{ id: string; webhook_id: string }>(CLAIM_DUE_SQL, [
+      now,
+      2,
+      new Date(now.getTime() + LEASE_MS),
+      null,
+      [big.organizationId, small.organizationId],
+    ]);
     const bigRows = (await Promise.all(hooks.map((w) => deliveriesOf(w.id)))).flat();
     expect(bigRows).toHaveLength(9);
     // The big organization's nine deliveries are all older; a claim of two still takes the small one's.
@@ -146,7 +152,7 @@ describe('one receiver cannot hold up the others', () => {
     const o = await owner();
     const hook = await createHook(o);
     for (let i = 0; i < 30; i++) await emit(o.organizationId, { i });
-    expect(await deliverDue(h.deps, DELIVERY_POLICY.batchSize)).toBe(30);
+    expect(await deliverDue(h.deps, DELIVERY_POLICY.batchSize, [o.organizationId])).toBe(30);
     expect(rx.received).toHaveLength(30);
     expect((await deliveriesOf(hook.id)).every((r) => r.status === 'delivered')).toBe(true);
   });
@@ -170,7 +176,8 @@ describe('one delivery in flight per webhook', () => {
     for (let i = 0; i < 12; i++) await emit(o.organizationId, { i });
     for (let round = 0; ; round++) {
       expect(round).toBeLessThan(30);
-      const handled = await Promise.all([deliverDue(h.deps, 3), deliverDue(b.deps, 3), deliverDue(h.deps, 3), deliverDue(b.deps, 3)]);
+      const mine = [o.organizationId];
+      const handled = await Promise.all([deliverDue(h.deps, 3, mine), deliverDue(b.deps, 3, mine), deliverDue(h.deps, 3, mine), deliverDue(b.deps, 3, mine)]);
       if (handled.every((n) => n === 0)) break;
     }
     const rows = await deliveriesOf(hook.id);
@@ -187,11 +194,11 @@ describe('one delivery in flight per webhook', () => {
     const [row] = await deliveriesOf(hook.id);
     // The first pass's request is held (a receiver slower than the lease, or a worker paused) ...
     g.holdNext();
-    const first = deliverDue(b.deps, 1);
+    const first = deliverDue(b.deps, 1, [o.organizationId]);
     await eventually(() => g.held() === 1);
     // ... its lease runs out, and another instance claims the row again and delivers it.
     h.clock.advance(LEASE_MS + 1_000);
-    expect(await deliverDue(h.deps, 1)).toBe(1);
+    expect(await deliverDue(h.deps, 1, [o.organizationId])).toBe(1);
     expect(await delivery(row!.id)).toMatchObject({ status: 'delivered', attempt_count: 1 });
     // The first answer comes late, a failure: the row stays as the later claim wrote it.
     g.release(500);

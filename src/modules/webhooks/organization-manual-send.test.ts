@@ -86,11 +86,11 @@ describe('manual retry and test send', () => {
     await emit(o.organizationId);
     const id = (await deliveriesOf(hook.id))[0]!.id;
     rx.script({ status: 200, delayMs: 300 }, { status: 500, delayMs: 800 });
-    const first = deliverDue(h.deps, 20);
+    const first = deliverDue(h.deps, 20, [o.organizationId]);
     await eventually(() => rx.received.length >= 1, 5_000);
     const retried = await h.request({ method: 'POST', url: `${hooksUrl(o.organizationId)}/${hook.id}/deliveries/${id}/retry`, headers: bearer(o.accessToken) });
     expect(retried.statusCode, retried.body).toBe(409);
-    const second = deliverDue(h.deps, 20);
+    const second = deliverDue(h.deps, 20, [o.organizationId]);
     await Promise.all([first, second]);
     expect(byDelivery(id), `retry answered ${retried.statusCode}`).toHaveLength(1);
     expect(await delivery(id)).toMatchObject({ status: 'delivered', status_code: 200 });
@@ -148,7 +148,7 @@ describe('manual retry and test send', () => {
           return async (fn: (tx: Queryable) => Promise<unknown>) => {
             const result = await target.transaction(fn);
             if (workerPass === null && (result as { event_type?: unknown } | null)?.event_type === 'webhook.test') {
-              workerPass = deliverDue(h.deps, 20);
+              workerPass = deliverDue(h.deps, 20, [o.organizationId]);
               // The worker has claimed the row and its request is at the receiver.
               await eventually(() => rx.received.length >= 1, 5_000);
             }

@@ -65,7 +65,7 @@ export const DELIVERY_POLICY: JobPolicy = {
 
 /**
  * The worker's claim (docs/webhooks.md, Delivery worker): $1 now, $2 batch, $3 now + lease, $4 one
- * webhook or null. A webhook's head is its earliest pending delivery; a webhook whose head is leased
+ * webhook or null, $5 only these organizations or null (tests that share a database). A webhook's head is its earliest pending delivery; a webhook whose head is leased
  * has a delivery in flight and gives none, so a receiver gets one delivery at a time, whichever
  * instance sends it. Of the due heads, every organization's oldest comes before anyone's second,
  * then by due time: one organization's backlog, however long, takes one lane a pass per webhook and
@@ -81,7 +81,8 @@ export const CLAIM_DUE_SQL = `WITH heads AS (
     WHERE q.webhook_id = w.id AND q.next_retry_at IS NOT NULL
     ORDER BY q.next_retry_at, q.id LIMIT 1
   ) h
-  WHERE ($4::uuid IS NULL OR w.id = $4::uuid) AND h.status = 'pending' AND h.next_retry_at <= $1
+  WHERE ($4::uuid IS NULL OR w.id = $4::uuid) AND ($5::uuid[] IS NULL OR w.organization_id = ANY($5::uuid[]))
+    AND h.status = 'pending' AND h.next_retry_at <= $1
     AND (h.leased_until IS NULL OR h.leased_until <= $1)
 ), chosen AS (
   SELECT id FROM heads ORDER BY turn, next_retry_at, id LIMIT $2
@@ -94,7 +95,8 @@ FROM (SELECT q.id FROM webhook_deliveries q
 WHERE j.id = due.id RETURNING j.*`;
 
 function claimHeads(db: Queryable, at: ClaimAt, webhookId: string | null): Promise<DeliveryRow[]> {
-  return db.query<DeliveryRow>(CLAIM_DUE_SQL, [at.now, at.limit, at.leaseUntil, webhookId], 'webhook_delivery_claim');
+  const organizations = (at.params?.organizations as string[] | undefined) ?? null;
+  return db.query<DeliveryRow>(CLAIM_DUE_SQL, [at.now, at.limit, at.leaseUntil, webhookId, organizations], 'webhook_delivery_claim');
 }
 
 /** One delivery (`:id`), claimed as the worker would: a test send claims its own row. */
@@ -485,9 +487,12 @@ export const DELIVERY_QUEUE: JobQueue<DeliveryRow, Deps> = {
   },
 };
 
-/** The delivery worker's pass (DELIVERY_QUEUE through the job runner). Returns how many it claimed. */
-export function deliverDue(deps: Deps, batch: number): Promise<number> {
-  return runJobs(deps, DELIVERY_QUEUE, { batch });
+/**
+ * The delivery worker's pass (DELIVERY_QUEUE through the job runner). Returns how many it handled.
+ * `organizations` narrows it to theirs (tests that share a database); the worker passes none.
+ */
+export function deliverDue(deps: Deps, batch: number, organizations?: readonly string[]): Promise<number> {
+  return runJobs(deps, DELIVERY_QUEUE, { batch, ...(organizations ? { params: { organizations: [...organizations] } } : {}) });
 }
 
 async function deliverClaimed(deps: Pick<Deps, 'db' | 'clock' | 'config' | 'outbound' | 'metrics'>, row: DeliveryRow, webhook: WebhookRow | null): Promise<DeliveryRow> {
