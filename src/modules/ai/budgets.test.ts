@@ -250,7 +250,10 @@ describe('what gives room back, and windows', () => {
     });
     expect(held.budgetWindows).toHaveLength(1);
     expect((await b.windowsOf(budgetId)).map((w) => w.spent_ai_tokens)).toEqual([42]);
-    expect(await expireAiHolds(h.deps.db, new Date(now.getTime() + 61_000))).toBe(1);
+    // At least this one: another test file sharing the database may have left a hold due by then.
+    expect(await expireAiHolds(h.deps.db, new Date(now.getTime() + 61_000))).toBeGreaterThanOrEqual(1);
+    const [row] = await h.deps.db.query<{ status: string }>('SELECT status FROM ai_reservations WHERE id = $1', [held.id]);
+    expect(row!.status).not.toBe('held');
     expect((await b.windowsOf(budgetId)).map((w) => w.spent_ai_tokens)).toEqual([0]);
   });
 

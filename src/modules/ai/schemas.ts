@@ -94,7 +94,7 @@ export function aiErrors(): Record<number, TSchema> {
     400: Type.Union([OpenAiError, InvalidRequest], { description: 'Bad input (OpenAI error shape), or a field or part the proxy cannot bound (INVALID_REQUEST)' }),
     403: Type.Ref('FlatError', { description: 'FEATURE_NOT_AVAILABLE (ai_enabled off), DEPLOYMENT_SUSPENDED, INSUFFICIENT_SCOPE' }),
     429: Type.Ref('FlatError', {
-      description: 'AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour), the per-minute rate limit, or the provider\'s own 429 handed on with its Retry-After',
+      description: 'AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour; what the call needs only held by calls in progress: the message says so, no x-should-retry), the per-minute rate limit, too many large prompts being counted (RATE_LIMITED with Retry-After), or the provider\'s own 429 handed on with its Retry-After',
     }),
     502: Type.Ref('FlatError', { description: 'AI_UPSTREAM_ERROR: the provider answered 5xx, timed out or could not be reached; nothing was charged' }),
     503: Type.Ref('FlatError', { description: 'AI_NOT_CONFIGURED (no AI_BASE_URL), or the database is unavailable' }),

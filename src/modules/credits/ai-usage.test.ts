@@ -85,8 +85,10 @@ describe('holding before the call', () => {
     expect(second).toMatchObject({ outputPerChoice: 300, tokensHeld: 400, creditsHeld: 0 });
     const err = await refused(hold(t, { promptTokens: 1, outputPerChoice: 10 }));
     expect(err.code).toBe('AI_QUOTA_EXCEEDED');
-    // Waiting a month cannot cure it: no retry, and the reset named instead of a month-long Retry-After.
-    expect(err.headers).toEqual({ 'x-should-retry': 'false' });
+    // Held by the two calls in progress, not used up: a retry once they finish can succeed, so no
+    // `x-should-retry: false` (docs/ai-proxy.md, Errors); the period's reset is still named.
+    expect(err.message).toMatch(/1000 tokens are held by AI calls in progress/);
+    expect(err.headers).toEqual({});
     expect(err.extra.resets_at).toEqual(expect.any(String));
     expect(await balance(t)).toMatchObject({ ai_tokens_reserved: 1000, ai_tokens_used: 0, reserved: 0 });
   });

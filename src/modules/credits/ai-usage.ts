@@ -104,6 +104,41 @@ export function aiQuotaExceeded(
   return refusalUntil('AI_QUOTA_EXCEEDED', message, extra, periodEnd, now);
 }
 
+/**
+ * The quota and credits a call needs are not used up but held by AI calls in progress (docs/ai-proxy.md,
+ * Errors): the same 429 AI_QUOTA_EXCEEDED body, its message saying so, and no `x-should-retry: false`
+ * nor Retry-After (a retry once those calls settle or give their holds back can succeed; the SDKs' own
+ * backoff applies).
+ */
+function aiQuotaHeld(
+  ctx: Pick<Ctx, 'config'>,
+  limit: number | null,
+  periodEnd: Date,
+  held: { tokens: number; credits: number },
+  detail = '',
+  topUpUrl?: string,
+): AppError {
+  const what = [held.tokens > 0 ? `${held.tokens} tokens` : '', held.credits > 0 ? `${held.credits} purchased credits` : ''].filter(Boolean).join(' and ');
+  const message =
+    `This call cannot be paid while ${what} are held by AI calls in progress${detail}; retry when they finish ` +
+    `(the AI token quota of ${limit} tokens for this period resets at ${periodEnd.toISOString()})`;
+  return new AppError('AI_QUOTA_EXCEEDED', message, {
+    quota_exceeded: true,
+    upgrade_url: `${ctx.config.publicBaseUrl}/billing/upgrade`,
+    ...(topUpUrl ? { payment_required: { reason: 'insufficient_credits', top_up_url: topUpUrl } } : {}),
+    resets_at: periodEnd.toISOString(),
+  });
+}
+
+/**
+ * What a call could be paid with were no AI call holding anything: free quota tokens plus the tokens
+ * spendable purchased credits buy, with every AI hold given back (tool holds stay).
+ */
+function aiCapacityUnheld(b: AiBalance, limit: number, cls: ModelClass): number {
+  const unheld = { ...b, ai_tokens_reserved: 0, ai_credits_reserved: 0, reserved: b.reserved - b.ai_credits_reserved };
+  return (aiTokensFree(unheld, limit) ?? 0) + tokensForCredits(purchasedFloor(unheld), cls);
+}
+
 export interface AiHoldInput {
   model: string;
   modelClass: ModelClass;
@@ -119,6 +154,11 @@ export interface AiHoldInput {
   expiresAt: Date;
   /** Who makes the call, for its budgets (docs/budgets.md, AI calls); none named: no key, no end user. */
   charge?: AiCharge | undefined;
+  /**
+   * The hold's id, chosen by the caller before the statement is sent: a hold whose COMMIT answer is lost
+   * can still be given back by it (docs/ai-proxy.md, Database faults). A new one when not given.
+   */
+  id?: string | undefined;
 }
 
 /** Who an AI call is made by and for, for its budgets: the key that authenticated it and its end user. */
@@ -262,8 +302,14 @@ export async function holdAiTokens(ctx: Ctx, deployment: { id: string; organizat
       // room: credits they leave cap what purchased credits may pay, tokens they leave cap the call.
       const free = limit === null ? null : (aiTokensFree(balance, limit) ?? 0);
       const ownCapacity = free === null ? Number.POSITIVE_INFINITY : free + tokensForCredits(purchasedFloor(balance), input.modelClass);
-      if (limit !== null && (ownCapacity < input.promptTokens || Math.floor((ownCapacity - input.promptTokens) / input.choices) < minimum)) {
+      const fits = (capacity: number) => capacity >= input.promptTokens && Math.floor((capacity - input.promptTokens) / input.choices) >= minimum;
+      if (limit !== null && !fits(ownCapacity)) {
         const detail = ownCapacity > 0 ? ` (this call needs ${needed} tokens, ${ownCapacity} can be paid)` : '';
+        // Only held by calls in progress: a retry can succeed once they finish (docs/ai-proxy.md, Errors).
+        if (fits(aiCapacityUnheld(balance, limit, input.modelClass))) {
+          const held = { tokens: balance.ai_tokens_reserved, credits: balance.ai_credits_reserved };
+          return { refusal: aiQuotaHeld(ctx, limit, balance.period_end, held, detail, input.topUpUrl?.()) };
+        }
         return { refusal: aiQuotaExceeded(ctx, limit, balance.period_end, now, detail, 0, input.topUpUrl?.()) };
       }
       const room = roomLeft(counters);
@@ -284,7 +330,7 @@ export async function holdAiTokens(ctx: Ctx, deployment: { id: string; organizat
       const total = input.promptTokens + perChoice * input.choices;
       const tokensHeld = free === null ? 0 : Math.min(total, free);
       const creditsHeld = free === null ? 0 : creditsForTokens(total - tokensHeld, input.modelClass);
-      const id = crypto.randomUUID();
+      const id = input.id ?? crypto.randomUUID();
       const budgetWindows = counters.map((c) => c.id);
       // The balance and the hold's row in one statement: the row lock is held one round trip less.
       await tx.query(

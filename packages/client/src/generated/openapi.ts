@@ -3403,7 +3403,7 @@ export interface operations {
                     "application/json": components["schemas"]["FlatError"];
                 };
             };
-            /** @description AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour), the per-minute rate limit, or the provider's own 429 handed on with its Retry-After */
+            /** @description AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour; what the call needs only held by calls in progress: the message says so, no x-should-retry), the per-minute rate limit, too many large prompts being counted (RATE_LIMITED with Retry-After), or the provider's own 429 handed on with its Retry-After */
             429: {
                 headers: {
                     RateLimit: components["headers"]["RateLimit"];
@@ -3520,7 +3520,7 @@ export interface operations {
                     "application/json": components["schemas"]["FlatError"];
                 };
             };
-            /** @description AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour), the per-minute rate limit, or the provider's own 429 handed on with its Retry-After */
+            /** @description AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour; what the call needs only held by calls in progress: the message says so, no x-should-retry), the per-minute rate limit, too many large prompts being counted (RATE_LIMITED with Retry-After), or the provider's own 429 handed on with its Retry-After */
             429: {
                 headers: {
                     RateLimit: components["headers"]["RateLimit"];
@@ -3914,7 +3914,7 @@ export interface operations {
                     "application/json": components["schemas"]["FlatError"];
                 };
             };
-            /** @description AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour), the per-minute rate limit, or the provider's own 429 handed on with its Retry-After */
+            /** @description AI_QUOTA_EXCEEDED (no tokens and no purchased credits, or credits owed: x-should-retry false, resets_at in the body, Retry-After only when that is within the hour; what the call needs only held by calls in progress: the message says so, no x-should-retry), the per-minute rate limit, too many large prompts being counted (RATE_LIMITED with Retry-After), or the provider's own 429 handed on with its Retry-After */
             429: {
                 headers: {
                     RateLimit: components["headers"]["RateLimit"];
