@@ -150,7 +150,7 @@ export async function runJobs<Row, D extends JobDeps, Setup>(deps: D, queue: Job
       const lease = new Date(t.getTime() + leaseMs!);
       let next: Row | null;
       try {
-        next = await queue.next(row, deps, { now: t, limit: 1, leaseUntil: lease });
+        next = await queue.next(row, deps, { now: t, limit: 1, leaseUntil: lease, ...(at.params ? { params: at.params } : {}) });
       } catch (err) {
         deps.log?.warn({ err, queue: queue.name, job: queue.keyOf(row) }, 'claiming the next job of a lane failed; the next pass takes it');
         break;

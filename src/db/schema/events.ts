@@ -85,6 +85,10 @@ export const webhookDeliveries = pgTable(
     index('webhook_deliveries_head_idx')
       .on(t.webhookId, t.nextRetryAt, t.id)
       .where(sql`${t.nextRetryAt} IS NOT NULL`),
+    // The leased rows of a webhook: one in flight at a time.
+    index('webhook_deliveries_leased_idx')
+      .on(t.webhookId)
+      .where(sql`${t.leasedUntil} IS NOT NULL`),
   ],
 );
 

@@ -2,11 +2,12 @@ import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { Harness } from '../../../test/harness.js';
-import { eventually, startWebhookHarness, webhookFixtures } from '../../../test/organization-webhook-fixtures.js';
+import { bearer, type Harness, signUpAsMember } from '../../../test/harness.js';
+import { eventually, hooksUrl, startWebhookHarness, webhookFixtures } from '../../../test/organization-webhook-fixtures.js';
 import { type Receiver, startReceiver } from '../../../test/receiver.js';
 import { buildApp } from '../../app.js';
 import { CLAIM_DUE_SQL, DELIVERY_POLICY, deliverDue, LEASE_MS } from './organization.js';
+import { appendEvent } from '../events/outbox.js';
 
 /**
  * The delivery worker's fairness (docs/webhooks.md, Delivery worker): a receiver gets one delivery at a
@@ -207,5 +208,73 @@ describe('one delivery in flight per webhook', () => {
     expect(g.seen).toEqual([row!.id, row!.id]);
     await drain();
     expect(byDelivery(row!.id)).toHaveLength(0);
+  });
+  it('a delivery that commits after a later one was claimed waits for it: due earlier, it is not sent alongside', async () => {
+    const o = await owner();
+    const g = await gate();
+    const hook = await createHook(o, { url: g.url });
+    await emit(o.organizationId, { n: 'later' });
+    const [x] = await deliveriesOf(hook.id);
+    g.holdNext();
+    const first = deliverDue(b.deps, 1, [o.organizationId]);
+    await eventually(() => g.held() === 1);
+    // A transaction that took its time a second earlier commits its event now: its delivery is due
+    // before X, so it is the webhook's head, unleased, while X is in flight.
+    const at = new Date(h.clock.now().getTime() - 1_000);
+    await h.deps.db.transaction((tx) =>
+      appendEvent(tx, { organizationId: o.organizationId, deploymentId: null, type: 'api_key.created', data: { n: 'earlier' }, dedupeKey: null, at }),
+    );
+    expect(await deliverDue(h.deps, 20, [o.organizationId])).toBe(0);
+    expect(g.seen).toEqual([x!.id]);
+    g.release(200);
+    await first;
+    await drain();
+    expect(g.seen).toHaveLength(2);
+    expect(g.maxInFlight).toBe(1);
+  });
+
+  it('a webhook disabled and enabled again while a delivery is in flight: the next one waits for it', async () => {
+    const o = await owner();
+    const admin = await signUpAsMember(h, o.organizationId, 'admin');
+    const g = await gate();
+    const made = await h.request({ method: 'POST', url: hooksUrl(o.organizationId), headers: bearer(admin.accessToken), payload: { url: g.url, events: ['api_key.created'] } });
+    expect(made.statusCode, made.body).toBe(201);
+    const hookId = (made.json() as { data: { id: string } }).data.id;
+    await emit(o.organizationId, { n: 1 });
+    const [x] = await deliveriesOf(hookId);
+    g.holdNext();
+    const first = deliverDue(b.deps, 1, [o.organizationId]);
+    await eventually(() => g.held() === 1);
+    // The admin who made it is removed (the webhook goes off, X fails), an owner turns it on, a new event.
+    expect((await h.request({ method: 'DELETE', url: `/organizations/${o.organizationId}/users/${admin.userId}`, headers: bearer(o.accessToken) })).statusCode).toBe(200);
+    expect(await delivery(x!.id)).toMatchObject({ status: 'failed' });
+    expect((await h.request({ method: 'PATCH', url: `${hooksUrl(o.organizationId)}/${hookId}`, headers: bearer(o.accessToken), payload: { is_active: true } })).statusCode).toBe(200);
+    await emit(o.organizationId, { n: 2 });
+    expect(await deliverDue(h.deps, 20, [o.organizationId])).toBe(0);
+    expect(g.seen).toEqual([x!.id]);
+    g.release(200);
+    await first;
+    // X's late answer does not revive it; its lease ends, and the next delivery goes.
+    expect(await delivery(x!.id)).toMatchObject({ status: 'failed' });
+    h.clock.advance(LEASE_MS + 1_000);
+    await drain();
+    expect(g.seen).toHaveLength(2);
+    expect(g.maxInFlight).toBe(1);
+  });
+
+  it('a webhook deleted while its delivery is in flight: the late answer leaves the row failed, not pending for good', async () => {
+    const o = await owner();
+    const g = await gate();
+    const hook = await createHook(o, { url: g.url });
+    await emit(o.organizationId);
+    const [row] = await deliveriesOf(hook.id);
+    g.holdNext();
+    const first = deliverDue(b.deps, 1, [o.organizationId]);
+    await eventually(() => g.held() === 1);
+    const gone = await h.request({ method: 'DELETE', url: `${hooksUrl(o.organizationId)}/${hook.id}`, headers: bearer(o.accessToken) });
+    expect(gone.statusCode, gone.body).toBe(200);
+    g.release(500);
+    await first;
+    expect(await delivery(row!.id)).toMatchObject({ status: 'failed', error: 'webhook deleted', next_retry_at: null });
   });
 });

@@ -65,13 +65,14 @@ export const DELIVERY_POLICY: JobPolicy = {
 
 /**
  * The worker's claim (docs/webhooks.md, Delivery worker): $1 now, $2 batch, $3 now + lease, $4 one
- * webhook or null, $5 only these organizations or null (tests that share a database). A webhook's head is its earliest pending delivery; a webhook whose head is leased
- * has a delivery in flight and gives none, so a receiver gets one delivery at a time, whichever
- * instance sends it. Of the due heads, every organization's oldest comes before anyone's second,
- * then by due time: one organization's backlog, however long, takes one lane a pass per webhook and
- * cannot hold up another's. The heads are read without locks, then locked with SKIP LOCKED and
- * checked again on their latest version, so a head another instance claimed or finished meanwhile is
- * left out.
+ * webhook or null, $5 only these organizations or null (tests that share a database). A webhook's
+ * head is its earliest pending delivery; a webhook with any delivery under a live lease (in flight,
+ * whatever its state now: one failed by a delete or a disable mid-attempt keeps its lease until it
+ * ends) gives none, so a receiver gets one delivery at a time, whichever instance sends it and in
+ * whatever order deliveries committed. Of the due heads, every organization's oldest comes before
+ * anyone's second, then by due time: one organization's backlog, however long, takes one lane a pass
+ * per webhook. The heads are read without locks, then locked by id with SKIP LOCKED and checked again
+ * on their latest version, so a head another instance claimed or finished meanwhile is left out.
  */
 export const CLAIM_DUE_SQL = `WITH heads AS (
   SELECT h.id, h.next_retry_at, row_number() OVER (PARTITION BY w.organization_id ORDER BY h.next_retry_at, h.id) AS turn
@@ -83,13 +84,13 @@ export const CLAIM_DUE_SQL = `WITH heads AS (
   ) h
   WHERE ($4::uuid IS NULL OR w.id = $4::uuid) AND ($5::uuid[] IS NULL OR w.organization_id = ANY($5::uuid[]))
     AND h.status = 'pending' AND h.next_retry_at <= $1
-    AND (h.leased_until IS NULL OR h.leased_until <= $1)
+    AND NOT EXISTS (SELECT 1 FROM webhook_deliveries x WHERE x.webhook_id = w.id AND x.leased_until IS NOT NULL AND x.leased_until > $1)
 ), chosen AS (
   SELECT id FROM heads ORDER BY turn, next_retry_at, id LIMIT $2
 )
 UPDATE webhook_deliveries j SET leased_until = $3, updated_at = $1
 FROM (SELECT q.id FROM webhook_deliveries q
-      WHERE q.id IN (SELECT id FROM chosen) AND q.status = 'pending' AND q.next_retry_at <= $1
+      WHERE q.id = ANY(ARRAY(SELECT id FROM chosen)) AND q.status = 'pending' AND q.next_retry_at <= $1
         AND (q.leased_until IS NULL OR q.leased_until <= $1)
       FOR UPDATE OF q SKIP LOCKED) due
 WHERE j.id = due.id RETURNING j.*`;
@@ -481,6 +482,7 @@ export const DELIVERY_QUEUE: JobQueue<DeliveryRow, Deps> = {
     const webhooks = row.webhook_id ? await deps.db.query<WebhookRow>('SELECT * FROM webhooks WHERE id = $1', [row.webhook_id]) : [];
     return outcomeOf((await deliverClaimed(deps, row, webhooks[0] ?? null)).status);
   },
+  // The lane's next job: its webhook's next due delivery (one claim for one webhook: an index probe).
   async next(done, deps, at) {
     if (!done.webhook_id) return null;
     return (await claimHeads(deps.db, at, done.webhook_id))[0] ?? null;
@@ -529,15 +531,18 @@ async function record(deps: Pick<Deps, 'db' | 'clock' | 'config' | 'metrics'>, r
     await deps.db.query('UPDATE webhooks SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL', [webhook.id]);
     return finish(deps, row, { status: 'delivered', outcome, attempts, deliveredAt: now, attempted: true });
   }
+  // The attempt's own record first: disabling fails the webhook's pending deliveries, this one too.
   if (outcome.statusCode === 410) {
+    const done = await finish(deps, row, { status: 'failed', outcome, attempts, attempted: true });
     await disable(deps, webhook, 'the receiver answered 410 Gone');
-    return finish(deps, row, { status: 'failed', outcome, attempts, attempted: true });
+    return done;
   }
   const failingSince = webhook.failing_since ?? now;
   if (!webhook.failing_since) await deps.db.query('UPDATE webhooks SET failing_since = $2 WHERE id = $1 AND failing_since IS NULL', [webhook.id, now]);
   if (now.getTime() - failingSince.getTime() >= DISABLE_AFTER_MS) {
+    const done = await finish(deps, row, { status: 'failed', outcome, attempts, attempted: true });
     await disable(deps, webhook, 'it failed for 5 days without a successful delivery');
-    return finish(deps, row, { status: 'failed', outcome, attempts, attempted: true });
+    return done;
   }
   // An unreachable host is retried on the schedule whether its name does not resolve or resolves where
   // the guard refuses: one outcome for both (docs/webhooks.md, Unreachable hosts). A request undici
@@ -555,7 +560,7 @@ async function finish(
   const rows = await deps.db.query<DeliveryRow>(
     `UPDATE webhook_deliveries SET status = $2, status_code = $3, response_body = $4, error = $5, attempt_count = $6,
        next_retry_at = $7, delivered_at = $8, updated_at = $9, leased_until = NULL
-     WHERE id = $1 AND leased_until IS NOT DISTINCT FROM $10 RETURNING *`,
+     WHERE id = $1 AND status = 'pending' AND leased_until IS NOT DISTINCT FROM $10 RETURNING *`,
     [
       row.id,
       r.status,
@@ -571,7 +576,8 @@ async function finish(
     'webhook_delivery_finish',
   );
   if (!rows[0]) {
-    // The lease ran out and another claim holds the row: its outcome is that claim's to write.
+    // The lease ran out and another claim holds the row (its outcome is that claim's to write), or the
+    // webhook was deleted or disabled mid-attempt and the row failed with it: nothing to write.
     const current = await deps.db.query<DeliveryRow>('SELECT * FROM webhook_deliveries WHERE id = $1', [row.id]);
     return current[0] ?? row;
   }
