@@ -103,4 +103,25 @@ describe('a subscription that cancels at its period end', () => {
     expect(await allocated(t)).toBe(40_000);
     expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
   });
+  it('another subscription in force that goes on: the period rolls as for any renewing subscription', async () => {
+    const t = await createTenant(h, { tier: 'sandbox' });
+    const customer = unique('cus');
+    const start = h.clock.now();
+    const end = addMonths(start, 1);
+    const first = subscriptionObject({ id: unique('sub'), customer, price: 'price_growth', status: 'active', start, end, organizationId: t.organizationId });
+    await ok(await deliver(h, stripeEvent('customer.subscription.created', first, start)));
+    h.clock.advance(SECOND);
+    const id = unique('sub');
+    const second = (cancel: boolean) =>
+      subscriptionObject({ id, customer, price: 'price_growth', status: 'active', start, end, organizationId: t.organizationId, cancelAtPeriodEnd: cancel });
+    // The second is the one the organization names; it is set to end, the first renews.
+    await ok(await deliver(h, stripeEvent('customer.subscription.created', second(false), h.clock.now())));
+    h.clock.advance(DAY);
+    await ok(await deliver(h, stripeEvent('customer.subscription.updated', second(true), h.clock.now())));
+    expect(await spend(t, 20_000)).toMatchObject({ success: true });
+    h.clock.set(end.getTime() + DAY);
+    expect(await spend(t, 1)).toMatchObject({ success: true });
+    expect(await allocated(t)).toBe(40_000);
+    expect(await findLedgerMismatches(h.deps.db, t.organizationId)).toEqual([]);
+  });
 });

@@ -121,11 +121,13 @@ export function takenFromLots(amount: number, purchased: number, lots: Lot[], co
  * first, each up to its original amount. Returns each lot's remaining after it and what the lots took;
  * the rest comes back as credits that never expire (docs/metering.md, Expiring grants). Pure.
  */
-export function refillLots(lots: Lot[], consumedNow: number, amount: number): { remaining: Map<string, number>; taken: number } {
+export function refillLots(lots: Lot[], consumedNow: number, amount: number, chargedAt: Date): { remaining: Map<string, number>; taken: number } {
   const remaining = settleLots(lots, consumedNow);
   let left = Math.max(0, amount);
   for (const lot of [...lots].sort(byExpiry)) {
     if (left <= 0) break;
+    // A grant made after the charge did not pay for it.
+    if (lot.created_at.getTime() > chargedAt.getTime()) continue;
     const give = Math.min(left, lot.amount - remaining.get(lot.id)!);
     if (give <= 0) continue;
     remaining.set(lot.id, remaining.get(lot.id)! + give);
@@ -140,9 +142,9 @@ export function refillLots(lots: Lot[], consumedNow: number, amount: number): { 
  * `consumedNow` and written with its new remaining and mark, as expireDueLots does. Returns what the
  * lots took. No lots, no statement: a deployment without expiring grants pays nothing for this.
  */
-export async function refundToLots(tx: Queryable, lots: Lot[], consumedNow: number, amount: number): Promise<number> {
+export async function refundToLots(tx: Queryable, lots: Lot[], consumedNow: number, amount: number, chargedAt: Date): Promise<number> {
   if (lots.length === 0 || amount <= 0) return 0;
-  const { remaining, taken } = refillLots(lots, consumedNow, amount);
+  const { remaining, taken } = refillLots(lots, consumedNow, amount, chargedAt);
   for (const lot of lots) {
     await tx.query('UPDATE credit_grants SET remaining = $2, consumed_mark = $3 WHERE id = $1', [lot.id, remaining.get(lot.id)!, consumedNow]);
   }

@@ -56,23 +56,36 @@ describe('removing purchased credits takes those that never expire first (docs/m
   });
 });
 
+/** A charge after every lot of these tests was made. */
+const LATER = new Date(Date.UTC(2027, 0, 1));
+
 describe('refillLots: a refund goes back to the open lots first (docs/metering.md, Expiring grants)', () => {
   it('soonest expiry first, each up to its amount; the rest never expires', () => {
     // late 5 (day 20), soon 5 (day 10); 8 spent: soon 0, late 2. A refund of 6 fills soon, then late by 1.
-    const { remaining, taken } = refillLots([lot('late', 5, 0, 20), lot('soon', 5, 0, 10)], 8, 6);
+    const { remaining, taken } = refillLots([lot('late', 5, 0, 20), lot('soon', 5, 0, 10)], 8, 6, LATER);
     expect(Object.fromEntries(remaining)).toEqual({ soon: 5, late: 3 });
     expect(taken).toBe(6);
   });
 
   it('a lot never spent takes nothing back; a refund past what the lots lack never expires', () => {
-    expect(refillLots([lot('full', 5, 3, 10)], 3, 3)).toEqual({ remaining: new Map([['full', 5]]), taken: 0 });
-    const { remaining, taken } = refillLots([lot('a', 5, 0, 10)], 2, 10);
+    expect(refillLots([lot('full', 5, 3, 10)], 3, 3, LATER)).toEqual({ remaining: new Map([['full', 5]]), taken: 0 });
+    const { remaining, taken } = refillLots([lot('a', 5, 0, 10)], 2, 10, LATER);
     expect(remaining.get('a')).toBe(5);
     expect(taken).toBe(2);
   });
 
+  it('a lot made after the charge did not pay for it: it takes nothing back, the refund never expires', () => {
+    // 'before' (made at minute 0) and 'after' (minute 5); both partly spent. A charge at minute 3 paid by neither 'after'.
+    const lots = [lot('before', 5, 0, 20), lot('after', 5, 5, 10)];
+    const chargedAt = new Date(Date.UTC(2026, 0, 1, 0, 3));
+    const { remaining, taken } = refillLots(lots, 12, 10, chargedAt);
+    expect(remaining.get('after')).toBe(settleLots(lots, 12).get('after'));
+    expect(remaining.get('before')).toBe(5);
+    expect(taken).toBe(5 - settleLots(lots, 12).get('before')!);
+  });
+
   it('a deployment without open lots sends no statement', async () => {
     const tx = { query: () => Promise.reject(new Error('no statement expected')) };
-    await expect(refundToLots(tx as never, [], 7, 3)).resolves.toBe(0);
+    await expect(refundToLots(tx as never, [], 7, 3, LATER)).resolves.toBe(0);
   });
 });

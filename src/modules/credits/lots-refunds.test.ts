@@ -119,6 +119,22 @@ describe('a refund goes back to the open expiring grants first', () => {
     await expectLedgerConsistent(t);
   });
 
+  it('a grant made after the charge, then spent, takes nothing back: the refund of bought credits never expires', async () => {
+    const t = await tenantWith(0, 10);
+    const usage = await spend(t, 4); // bought credits: 6 left
+    h.clock.advance(1_000);
+    const expiresAt = later(DAY);
+    await promotion(t, 5, expiresAt);
+    await spend(t, 5); // the promotion pays it
+    expect(await lotsLeft(t)).toEqual([0]);
+    await refund(usage);
+    expect(await lotsLeft(t)).toEqual([0]);
+    h.clock.set(expiresAt.getTime() + HOUR);
+    // 6 bought left and 4 bought refunded: all 10 paid for, none lapses.
+    expect(await purchasedNow(t)).toBe(10);
+    await expectLedgerConsistent(t);
+  });
+
   it('the monthly part goes back to the month; only the purchased part to the promotion', async () => {
     const t = await tenantWith(2);
     const expiresAt = later(DAY);

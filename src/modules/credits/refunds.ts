@@ -48,6 +48,8 @@ interface UsageRow {
   success: boolean;
   invocation_id: string | null;
   budget_windows: string[] | null;
+  /** When it was recorded (charged). */
+  timestamp: Date;
 }
 
 /** How a refund of `amount` splits: purchased first (the reverse of the deduction order), then monthly. */
@@ -89,7 +91,7 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
     await tx.query('SELECT 1 FROM credit_balances WHERE deployment_id = $1 FOR UPDATE', [touched]);
     const usages = await tx.query<UsageRow>(
       `SELECT id, organization_id, deployment_id, quantity, refunded, monthly_taken, purchased_taken, period_start, success, invocation_id,
-              budget_windows
+              budget_windows, "timestamp"
        FROM usage_records WHERE id = $1 FOR UPDATE`,
       [input.usageId],
     );
@@ -142,7 +144,7 @@ export async function refundUsage(ctx: Ctx, input: RefundInput): Promise<RefundR
     // its amount; only the rest comes back as credits that never expire (docs/metering.md, Expiring
     // grants). Else a refund the tenant can provoke (the webhook proxy's own) would move a promotion's
     // credits past its expiry one at a time. No open grants, no statement.
-    await refundToLots(tx, lots, balance.purchased_consumed, purchasedBack);
+    await refundToLots(tx, lots, balance.purchased_consumed, purchasedBack, usage.timestamp);
     const updated = await tx.query<BalanceRow>(
       `UPDATE credit_balances SET monthly_used = $2, purchased_balance = purchased_balance + $3, updated_at = $4
        WHERE deployment_id = $1 RETURNING *`,

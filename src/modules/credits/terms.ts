@@ -7,7 +7,10 @@ export { type DeploymentTerms, type EffectiveTerms, effectiveTerms } from '../..
 export interface SubscriptionPeriod {
   current_period_start: Date | null;
   current_period_end: Date | null;
-  /** Set to end when its period ends (read by the roll only; docs/metering.md, Periods). */
+  /**
+   * Set to end when its period ends, and no other subscription of the organization in force goes on
+   * (read by the roll only; docs/metering.md, Periods).
+   */
   cancel_at_period_end?: boolean;
 }
 
@@ -49,7 +52,9 @@ function renewalAnchor(start: Date, end: Date): Date {
  * `only` a condition on the outer query alone, under which it is looked up at all (a lateral join then
  * reads no subscription for the rows that fail it).
  */
-export const subscriptionPeriodSql = (organization: string, only = 'true') => `SELECT s.current_period_start, s.current_period_end, s.cancel_at_period_end
+export const subscriptionPeriodSql = (organization: string, only = 'true') => `SELECT s.current_period_start, s.current_period_end,
+    s.cancel_at_period_end AND NOT EXISTS (SELECT 1 FROM subscriptions o2 WHERE o2.organization_id = s.organization_id
+      AND o2.stripe_subscription_id <> s.stripe_subscription_id AND o2.status IN ('active', 'past_due') AND NOT o2.cancel_at_period_end) AS cancel_at_period_end
   FROM subscriptions s JOIN organizations o ON o.id = s.organization_id
   WHERE ${only} AND s.organization_id = ${organization} AND s.status <> 'canceled' AND s.current_period_start IS NOT NULL
   ORDER BY (s.stripe_subscription_id = o.stripe_subscription_id) DESC NULLS LAST, s.current_period_end DESC NULLS LAST LIMIT 1`;
