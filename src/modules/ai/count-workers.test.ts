@@ -2,7 +2,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StandIn, startOpenAiStandIn } from '../../../test/ai-stand-in/index.js';
 import { createHarness, createTenant, type Harness, type Tenant } from '../../../test/harness.js';
-import { largeCounts, SYNC_COUNT_BYTES } from './count-workers.js';
+import { COUNTS_PER_ORGANIZATION, largeCounts, SYNC_COUNT_BYTES } from './count-workers.js';
 import { countChatPromptBound } from './prompt.js';
 
 /**
@@ -141,5 +141,38 @@ describe('large prompts are counted off the event loop', () => {
     // The queue drained, the same prompt goes through.
     await client(t).chat.completions.create({ model, messages: [{ role: 'user', content: 'The quick brown fox jumps over the lazy dog. '.repeat(200) }], max_tokens: 5 });
     expect(standIn.requests.length).toBe(upstreamCalls + 2);
+  });
+  it('one organization holds at most two places in the queue: its third large prompt is refused, another organization’s is queued', async () => {
+    const greedy = await createTenant(h, { tier: 'launch' });
+    const other = await createTenant(h, { tier: 'launch' });
+    let open = () => {};
+    const busy = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    // Every worker busy: large counts wait in the queue.
+    const taken = Array.from({ length: largeCounts.concurrency }, () => largeCounts.run(() => busy));
+    const prompt = 'The quick brown fox jumps over the lazy dog. '.repeat(200);
+    const send = (t: Tenant) =>
+      fetch(`${base}/api/v1/ai/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${t.apiKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model, messages: [{ role: 'user', content: prompt }], max_tokens: 5 }),
+      });
+    const queued: Promise<Response>[] = [];
+    try {
+      await until('the workers are busy', () => largeCounts.load.running === largeCounts.concurrency);
+      for (let i = 0; i < COUNTS_PER_ORGANIZATION; i++) queued.push(send(greedy));
+      await until('its prompts wait', () => largeCounts.load.waiting === COUNTS_PER_ORGANIZATION);
+      const refused = await send(greedy);
+      expect(refused.status).toBe(429);
+      expect(await refused.json()).toMatchObject({ code: 'RATE_LIMITED', message: expect.stringMatching(/of this organization/) });
+      queued.push(send(other));
+      await until('the other organization’s prompt waits too', () => largeCounts.load.waiting === COUNTS_PER_ORGANIZATION + 1);
+    } finally {
+      open();
+      await Promise.all(taken);
+    }
+    const answers = await Promise.all(queued);
+    expect(answers.map((r) => r.status)).toEqual(Array(COUNTS_PER_ORGANIZATION + 1).fill(200));
   });
 });

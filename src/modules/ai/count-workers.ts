@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
+import { AppError } from '../../errors.js';
 import { BoundedGate } from '../../lib/bounded-gate.js';
 import type { Output } from './sse.js';
 import { countEmbeddingInput, countText, encodingOf, LONG_RUN, RUN_PIECE, SHORT_TEXT } from './tokens.js';
@@ -28,13 +29,20 @@ import { countEmbeddingInput, countText, encodingOf, LONG_RUN, RUN_PIECE, SHORT_
 export const SYNC_COUNT_BYTES = 8 * 1024;
 /** Workers per process: one, or two where there are three cores or more (the event loop keeps one). */
 export const COUNT_WORKERS = Math.max(1, Math.min(2, availableParallelism() - 1));
-/** Large prompts waiting for a worker; the next is refused (a full queue of 1 MiB bodies is 16 × 2–3 s of counting at worst). */
+/** Large prompts waiting for a worker; the next is refused (a full queue of 1 MiB bodies is 16 × 2–9 s of counting at worst). */
 export const COUNT_QUEUE = 16;
 /** How long a counting worker waits for a next count before it ends. */
 export const COUNT_IDLE_MS = 30_000;
 
 /** Every large prompt count of the process passes this gate. */
 export const largeCounts = new BoundedGate(COUNT_WORKERS, COUNT_QUEUE, 'large prompts being counted', 500);
+/**
+ * Large prompt counts one organization may have in the gate at once (running or waiting): one tenant
+ * cannot fill the queue and refuse every other tenant's large prompts (a prompt is counted before its
+ * hold can refuse it, so even a tenant with nothing left to spend could).
+ */
+export const COUNTS_PER_ORGANIZATION = 2;
+const inGate = new Map<string, number>();
 
 const require = createRequire(import.meta.url);
 
@@ -199,9 +207,9 @@ function countHere(model: string, texts: readonly string[]): number {
  * worker. A `prompt` count is refused past largeCounts' queue (429 RATE_LIMITED); an `output` count
  * never is, and one a worker fails is counted on the event loop (the call must be settled).
  */
-export async function countTexts(model: string, texts: string[], what: 'prompt' | 'output'): Promise<number> {
+export async function countTexts(model: string, texts: string[], what: 'prompt' | 'output', organizationId?: string): Promise<number> {
   if (!overSyncBytes(texts)) return countHere(model, texts);
-  if (what === 'prompt') return largeCounts.run(() => countInWorker(model, texts));
+  if (what === 'prompt') return countPromptInGate(model, texts, organizationId);
   try {
     return await countInWorker(model, texts);
   } catch {
@@ -209,14 +217,36 @@ export async function countTexts(model: string, texts: string[], what: 'prompt' 
   }
 }
 
+/** A large prompt's count through the gate, at most COUNTS_PER_ORGANIZATION of one organization in it. */
+async function countPromptInGate(model: string, texts: string[], organizationId: string | undefined): Promise<number> {
+  if (organizationId === undefined) return largeCounts.run(() => countInWorker(model, texts));
+  const held = inGate.get(organizationId) ?? 0;
+  if (held >= COUNTS_PER_ORGANIZATION) {
+    throw new AppError(
+      'RATE_LIMITED',
+      `Too many large prompts of this organization being counted at once (${COUNTS_PER_ORGANIZATION}); retry when one is answered`,
+      {},
+      { 'retry-after': '1' },
+    );
+  }
+  inGate.set(organizationId, held + 1);
+  try {
+    return await largeCounts.run(() => countInWorker(model, texts));
+  } finally {
+    const left = (inGate.get(organizationId) ?? 1) - 1;
+    if (left > 0) inGate.set(organizationId, left);
+    else inGate.delete(organizationId);
+  }
+}
+
 /** countEmbeddingInput, its strings counted together by countTexts. */
-export async function countEmbeddingInputAsync(model: string, input: unknown): Promise<number> {
+export async function countEmbeddingInputAsync(model: string, input: unknown, organizationId?: string): Promise<number> {
   const texts: string[] = [];
   const ids = countEmbeddingInput(model, input, (text) => {
     texts.push(text);
     return 0;
   });
-  return ids + (await countTexts(model, texts, 'prompt'));
+  return ids + (await countTexts(model, texts, 'prompt', organizationId));
 }
 
 /** countOutput (tokens.ts) by countTexts: what a call relayed, for its settle. */

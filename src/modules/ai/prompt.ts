@@ -32,7 +32,7 @@ function counting(config: PromptConfig, model: string): Counting {
  * loop when they are small, else in a worker (docs/ai-proxy.md, Bounds: counting off the event loop).
  * Every refusal of a part comes before any text is counted.
  */
-async function countCollected(config: PromptConfig, model: string, count: (c: Counting) => number): Promise<number> {
+async function countCollected(config: PromptConfig, model: string, count: (c: Counting) => number, organizationId?: string): Promise<number> {
   const texts: string[] = [];
   const rest = count({
     config,
@@ -42,7 +42,7 @@ async function countCollected(config: PromptConfig, model: string, count: (c: Co
       return 0;
     },
   });
-  return rest + (await countTexts(model, texts, 'prompt'));
+  return rest + (await countTexts(model, texts, 'prompt', organizationId));
 }
 
 /** 400 INVALID_REQUEST naming the field or part (flat shape with `param`). */
@@ -58,8 +58,8 @@ export function countChatPromptBound(config: PromptConfig, model: string, body: 
 }
 
 /** countChatPromptBound, a large prompt counted off the event loop (countCollected). */
-export function countChatPromptBoundAsync(config: PromptConfig, model: string, body: Record<string, unknown>): Promise<number> {
-  return countCollected(config, model, (c) => chatPrompt(c, body));
+export function countChatPromptBoundAsync(config: PromptConfig, model: string, body: Record<string, unknown>, organizationId?: string): Promise<number> {
+  return countCollected(config, model, (c) => chatPrompt(c, body), organizationId);
 }
 
 function chatPrompt(c: Counting, body: Record<string, unknown>): number {
@@ -115,8 +115,8 @@ export function countResponsesPromptBound(config: PromptConfig, model: string, b
 }
 
 /** countResponsesPromptBound, a large prompt counted off the event loop (countCollected). */
-export function countResponsesPromptBoundAsync(config: PromptConfig, model: string, body: Record<string, unknown>): Promise<number> {
-  return countCollected(config, model, (c) => responsesPrompt(c, body));
+export function countResponsesPromptBoundAsync(config: PromptConfig, model: string, body: Record<string, unknown>, organizationId?: string): Promise<number> {
+  return countCollected(config, model, (c) => responsesPrompt(c, body), organizationId);
 }
 
 function responsesPrompt(c: Counting, body: Record<string, unknown>): number {

@@ -150,7 +150,7 @@ async function chatPlan(call: ChatCall, body: ChatBody): Promise<CallPlan> {
   return {
     model: body.model,
     modelClass: modelClassOf(ctx, body.model),
-    promptTokens: await countChatPromptBoundAsync(ctx.config, body.model, body),
+    promptTokens: await countChatPromptBoundAsync(ctx.config, body.model, body, call.deployment.organization_id),
     outputPerChoice: askedAllowance(ctx.config, body),
     choices: body.n ?? 1,
     reasoning: isReasoningModel(ctx.config, body.model),
@@ -254,7 +254,7 @@ export async function embeddings(call: ChatCall, body: EmbeddingsBody): Promise<
   const plan: CallPlan = {
     model: body.model,
     modelClass: modelClassOf(ctx, body.model),
-    promptTokens: await countEmbeddingInputAsync(body.model, body.input),
+    promptTokens: await countEmbeddingInputAsync(body.model, body.input, deployment.organization_id),
     outputPerChoice: 0,
     choices: 1,
     reasoning: false,

@@ -70,7 +70,7 @@ async function responsesPlan(call: ChatCall, body: ResponsesBody): Promise<CallP
   return {
     model: body.model,
     modelClass: modelClassOf(ctx, body.model),
-    promptTokens: await countResponsesPromptBoundAsync(ctx.config, body.model, body),
+    promptTokens: await countResponsesPromptBoundAsync(ctx.config, body.model, body, call.deployment.organization_id),
     outputPerChoice: askedAllowance(ctx.config, body),
     choices: 1,
     reasoning: isReasoningModel(ctx.config, body.model),
