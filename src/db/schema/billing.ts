@@ -122,6 +122,8 @@ export const creditPurchases = pgTable(
     disputeId: text('dispute_id'),
     disputeShare: bigint('dispute_share', { mode: 'number' }).notNull().default(0),
     disputeTakenBack: bigint('dispute_taken_back', { mode: 'number' }).notNull().default(0),
+    // Of it, what came out of open expiring grants: a dispute won gives that back to them.
+    disputeTakenFromGrants: bigint('dispute_taken_from_grants', { mode: 'number' }).notNull().default(0),
     disputeReinstated: boolean('dispute_reinstated').notNull().default(false),
     createdAt: timestamp('created_at', { withTimezone: true }).notNull(),
   },

@@ -111,6 +111,25 @@ describe('a take-back of money that went back takes the credits that never expir
     await expectLedgerConsistent(t);
   });
 
+  it('a chargeback the seller wins gives back to the promotion what it took from it, not as credits that never expire', async () => {
+    const t = await tenantWith(0);
+    const pack = await boughtPack(t);
+    await spend(t, 1000); // the pack spent whole
+    const expiresAt = new Date(h.clock.now().getTime() + DAY);
+    await promotion(t, 500, expiresAt);
+    const dispute = { id: unique('dp'), object: 'dispute', amount: 500, currency: 'usd', charge: unique('ch'), payment_intent: pack.paymentIntent, status: 'needs_response' };
+    // Nothing of the pack is left: the take-back comes out of the promotion.
+    expect((await deliver(h, stripeEvent('charge.dispute.funds_withdrawn', dispute, h.clock.now()))).statusCode).toBe(200);
+    expect((await balanceOf(t.deploymentId)).purchased_balance).toBe(0);
+    expect((await deliver(h, stripeEvent('charge.dispute.funds_reinstated', { ...dispute, status: 'won' }, h.clock.now()))).statusCode).toBe(200);
+    expect((await balanceOf(t.deploymentId)).purchased_balance).toBe(500);
+    expect(await inLots(t)).toBe(500);
+    // As without the dispute: the promotion lapses whole.
+    h.clock.set(expiresAt.getTime() + HOUR);
+    expect(await purchasedNow(t)).toBe(0);
+    await expectLedgerConsistent(t);
+  });
+
   it('what the credits that never expire cannot cover comes out of the promotion, as spending would take it', async () => {
     const t = await tenantWith(0);
     const pack = await boughtPack(t);

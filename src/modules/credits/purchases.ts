@@ -49,6 +49,7 @@ interface PurchaseRow {
   dispute_id: string | null;
   dispute_share: number;
   dispute_taken_back: number;
+  dispute_taken_from_grants: number;
   dispute_reinstated: boolean;
 }
 
@@ -151,10 +152,11 @@ const unspent = (balance: { purchased_balance: number }) => Math.max(0, balance.
  * nothing on it (migration 0027), so refunding a top-up does not buy the next one at once
  * (docs/billing.md, "Auto top-up").
  */
-async function movePurchased(tx: Queryable, deploymentId: string, amount: number, reason: string, now: Date): Promise<void> {
+async function movePurchased(tx: Queryable, deploymentId: string, amount: number, reason: string, now: Date, refillsGrants = 0): Promise<number> {
   await tx.query("SELECT set_config('creditgate.no_auto_top_up', 'on', true)");
-  await changePurchased(tx, { deploymentId, amount, reason, actor: 'stripe', now, takesHeld: true });
+  const changed = await changePurchased(tx, { deploymentId, amount, reason, actor: 'stripe', now, takesHeld: true, refillsGrants });
   await tx.query("SELECT set_config('creditgate.no_auto_top_up', 'off', true)");
+  return changed.fromGrants;
 }
 
 /**
@@ -179,15 +181,17 @@ export async function takeBackDispute(
   const share = paid <= 0 ? open : Math.min(open, Math.floor((row.credits * Math.min(input.amount, paid)) / paid));
   const balance = await syncBalance(tx, row.deployment_id, input.now, 'stripe');
   const take = Math.max(0, Math.min(share, unspent(balance)));
+  let fromGrants = 0;
   if (take > 0) {
     const what = row.stripe_checkout_session_id ? 'credit pack' : 'auto top-up';
-    await movePurchased(tx, row.deployment_id, -take, `dispute ${input.disputeId} of ${what} ${row.pack}: ${take} of ${share} credits unspent`, input.now);
+    fromGrants = await movePurchased(tx, row.deployment_id, -take, `dispute ${input.disputeId} of ${what} ${row.pack}: ${take} of ${share} credits unspent`, input.now);
   }
-  await tx.query('UPDATE credit_purchases SET dispute_id = $2, dispute_share = $3, dispute_taken_back = $4 WHERE id = $1', [
+  await tx.query('UPDATE credit_purchases SET dispute_id = $2, dispute_share = $3, dispute_taken_back = $4, dispute_taken_from_grants = $5 WHERE id = $1', [
     row.id,
     input.disputeId,
     share,
     take,
+    fromGrants,
   ]);
   return { found: true, organizationId: row.organization_id, takenBack: take };
 }
@@ -211,7 +215,8 @@ export async function reinstateDispute(
   }
   if (row.dispute_id !== input.disputeId || row.dispute_reinstated) return { found: true, organizationId: row.organization_id, givenBack: 0 };
   const give = row.dispute_taken_back;
-  if (give > 0) await movePurchased(tx, row.deployment_id, give, `dispute ${input.disputeId} won: ${give} credits given back`, input.now);
+  // What the take-back took from open expiring grants goes back to them (docs/metering.md, Expiring grants).
+  if (give > 0) await movePurchased(tx, row.deployment_id, give, `dispute ${input.disputeId} won: ${give} credits given back`, input.now, row.dispute_taken_from_grants);
   await tx.query('UPDATE credit_purchases SET dispute_reinstated = true WHERE id = $1', [row.id]);
   return { found: true, organizationId: row.organization_id, givenBack: give };
 }

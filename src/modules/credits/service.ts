@@ -1,7 +1,7 @@
 import type { Queryable } from '../../db/client.js';
 import { ValidationError } from '../../errors.js';
 import { emitEvent } from '../events/outbox.js';
-import { expireDueLots, type Lot, takenFromLots } from './grants.js';
+import { expireDueLots, type Lot, refundToLots, takenFromLots } from './grants.js';
 import { awaitBudgetChanges } from './budgets.js';
 import { appendLedger } from './ledger.js';
 import { type Added, payOwed } from './owed.js';
@@ -282,8 +282,13 @@ export async function changePurchased(
      * holds counted on, leaving them without it (credits/purchases.ts, `unspent`).
      */
     takesHeld?: boolean;
+    /**
+     * Of a positive amount, this much goes back to the open expiring grants first (a dispute won gives
+     * back what its take-back took from them), the rest as credits that never expire.
+     */
+    refillsGrants?: number;
   },
-): Promise<BalanceRow & { ledgerId: number }> {
+): Promise<BalanceRow & { ledgerId: number; fromGrants: number }> {
   const { row: current, lots } = await syncBalanceLots(tx, input.deploymentId, input.now, input.actor);
   if (input.expiresAt && (input.amount <= 0 || input.expiresAt.getTime() <= input.now.getTime())) {
     throw new ValidationError('Only a grant (positive amount) can expire, and only in the future', [
@@ -314,6 +319,9 @@ export async function changePurchased(
     [input.deploymentId, input.amount, input.now, fromLots],
   );
   const row = rows[0]!;
+  if (input.amount > 0 && input.refillsGrants) {
+    await refundToLots(tx, lots, current.purchased_consumed, Math.min(input.amount, input.refillsGrants), input.now);
+  }
   if (input.expiresAt) {
     await tx.query(
       `INSERT INTO credit_grants (organization_id, deployment_id, amount, remaining, consumed_mark, expires_at, reason, created_at)
@@ -357,7 +365,7 @@ export async function changePurchased(
       at: input.now,
     });
   }
-  return { ...paid, ledgerId };
+  return { ...paid, ledgerId, fromGrants: fromLots };
 }
 
 /**
