@@ -5,9 +5,11 @@
  * created, migrated, used and dropped through the pooler — and named prepared statements off
  * (DATABASE_PREPARED_STATEMENTS=false: pgbouncer before 1.21 cannot keep them). The pooler gets fewer
  * server connections than the tests' pools hold clients, so transactions of different clients share
- * server connections, as in production. One test is left out (CG_TEST_POOLER): it kills backends by
- * application_name, which through the pooler would hit other files' transactions on shared server
- * connections.
+ * server connections, as in production. Three tests are left out (CG_TEST_POOLER): one kills backends
+ * by application_name, which through the pooler would hit other files' transactions on shared server
+ * connections; the AI settle faults' relay finds the statement to cut by its prepared statement's name,
+ * which the pooler's run does not send; the statement timeouts are set with the `options` startup
+ * parameter, which PgBouncer refuses.
  *
  *   npm run test:pgbouncer [-- vitest arguments, e.g. a file]
  *
